@@ -1,0 +1,78 @@
+//! The host's settings, as plain data handed to `Host::new`.
+
+use serde::{Deserialize, Serialize};
+
+/// One agent backend the host can run, named by provider (Sessions page,
+/// "Terms": the backend).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    /// The provider id clients name in `createSession`, e.g. `echo`.
+    pub provider: String,
+    /// Human-readable name shown in pickers.
+    pub display_name: String,
+    /// One line on what the agent is.
+    pub description: String,
+    /// Whether the backend can resume a conversation after its agent was let
+    /// go. A session whose backend cannot resume never sleeps (Sessions page,
+    /// "Sleep and wake").
+    pub can_resume: bool,
+}
+
+impl AgentSpec {
+    /// The built-in `echo` agent: deterministic, resumable, always present.
+    pub fn echo() -> AgentSpec {
+        AgentSpec {
+            provider: "echo".to_owned(),
+            display_name: "Echo".to_owned(),
+            description: "Built-in agent that streams back a reply quoting each message.".to_owned(),
+            can_resume: true,
+        }
+    }
+}
+
+/// Every knob of the core. Units are in the names (`_ms`, counts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// This host's name, used for `root:<host>` owners and `serverInfo`.
+    pub host_name: String,
+    /// The backends sessions can be created on, in the order `RootState.agents`
+    /// lists them.
+    pub agents: Vec<AgentSpec>,
+    /// Quiet time after which a session's agent is let go, in ms; 0 = never
+    /// (Sessions page, "Sleep and wake": `sleepAfterMinutes`, 30 by default).
+    pub sleep_after_ms: u64,
+    /// Most sessions kept resident; 0 = no limit (Sessions page, "Sleep and
+    /// wake": `sessionResidencyLimit`, 10 by default).
+    pub residency_limit: usize,
+    /// Period of the residency sweep, in ms ("once a minute").
+    pub residency_sweep_ms: u64,
+    /// How many action envelopes `reconnect` can replay, in envelopes.
+    pub replay_buffer_len: usize,
+    /// Largest `listSessions` page a client may ask for, in rows (500).
+    pub list_limit_max: usize,
+    /// Rows answered when a client names no limit (the whole catalogue up to
+    /// 1,000; Sessions page, "Finding one").
+    pub list_default_max: usize,
+    /// Turns per `fetchTurns` page, in turns.
+    pub turns_page_len: usize,
+    /// The host secret that authenticates paging cursors (decisions.md, 4),
+    /// kept in the data dir by the shell so cursors outlive restarts.
+    pub cursor_secret: Vec<u8>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            host_name: "localhost".to_owned(),
+            agents: vec![AgentSpec::echo()],
+            sleep_after_ms: 30 * 60 * 1000,
+            residency_limit: 10,
+            residency_sweep_ms: 60 * 1000,
+            replay_buffer_len: 1000,
+            list_limit_max: 500,
+            list_default_max: 1000,
+            turns_page_len: 50,
+            cursor_secret: b"ahpd-default-cursor-secret".to_vec(),
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Everything the host asks the world to do, as data (style guide 3.2).
+//!
+//! The shell executes effects in the order `Host::handle` returns them. Every
+//! backend and store command carries a fresh [`OpId`]; its result comes back
+//! as `Input::Done { op, .. }`.
+
+use ahp_types::actions::ActionEnvelope;
+use ahp_types::messages::JsonRpcError;
+use ahp_types::state::Message;
+use ahp_types::Uri;
+use serde::{Deserialize, Serialize};
+
+use crate::record::SessionRecord;
+
+/// A client connection, numbered by the shell (or the simulator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConnId(pub u64);
+
+/// Ties a command effect to its `Input::Done`. Allocated by the host,
+/// increasing, never reused within a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OpId(pub u64);
+
+/// One thing for the shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Write one JSON-RPC message to a connection. Messages to one
+    /// connection must go out in the order given.
+    Send {
+        /// The connection.
+        conn: ConnId,
+        /// The message; `Outbound::to_json` gives the frame's text.
+        message: Outbound,
+    },
+    /// Close a connection after its queued messages are written (e.g. after
+    /// -32005 UnsupportedProtocolVersion). The shell answers with
+    /// `Input::Disconnected`.
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// Drive a chat's agent; answered by `Input::Done { op, .. }`.
+    Backend {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// The backend (provider) that runs the chat.
+        provider: String,
+        /// The chat whose agent this is about.
+        chat: Uri,
+        /// What to do.
+        command: BackendCmd,
+    },
+    /// Write to the session store; answered by `Input::Done { op, .. }` with
+    /// `Outcome::Ok` only once the write is durable (fsynced), or
+    /// `Outcome::Failed`.
+    Store {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// What to write.
+        command: StoreCmd,
+    },
+    /// A line for the operator's log (one per session lifecycle event, and
+    /// every refusal worth a look). Never carries secrets.
+    Log(LogEvent),
+}
+
+/// A command for a chat's agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendCmd {
+    /// Start the chat's agent: a new conversation, or (when `resume`) the
+    /// existing one, whose turns come back in `Outcome::Started::history`.
+    Start {
+        /// The conversation id: the client's own session id for a new
+        /// session (Sessions page: "the backend is told that name"), or the
+        /// id the backend recorded earlier.
+        conversation_id: String,
+        /// The folder the agent works in (the process root), if any.
+        working_directory: Option<Uri>,
+        /// Resume an existing conversation rather than start a new one.
+        resume: bool,
+    },
+    /// Hand a user message to the agent as turn `turn_id`. Progress comes
+    /// back as `Input::Backend` events; `Done` only acknowledges receipt.
+    Send {
+        /// The turn id the client chose.
+        turn_id: String,
+        /// The message.
+        message: Message,
+    },
+    /// Stop the running turn `turn_id`.
+    Cancel {
+        /// The turn to stop.
+        turn_id: String,
+    },
+    /// The client answered a tool call that waited for approval.
+    ConfirmTool {
+        /// The turn the tool call belongs to.
+        turn_id: String,
+        /// The tool call.
+        tool_call_id: String,
+        /// Whether the call may run.
+        approved: bool,
+    },
+    /// Let the agent go and keep its conversation (a sleep or an eviction).
+    Close,
+    /// Tear the agent down and delete the backend's own copy of the
+    /// conversation (`disposeSession`).
+    Delete {
+        /// The conversation to delete.
+        conversation_id: String,
+    },
+}
+
+/// A command for the session store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreCmd {
+    /// Replace the record of one session, atomically.
+    Put {
+        /// The whole record; its `key` names the file.
+        record: Box<SessionRecord>,
+    },
+    /// Remove one session's record.
+    Delete {
+        /// The validated store key (see `ids::store_key`).
+        key: String,
+    },
+}
+
+/// Severity of a [`LogEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogLevel {
+    /// Routine lifecycle events.
+    Info,
+    /// Something was refused or failed and the host carried on.
+    Warn,
+}
+
+/// One operator log line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogEvent {
+    /// How loud.
+    pub level: LogLevel,
+    /// A short machine-friendly event name, e.g. `session.ready`.
+    pub event: &'static str,
+    /// The session it is about, if any.
+    pub session: Option<Uri>,
+    /// Free text.
+    pub detail: String,
+}
+
+/// One JSON-RPC message to a client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outbound {
+    /// A successful reply to request `id`.
+    Result {
+        /// The request's id.
+        id: u64,
+        /// The result (`null` for the null-typed commands).
+        result: serde_json::Value,
+    },
+    /// An error reply; `id` is `None` when the request's id could not be read
+    /// (e.g. -32700 ParseError), which goes out as `"id": null`.
+    Error {
+        /// The request's id, if known.
+        id: Option<u64>,
+        /// Code, message and data.
+        error: JsonRpcError,
+    },
+    /// An `action` notification carrying one envelope.
+    Action(Box<ActionEnvelope>),
+    /// Any other notification (`root/sessionAdded`, `root/sessionRemoved`,
+    /// `root/sessionSummaryChanged`).
+    Notification {
+        /// The method name.
+        method: &'static str,
+        /// Its params.
+        params: serde_json::Value,
+    },
+}
+
+impl Outbound {
+    /// The frame's text. Serializing these shapes cannot fail in practice
+    /// (every map key is a string); should it ever, an internal-error frame
+    /// is returned instead of a panic.
+    pub fn to_json(&self) -> String {
+        #[derive(Serialize)]
+        struct Response<'a> {
+            jsonrpc: &'static str,
+            id: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result: Option<&'a serde_json::Value>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<&'a JsonRpcError>,
+        }
+        #[derive(Serialize)]
+        struct Notify<'a, P: Serialize> {
+            jsonrpc: &'static str,
+            method: &'a str,
+            params: P,
+        }
+        let text = match self {
+            Outbound::Result { id, result } => serde_json::to_string(&Response {
+                jsonrpc: "2.0",
+                id: Some(*id),
+                result: Some(result),
+                error: None,
+            }),
+            Outbound::Error { id, error } => serde_json::to_string(&Response {
+                jsonrpc: "2.0",
+                id: *id,
+                result: None,
+                error: Some(error),
+            }),
+            Outbound::Action(envelope) => serde_json::to_string(&Notify {
+                jsonrpc: "2.0",
+                method: "action",
+                params: envelope,
+            }),
+            Outbound::Notification { method, params } => serde_json::to_string(&Notify {
+                jsonrpc: "2.0",
+                method,
+                params,
+            }),
+        };
+        text.unwrap_or_else(|_| {
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error: unencodable message"}}"#
+                .to_owned()
+        })
+    }
+}

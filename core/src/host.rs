@@ -1,0 +1,442 @@
+//! The host: one deterministic state machine for every session, chat and
+//! connection (design card: sans-IO core).
+//!
+//! `handle(now, input)` applies one input and returns the effects to run;
+//! `next_deadline()` says when to call again with `Input::Tick`. Handlers
+//! live in submodules, one job each:
+//! - `connection`: `initialize`, `ping`, `reconnect`, `subscribe`,
+//!   `unsubscribe`, disconnects.
+//! - `commands`: `createSession`, `disposeSession`, `listSessions`,
+//!   `fetchTurns`.
+//! - `dispatch`: client-dispatched actions (write-ahead: validate, make
+//!   durable, apply, stamp `serverSeq`, echo).
+//! - `backend`: backend events and command completions.
+//! - `residency`: sleep after idle, the residency limit, waking.
+//! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
+
+mod backend;
+mod broadcast;
+mod commands;
+mod connection;
+mod dispatch;
+mod residency;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ahp_types::actions::ActionEnvelope;
+use ahp_types::state::{AgentInfo, RootState};
+use ahp_types::Uri;
+
+use crate::config::Config;
+use crate::effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
+use crate::ids::ResourceId;
+use crate::input::Input;
+use crate::protocol::codec::{self, Incoming};
+use crate::record::SessionRecord;
+use crate::rng::Rng;
+use crate::session::{lifecycle, Phase, Session};
+use crate::time::{MonoTime, Now, WallTime};
+
+/// One client connection as the host sees it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Conn {
+    /// The client's id from `initialize` or `reconnect`.
+    pub client_id: Option<String>,
+    /// Whether `initialize` (or `reconnect`) succeeded.
+    pub initialized: bool,
+    /// The channels it is subscribed to.
+    pub subscriptions: BTreeSet<Uri>,
+}
+
+/// What an in-flight command effect was for, by op id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Starting (or resuming) a chat's agent.
+    Start {
+        /// The session.
+        session: Uri,
+        /// The chat.
+        chat: Uri,
+    },
+    /// Handing turn `turn_id` to a chat's agent.
+    Send {
+        /// The session.
+        session: Uri,
+    },
+    /// Letting a chat's agent go, cancelling or confirming: nothing waits on
+    /// the answer.
+    Fire,
+    /// Deleting a chat's conversation for `disposeSession`.
+    Delete {
+        /// The session.
+        session: Uri,
+    },
+    /// Writing a session record.
+    StorePut {
+        /// The session.
+        session: Uri,
+    },
+    /// Removing a session record for `disposeSession`.
+    StoreDelete {
+        /// The session.
+        session: Uri,
+    },
+}
+
+/// Counters the simulator and `/metrics` read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Sessions put to sleep after idle.
+    pub sleeps: u64,
+    /// Sessions evicted by the residency limit.
+    pub evictions: u64,
+    /// Wakes that succeeded.
+    pub wakes: u64,
+    /// Wakes whose resume failed.
+    pub failed_resumes: u64,
+    /// Completions for unknown or stale ops, ignored.
+    pub stale_ops: u64,
+    /// Backend events for unknown chats or finished turns, ignored.
+    pub stale_events: u64,
+    /// Client actions rejected.
+    pub rejections: u64,
+}
+
+/// The whole host. See the crate docs for the contract.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub(crate) config: Config,
+    /// The host's one random stream, seeded in `new`; it draws nothing yet
+    /// (every id so far is the client's), and is kept so a future draw
+    /// cannot silently fall back to OS randomness.
+    #[allow(dead_code)]
+    pub(crate) rng: Rng,
+    pub(crate) now: Now,
+    pub(crate) server_seq: u64,
+    pub(crate) next_op: u64,
+    pub(crate) lru_clock: u64,
+    pub(crate) root: RootState,
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    pub(crate) sessions: BTreeMap<Uri, Session>,
+    /// Chat URI to its session's URI.
+    pub(crate) chats: BTreeMap<Uri, Uri>,
+    pub(crate) ops: BTreeMap<OpId, Op>,
+    pub(crate) replay: VecDeque<ActionEnvelope>,
+    pub(crate) last_sweep: MonoTime,
+    pub(crate) stats: Stats,
+    pub(crate) effects: Vec<Effect>,
+}
+
+/// A read-only view of the host for checkers, the simulator and debugging.
+#[derive(Debug, Clone, Copy)]
+pub struct HostView<'a> {
+    /// The settings.
+    pub config: &'a Config,
+    /// The time of the last input.
+    pub now: Now,
+    /// The last `serverSeq` stamped.
+    pub server_seq: u64,
+    /// The root channel's state.
+    pub root: &'a RootState,
+    /// Every known session, by URI.
+    pub sessions: &'a BTreeMap<Uri, Session>,
+    /// Every connection, by id.
+    pub conns: &'a BTreeMap<ConnId, Conn>,
+    /// Chat URI to session URI.
+    pub chats: &'a BTreeMap<Uri, Uri>,
+    /// Counters.
+    pub stats: &'a Stats,
+    /// When the host next wants a tick.
+    pub next_deadline: Option<MonoTime>,
+}
+
+impl Host {
+    /// Builds the host from its settings, a seed for its one random stream,
+    /// and the records the store holds (the restart path is this same
+    /// constructor: there is no second recovery path).
+    ///
+    /// Records that fail validation (a URI that is not a valid session URI,
+    /// a duplicate) are skipped and logged on the first `handle`; nothing is
+    /// deleted. Restored sessions are asleep and not resident: their state
+    /// comes back from the backend when something needs them.
+    pub fn new(config: Config, seed: u64, restored: Vec<SessionRecord>, now: Now) -> Host {
+        let root = RootState {
+            agents: config
+                .agents
+                .iter()
+                .map(|a| AgentInfo {
+                    provider: a.provider.clone(),
+                    display_name: a.display_name.clone(),
+                    description: a.description.clone(),
+                    models: Vec::new(),
+                    protected_resources: None,
+                    customizations: None,
+                    capabilities: None,
+                })
+                .collect(),
+            active_sessions: Some(0),
+            terminals: None,
+            config: None,
+            meta: None,
+        };
+        let mut host = Host {
+            config,
+            rng: Rng::new(seed),
+            now,
+            server_seq: 0,
+            next_op: 0,
+            lru_clock: 0,
+            root,
+            conns: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            chats: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            replay: VecDeque::new(),
+            last_sweep: now.mono,
+            stats: Stats::default(),
+            effects: Vec::new(),
+        };
+        for record in restored {
+            host.restore(record);
+        }
+        host
+    }
+
+    fn restore(&mut self, record: SessionRecord) {
+        let id = match ResourceId::parse(&record.resource) {
+            Ok(id) if id.store_key() == record.key => id,
+            Ok(_) | Err(_) => {
+                self.log(LogLevel::Warn, "store.record_skipped", None, format!(
+                    "stored record {} does not name a valid session; left on disk, not listed",
+                    crate::ids::printable(&record.key)
+                ));
+                return;
+            }
+        };
+        let uri = id.uri();
+        let chat_clash = record.chats.iter().any(|c| self.chats.contains_key(&c.resource));
+        if self.sessions.contains_key(&uri) || chat_clash || record.chats.is_empty() {
+            self.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
+            return;
+        }
+        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
+        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
+        let can_resume = self.agent_can_resume(&record.provider);
+        for chat in &record.chats {
+            self.chats.insert(chat.resource.clone(), uri.clone());
+        }
+        let session = Session {
+            id,
+            record,
+            created_at,
+            modified_at,
+            announced: true,
+            sent_summary: None,
+            start_owed: false,
+            phase: Phase::Asleep,
+            resident: None,
+            can_resume,
+            busy: false,
+            last_activity: self.now.mono,
+            last_used: 0,
+            sends_in_flight: BTreeMap::new(),
+            pending_sends: Vec::new(),
+            phase_ops: BTreeSet::new(),
+            wake_history: BTreeMap::new(),
+            wake_error: None,
+            waiters: Vec::new(),
+            parked: None,
+            inbox: VecDeque::new(),
+        };
+        self.sessions.insert(uri, session);
+    }
+
+    /// Applies one input at time `now` and returns the effects to execute,
+    /// in order. Then fires whatever is due at `now` (idle sleeps, the
+    /// residency sweep). Never panics on any input; protocol errors are
+    /// `Effect::Send` replies.
+    pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
+        // Monotonic time never goes back; a shell that read an earlier value
+        // is clamped rather than trusted.
+        let mono = now.mono.max(self.now.mono);
+        self.now = Now { mono, wall: now.wall };
+        match input {
+            Input::Connected { conn } => {
+                self.conns.insert(conn, Conn::default());
+            }
+            Input::Frame { conn, text } => self.on_frame(conn, &text),
+            Input::Disconnected { conn } => self.on_disconnected(conn),
+            Input::Done { op, outcome } => self.on_done(op, outcome),
+            Input::Backend { chat, event } => self.on_backend_event(&chat, event),
+            Input::Tick => {}
+        }
+        self.fire_due();
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The monotonic time at which the host next has something to do (an
+    /// idle session falls asleep, the residency sweep runs), or `None`.
+    /// Derived from state, never stored (style guide 3.3).
+    pub fn next_deadline(&self) -> Option<MonoTime> {
+        let sleep = self.sessions.values().filter_map(|s| self.sleep_due_at(s)).min();
+        let sweep = (self.config.residency_limit > 0)
+            .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
+        [sleep, sweep].into_iter().flatten().min()
+    }
+
+    /// A read-only view for checkers.
+    pub fn view(&self) -> HostView<'_> {
+        HostView {
+            config: &self.config,
+            now: self.now,
+            server_seq: self.server_seq,
+            root: &self.root,
+            sessions: &self.sessions,
+            conns: &self.conns,
+            chats: &self.chats,
+            stats: &self.stats,
+            next_deadline: self.next_deadline(),
+        }
+    }
+
+    fn on_frame(&mut self, conn: ConnId, text: &str) {
+        if !self.conns.contains_key(&conn) {
+            // A frame for a connection the host never saw connect: accept it
+            // as connected rather than drop the client's request.
+            self.conns.insert(conn, Conn::default());
+        }
+        match codec::decode(text) {
+            Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
+            Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
+            Ok(Incoming::Response) => {}
+            Err(e) => self.send(conn, Outbound::Error { id: e.id, error: e.error }),
+        }
+    }
+
+    pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
+        use crate::protocol::error::*;
+        let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
+        match method {
+            "ping" => self.reply(conn, id, serde_json::Value::Null),
+            "initialize" => self.on_initialize(conn, id, params),
+            "reconnect" => self.on_reconnect(conn, id, params),
+            _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
+            "subscribe" => self.on_subscribe(conn, id, params),
+            "createSession" => self.on_create_session(conn, id, params),
+            "disposeSession" => self.on_dispose_session(conn, id, params),
+            "listSessions" => self.on_list_sessions(conn, id, params),
+            "fetchTurns" => self.on_fetch_turns(conn, id, params),
+            "unsubscribe" => {
+                self.on_unsubscribe(conn, params);
+                self.reply(conn, id, serde_json::Value::Null);
+            }
+            _ => self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
+        }
+    }
+
+    fn on_notification(&mut self, conn: ConnId, method: &str, params: serde_json::Value) {
+        let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
+        match method {
+            "dispatchAction" if initialized => self.on_dispatch_action(conn, params),
+            "unsubscribe" => self.on_unsubscribe(conn, params),
+            _ => self.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
+                "ignored notification {}", crate::ids::printable(method)
+            )),
+        }
+    }
+
+    // ---- small helpers shared by the handlers ----
+
+    pub(crate) fn send(&mut self, conn: ConnId, message: Outbound) {
+        if self.conns.contains_key(&conn) {
+            self.effects.push(Effect::Send { conn, message });
+        }
+    }
+
+    pub(crate) fn reply(&mut self, conn: ConnId, id: u64, result: serde_json::Value) {
+        self.send(conn, Outbound::Result { id, result });
+    }
+
+    pub(crate) fn reply_error(&mut self, conn: ConnId, id: u64, error: ahp_types::messages::JsonRpcError) {
+        self.send(conn, Outbound::Error { id: Some(id), error });
+    }
+
+    pub(crate) fn log(&mut self, level: LogLevel, event: &'static str, session: Option<Uri>, detail: String) {
+        self.effects.push(Effect::Log(LogEvent { level, event, session, detail }));
+    }
+
+    pub(crate) fn new_op(&mut self, op: Op) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.ops.insert(id, op);
+        id
+    }
+
+    pub(crate) fn backend(&mut self, op: Op, provider: String, chat: Uri, command: BackendCmd) -> OpId {
+        let id = self.new_op(op);
+        self.effects.push(Effect::Backend { op: id, provider, chat, command });
+        id
+    }
+
+    pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
+        let session = self.sessions.get(uri)?;
+        let record = Box::new(session.record.clone());
+        let op = self.new_op(Op::StorePut { session: uri.clone() });
+        self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        Some(op)
+    }
+
+    pub(crate) fn agent_can_resume(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.can_resume)
+    }
+
+    /// Moves `uri` to `to` through the legal-transition table.
+    pub(crate) fn set_phase(&mut self, uri: &Uri, to: Phase) {
+        if let Some(session) = self.sessions.get_mut(uri) {
+            debug_assert!(
+                lifecycle::is_legal(&session.phase, &to),
+                "illegal phase move {} -> {} for {uri}",
+                session.phase.name(),
+                to.name()
+            );
+            session.phase = to;
+        }
+    }
+
+    /// Marks the session used now (LRU, Sessions page "Sleep and wake": "a
+    /// session is used when it starts, when a client subscribes to it, and
+    /// when a turn starts in it").
+    pub(crate) fn touch(&mut self, uri: &Uri) {
+        self.lru_clock += 1;
+        let stamp = self.lru_clock;
+        if let Some(session) = self.sessions.get_mut(uri) {
+            session.last_used = stamp;
+        }
+    }
+
+    /// Notes that an action moved in the session now (idle timer).
+    pub(crate) fn mark_activity(&mut self, uri: &Uri) {
+        let now = self.now.mono;
+        if let Some(session) = self.sessions.get_mut(uri) {
+            session.last_activity = now;
+        }
+    }
+
+    /// Whether any connection watches the session or one of its chats.
+    pub(crate) fn is_watched(&self, session: &Session) -> bool {
+        self.conns.values().any(|c| {
+            c.subscriptions.contains(&session.record.resource)
+                || session.record.chats.iter().any(|chat| c.subscriptions.contains(&chat.resource))
+        })
+    }
+
+    /// The session URI a session or chat channel belongs to.
+    pub(crate) fn session_of(&self, channel: &str) -> Option<Uri> {
+        if self.sessions.contains_key(channel) {
+            Some(channel.to_owned())
+        } else {
+            self.chats.get(channel).cloned()
+        }
+    }
+
+}

@@ -1,0 +1,288 @@
+//! Completions of the host's commands (`Input::Done`) and what backends
+//! say unprompted (`Input::Backend`).
+
+use ahp_types::actions::{ChatErrorAction, SessionCreationFailedAction, StateAction};
+use ahp_types::state::{ErrorInfo, ErrorResponsePart};
+use ahp_types::Uri;
+
+use super::{Host, Op};
+use crate::effect::{BackendCmd, LogLevel, OpId};
+use crate::input::{BackendEvent, Outcome};
+use crate::session::Phase;
+
+impl Host {
+    pub(crate) fn on_done(&mut self, op: OpId, outcome: Outcome) {
+        let Some(purpose) = self.ops.remove(&op) else {
+            self.stats.stale_ops += 1;
+            return;
+        };
+        match purpose {
+            Op::Fire => {
+                if let Outcome::Failed { message } = outcome {
+                    self.log(LogLevel::Warn, "backend.command_failed", None, message);
+                }
+            }
+            Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
+            Op::Send { session } => self.on_sent(&session, op, outcome),
+            Op::Delete { session } => {
+                if let Outcome::Failed { message } = &outcome {
+                    self.log(LogLevel::Warn, "backend.delete_failed", Some(session.clone()), message.clone());
+                }
+                let Some(s) = self.sessions.get_mut(&session) else { return };
+                s.phase_ops.remove(&op);
+                if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+                    self.dispose_store_step(&session);
+                }
+            }
+            Op::StorePut { session } => {
+                let failure = match outcome {
+                    Outcome::Failed { message } => Some(message),
+                    _ => None,
+                };
+                let parked = self.sessions.get(&session).and_then(|s| s.parked.as_ref()).is_some_and(|p| p.op == op);
+                if parked {
+                    self.on_parked_write(&session, failure);
+                } else if let Some(message) = failure {
+                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
+                }
+            }
+            Op::StoreDelete { session } => {
+                let failure = match outcome {
+                    Outcome::Failed { message } => Some(message),
+                    _ => None,
+                };
+                self.dispose_finish(&session, failure);
+            }
+        }
+    }
+
+    /// A chat's agent started (or failed to): the end of `createSession`'s
+    /// wait, or one step of a wake.
+    fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if !session.phase_ops.remove(&op) {
+            self.stats.stale_ops += 1;
+            return;
+        }
+        match session.phase.clone() {
+            Phase::Starting { conn, id } => match outcome {
+                Outcome::Started { conversation_id, .. } => {
+                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
+                        c.conversation_id = conversation_id;
+                    }
+                    self.set_phase(session_uri, Phase::Live);
+                    self.touch(session_uri);
+                    self.mark_activity(session_uri);
+                    self.reply(conn, id, serde_json::Value::Null);
+                    self.log(LogLevel::Info, "session.created", Some(session_uri.clone()), String::new());
+                    self.check_residency();
+                }
+                Outcome::Failed { message } => {
+                    self.forget_unborn(session_uri);
+                    self.reply_error(conn, id, crate::protocol::error::error(
+                        crate::protocol::error::INTERNAL_ERROR,
+                        format!("the backend would not start: {message}"),
+                    ));
+                    self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
+                }
+                Outcome::Ok => {
+                    self.forget_unborn(session_uri);
+                    self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
+                }
+            },
+            Phase::Waking => {
+                match outcome {
+                    Outcome::Started { conversation_id, history } => {
+                        if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
+                            c.conversation_id = conversation_id;
+                        }
+                        session.wake_history.insert(chat.clone(), history);
+                    }
+                    Outcome::Failed { message } => {
+                        session.wake_error.get_or_insert(message);
+                    }
+                    Outcome::Ok => {
+                        session.wake_history.insert(chat.clone(), Vec::new());
+                    }
+                }
+                if session.phase_ops.is_empty() {
+                    self.finish_wake(session_uri);
+                }
+            }
+            _ => self.stats.stale_ops += 1,
+        }
+    }
+
+    /// Removes a session whose creation was refused: it never existed.
+    fn forget_unborn(&mut self, session_uri: &Uri) {
+        if let Some(s) = self.sessions.remove(session_uri) {
+            for chat in &s.record.chats {
+                self.chats.remove(&chat.resource);
+            }
+            for c in self.conns.values_mut() {
+                c.subscriptions.remove(session_uri);
+                for chat in &s.record.chats {
+                    c.subscriptions.remove(&chat.resource);
+                }
+            }
+        }
+    }
+
+    /// The backend acknowledged (or refused) a turn. The first turn a
+    /// backend takes announces a provisional session: `root/sessionAdded`
+    /// then `session/ready` (Sessions page, "The life of a session").
+    fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some((chat, turn_id)) = session.sends_in_flight.remove(&op) else { return };
+        match outcome {
+            Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
+            _ => self.mark_ready(session_uri),
+        }
+    }
+
+    /// Ends a running turn with `chat/error` carrying `message`. For a
+    /// session still provisional this also fails its creation:
+    /// `session/creationFailed` after the turn's error, then
+    /// `root/sessionAdded`, and its start is owed to the next send.
+    pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
+        let running = self
+            .sessions
+            .get(session_uri)
+            .and_then(|s| s.resident.as_ref())
+            .and_then(|r| r.chats.get(chat))
+            .and_then(|c| c.active_turn.as_ref())
+            .is_some_and(|t| t.id == turn_id);
+        if running {
+            let started = self
+                .sessions
+                .get(session_uri)
+                .and_then(|s| s.resident.as_ref())
+                .and_then(|r| r.turn_started_mono.get(chat).copied());
+            let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
+            let action = StateAction::ChatError(ChatErrorAction {
+                turn_id: turn_id.to_owned(),
+                duration,
+                part: ErrorResponsePart {
+                    error: ErrorInfo { error_type: "backendError".to_owned(), message: message.to_owned(), stack: None, meta: None },
+                    resumable: Some(false),
+                },
+                meta: None,
+            });
+            self.emit(chat, action, None);
+        }
+        let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.announced);
+        if provisional {
+            let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
+                error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
+            });
+            self.emit(session_uri, action, None);
+            if let Some(s) = self.sessions.get_mut(session_uri) {
+                s.start_owed = true;
+            }
+            self.after_chat_change(session_uri, chat);
+            self.announce(session_uri);
+            self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
+        }
+        self.end_turn_bookkeeping(session_uri, chat);
+    }
+
+    pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
+        let Some(session_uri) = self.chats.get(chat).cloned() else {
+            self.stats.stale_events += 1;
+            return;
+        };
+        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some());
+        if !live {
+            self.stats.stale_events += 1;
+            return;
+        }
+        match event {
+            BackendEvent::Busy(busy) => {
+                if let Some(s) = self.sessions.get_mut(&session_uri) {
+                    s.busy = busy;
+                }
+                self.mark_activity(&session_uri);
+            }
+            BackendEvent::Exited { message } => {
+                let running = self
+                    .sessions
+                    .get(&session_uri)
+                    .and_then(|s| s.resident.as_ref())
+                    .and_then(|r| r.chats.get(chat))
+                    .and_then(|c| c.active_turn.as_ref())
+                    .map(|t| t.id.clone());
+                if let Some(turn_id) = running {
+                    self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
+                }
+                self.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
+                // The agent is gone; the conversation is the backend's. The
+                // session is asleep until something needs it.
+                let provider = self.sessions.get(&session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+                let chats: Vec<Uri> = self.sessions.get(&session_uri).map(|s| s.record.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default();
+                for other in chats.into_iter().filter(|c| c != chat) {
+                    self.backend(Op::Fire, provider.clone(), other, BackendCmd::Close);
+                }
+                if let Some(s) = self.sessions.get_mut(&session_uri) {
+                    s.busy = false;
+                    s.sends_in_flight.clear();
+                }
+                self.set_phase(&session_uri, Phase::Asleep);
+            }
+            BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
+        }
+    }
+
+    /// A chat action from the agent: it must name the running turn and be of
+    /// a kind only a server sends; durations are the host's own.
+    fn on_agent_action(&mut self, session_uri: &Uri, chat: &Uri, mut action: StateAction) {
+        let active = self
+            .sessions
+            .get(session_uri)
+            .and_then(|s| s.resident.as_ref())
+            .and_then(|r| r.chats.get(chat))
+            .and_then(|c| c.active_turn.as_ref())
+            .map(|t| t.id.clone());
+        let started = self
+            .sessions
+            .get(session_uri)
+            .and_then(|s| s.resident.as_ref())
+            .and_then(|r| r.turn_started_mono.get(chat).copied());
+        let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
+        use StateAction::*;
+        let (turn_id, ends_turn) = match &mut action {
+            ChatResponsePart(a) => (a.turn_id.clone(), false),
+            ChatDelta(a) => (a.turn_id.clone(), false),
+            ChatReasoning(a) => (a.turn_id.clone(), false),
+            ChatUsage(a) => (a.turn_id.clone(), false),
+            ChatToolCallStart(a) => (a.turn_id.clone(), false),
+            ChatToolCallDelta(a) => (a.turn_id.clone(), false),
+            ChatToolCallReady(a) => (a.turn_id.clone(), false),
+            ChatToolCallComplete(a) => (a.turn_id.clone(), false),
+            ChatTurnComplete(a) => {
+                a.duration = duration;
+                (a.turn_id.clone(), true)
+            }
+            ChatError(a) => {
+                a.duration = duration;
+                (a.turn_id.clone(), true)
+            }
+            _ => {
+                self.stats.stale_events += 1;
+                return self.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
+            }
+        };
+        if active.as_deref() != Some(turn_id.as_str()) {
+            self.stats.stale_events += 1;
+            return;
+        }
+        if !self.emit(chat, action, None) {
+            return;
+        }
+        self.mark_activity(session_uri);
+        if ends_turn {
+            self.end_turn_bookkeeping(session_uri, chat);
+        } else {
+            self.after_chat_change(session_uri, chat);
+        }
+    }
+}

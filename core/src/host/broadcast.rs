@@ -1,0 +1,230 @@
+//! `serverSeq`, fan-out and the replay buffer; keeping the session's chat
+//! list, the catalogue row and the root's `activeSessions` in step with the
+//! chats (`ahp-protocol.md` section 12: the host alone produces the
+//! cross-channel mirrors).
+
+use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome};
+use ahp_types::actions::{
+    ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, SessionChatUpdatedAction, StateAction,
+};
+use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
+use ahp_types::actions::PartialChatSummary;
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+
+use super::Host;
+use crate::effect::{ConnId, LogLevel, Outbound};
+use crate::session::state::chat_summary;
+use crate::time::WallTime;
+
+impl Host {
+    /// Applies an accepted action to the authoritative state of `channel`
+    /// with the protocol's own reducer, stamps the next `serverSeq`, keeps it
+    /// for replay and sends it to every subscriber of the channel. Returns
+    /// false (and sends nothing) when the reducer finds the action invalid.
+    pub(crate) fn emit(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> bool {
+        let outcome = self.apply_to_state(channel, &action);
+        match outcome {
+            Some(ReduceOutcome::Invalid(e)) => {
+                self.log(LogLevel::Warn, "action.invalid", self.session_of(channel), format!("not applied: {e}"));
+                return false;
+            }
+            Some(ReduceOutcome::OutOfScope) => {
+                self.log(LogLevel::Warn, "action.out_of_scope", self.session_of(channel), "action does not belong to its channel".to_owned());
+                return false;
+            }
+            _ => {}
+        }
+        self.server_seq += 1;
+        let envelope = ActionEnvelope {
+            channel: channel.clone(),
+            action,
+            server_seq: self.server_seq,
+            origin,
+            rejection_reason: None,
+        };
+        let subscribers: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.subscriptions.contains(channel))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in subscribers {
+            self.send(conn, Outbound::Action(Box::new(envelope.clone())));
+        }
+        self.replay.push_back(envelope);
+        while self.replay.len() > self.config.replay_buffer_len {
+            self.replay.pop_front();
+        }
+        true
+    }
+
+    /// Sends a rejected client action back to the client that sent it,
+    /// unapplied, with its reason (`ahp-protocol.md` section 5, step 4).
+    pub(crate) fn reject(&mut self, conn: ConnId, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>, reason: String) {
+        self.stats.rejections += 1;
+        self.server_seq += 1;
+        let envelope = ActionEnvelope {
+            channel: channel.clone(),
+            action,
+            server_seq: self.server_seq,
+            origin,
+            rejection_reason: Some(reason.clone()),
+        };
+        self.send(conn, Outbound::Action(Box::new(envelope)));
+        self.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
+    }
+
+    fn apply_to_state(&mut self, channel: &Uri, action: &StateAction) -> Option<ReduceOutcome> {
+        if channel == ROOT_RESOURCE_URI {
+            return Some(apply_action_to_root(&mut self.root, action));
+        }
+        let session_uri = self.session_of(channel)?;
+        let resident = self.sessions.get_mut(&session_uri)?.resident.as_mut()?;
+        if *channel == session_uri {
+            Some(apply_action_to_session(&mut resident.session, action))
+        } else {
+            let chat = resident.chats.get_mut(channel)?;
+            Some(apply_action_to_chat(chat, action))
+        }
+    }
+
+    /// After a chat changed: mirror its summary into the session's chat
+    /// list (`session/chatUpdated`), move the session's `modifiedAt`
+    /// forward only, keep the record in step, and tell root subscribers
+    /// what moved.
+    pub(crate) fn after_chat_change(&mut self, session_uri: &Uri, chat_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some(resident) = session.resident.as_ref() else { return };
+        let Some(chat) = resident.chats.get(chat_uri) else { return };
+        let fresh = chat_summary(chat);
+        let listed = resident.session.chats.iter().find(|c| c.resource == *chat_uri).cloned();
+        // Forward-only modifiedAt (Sessions page: "it moves forward only").
+        if let Some(t) = WallTime::parse_iso(&fresh.modified_at) {
+            session.modified_at = session.modified_at.max(t);
+        }
+        session.record.modified_at = session.modified_at.to_iso();
+        if let Some(rec) = session.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
+            rec.status = fresh.status & !crate::session::state::ACTIVITY_MASK
+                | match fresh.status & crate::session::state::ACTIVITY_MASK {
+                    2 => 2,
+                    _ => 1,
+                };
+            rec.modified_at = fresh.modified_at.clone();
+            rec.title = fresh.title.clone();
+        }
+        let changes = match listed {
+            Some(old) => PartialChatSummary {
+                resource: None,
+                title: (old.title != fresh.title).then(|| fresh.title.clone()),
+                status: (old.status != fresh.status).then_some(fresh.status),
+                activity: if old.activity != fresh.activity { fresh.activity.clone() } else { None },
+                modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
+                changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
+                origin: None,
+                movable: None,
+                interactivity: None,
+                working_directories: None,
+            },
+            None => return,
+        };
+        let moved = changes.title.is_some()
+            || changes.status.is_some()
+            || changes.activity.is_some()
+            || changes.modified_at.is_some()
+            || changes.changes.is_some();
+        if moved {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat_uri.clone(), changes });
+            self.emit(session_uri, action, None);
+        }
+        self.summary_changed(session_uri);
+    }
+
+    /// Tells root subscribers which fields of an announced session's row
+    /// moved since they were last told (`root/sessionSummaryChanged`).
+    pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if !session.announced {
+            return;
+        }
+        let fresh = session.summary();
+        let Some(old) = session.sent_summary.replace(fresh.clone()) else { return };
+        let changes = PartialSessionSummary {
+            provider: None,
+            title: (old.title != fresh.title).then(|| fresh.title.clone()),
+            status: (old.status != fresh.status).then_some(fresh.status),
+            activity: if old.activity != fresh.activity { fresh.activity.clone() } else { None },
+            origin: None,
+            project: None,
+            working_directories: if old.working_directories != fresh.working_directories {
+                fresh.working_directories.clone()
+            } else {
+                None
+            },
+            annotations: None,
+            resource: None,
+            created_at: None,
+            modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
+            changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
+            meta: None,
+            chats: if old.chats != fresh.chats { fresh.chats.clone() } else { None },
+            default_chat: None,
+        };
+        let moved = changes.title.is_some()
+            || changes.status.is_some()
+            || changes.activity.is_some()
+            || changes.working_directories.is_some()
+            || changes.modified_at.is_some()
+            || changes.changes.is_some()
+            || changes.chats.is_some();
+        if moved {
+            let params = SessionSummaryChangedParams {
+                channel: ROOT_RESOURCE_URI.to_owned(),
+                session: session_uri.clone(),
+                changes,
+            };
+            self.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
+        }
+    }
+
+    /// Sends a protocol notification to every root subscriber (never
+    /// replayed; clients re-list after a reconnect).
+    pub(crate) fn notify_root(&mut self, method: &'static str, params: serde_json::Value) {
+        let subscribers: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.subscriptions.contains(ROOT_RESOURCE_URI))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in subscribers {
+            self.send(conn, Outbound::Notification { method, params: params.clone() });
+        }
+    }
+
+    /// Announces a session: `root/sessionAdded` with its row.
+    pub(crate) fn announce(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.announced {
+            return;
+        }
+        session.announced = true;
+        let summary = session.summary();
+        session.sent_summary = Some(summary.clone());
+        let params = ahp_types::notifications::SessionAddedParams {
+            channel: ROOT_RESOURCE_URI.to_owned(),
+            summary,
+        };
+        self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        self.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
+    }
+
+    /// Recounts the sessions running a turn and says so on root when the
+    /// number moved (Sessions page: "that number counts the sessions
+    /// running a turn").
+    pub(crate) fn recount_active(&mut self) {
+        let count = self.sessions.values().filter(|s| s.has_active_turn()).count() as i64;
+        if self.root.active_sessions != Some(count) {
+            let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
+            self.emit(&ROOT_RESOURCE_URI.to_owned(), action, None);
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! Session commands: `createSession`, `disposeSession`, `listSessions`,
+//! `fetchTurns` (Sessions page, "Commands").
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ahp_types::actions::{ChatTurnsLoadedAction, StateAction};
+use ahp_types::commands::{CreateSessionParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams};
+use ahp_types::state::SessionLifecycle;
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+use serde_json::Value;
+
+use super::connection::parse;
+use super::{Host, Op};
+use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, StoreCmd};
+use crate::ids::{printable, ResourceId};
+use crate::protocol::error::*;
+use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::session::state::{chat_state, chat_summary, session_state};
+use crate::session::{Phase, Resident, Session, Waiter};
+
+/// The `fetchTurns` cursor naming the turn before which the next page ends.
+pub(crate) fn turns_cursor(turn_id: &str) -> String {
+    format!("before:{turn_id}")
+}
+
+impl Host {
+    /// `createSession` (Sessions page, "The life of a session"): the URI is
+    /// the client's; the default chat is the host's; the backend is started
+    /// and told the client's name, and only then is the reply sent. A
+    /// refusal at any step leaves no session behind. The session is
+    /// provisional (`creating`, unlisted, unannounced) until its first turn.
+    pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: CreateSessionParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let rid = match ResourceId::parse(&params.channel) {
+            Ok(r) => r,
+            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
+        };
+        let uri = rid.uri();
+        let default_chat = format!("ahp-chat:/{}", rid.store_key());
+        if self.sessions.contains_key(&uri) || self.chats.contains_key(&default_chat) {
+            return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("session {uri} already exists")));
+        }
+        let provider = match params.provider {
+            Some(p) => p,
+            None => match self.config.agents.first() {
+                Some(a) => a.provider.clone(),
+                None => return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, "no agent is configured")),
+            },
+        };
+        if !self.config.agents.iter().any(|a| a.provider == provider) {
+            return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
+        }
+        // Only the first working directory: no agent here advertises
+        // multipleWorkingDirectories (ahp-protocol.md section 6).
+        let working_directories: Vec<Uri> = params.working_directories.unwrap_or_default().into_iter().take(1).collect();
+        let now_iso = self.now.wall.to_iso();
+        let record = SessionRecord {
+            format: RECORD_FORMAT,
+            key: rid.store_key(),
+            resource: uri.clone(),
+            provider: provider.clone(),
+            title: String::new(),
+            created_at: now_iso.clone(),
+            modified_at: now_iso.clone(),
+            is_read: false,
+            is_archived: false,
+            working_directories: working_directories.clone(),
+            config: params.config.unwrap_or_default(),
+            owner: None,
+            scope: None,
+            default_chat: default_chat.clone(),
+            chats: vec![ChatRecord {
+                resource: default_chat.clone(),
+                title: String::new(),
+                conversation_id: rid.store_key(),
+                modified_at: now_iso,
+                status: 1,
+                senders: BTreeMap::new(),
+            }],
+            changes: None,
+        };
+        let chat = chat_state(&record.chats[0], Vec::new());
+        let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
+        let session = Session {
+            id: rid.clone(),
+            created_at: self.now.wall,
+            modified_at: self.now.wall,
+            announced: false,
+            sent_summary: None,
+            start_owed: false,
+            phase: Phase::Starting { conn, id },
+            resident: Some(Resident {
+                session: state,
+                chats: [(default_chat.clone(), chat)].into_iter().collect(),
+                turn_started_mono: BTreeMap::new(),
+            }),
+            can_resume: self.agent_can_resume(&provider),
+            busy: false,
+            last_activity: self.now.mono,
+            last_used: 0,
+            sends_in_flight: BTreeMap::new(),
+            pending_sends: Vec::new(),
+            phase_ops: BTreeSet::new(),
+            wake_history: BTreeMap::new(),
+            wake_error: None,
+            waiters: Vec::new(),
+            parked: None,
+            inbox: VecDeque::new(),
+            record,
+        };
+        self.sessions.insert(uri.clone(), session);
+        self.chats.insert(default_chat.clone(), uri.clone());
+        let op = self.backend(
+            Op::Start { session: uri.clone(), chat: default_chat.clone() },
+            provider,
+            default_chat,
+            BackendCmd::Start {
+                conversation_id: rid.store_key(),
+                working_directory: working_directories.first().cloned(),
+                resume: false,
+            },
+        );
+        if let Some(s) = self.sessions.get_mut(&uri) {
+            s.phase_ops.insert(op);
+        }
+        self.log(LogLevel::Info, "session.creating", Some(uri), String::new());
+    }
+
+    /// `disposeSession`: checks first, then tears each chat's agent down and
+    /// asks the backend to delete its copy, then drops the record and tells
+    /// every client (Sessions page, "The life of a session").
+    pub(crate) fn on_dispose_session(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: DisposeSessionParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        if let Err(e) = ResourceId::parse(&params.channel) {
+            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
+        }
+        let uri = params.channel;
+        let Some(session) = self.sessions.get(&uri) else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {uri}")));
+        };
+        match session.phase {
+            Phase::Disposing { .. } => {
+                return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
+            }
+            Phase::Starting { .. } => {
+                return self.reply_error(conn, id, error(INVALID_PARAMS, format!("session {uri} is still being created; dispose it once createSession has answered")))
+            }
+            _ => {}
+        }
+        let provider = session.record.provider.clone();
+        let chats: Vec<(Uri, String)> =
+            session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
+        let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.waiters)).unwrap_or_default();
+        self.fail_waiters(&uri, waiters, "the session is being disposed");
+        self.set_phase(&uri, Phase::Disposing { conn, id });
+        let mut ops = BTreeSet::new();
+        for (chat, conversation_id) in chats {
+            ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
+        }
+        if let Some(s) = self.sessions.get_mut(&uri) {
+            s.phase_ops = ops;
+            s.pending_sends.clear();
+        }
+        self.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
+    }
+
+    /// Second step of a dispose, once every backend delete answered: drop
+    /// the store record.
+    pub(crate) fn dispose_store_step(&mut self, uri: &Uri) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        let key = session.record.key.clone();
+        let op = self.new_op(Op::StoreDelete { session: uri.clone() });
+        self.effects.push(Effect::Store { op, command: StoreCmd::Delete { key } });
+    }
+
+    /// Last step of a dispose: forget the session, end subscriptions to it,
+    /// tell root subscribers (only if it was ever announced) and reply.
+    pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        let Phase::Disposing { conn, id } = session.phase.clone() else { return };
+        if let Some(message) = store_error {
+            // The record is still on disk: the session stays, asleep, and the
+            // client is told its dispose did not happen.
+            self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
+            if let Some(s) = self.sessions.get_mut(uri) {
+                s.phase = Phase::Asleep;
+            }
+            return;
+        }
+        let Some(session) = self.sessions.remove(uri) else { return };
+        let mut channels = vec![uri.clone()];
+        for chat in &session.record.chats {
+            self.chats.remove(&chat.resource);
+            channels.push(chat.resource.clone());
+        }
+        for c in self.conns.values_mut() {
+            for ch in &channels {
+                c.subscriptions.remove(ch);
+            }
+        }
+        if session.announced {
+            let params = ahp_types::notifications::SessionRemovedParams {
+                channel: ROOT_RESOURCE_URI.to_owned(),
+                session: uri.clone(),
+            };
+            self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+        }
+        self.recount_active();
+        self.reply(conn, id, Value::Null);
+        self.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
+    }
+
+    /// `listSessions`: announced sessions, most recently modified first,
+    /// ties broken by URI. A limit is capped at `list_limit_max`; no limit
+    /// means the whole catalogue up to `list_default_max` rows.
+    pub(crate) fn on_list_sessions(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: ListSessionsParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        match crate::catalogue::list(&self.sessions, &params, &self.config) {
+            Ok(result) => {
+                if result.overflowed {
+                    self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
+                        "listSessions without a limit answered {} rows of a larger catalogue", result.page.items.len()
+                    ));
+                }
+                self.reply(conn, id, serde_json::to_value(result.page).unwrap_or_default());
+            }
+            Err(e) => self.reply_error(conn, id, e),
+        }
+    }
+
+    /// `fetchTurns`: older turns, dispatched as `chat/turnsLoaded` on the
+    /// chat channel (so every watcher gets the page) before the reply. No
+    /// cursor means the newest page; `before:<turnId>` the page that ends
+    /// just before that turn. A cursor naming no turn is -32602.
+    pub(crate) fn on_fetch_turns(&mut self, conn: ConnId, id: u64, params: Value) {
+        let raw = params.clone();
+        let params: FetchTurnsParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let Some(session_uri) = self.chats.get(&params.channel).cloned() else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&params.channel))));
+        };
+        let Some(session) = self.sessions.get_mut(&session_uri) else { return };
+        let Some(resident) = session.resident.as_ref() else {
+            session.waiters.push(Waiter::Request { conn, id, method: "fetchTurns".to_owned(), params: raw });
+            self.wake(&session_uri);
+            return;
+        };
+        let Some(chat) = resident.chats.get(&params.channel) else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "no such chat"));
+        };
+        let end = match params.cursor.as_deref() {
+            None => chat.turns.len(),
+            Some(cursor) => {
+                let found = cursor
+                    .strip_prefix("before:")
+                    .and_then(|turn_id| chat.turns.iter().position(|t| t.id == turn_id));
+                match found {
+                    Some(i) => i,
+                    None => return self.reply_error(conn, id, error(INVALID_PARAMS, "unknown fetchTurns cursor")),
+                }
+            }
+        };
+        let start = end.saturating_sub(self.config.turns_page_len.max(1));
+        let turns = chat.turns[start..end].to_vec();
+        let next = (start > 0).then(|| turns_cursor(&chat.turns[start].id));
+        let action = StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction { turns, turns_next_cursor: next });
+        self.emit(&params.channel, action, None);
+        self.reply(conn, id, serde_json::json!({}));
+    }
+
+    /// Answers every waiter of a failed or abandoned wake with `reason`:
+    /// requests get -32603, actions are rejected unapplied.
+    pub(crate) fn fail_waiters(&mut self, _uri: &Uri, waiters: Vec<Waiter>, reason: &str) {
+        for waiter in waiters {
+            match waiter {
+                Waiter::Request { conn, id, .. } => self.reply_error(conn, id, error(INTERNAL_ERROR, reason.to_owned())),
+                Waiter::Action(q) => {
+                    let origin = self.origin_of(q.conn, q.client_seq);
+                    self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Connection-level commands: `initialize`, `reconnect`, `subscribe`,
+//! `unsubscribe`, and what a disconnect ends (`ahp-protocol.md` sections
+//! 2-4).
+
+use ahp_types::commands::{
+    Implementation, InitializeParams, InitializeResult, ReconnectParams, ReconnectReplayResult, ReconnectResult,
+    ReconnectSnapshotResult, SubscribeParams, SubscribeResult, UnsubscribeParams,
+};
+use ahp_types::state::{Snapshot, SnapshotState};
+use ahp_types::{negotiate_protocol_version, Uri, ROOT_RESOURCE_URI};
+use serde_json::Value;
+
+use super::Host;
+use crate::effect::{ConnId, Effect, LogLevel};
+use crate::protocol::error::*;
+use crate::session::{Phase, Waiter};
+
+/// Parses a request's params into `T`, or the -32602 reply to send.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, ahp_types::messages::JsonRpcError> {
+    serde_json::from_value(params).map_err(|e| error(INVALID_PARAMS, format!("invalid params: {e}")))
+}
+
+impl Host {
+    pub(crate) fn on_initialize(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: InitializeParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let version = match negotiate_protocol_version(&params.protocol_versions) {
+            Ok(Some(v)) => v.to_owned(),
+            Ok(None) => {
+                self.reply_error(conn, id, unsupported_version(&params.protocol_versions));
+                self.effects.push(Effect::Close { conn });
+                return;
+            }
+            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, e)),
+        };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.client_id = Some(params.client_id.clone());
+            c.initialized = true;
+        }
+        let mut snapshots = Vec::new();
+        for uri in params.initial_subscriptions.unwrap_or_default() {
+            if let Some(snapshot) = self.snapshot(&uri, None) {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.subscriptions.insert(uri);
+                }
+                snapshots.push(snapshot);
+            }
+        }
+        let result = InitializeResult {
+            protocol_version: version,
+            server_seq: self.server_seq as i64,
+            server_info: Some(Implementation {
+                name: "ahpd".to_owned(),
+                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+                title: None,
+            }),
+            meta: None,
+            snapshots,
+            default_directory: None,
+            completion_trigger_characters: None,
+            terminal_command_prefix: None,
+            telemetry: None,
+            automations: None,
+        };
+        self.reply(conn, id, serde_json::to_value(result).unwrap_or_default());
+    }
+
+    /// `reconnect`: replay every envelope after `lastSeenServerSeq` on the
+    /// listed channels when the buffer still holds them all, else fresh
+    /// snapshots. Accepted without a prior `initialize` (the `ahp`
+    /// multi-host client sends it first).
+    pub(crate) fn on_reconnect(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: ReconnectParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let last_seen = params.last_seen_server_seq.max(0) as u64;
+        let mut live = Vec::new();
+        let mut missing = Vec::new();
+        for uri in params.subscriptions {
+            if uri == ROOT_RESOURCE_URI || self.session_of(&uri).is_some_and(|s| self.snapshot(&uri, None).is_some() || self.sessions.contains_key(&s)) {
+                live.push(uri);
+            } else {
+                missing.push(uri);
+            }
+        }
+        let oldest = self.replay.front().map(|e| e.server_seq);
+        let replayable = last_seen >= self.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
+        let result = if replayable && last_seen <= self.server_seq {
+            let actions = self
+                .replay
+                .iter()
+                .filter(|e| e.server_seq > last_seen && live.contains(&e.channel))
+                .cloned()
+                .collect();
+            ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
+        } else {
+            let snapshots = live.iter().filter_map(|uri| self.snapshot(uri, None)).collect();
+            ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+        };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.client_id = Some(params.client_id);
+            c.initialized = true;
+            c.subscriptions = live.into_iter().collect();
+        }
+        self.reply(conn, id, serde_json::to_value(result).unwrap_or_default());
+    }
+
+    /// `subscribe`: the snapshot, then every later envelope of the channel.
+    /// A session whose state is not held is woken first and the request
+    /// answered when the wake ends; a sleeping session whose state is held
+    /// is answered at once and woken behind the answer (a subscribe is a
+    /// waker).
+    pub(crate) fn on_subscribe(&mut self, conn: ConnId, id: u64, params: Value) {
+        let raw = params.clone();
+        let params: SubscribeParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let view_turns = params.view.as_ref().and_then(|v| v.turns).map(|n| n.max(1) as usize);
+        if params.channel == ROOT_RESOURCE_URI {
+            let snapshot = self.snapshot(&params.channel, None);
+            self.subscribe_conn(conn, &params.channel);
+            return self.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
+        }
+        let Some(session_uri) = self.session_of(&params.channel) else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&params.channel))));
+        };
+        let (phase, resident) = match self.sessions.get(&session_uri) {
+            Some(s) => (s.phase.clone(), s.resident.is_some()),
+            None => return,
+        };
+        if matches!(phase, Phase::Disposing { .. }) {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
+        }
+        self.touch(&session_uri);
+        if !resident {
+            if let Some(s) = self.sessions.get_mut(&session_uri) {
+                s.waiters.push(Waiter::Request { conn, id, method: "subscribe".to_owned(), params: raw });
+            }
+            self.wake(&session_uri);
+            return;
+        }
+        let snapshot = self.snapshot(&params.channel, view_turns);
+        self.subscribe_conn(conn, &params.channel);
+        self.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
+        if phase == Phase::Asleep {
+            self.wake(&session_uri);
+        }
+        self.check_residency();
+    }
+
+    fn subscribe_conn(&mut self, conn: ConnId, channel: &Uri) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscriptions.insert(channel.clone());
+        }
+    }
+
+    pub(crate) fn on_unsubscribe(&mut self, conn: ConnId, params: Value) {
+        let Ok(params) = parse::<UnsubscribeParams>(params) else { return };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.subscriptions.remove(&params.channel);
+        }
+        self.check_residency();
+    }
+
+    pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
+        if self.conns.remove(&conn).is_some() {
+            for session in self.sessions.values_mut() {
+                session.waiters.retain(|w| !matches!(w, Waiter::Request { conn: c, .. } if *c == conn));
+            }
+            self.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
+            self.check_residency();
+        }
+    }
+
+    /// The snapshot of a channel whose state is held, stamped with the
+    /// current `serverSeq`; a chat's turns cut to the newest `view_turns`
+    /// with `turnsNextCursor` set when older ones remain.
+    pub(crate) fn snapshot(&self, uri: &str, view_turns: Option<usize>) -> Option<Snapshot> {
+        let state = if uri == ROOT_RESOURCE_URI {
+            SnapshotState::Root(Box::new(self.root.clone()))
+        } else {
+            let session_uri = self.session_of(uri)?;
+            let resident = self.sessions.get(&session_uri)?.resident.as_ref()?;
+            if uri == session_uri {
+                SnapshotState::Session(Box::new(resident.session.clone()))
+            } else {
+                let mut chat = resident.chats.get(uri)?.clone();
+                if let Some(n) = view_turns {
+                    if chat.turns.len() > n {
+                        let cut = chat.turns.len() - n;
+                        chat.turns.drain(..cut);
+                        chat.turns_next_cursor = chat.turns.first().map(|t| super::commands::turns_cursor(&t.id));
+                    }
+                }
+                SnapshotState::Chat(Box::new(chat))
+            }
+        };
+        Some(Snapshot { resource: uri.to_owned(), state, from_seq: self.server_seq as i64 })
+    }
+}

@@ -1,0 +1,383 @@
+//! Client-dispatched actions (`dispatchAction`), write-ahead
+//! (`ahp-protocol.md` section 5; decisions.md, 2): validate against the
+//! current state, make what the host stores durable, then apply with the
+//! protocol's reducer, stamp `serverSeq` and echo with the client's origin,
+//! or echo unapplied with a `rejectionReason`.
+
+use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
+use ahp_types::commands::DispatchActionParams;
+use ahp_types::state::{MessageKind, SessionLifecycle, ToolCallState};
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+use serde_json::Value;
+
+use super::connection::parse;
+use super::{Host, Op};
+use crate::effect::{BackendCmd, ConnId, LogLevel};
+use crate::session::{Parked, Phase, QueuedAction, Waiter};
+
+/// Longest title taken from a first message, in characters.
+const TITLE_MAX_CHARS: usize = 80;
+
+/// How the host treats one client-dispatchable action type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Changes the host's own durable record: written before it is applied.
+    Durable,
+    /// Applied at once; nothing of it is stored.
+    Volatile,
+}
+
+/// The client-dispatchable actions this host implements, and how. Anything
+/// else a client sends is rejected unapplied.
+fn kind_of(action: &StateAction) -> Option<Kind> {
+    use StateAction::*;
+    match action {
+        SessionTitleChanged(_) | SessionIsReadChanged(_) | SessionIsArchivedChanged(_) | ChatTurnStarted(_) => {
+            Some(Kind::Durable)
+        }
+        ChatTurnCancelled(_) | ChatToolCallConfirmed(_) | ChatDraftChanged(_) => Some(Kind::Volatile),
+        _ => None,
+    }
+}
+
+/// Whether the action needs the session's protocol state in memory.
+fn needs_state(action: &StateAction) -> bool {
+    !matches!(
+        action,
+        StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_)
+    )
+}
+
+impl Host {
+    pub(crate) fn origin_of(&self, conn: ConnId, client_seq: i64) -> Option<ActionOrigin> {
+        let client_id = self.conns.get(&conn)?.client_id.clone()?;
+        Some(ActionOrigin { client_id, client_seq })
+    }
+
+    pub(crate) fn on_dispatch_action(&mut self, conn: ConnId, params: Value) {
+        let params: DispatchActionParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.log(LogLevel::Warn, "action.undecodable", None, e.message);
+            }
+        };
+        let channel = params.channel;
+        let origin = self.origin_of(conn, params.client_seq);
+        if channel == ROOT_RESOURCE_URI {
+            return self.reject(conn, &channel, params.action, origin, "root actions are not accepted from clients by this host".to_owned());
+        }
+        // An action for a channel that does not exist is dropped silently.
+        let Some(session_uri) = self.session_of(&channel) else { return };
+        let Some(kind) = kind_of(&params.action) else {
+            return self.reject(conn, &channel, params.action, origin, "this action type is not accepted from clients".to_owned());
+        };
+        let _ = kind;
+        let queued = QueuedAction { conn, channel, client_seq: params.client_seq, action: params.action };
+        let Some(session) = self.sessions.get_mut(&session_uri) else { return };
+        if session.parked.is_some() || !session.inbox.is_empty() {
+            session.inbox.push_back(queued);
+            return;
+        }
+        self.process_action(&session_uri, queued);
+    }
+
+    /// Validates one action against the session's current state and either
+    /// rejects it, parks it behind its store write, queues it behind a wake,
+    /// or applies it.
+    pub(crate) fn process_action(&mut self, session_uri: &Uri, q: QueuedAction) {
+        let origin = self.origin_of(q.conn, q.client_seq);
+        let Some(session) = self.sessions.get(session_uri) else { return };
+        match session.phase {
+            Phase::Disposing { .. } => {
+                return self.reject(q.conn, &q.channel, q.action, origin, "the session is being disposed".to_owned())
+            }
+            Phase::Starting { .. } => {
+                return self.reject(q.conn, &q.channel, q.action, origin, "the session is still being created".to_owned())
+            }
+            _ => {}
+        }
+        if needs_state(&q.action) && session.resident.is_none() {
+            // Its state was evicted: wake it, and take the action when the
+            // state is back.
+            if let Some(s) = self.sessions.get_mut(session_uri) {
+                s.waiters.push(Waiter::Action(q));
+            }
+            return self.wake(session_uri);
+        }
+        if let Err(reason) = self.validate(session_uri, &q) {
+            return self.reject(q.conn, &q.channel, q.action, origin, reason);
+        }
+        match kind_of(&q.action) {
+            Some(Kind::Durable) => {
+                // Write the record as it will be once the action applies;
+                // apply and echo only when that write is durable.
+                let Some(session) = self.sessions.get_mut(session_uri) else { return };
+                let saved = session.record.clone();
+                apply_to_record(&mut session.record, &q, self.conns.get(&q.conn).and_then(|c| c.client_id.clone()));
+                let op = self.store_put(session_uri);
+                if let Some(session) = self.sessions.get_mut(session_uri) {
+                    // The in-memory record keeps the old values until the
+                    // write is durable; the store holds the new ones.
+                    session.record = saved;
+                    if let Some(op) = op {
+                        session.parked = Some(Parked { op, queued: q });
+                    }
+                }
+            }
+            _ => self.apply_client_action(session_uri, q),
+        }
+    }
+
+    /// The checks an action must pass before anything is written.
+    fn validate(&self, session_uri: &Uri, q: &QueuedAction) -> Result<(), String> {
+        let session = self.sessions.get(session_uri).ok_or("no such session")?;
+        let on_session = q.channel == *session_uri;
+        match &q.action {
+            StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_) => {
+                if !on_session {
+                    return Err("a session action must be dispatched on the session channel".into());
+                }
+                Ok(())
+            }
+            action => {
+                if on_session {
+                    return Err("a chat action must be dispatched on a chat channel".into());
+                }
+                let resident = session.resident.as_ref().ok_or("the session's state is not loaded")?;
+                let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
+                match action {
+                    StateAction::ChatTurnStarted(a) => {
+                        if a.message.origin.kind != MessageKind::User {
+                            return Err("a turn from a client must carry a user message".into());
+                        }
+                        if a.turn_id.is_empty() || a.turn_id.len() > 256 {
+                            return Err("a turn id must be 1 to 256 bytes".into());
+                        }
+                        if chat.active_turn.is_some() || session.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
+                            return Err("a turn is already running in this chat".into());
+                        }
+                        if chat.turns.iter().any(|t| t.id == a.turn_id) {
+                            return Err("that turn id was already used in this chat".into());
+                        }
+                        if a.queued_message_id.is_some() {
+                            return Err("queued messages are not supported by this host".into());
+                        }
+                        Ok(())
+                    }
+                    StateAction::ChatTurnCancelled(a) => match &chat.active_turn {
+                        Some(t) if t.id == a.turn_id => Ok(()),
+                        _ => Err("no such turn is running".into()),
+                    },
+                    StateAction::ChatToolCallConfirmed(a) => {
+                        let Some(turn) = chat.active_turn.as_ref().filter(|t| t.id == a.turn_id) else {
+                            return Err("no such turn is running".into());
+                        };
+                        let pending = turn.response_parts.iter().any(|p| match p {
+                            ahp_types::state::ResponsePart::ToolCall(tc) => {
+                                matches!(&tc.tool_call, ToolCallState::PendingConfirmation(s) if s.tool_call_id == a.tool_call_id)
+                            }
+                            _ => false,
+                        });
+                        if pending {
+                            Ok(())
+                        } else {
+                            Err("no such tool call is waiting for confirmation".into())
+                        }
+                    }
+                    StateAction::ChatDraftChanged(d) => match &d.draft {
+                        Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
+                        _ => Ok(()),
+                    },
+                    _ => Err("this action type is not accepted from clients".into()),
+                }
+            }
+        }
+    }
+
+    /// A parked action's store write finished: apply it (or reject it when
+    /// the write failed), then take the next queued action.
+    pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some(parked) = session.parked.take() else { return };
+        match failure {
+            None => {
+                let client_id = self.conns.get(&parked.queued.conn).and_then(|c| c.client_id.clone());
+                if let Some(session) = self.sessions.get_mut(session_uri) {
+                    apply_to_record(&mut session.record, &parked.queued, client_id);
+                }
+                self.apply_client_action(session_uri, parked.queued);
+            }
+            Some(message) => {
+                let q = parked.queued;
+                let origin = self.origin_of(q.conn, q.client_seq);
+                self.reject(q.conn, &q.channel, q.action, origin, format!("not saved: the session store failed: {message}"));
+            }
+        }
+        self.drain_inbox(session_uri);
+    }
+
+    /// Takes queued actions in order until one parks again.
+    pub(crate) fn drain_inbox(&mut self, session_uri: &Uri) {
+        loop {
+            let Some(session) = self.sessions.get_mut(session_uri) else { return };
+            if session.parked.is_some() {
+                return;
+            }
+            let Some(next) = session.inbox.pop_front() else { return };
+            self.process_action(session_uri, next);
+        }
+    }
+
+    /// Applies a validated (and, if durable, saved) action: reducer,
+    /// `serverSeq`, echo, then its side effect on the backend.
+    fn apply_client_action(&mut self, session_uri: &Uri, q: QueuedAction) {
+        let origin = self.origin_of(q.conn, q.client_seq);
+        match q.action {
+            StateAction::ChatTurnStarted(mut a) => {
+                // The host stamps the start with its own clock: the server
+                // wins over the client's optimistic copy.
+                a.started_at = self.now.wall.to_iso();
+                let turn_id = a.turn_id.clone();
+                let message = a.message.clone();
+                if !self.emit(&q.channel, StateAction::ChatTurnStarted(a), origin) {
+                    return;
+                }
+                let now = self.now.mono;
+                if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
+                    resident.turn_started_mono.insert(q.channel.clone(), now);
+                }
+                self.mark_activity(session_uri);
+                self.touch(session_uri);
+                self.maybe_title_from(session_uri, &message.text);
+                self.after_chat_change(session_uri, &q.channel);
+                self.recount_active();
+                self.send_turn(session_uri, q.channel, turn_id, message);
+                self.check_residency();
+            }
+            StateAction::ChatTurnCancelled(mut a) => {
+                let started = self
+                    .sessions
+                    .get(session_uri)
+                    .and_then(|s| s.resident.as_ref())
+                    .and_then(|r| r.turn_started_mono.get(&q.channel).copied());
+                a.duration = started.map(|t| (self.now.mono.0.saturating_sub(t.0)) as i64).unwrap_or(0);
+                let turn_id = a.turn_id.clone();
+                if !self.emit(&q.channel, StateAction::ChatTurnCancelled(a), origin) {
+                    return;
+                }
+                self.end_turn_bookkeeping(session_uri, &q.channel);
+                let Some(session) = self.sessions.get_mut(session_uri) else { return };
+                let before = session.pending_sends.len();
+                session.pending_sends.retain(|(c, t, _)| !(*c == q.channel && *t == turn_id));
+                if session.pending_sends.len() == before && session.phase == Phase::Live {
+                    let provider = session.record.provider.clone();
+                    self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::Cancel { turn_id });
+                }
+            }
+            StateAction::ChatToolCallConfirmed(a) => {
+                let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
+                if !self.emit(&q.channel, StateAction::ChatToolCallConfirmed(a), origin) {
+                    return;
+                }
+                self.mark_activity(session_uri);
+                self.after_chat_change(session_uri, &q.channel);
+                if let Some(provider) = self.sessions.get(session_uri).map(|s| s.record.provider.clone()) {
+                    self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::ConfirmTool { turn_id, tool_call_id, approved });
+                }
+            }
+            action @ (StateAction::SessionTitleChanged(_)
+            | StateAction::SessionIsReadChanged(_)
+            | StateAction::SessionIsArchivedChanged(_)) => {
+                self.emit(&q.channel, action, origin);
+                self.summary_changed(session_uri);
+                self.check_residency();
+            }
+            action => {
+                self.emit(&q.channel, action, origin);
+            }
+        }
+    }
+
+    /// Hands a started turn to the chat's agent, waking the session first
+    /// when its agent is not running.
+    fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.phase == Phase::Live && !session.start_owed {
+            let provider = session.record.provider.clone();
+            let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+            if let Some(session) = self.sessions.get_mut(session_uri) {
+                session.sends_in_flight.insert(op, (chat, turn_id));
+            }
+        } else {
+            session.pending_sends.push((chat, turn_id, message));
+            self.wake(session_uri);
+        }
+    }
+
+    /// A session with no title takes one from its first message: the first
+    /// line, cut to 80 characters on a character boundary.
+    fn maybe_title_from(&mut self, session_uri: &Uri, text: &str) {
+        let Some(session) = self.sessions.get(session_uri) else { return };
+        if !session.record.title.is_empty() {
+            return;
+        }
+        let title: String = text.lines().next().unwrap_or("").trim().chars().take(TITLE_MAX_CHARS).collect();
+        if title.is_empty() {
+            return;
+        }
+        if let Some(session) = self.sessions.get_mut(session_uri) {
+            session.record.title = title.clone();
+        }
+        self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
+    }
+
+    /// After a turn ended (completed, cancelled, failed): clear its clock,
+    /// note activity, mirror the chat, recount, and persist the record.
+    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri) {
+        if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
+            resident.turn_started_mono.remove(chat);
+        }
+        self.mark_activity(session_uri);
+        self.after_chat_change(session_uri, chat);
+        self.recount_active();
+        if self.sessions.get(session_uri).is_some_and(|s| s.announced) {
+            self.store_put(session_uri);
+        }
+        self.check_residency();
+    }
+
+    /// Sends `session/ready` once the session's first turn went to its
+    /// backend (or a retry after a failed creation succeeded).
+    pub(crate) fn mark_ready(&mut self, session_uri: &Uri) {
+        let lifecycle = self
+            .sessions
+            .get(session_uri)
+            .and_then(|s| s.resident.as_ref())
+            .map(|r| r.session.lifecycle.clone());
+        self.announce(session_uri);
+        if let Some(l) = lifecycle {
+            if l != SessionLifecycle::Ready {
+                self.emit(session_uri, StateAction::SessionReady(ahp_types::actions::SessionReadyAction {}), None);
+                self.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.start_owed = false;
+        }
+    }
+}
+
+/// Applies the host-owned part of an action to the durable record.
+fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, sender: Option<String>) {
+    match &q.action {
+        StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
+        StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
+        StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
+        StateAction::ChatTurnStarted(a) => {
+            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
+                chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,242 @@
+//! Sleep after idle, the residency limit, and waking (Sessions page, "Sleep
+//! and wake"). Every rule of that section is decided here; the shell only
+//! starts and closes agents when told.
+
+use std::collections::BTreeSet;
+
+use ahp_types::state::SessionLifecycle;
+use ahp_types::Uri;
+
+use super::{Host, Op};
+use crate::effect::{BackendCmd, LogLevel};
+use crate::session::state::{chat_state, chat_summary, session_state};
+use crate::session::{Phase, Resident, Session, Waiter};
+use crate::time::MonoTime;
+
+impl Host {
+    /// When `session` falls asleep if nothing moves, or `None` when it may
+    /// not sleep now: sleep is off, it is not live, its backend cannot
+    /// resume it, a client watches it, or it has work in hand.
+    pub(crate) fn sleep_due_at(&self, session: &Session) -> Option<MonoTime> {
+        if self.config.sleep_after_ms == 0
+            || session.phase != Phase::Live
+            || !session.can_resume
+            || session.has_work_in_hand()
+            || self.is_watched(session)
+        {
+            return None;
+        }
+        Some(session.last_activity.plus_ms(self.config.sleep_after_ms))
+    }
+
+    /// Fires what is due at the current time: idle sleeps, then the
+    /// once-a-minute residency sweep.
+    pub(crate) fn fire_due(&mut self) {
+        let now = self.now.mono;
+        let due: Vec<Uri> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| self.sleep_due_at(s).is_some_and(|t| t <= now))
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        for uri in due {
+            self.let_agents_go(&uri);
+            self.stats.sleeps += 1;
+            self.log(LogLevel::Info, "session.slept", Some(uri), String::new());
+        }
+        let period = self.config.residency_sweep_ms.max(1);
+        if self.config.residency_limit > 0 && now >= self.last_sweep.plus_ms(period) {
+            // Catch up by whole periods so the deadline stays on the minute.
+            let periods = (now.0 - self.last_sweep.0) / period;
+            self.last_sweep = self.last_sweep.plus_ms(periods * period);
+            self.check_residency();
+        }
+    }
+
+    /// Closes every chat's agent and moves a live session to `Asleep`; its
+    /// state stays held.
+    fn let_agents_go(&mut self, uri: &Uri) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        if session.phase != Phase::Live {
+            return;
+        }
+        let provider = session.record.provider.clone();
+        let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
+        for chat in chats {
+            self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
+        }
+        self.set_phase(uri, Phase::Asleep);
+    }
+
+    /// Whether the residency limit may take `session` now: nothing said in
+    /// it yet means it does not count; a watched session, one with work in
+    /// hand, one waking or being made or disposed, and one whose backend
+    /// cannot resume it all stay.
+    pub(crate) fn evictable(&self, session: &Session) -> bool {
+        session.resident.is_some()
+            && session.has_turns()
+            && matches!(session.phase, Phase::Live | Phase::Asleep)
+            && (session.can_resume || session.phase == Phase::Asleep)
+            && !session.has_work_in_hand()
+            && !self.is_watched(session)
+    }
+
+    /// Sessions that count against the limit: state held and something said.
+    pub(crate) fn resident_count(&self) -> usize {
+        self.sessions.values().filter(|s| s.resident.is_some() && s.has_turns()).count()
+    }
+
+    /// Applies the residency limit: archived sessions go at once, then the
+    /// least recently used evictable sessions until the count is within the
+    /// limit (ties on the LRU stamp break on the URI).
+    pub(crate) fn check_residency(&mut self) {
+        if self.config.residency_limit == 0 {
+            return;
+        }
+        let archived: Vec<Uri> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.record.is_archived && self.evictable(s))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uri in archived {
+            self.evict(&uri);
+        }
+        while self.resident_count() > self.config.residency_limit {
+            let victim = self
+                .sessions
+                .iter()
+                .filter(|(_, s)| self.evictable(s))
+                .min_by(|(ua, a), (ub, b)| (a.last_used, ua).cmp(&(b.last_used, ub)))
+                .map(|(u, _)| u.clone());
+            match victim {
+                Some(uri) => self.evict(&uri),
+                None => break,
+            }
+        }
+    }
+
+    /// Lets the agent and the state go together. The record keeps what the
+    /// catalogue row needs.
+    fn evict(&mut self, uri: &Uri) {
+        self.let_agents_go(uri);
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.resident = None;
+        }
+        self.stats.evictions += 1;
+        self.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
+    }
+
+    /// Starts a wake unless one is running: every chat's agent is resumed
+    /// (started afresh when its creation failed and its start is owed).
+    /// Wakers that arrive while it runs share it.
+    pub(crate) fn wake(&mut self, uri: &Uri) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        if session.phase != Phase::Asleep {
+            return;
+        }
+        let provider = session.record.provider.clone();
+        let resume = !session.start_owed;
+        let working_directory = session.record.working_directories.first().cloned();
+        let chats: Vec<(Uri, String)> =
+            session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
+        self.set_phase(uri, Phase::Waking);
+        let mut ops = BTreeSet::new();
+        for (chat, conversation_id) in chats {
+            let op = self.backend(
+                Op::Start { session: uri.clone(), chat: chat.clone() },
+                provider.clone(),
+                chat,
+                BackendCmd::Start { conversation_id, working_directory: working_directory.clone(), resume },
+            );
+            ops.insert(op);
+        }
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.phase_ops = ops;
+            s.wake_history.clear();
+            s.wake_error = None;
+        }
+        self.touch(uri);
+        self.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
+    }
+
+    /// Every resume of a wake answered. On success the session is live,
+    /// its state rebuilt from the backend's turns when it was not held, and
+    /// every waiter is served in arrival order. On failure every waiter
+    /// fails with the backend's error and the session stays asleep, intact,
+    /// for the next waker.
+    pub(crate) fn finish_wake(&mut self, uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        let waiters = std::mem::take(&mut session.waiters);
+        if let Some(message) = session.wake_error.take() {
+            session.wake_history.clear();
+            let provider = session.record.provider.clone();
+            let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
+            let pending = std::mem::take(&mut session.pending_sends);
+            for chat in chats {
+                self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
+            }
+            self.set_phase(uri, Phase::Asleep);
+            self.stats.failed_resumes += 1;
+            self.log(LogLevel::Warn, "session.resume_failed", Some(uri.clone()), message.clone());
+            let reason = format!("the session could not be resumed: {message}");
+            for (chat, turn_id, _) in pending {
+                self.fail_turn(uri, &chat, &turn_id, &reason);
+            }
+            self.fail_waiters(uri, waiters, &reason);
+            return;
+        }
+        if session.resident.is_none() {
+            let history = std::mem::take(&mut session.wake_history);
+            let chats: Vec<_> = session
+                .record
+                .chats
+                .iter()
+                .map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default()))
+                .collect();
+            let lifecycle = if session.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
+            let state = session_state(&session.record, lifecycle, chats.iter().map(chat_summary).collect());
+            session.resident = Some(Resident {
+                session: state,
+                chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
+                turn_started_mono: Default::default(),
+            });
+        }
+        session.wake_history.clear();
+        let pending = std::mem::take(&mut session.pending_sends);
+        self.set_phase(uri, Phase::Live);
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.start_owed = false;
+        }
+        self.stats.wakes += 1;
+        self.mark_activity(uri);
+        self.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
+        let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+        for (chat, turn_id, message) in pending {
+            let op = self.backend(Op::Send { session: uri.clone() }, provider.clone(), chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+            if let Some(s) = self.sessions.get_mut(uri) {
+                s.sends_in_flight.insert(op, (chat, turn_id));
+            }
+        }
+        for waiter in waiters {
+            match waiter {
+                Waiter::Request { conn, id, method, params } => {
+                    if self.conns.contains_key(&conn) {
+                        self.on_request(conn, id, &method, params);
+                    }
+                }
+                Waiter::Action(q) => {
+                    let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
+                    if busy {
+                        if let Some(s) = self.sessions.get_mut(uri) {
+                            s.inbox.push_back(q);
+                        }
+                    } else {
+                        self.process_action(uri, q);
+                    }
+                }
+            }
+        }
+        self.check_residency();
+    }
+}

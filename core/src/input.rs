@@ -1,0 +1,97 @@
+//! Everything that can happen to the host, as data (style guide 3.2).
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::Turn;
+use ahp_types::Uri;
+use std::collections::BTreeMap;
+
+use crate::effect::{ConnId, OpId};
+
+/// One event handed to `Host::handle`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The shell accepted a new client connection. Sent once, before any
+    /// `Frame` of that connection.
+    Connected {
+        /// The connection's id, chosen by the shell and never reused.
+        conn: ConnId,
+    },
+    /// One WebSocket text frame from a client: one JSON-RPC message. The core
+    /// decodes it (so the decoder is fuzzed with the core) and answers with
+    /// `Effect::Send`.
+    Frame {
+        /// Which connection sent it.
+        conn: ConnId,
+        /// The frame's text, undecoded.
+        text: String,
+    },
+    /// The connection is gone. Its subscriptions end; sessions it watched may
+    /// sleep.
+    Disconnected {
+        /// The connection that closed.
+        conn: ConnId,
+    },
+    /// The completion of a command the core issued as `Effect::Backend` or
+    /// `Effect::Store`, tied to it by `op`. Unknown or stale ops are ignored.
+    Done {
+        /// The op id of the effect this completes.
+        op: OpId,
+        /// What happened.
+        outcome: Outcome,
+    },
+    /// Something a backend says unprompted about one of a session's chats.
+    Backend {
+        /// The chat the event is about.
+        chat: Uri,
+        /// What happened.
+        event: BackendEvent,
+    },
+    /// Only time moved. Early or repeated ticks are no-ops.
+    Tick,
+}
+
+/// The result of one backend or store command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// `BackendCmd::Start` succeeded: the chat's agent is running.
+    Started {
+        /// The backend's id for the conversation. An ACP server may assign
+        /// its own; the host records it on the chat.
+        conversation_id: String,
+        /// The conversation so far, oldest first, when the start was a
+        /// resume; empty for a new conversation.
+        history: Vec<Turn>,
+    },
+    /// A backend or store command failed; `message` is the backend's or the
+    /// store's own words.
+    Failed {
+        /// Why, in words a person can act on.
+        message: String,
+    },
+    /// A command with nothing to return finished (close, delete, cancel,
+    /// store write).
+    Ok,
+}
+
+/// Unprompted news from a chat's agent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendEvent {
+    /// A chat action for the running turn (`chat/responsePart`,
+    /// `chat/delta`, `chat/reasoning`, `chat/usage`, `chat/toolCallStart`,
+    /// `chat/toolCallReady`, `chat/toolCallComplete`, `chat/turnComplete`,
+    /// `chat/error`). The host validates it against the turn, fixes
+    /// durations from its own clock, and broadcasts it.
+    Action(StateAction),
+    /// The backend reports background work (`Session.busy()`): while true
+    /// the session does not sleep.
+    Busy(bool),
+    /// The chat's agent process ended on its own; `message` says why (exit
+    /// status, stderr tail). A running turn ends in a `chat/error`.
+    Exited {
+        /// What the backend said.
+        message: String,
+    },
+}
+
+/// Turns of each chat handed back by a resume, keyed by chat URI.
+pub type History = BTreeMap<Uri, Vec<Turn>>;

@@ -1,0 +1,175 @@
+//! State rules, one pure function each, checked after every simulated step
+//! (style guide 3.7). Each cites the sentence of the Sessions page it
+//! enforces.
+
+use ahp_types::state::SessionLifecycle;
+
+use crate::host::HostView;
+use crate::session::Phase;
+
+/// A broken rule: its id and what was seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule id, e.g. `inv_residency_within_limit`.
+    pub rule: &'static str,
+    /// What was seen.
+    pub detail: String,
+}
+
+type Check = fn(&HostView<'_>) -> Result<(), Violation>;
+
+/// Every state rule, by id.
+pub const ALL: &[(&str, Check)] = &[
+    ("inv_residency_within_limit", inv_residency_within_limit),
+    ("inv_live_is_resident", inv_live_is_resident),
+    ("inv_asleep_runs_no_turn", inv_asleep_runs_no_turn),
+    ("inv_provisional_not_announced_ready", inv_provisional_not_announced_ready),
+    ("inv_modified_not_before_created", inv_modified_not_before_created),
+    ("inv_active_sessions_counts_turns", inv_active_sessions_counts_turns),
+    ("inv_default_chat_exists", inv_default_chat_exists),
+    ("inv_deadline_after_now", inv_deadline_after_now),
+    ("inv_chat_index_consistent", inv_chat_index_consistent),
+];
+
+/// Runs every rule; the first violation wins.
+pub fn check_all(view: &HostView<'_>) -> Result<(), Violation> {
+    for (_, check) in ALL {
+        check(view)?;
+    }
+    Ok(())
+}
+
+fn fail(rule: &'static str, detail: String) -> Result<(), Violation> {
+    Err(Violation { rule, detail })
+}
+
+/// "The host keeps at most sessionResidencyLimit sessions resident ...
+/// None goes while a client watches it or while it has work in hand."
+/// Over the limit, every resident counted session must be pinned.
+pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> {
+    let limit = view.config.residency_limit;
+    if limit == 0 {
+        return Ok(());
+    }
+    let counted: Vec<_> = view.sessions.values().filter(|s| s.resident.is_some() && s.has_turns()).collect();
+    if counted.len() <= limit {
+        return Ok(());
+    }
+    let watched = |s: &crate::session::Session| {
+        view.conns.values().any(|c| {
+            c.subscriptions.contains(&s.record.resource)
+                || s.record.chats.iter().any(|ch| c.subscriptions.contains(&ch.resource))
+        })
+    };
+    let unpinned = counted
+        .iter()
+        .filter(|s| {
+            matches!(s.phase, Phase::Live | Phase::Asleep)
+                && (s.can_resume || s.phase == Phase::Asleep)
+                && !s.has_work_in_hand()
+                && !watched(s)
+        })
+        .count();
+    if unpinned > 0 {
+        return fail("inv_residency_within_limit", format!("{} resident over limit {limit} with {unpinned} evictable", counted.len()));
+    }
+    Ok(())
+}
+
+/// A live session holds an agent, and its state with it.
+pub fn inv_live_is_resident(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        if matches!(s.phase, Phase::Live | Phase::Starting { .. }) && s.resident.is_none() {
+            return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase.name()));
+        }
+    }
+    Ok(())
+}
+
+/// "A session sleeps with nothing running."
+pub fn inv_asleep_runs_no_turn(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        if s.phase == Phase::Asleep && (!s.sends_in_flight.is_empty() || s.busy) {
+            return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
+        }
+    }
+    Ok(())
+}
+
+/// "nothing announces it or lists it until its first turn": a session not
+/// announced is still `creating`.
+pub fn inv_provisional_not_announced_ready(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        if !s.announced {
+            if let Some(r) = &s.resident {
+                if r.session.lifecycle != SessionLifecycle::Creating {
+                    return fail("inv_provisional_not_announced_ready", format!("{uri} unannounced but not creating"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// "createdAt is when the session was first started and never moves ...
+/// modifiedAt ... moves forward only": modifiedAt is never before createdAt.
+pub fn inv_modified_not_before_created(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        if s.modified_at < s.created_at {
+            return fail("inv_modified_not_before_created", format!("{uri} modified {} < created {}", s.modified_at.0, s.created_at.0));
+        }
+    }
+    Ok(())
+}
+
+/// "that number counts the sessions running a turn".
+pub fn inv_active_sessions_counts_turns(view: &HostView<'_>) -> Result<(), Violation> {
+    let running = view.sessions.values().filter(|s| s.has_active_turn()).count() as i64;
+    if view.root.active_sessions != Some(running) {
+        return fail("inv_active_sessions_counts_turns", format!("root says {:?}, {running} running", view.root.active_sessions));
+    }
+    Ok(())
+}
+
+/// Every session has its default chat (Sessions page: "the session's
+/// default chat is kept").
+pub fn inv_default_chat_exists(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        if !s.record.chats.iter().any(|c| c.resource == s.record.default_chat) {
+            return fail("inv_default_chat_exists", format!("{uri} lost its default chat"));
+        }
+        if let Some(r) = &s.resident {
+            if !r.chats.contains_key(&s.record.default_chat) {
+                return fail("inv_default_chat_exists", format!("{uri} state lost its default chat"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Deadlines are in the future once `handle` returns (what was due fired).
+pub fn inv_deadline_after_now(view: &HostView<'_>) -> Result<(), Violation> {
+    if let Some(d) = view.next_deadline {
+        if d <= view.now.mono {
+            return fail("inv_deadline_after_now", format!("deadline {} <= now {}", d.0, view.now.mono.0));
+        }
+    }
+    Ok(())
+}
+
+/// Every chat of every session is indexed to it, and nothing else is.
+pub fn inv_chat_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    let mut count = 0;
+    for (uri, s) in view.sessions {
+        for c in &s.record.chats {
+            count += 1;
+            if view.chats.get(&c.resource) != Some(uri) {
+                return fail("inv_chat_index_consistent", format!("chat {} not indexed to {uri}", c.resource));
+            }
+        }
+    }
+    if count != view.chats.len() {
+        return fail("inv_chat_index_consistent", format!("{} indexed chats, {count} real", view.chats.len()));
+    }
+    Ok(())
+}

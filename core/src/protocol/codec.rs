@@ -1,0 +1,129 @@
+//! Client frames to requests: bounded and total. Every input either decodes
+//! or yields the JSON-RPC error to answer with; nothing here panics.
+
+use ahp_types::messages::JsonRpcError;
+use serde_json::Value;
+
+use super::error::{error, INVALID_REQUEST, PARSE_ERROR};
+
+/// Largest frame the decoder reads, in bytes (a larger one is -32600).
+pub const FRAME_MAX_BYTES: usize = 4 * 1024 * 1024;
+
+/// One decoded client message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A request: answer exactly once, with `id`.
+    Request {
+        /// The request id (AHP ids are non-negative integers).
+        id: u64,
+        /// The method name.
+        method: String,
+        /// The params (`null` when absent).
+        params: Value,
+    },
+    /// A notification: no answer (`dispatchAction`, `unsubscribe`).
+    Notification {
+        /// The method name.
+        method: String,
+        /// The params (`null` when absent).
+        params: Value,
+    },
+    /// A response to a request the host sent; the host sends none, so these
+    /// are ignored.
+    Response,
+}
+
+/// A frame that could not be decoded: the id to answer (if one could be
+/// read) and the error. `id: None` with a notification-shaped frame means
+/// "answer nothing".
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeError {
+    /// The request id, when the frame had a readable one.
+    pub id: Option<u64>,
+    /// What to answer.
+    pub error: JsonRpcError,
+}
+
+/// Decodes one frame's text.
+///
+/// Errors: not JSON (or nested deeper than serde_json's 128 levels) →
+/// -32700; JSON that is not a JSON-RPC 2.0 request or notification, an id
+/// that is not a non-negative integer, or a frame over [`FRAME_MAX_BYTES`]
+/// → -32600.
+pub fn decode(text: &str) -> Result<Incoming, DecodeError> {
+    if text.len() > FRAME_MAX_BYTES {
+        return Err(DecodeError {
+            id: None,
+            error: error(INVALID_REQUEST, format!("frame larger than {FRAME_MAX_BYTES} bytes")),
+        });
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
+        id: None,
+        error: error(PARSE_ERROR, format!("parse error: {e}")),
+    })?;
+    let Value::Object(mut object) = value else {
+        return Err(DecodeError {
+            id: None,
+            error: error(INVALID_REQUEST, "a JSON-RPC message must be a JSON object"),
+        });
+    };
+    let id = match object.get("id") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(id) => Some(id),
+            None => {
+                return Err(DecodeError {
+                    id: None,
+                    error: error(INVALID_REQUEST, "the id must be a non-negative integer"),
+                })
+            }
+        },
+        Some(_) => {
+            return Err(DecodeError {
+                id: None,
+                error: error(INVALID_REQUEST, "the id must be a non-negative integer"),
+            })
+        }
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(DecodeError { id, error: error(INVALID_REQUEST, "jsonrpc must be \"2.0\"") });
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(method)) => method,
+        Some(_) => {
+            return Err(DecodeError { id, error: error(INVALID_REQUEST, "method must be a string") })
+        }
+        None if object.contains_key("result") || object.contains_key("error") => {
+            return Ok(Incoming::Response)
+        }
+        None => return Err(DecodeError { id, error: error(INVALID_REQUEST, "method is missing") }),
+    };
+    let params = object.remove("params").unwrap_or(Value::Null);
+    Ok(match id {
+        Some(id) => Incoming::Request { id, method, params },
+        None => Incoming::Notification { method, params },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_requests_and_notifications() {
+        let r = decode(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"channel":"ahp-root://"}}"#);
+        assert!(matches!(r, Ok(Incoming::Request { id: 3, ref method, .. }) if method == "ping"));
+        let n = decode(r#"{"jsonrpc":"2.0","method":"unsubscribe","params":{}}"#);
+        assert!(matches!(n, Ok(Incoming::Notification { .. })));
+    }
+
+    #[test]
+    fn refuses_what_is_not_json_rpc() {
+        assert_eq!(decode("{").map_err(|e| e.error.code), Err(PARSE_ERROR));
+        assert_eq!(decode("[1]").map_err(|e| e.error.code), Err(INVALID_REQUEST));
+        assert_eq!(decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).map_err(|e| (e.id, e.error.code)), Err((Some(1), INVALID_REQUEST)));
+        assert_eq!(decode(r#"{"jsonrpc":"2.0","id":"a","method":"x"}"#).map_err(|e| e.error.code), Err(INVALID_REQUEST));
+        let deep = "[".repeat(10_000);
+        assert_eq!(decode(&deep).map_err(|e| e.error.code), Err(PARSE_ERROR));
+    }
+}

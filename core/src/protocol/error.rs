@@ -1,0 +1,48 @@
+//! JSON-RPC error replies with the codes of the AHP contract
+//! (`ahp-protocol.md` section 10).
+
+use ahp_types::errors::UnsupportedProtocolVersionErrorData;
+use ahp_types::messages::JsonRpcError;
+
+/// -32700: the frame is not JSON.
+pub const PARSE_ERROR: i32 = -32700;
+/// -32600: JSON, but not a JSON-RPC request.
+pub const INVALID_REQUEST: i32 = -32600;
+/// -32601: no such method.
+pub const METHOD_NOT_FOUND: i32 = -32601;
+/// -32602: the params are wrong (also unknown cursors and hostile ids).
+pub const INVALID_PARAMS: i32 = -32602;
+/// -32603: the host failed (a backend or store error).
+pub const INTERNAL_ERROR: i32 = -32603;
+/// -32001: no session or chat at that URI.
+pub const SESSION_NOT_FOUND: i32 = -32001;
+/// -32002: no agent with that provider.
+pub const PROVIDER_NOT_FOUND: i32 = -32002;
+/// -32003: `createSession` on a URI that exists (decisions.md, 3).
+pub const SESSION_ALREADY_EXISTS: i32 = -32003;
+/// -32004: the operation needs no turn to be running.
+pub const TURN_IN_PROGRESS: i32 = -32004;
+/// -32005: none of the offered protocol versions is supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32005;
+/// -32009: the caller may not do this.
+pub const PERMISSION_DENIED: i32 = -32009;
+
+/// An error with `code` and `message` and no data.
+pub fn error(code: i32, message: impl Into<String>) -> JsonRpcError {
+    JsonRpcError { code, message: message.into(), data: None }
+}
+
+/// -32005 with the required `data.supportedVersions`.
+pub fn unsupported_version(offered: &[String]) -> JsonRpcError {
+    let data = UnsupportedProtocolVersionErrorData {
+        supported_versions: ahp_types::SUPPORTED_PROTOCOL_VERSIONS
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect(),
+    };
+    JsonRpcError {
+        code: UNSUPPORTED_PROTOCOL_VERSION,
+        message: format!("none of the offered protocol versions {offered:?} is supported"),
+        data: serde_json::to_value(data).ok(),
+    }
+}

@@ -1,0 +1,78 @@
+//! What the host keeps of its own about a session: the durable record the
+//! store writes, one per session (Sessions page, "The life of a session":
+//! "what is this host's own is the read and archived bits, the settings
+//! chosen, the owner and who sent each turn").
+//!
+//! The conversation itself is the backend's: turns come back from the
+//! backend's own transcript when a session is resumed.
+
+use ahp_types::state::ChangesSummary;
+use ahp_types::Uri;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Version of the record layout written by this build.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// One session's durable record. Written whole, atomically, by the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    /// Layout version ([`RECORD_FORMAT`]).
+    pub format: u32,
+    /// The validated store key derived from the session URI
+    /// (`ids::SessionId::store_key`); names the file.
+    pub key: String,
+    /// The session URI the client chose.
+    pub resource: Uri,
+    /// The backend that runs it.
+    pub provider: String,
+    /// The session's title.
+    pub title: String,
+    /// When the session was first started (ISO-8601); never moves.
+    pub created_at: String,
+    /// The last change (ISO-8601); only moves forward.
+    pub modified_at: String,
+    /// The host's own read bit (status bit 32).
+    pub is_read: bool,
+    /// The host's own archived bit (status bit 64).
+    pub is_archived: bool,
+    /// The directories the agent may touch; the first is the process root.
+    pub working_directories: Vec<Uri>,
+    /// The settings chosen.
+    #[serde(default)]
+    pub config: serde_json::Map<String, serde_json::Value>,
+    /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// The team/project it is charged to, if any.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// The default chat's URI.
+    pub default_chat: Uri,
+    /// The chats, in the session's order.
+    pub chats: Vec<ChatRecord>,
+    /// The diff stat last read for the session, if any.
+    #[serde(default)]
+    pub changes: Option<ChangesSummary>,
+}
+
+/// One chat's durable record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatRecord {
+    /// The chat URI.
+    pub resource: Uri,
+    /// The chat's title.
+    pub title: String,
+    /// The backend's id for the conversation (may differ from the client's).
+    pub conversation_id: String,
+    /// The chat's own `modifiedAt` (ISO-8601).
+    pub modified_at: String,
+    /// The chat's status bits at rest (Idle 1 or Error 2, plus flags).
+    pub status: u32,
+    /// Who sent each turn, by turn id: the sender's principal, or its
+    /// client id on a host with no users directory.
+    #[serde(default)]
+    pub senders: BTreeMap<String, String>,
+}

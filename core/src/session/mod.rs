@@ -1,0 +1,124 @@
+//! One session as the host holds it: its durable record, the protocol state
+//! it holds in memory while resident, its agents, and what waits on it.
+
+pub mod lifecycle;
+pub mod state;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::{ChatState, Message, SessionState, SessionSummary, Turn};
+use ahp_types::Uri;
+
+use crate::effect::{ConnId, OpId};
+use crate::ids::ResourceId;
+use crate::record::SessionRecord;
+use crate::time::{MonoTime, WallTime};
+
+pub use lifecycle::Phase;
+
+/// The protocol state of a resident session: exactly what clients hold,
+/// advanced only by the `ahp` reducers over the envelopes the host
+/// broadcasts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resident {
+    /// The session channel's state.
+    pub session: SessionState,
+    /// Each chat channel's state, by chat URI.
+    pub chats: BTreeMap<Uri, ChatState>,
+    /// Monotonic start time of each chat's running turn, for durations.
+    pub turn_started_mono: BTreeMap<Uri, MonoTime>,
+}
+
+/// Something that asked for a session while it was waking, answered when
+/// the wake ends (Sessions page, "Sleep and wake": "Wakers that arrive
+/// together share one resume").
+#[derive(Debug, Clone, PartialEq)]
+pub enum Waiter {
+    /// A `subscribe` (or `fetchTurns`) request to answer.
+    Request {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The method, re-run when the wake ends.
+        method: String,
+        /// The params, re-run when the wake ends.
+        params: serde_json::Value,
+    },
+    /// A client-dispatched action to apply once the session is live.
+    Action(QueuedAction),
+}
+
+/// A client-dispatched action waiting for its turn on a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedAction {
+    /// Who sent it.
+    pub conn: ConnId,
+    /// The channel it was dispatched on.
+    pub channel: Uri,
+    /// The client's sequence number for the echo's origin.
+    pub client_seq: i64,
+    /// The action.
+    pub action: StateAction,
+}
+
+/// A client action whose store write is in flight: applied and echoed only
+/// when the write is durable (decisions.md, 2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parked {
+    /// The store write.
+    pub op: OpId,
+    /// The action to apply once durable.
+    pub queued: QueuedAction,
+}
+
+/// One session the host knows: listed in the catalogue, resident or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The validated URI.
+    pub id: ResourceId,
+    /// The durable record (host-owned fields); the catalogue row is built
+    /// from it when the session is not resident.
+    pub record: SessionRecord,
+    /// `createdAt` as a number, for sorting; never moves.
+    pub created_at: WallTime,
+    /// `modifiedAt` as a number; only moves forward.
+    pub modified_at: WallTime,
+    /// Whether `root/sessionAdded` was sent (false while provisional).
+    pub announced: bool,
+    /// The row last announced to root subscribers, for
+    /// `root/sessionSummaryChanged` deltas.
+    pub sent_summary: Option<SessionSummary>,
+    /// Whether its creation failed and its start is owed to the next send.
+    pub start_owed: bool,
+    /// What the host is doing with it.
+    pub phase: Phase,
+    /// The protocol state, while resident.
+    pub resident: Option<Resident>,
+    /// Whether its backend can resume it (else it never sleeps).
+    pub can_resume: bool,
+    /// Background work the backend reported (`Session.busy()`).
+    pub busy: bool,
+    /// Last monotonic time an action moved in it (idle timer).
+    pub last_activity: MonoTime,
+    /// LRU stamp: a host-wide counter taken when it was last used.
+    pub last_used: u64,
+    /// Backend `Send` ops not yet acknowledged, by op: (chat, turn id).
+    pub sends_in_flight: BTreeMap<OpId, (Uri, String)>,
+    /// Turns accepted while the agent was not running, handed to it once
+    /// the wake ends: (chat, turn id, message).
+    pub pending_sends: Vec<(Uri, String, Message)>,
+    /// Backend ops of the current phase transition (start, delete).
+    pub phase_ops: BTreeSet<OpId>,
+    /// Turns handed back by the resumes of the current wake, by chat.
+    pub wake_history: BTreeMap<Uri, Vec<Turn>>,
+    /// The first failure of the current wake, if any.
+    pub wake_error: Option<String>,
+    /// Requests and actions waiting for a wake.
+    pub waiters: Vec<Waiter>,
+    /// A client action waiting for its store write.
+    pub parked: Option<Parked>,
+    /// Client actions queued behind the parked one, in arrival order.
+    pub inbox: VecDeque<QueuedAction>,
+}

@@ -1,0 +1,236 @@
+//! Building protocol shapes from what the host holds: the session and chat
+//! states of a resident session, and the catalogue row (summary) of any
+//! session (Sessions page, "The state a session reports").
+
+use ahp_types::state::{
+    ChatState, ChatSummary, SessionChatSummary, SessionLifecycle, SessionState, SessionStatus,
+    SessionSummary, Turn, TurnState,
+};
+
+use super::Session;
+use crate::record::{ChatRecord, SessionRecord};
+
+/// Activity bits of a status (mask 0x1F): Idle, Error, InProgress,
+/// InputNeeded.
+pub const ACTIVITY_MASK: u32 = 0x1F;
+/// Status flag: read (32).
+pub const IS_READ: u32 = SessionStatus::IsRead.0;
+/// Status flag: archived (64).
+pub const IS_ARCHIVED: u32 = SessionStatus::IsArchived.0;
+
+/// The session channel's state for `record`, with protocol lifecycle
+/// `lifecycle` and its chats' summaries.
+pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats: Vec<ChatSummary>) -> SessionState {
+    SessionState {
+        provider: record.provider.clone(),
+        title: record.title.clone(),
+        status: flags(record) | SessionStatus::Idle.0,
+        activity: None,
+        origin: None,
+        project: None,
+        working_directories: Some(record.working_directories.clone()),
+        annotations: None,
+        lifecycle,
+        creation_error: None,
+        server_tools: None,
+        active_clients: Vec::new(),
+        chats,
+        default_chat: Some(record.default_chat.clone()),
+        config: None,
+        customizations: None,
+        changesets: None,
+        input_needed: None,
+        meta: None,
+    }
+}
+
+/// A chat channel's state from its record and the turns the backend
+/// handed back (oldest first).
+pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
+    ChatState {
+        resource: chat.resource.clone(),
+        title: chat.title.clone(),
+        status: rest_status(chat.status, &turns),
+        activity: None,
+        modified_at: chat.modified_at.clone(),
+        changes: None,
+        origin: None,
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns,
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: None,
+        queued_messages: None,
+        draft: None,
+        meta: None,
+    }
+}
+
+/// The status a chat rests at after a restart or a resume: Error when its
+/// last turn ended in error, else Idle, keeping the stored flags.
+fn rest_status(stored: u32, turns: &[Turn]) -> u32 {
+    let flags = stored & !ACTIVITY_MASK;
+    let activity = match turns.last() {
+        Some(turn) if turn.state == TurnState::Error => SessionStatus::Error.0,
+        Some(_) => SessionStatus::Idle.0,
+        None if stored & ACTIVITY_MASK == SessionStatus::Error.0 => SessionStatus::Error.0,
+        None => SessionStatus::Idle.0,
+    };
+    flags | activity
+}
+
+/// The summary of a chat state, as the session lists it.
+pub fn chat_summary(chat: &ChatState) -> ChatSummary {
+    ChatSummary {
+        resource: chat.resource.clone(),
+        title: chat.title.clone(),
+        status: chat.status,
+        activity: chat.activity.clone(),
+        modified_at: chat.modified_at.clone(),
+        changes: chat.changes.clone(),
+        origin: chat.origin.clone(),
+        movable: chat.movable,
+        interactivity: chat.interactivity.clone(),
+        working_directories: chat.working_directories.clone(),
+    }
+}
+
+/// The session's own flags: read and archived (Sessions page: "This host's
+/// own, shared by every client").
+pub fn flags(record: &SessionRecord) -> u32 {
+    (if record.is_read { IS_READ } else { 0 }) | (if record.is_archived { IS_ARCHIVED } else { 0 })
+}
+
+/// The aggregate activity of a session's chats and the activity text of the
+/// chat that decided it (Sessions page, "The state a session reports":
+/// InputNeeded while any chat waits on somebody, else InProgress while any
+/// chat runs, else the default chat's bits).
+///
+/// `chats` is `(uri, status, activity)` for each chat; InputNeeded (24) is
+/// tested before InProgress (8) because it carries the InProgress bit.
+pub fn aggregate_activity<'a>(
+    default_chat: &str,
+    chats: impl Iterator<Item = (&'a str, u32, Option<&'a String>)> + Clone,
+) -> (u32, Option<String>) {
+    let input_needed = SessionStatus::InputNeeded.0;
+    let in_progress = SessionStatus::InProgress.0;
+    if let Some((_, _, activity)) = chats.clone().find(|(_, s, _)| s & ACTIVITY_MASK == input_needed) {
+        return (input_needed, activity.cloned());
+    }
+    if let Some((_, _, activity)) = chats.clone().find(|(_, s, _)| s & ACTIVITY_MASK == in_progress) {
+        return (in_progress, activity.cloned());
+    }
+    match chats.clone().find(|(uri, _, _)| *uri == default_chat) {
+        Some((_, status, activity)) => {
+            let bits = status & ACTIVITY_MASK;
+            (if bits == 0 { SessionStatus::Idle.0 } else { bits }, activity.cloned())
+        }
+        None => (SessionStatus::Idle.0, None),
+    }
+}
+
+impl Session {
+    /// The session's aggregate status: chat activity plus its own flags.
+    pub fn status(&self) -> (u32, Option<String>) {
+        let (activity, text) = match &self.resident {
+            Some(resident) => aggregate_activity(
+                &self.record.default_chat,
+                resident.chats.values().map(|c| (c.resource.as_str(), c.status, c.activity.as_ref())),
+            ),
+            None => aggregate_activity(
+                &self.record.default_chat,
+                self.record.chats.iter().map(|c| (c.resource.as_str(), c.status, None)),
+            ),
+        };
+        (activity | flags(&self.record), text)
+    }
+
+    /// The catalogue row (`SessionSummary`) for `listSessions` and
+    /// `root/sessionAdded`. Row and state carry the same aggregate.
+    pub fn summary(&self) -> SessionSummary {
+        let (status, activity) = self.status();
+        let chats = match &self.resident {
+            Some(resident) => resident
+                .chats
+                .values()
+                .map(|c| SessionChatSummary {
+                    resource: c.resource.clone(),
+                    title: c.title.clone(),
+                    origin: c.origin.clone(),
+                    interactivity: None,
+                    status: Some(c.status),
+                    changes: c.changes.clone(),
+                })
+                .collect(),
+            None => self
+                .record
+                .chats
+                .iter()
+                .map(|c| SessionChatSummary {
+                    resource: c.resource.clone(),
+                    title: c.title.clone(),
+                    origin: None,
+                    interactivity: None,
+                    status: Some(c.status),
+                    changes: None,
+                })
+                .collect(),
+        };
+        SessionSummary {
+            provider: self.record.provider.clone(),
+            title: self.record.title.clone(),
+            status,
+            activity,
+            origin: None,
+            project: None,
+            working_directories: Some(self.record.working_directories.clone()),
+            annotations: None,
+            resource: self.record.resource.clone(),
+            created_at: self.created_at.to_iso(),
+            modified_at: self.modified_at.to_iso(),
+            changes: self.record.changes.clone(),
+            meta: None,
+            chats: Some(chats),
+            default_chat: Some(self.record.default_chat.clone()),
+        }
+    }
+
+    /// Whether any chat has a turn running.
+    pub fn has_active_turn(&self) -> bool {
+        self.resident
+            .as_ref()
+            .is_some_and(|r| r.chats.values().any(|c| c.active_turn.is_some()))
+    }
+
+    /// Whether the session has work in hand: a turn running, a message
+    /// pending or queued or steering, a tool call or question waiting, a
+    /// send not yet acknowledged, a store write parked, background work, or
+    /// waiters (Sessions page, "Sleep and wake": "Quiet means ... nothing is
+    /// in hand").
+    pub fn has_work_in_hand(&self) -> bool {
+        let chat_work = self.resident.as_ref().is_some_and(|r| {
+            r.chats.values().any(|c| {
+                c.active_turn.is_some()
+                    || c.steering_message.is_some()
+                    || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
+            }) || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())
+        });
+        chat_work
+            || self.busy
+            || !self.sends_in_flight.is_empty()
+            || self.parked.is_some()
+            || !self.inbox.is_empty()
+            || !self.waiters.is_empty()
+    }
+
+    /// Whether anything was said in it yet (a session with nothing said is
+    /// not counted against the residency limit).
+    pub fn has_turns(&self) -> bool {
+        self.announced
+    }
+}

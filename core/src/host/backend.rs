@@ -179,6 +179,9 @@ impl Host {
             if let Some(s) = self.sessions.get_mut(session_uri) {
                 s.start_owed = true;
             }
+            // The creation failed: its agent goes, and the next send starts
+            // it afresh (Sessions page: "held with its start owed").
+            self.let_agents_go(session_uri);
             self.after_chat_change(session_uri, chat);
             self.announce(session_uri);
             self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());

@@ -49,13 +49,17 @@ impl Host {
             // Catch up by whole periods so the deadline stays on the minute.
             let periods = (now.0 - self.last_sweep.0) / period;
             self.last_sweep = self.last_sweep.plus_ms(periods * period);
-            self.check_residency();
         }
+        // The page names the moments to check (sessions starting, clients
+        // subscribing and leaving, turns starting and ending, once a
+        // minute); checking after every input covers all of them and keeps
+        // the limit an invariant of every state the host is in.
+        self.check_residency();
     }
 
     /// Closes every chat's agent and moves a live session to `Asleep`; its
     /// state stays held.
-    fn let_agents_go(&mut self, uri: &Uri) {
+    pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         if session.phase != Phase::Live {
             return;

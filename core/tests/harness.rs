@@ -1,0 +1,229 @@
+//! A tiny driver for scenario tests: JSON frames in, effects out, with a
+//! hand-cranked clock and helpers to answer the host's commands.
+
+#![allow(dead_code)]
+
+use ahpd_core::{BackendCmd, Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, Outcome, Outbound, WallTime};
+use serde_json::{json, Value};
+
+pub struct Harness {
+    pub host: Host,
+    pub now: Now,
+    /// Every effect not yet looked at, in order.
+    pub pending: Vec<Effect>,
+    next_id: u64,
+}
+
+impl Harness {
+    pub fn new(config: Config) -> Harness {
+        Harness::with_records(config, Vec::new())
+    }
+
+    pub fn with_records(config: Config, records: Vec<ahpd_core::SessionRecord>) -> Harness {
+        let now = Now { mono: MonoTime(0), wall: WallTime(1_767_225_600_000) };
+        Harness { host: Host::new(config, 1, records, now), now, pending: Vec::new(), next_id: 100 }
+    }
+
+    pub fn advance(&mut self, ms: u64) {
+        self.now.mono = self.now.mono.plus_ms(ms);
+        self.now.wall = WallTime(self.now.wall.0 + ms as i64);
+        self.input(Input::Tick);
+    }
+
+    pub fn input(&mut self, input: Input) {
+        let effects = self.host.handle(self.now, input);
+        let view = self.host.view();
+        if let Err(v) = ahpd_core::invariants::check_all(&view) {
+            panic!("invariant {} broken: {}", v.rule, v.detail);
+        }
+        self.pending.extend(effects);
+    }
+
+    pub fn connect(&mut self, conn: u64, client_id: &str) {
+        self.input(Input::Connected { conn: ConnId(conn) });
+        let r = self.request(conn, "initialize", json!({
+            "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id,
+            "initialSubscriptions": ["ahp-root://"]
+        }));
+        assert_eq!(r["result"]["protocolVersion"], "1.0.0", "{r}");
+    }
+
+    /// Sends a request and returns its reply (panics if none came).
+    pub fn request(&mut self, conn: u64, method: &str, params: Value) -> Value {
+        let id = self.send_request(conn, method, params);
+        self.take_reply(conn, id).unwrap_or_else(|| panic!("no reply to {method}; pending: {:#?}", self.pending))
+    }
+
+    pub fn send_request(&mut self, conn: u64, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        let text = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        self.input(Input::Frame { conn: ConnId(conn), text });
+        id
+    }
+
+    pub fn raw(&mut self, conn: u64, text: &str) {
+        self.input(Input::Frame { conn: ConnId(conn), text: text.to_owned() });
+    }
+
+    pub fn dispatch(&mut self, conn: u64, channel: &str, client_seq: i64, action: Value) {
+        let text = json!({"jsonrpc": "2.0", "method": "dispatchAction",
+            "params": {"channel": channel, "clientSeq": client_seq, "action": action}}).to_string();
+        self.input(Input::Frame { conn: ConnId(conn), text });
+    }
+
+    /// Removes and returns the reply to request `id` on `conn`, if sent.
+    pub fn take_reply(&mut self, conn: u64, id: u64) -> Option<Value> {
+        let pos = self.pending.iter().position(|e| match e {
+            Effect::Send { conn: c, message: Outbound::Result { id: i, .. } | Outbound::Error { id: Some(i), .. } } => {
+                c.0 == conn && *i == id
+            }
+            _ => false,
+        })?;
+        match self.pending.remove(pos) {
+            Effect::Send { message, .. } => serde_json::from_str(&message.to_json()).ok(),
+            _ => None,
+        }
+    }
+
+    /// All frames sent to `conn` so far (as JSON), removing them.
+    pub fn frames(&mut self, conn: u64) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.pending.retain(|e| match e {
+            Effect::Send { conn: c, message } if c.0 == conn => {
+                out.push(serde_json::from_str(&message.to_json()).unwrap_or(Value::Null));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
+    /// Removes and returns the backend commands issued so far.
+    pub fn backend_cmds(&mut self) -> Vec<(OpId, String, BackendCmd)> {
+        let mut out = Vec::new();
+        self.pending.retain(|e| match e {
+            Effect::Backend { op, chat, command, .. } => {
+                out.push((*op, chat.clone(), command.clone()));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
+    /// Removes and returns store ops issued so far.
+    pub fn store_ops(&mut self) -> Vec<(OpId, ahpd_core::StoreCmd)> {
+        let mut out = Vec::new();
+        self.pending.retain(|e| match e {
+            Effect::Store { op, command } => {
+                out.push((*op, command.clone()));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
+    pub fn done(&mut self, op: OpId, outcome: Outcome) {
+        self.input(Input::Done { op, outcome });
+    }
+
+    /// Answers every store command with Ok, repeatedly, until none is left.
+    pub fn settle_store(&mut self) {
+        loop {
+            let ops = self.store_ops();
+            if ops.is_empty() {
+                return;
+            }
+            for (op, _) in ops {
+                self.done(op, Outcome::Ok);
+            }
+        }
+    }
+
+    /// Answers backend commands like an agent that always works: starts
+    /// (resuming with `history`), acknowledges the rest.
+    pub fn settle_backend(&mut self) -> Vec<(String, BackendCmd)> {
+        let mut seen = Vec::new();
+        loop {
+            let cmds = self.backend_cmds();
+            if cmds.is_empty() {
+                return seen;
+            }
+            for (op, chat, cmd) in cmds {
+                let outcome = match &cmd {
+                    BackendCmd::Start { conversation_id, .. } => {
+                        Outcome::Started { conversation_id: conversation_id.clone(), history: Vec::new() }
+                    }
+                    _ => Outcome::Ok,
+                };
+                seen.push((chat, cmd));
+                self.done(op, outcome);
+            }
+        }
+    }
+
+    /// Answers store and backend commands until neither is pending;
+    /// returns the backend commands seen.
+    pub fn settle(&mut self) -> Vec<(String, BackendCmd)> {
+        let mut seen = Vec::new();
+        loop {
+            self.settle_store();
+            let more = self.settle_backend();
+            if more.is_empty() && self.store_ops_pending() == 0 {
+                return seen;
+            }
+            seen.extend(more);
+        }
+    }
+
+    fn store_ops_pending(&self) -> usize {
+        self.pending.iter().filter(|e| matches!(e, Effect::Store { .. })).count()
+    }
+
+    pub fn drop_logs(&mut self) {
+        self.pending.retain(|e| !matches!(e, Effect::Log(_)));
+    }
+
+    /// Creates a session and answers its start; returns (session, chat).
+    pub fn create(&mut self, conn: u64, id: &str) -> (String, String) {
+        let uri = format!("ahp-session:/{id}");
+        let rid = self.send_request(conn, "createSession", json!({"channel": uri, "provider": "echo"}));
+        self.settle_backend();
+        let reply = self.take_reply(conn, rid).expect("createSession reply");
+        assert_eq!(reply["result"], Value::Null, "{reply}");
+        (uri, format!("ahp-chat:/ahp-session@{id}"))
+    }
+
+    /// Starts a turn as `conn` and makes its store write durable.
+    pub fn start_turn(&mut self, conn: u64, chat: &str, seq: i64, turn: &str, text: &str) {
+        self.dispatch(conn, chat, seq, json!({
+            "type": "chat/turnStarted", "turnId": turn, "startedAt": "2000-01-01T00:00:00Z",
+            "message": {"text": text, "origin": {"kind": "user"}}
+        }));
+        self.settle_store();
+    }
+
+    /// The agent streams a reply and ends the turn.
+    pub fn agent_reply(&mut self, chat: &str, turn: &str, text: &str) {
+        use ahp_types::actions::*;
+        use ahp_types::state::*;
+        let part = StateAction::ChatResponsePart(ChatResponsePartAction {
+            turn_id: turn.into(),
+            part: ResponsePart::Markdown(MarkdownResponsePart { id: "p1".into(), content: String::new() }),
+            meta: None,
+        });
+        let delta = StateAction::ChatDelta(ChatDeltaAction { turn_id: turn.into(), part_id: "p1".into(), content: text.into(), meta: None });
+        let done = StateAction::ChatTurnComplete(ChatTurnCompleteAction { turn_id: turn.into(), duration: 0, meta: None });
+        for a in [part, delta, done] {
+            self.input(Input::Backend { chat: chat.into(), event: ahpd_core::BackendEvent::Action(a) });
+        }
+        self.settle_store();
+    }
+
+    pub fn list(&mut self, conn: u64) -> Vec<Value> {
+        let r = self.request(conn, "listSessions", json!({"channel": "ahp-root://"}));
+        r["result"]["items"].as_array().cloned().unwrap_or_default()
+    }
+}

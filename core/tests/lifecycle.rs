@@ -1,0 +1,178 @@
+//! Scenarios for "The life of a session" (Sessions page): createSession
+//! order, provisional sessions, first turns, dispose, and protocol errors.
+
+mod harness;
+
+use ahpd_core::{BackendCmd, Config, Outcome};
+use harness::Harness;
+use serde_json::{json, Value};
+
+fn methods(frames: &[Value]) -> Vec<String> {
+    frames
+        .iter()
+        .map(|f| match f["method"].as_str() {
+            Some("action") => f["params"]["action"]["type"].as_str().unwrap_or("?").to_owned(),
+            Some(m) => m.to_owned(),
+            None => "reply".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_fresh_session_is_provisional_until_its_first_turn_reaches_the_backend() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "s1");
+    assert!(h.list(1).is_empty(), "a provisional session is not listed");
+    let snap = h.request(1, "subscribe", json!({"channel": uri}));
+    assert_eq!(snap["result"]["snapshot"]["state"]["lifecycle"], "creating");
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.frames(1);
+
+    h.start_turn(1, &chat, 1, "t1", "hello world");
+    let sends: Vec<_> = h.backend_cmds();
+    assert!(matches!(&sends[..], [(_, c, BackendCmd::Send { turn_id, .. })] if c == &chat && turn_id == "t1"));
+    let frames = h.frames(1);
+    assert!(!methods(&frames).contains(&"root/sessionAdded".to_owned()), "not announced before the backend took the turn");
+    // The echo carries the client's origin.
+    let echo = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/turnStarted").expect("echo");
+    assert_eq!(echo["params"]["origin"]["clientId"], "c1");
+    assert_eq!(echo["params"]["origin"]["clientSeq"], 1);
+
+    let op = sends[0].0;
+    h.done(op, Outcome::Ok);
+    let order = methods(&h.frames(1));
+    let added = order.iter().position(|m| m == "root/sessionAdded").expect("sessionAdded");
+    let ready = order.iter().position(|m| m == "session/ready").expect("ready");
+    assert!(added < ready, "sessionAdded before session/ready: {order:?}");
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["title"], "hello world", "titled from the first message");
+}
+
+#[test]
+fn a_first_turn_that_fails_fails_the_creation_and_a_resend_retries() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "s1");
+    h.request(1, "subscribe", json!({"channel": uri}));
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.frames(1);
+    h.start_turn(1, &chat, 1, "t1", "boom");
+    let (op, _, _) = h.backend_cmds().remove(0);
+    h.done(op, Outcome::Failed { message: "agent refused".into() });
+    let order = methods(&h.frames(1));
+    let error = order.iter().position(|m| m == "chat/error").expect("chat/error");
+    let failed = order.iter().position(|m| m == "session/creationFailed").expect("creationFailed");
+    let added = order.iter().position(|m| m == "root/sessionAdded").expect("sessionAdded");
+    assert!(error < failed && failed < added, "{order:?}");
+    assert_eq!(h.list(1).len(), 1, "listed once announced");
+
+    // Sent again: the start owed is tried again, then the turn goes out.
+    h.start_turn(1, &chat, 2, "t2", "again");
+    let cmds = h.settle_backend();
+    assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Start { resume: false, .. })), "{cmds:?}");
+    assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Send { turn_id, .. } if turn_id == "t2")));
+    assert!(methods(&h.frames(1)).contains(&"session/ready".to_owned()));
+}
+
+#[test]
+fn a_refused_start_leaves_no_session_behind() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/x1", "provider": "echo"}));
+    let (op, _, _) = h.backend_cmds().remove(0);
+    h.done(op, Outcome::Failed { message: "no credentials".into() });
+    let reply = h.take_reply(1, rid).expect("reply");
+    assert_eq!(reply["error"]["code"], -32603);
+    assert!(reply["error"]["message"].as_str().unwrap_or("").contains("no credentials"));
+    // The URI is free again.
+    let (_, _) = h.create(1, "x1");
+    assert!(h.store_ops().is_empty(), "nothing stored for a provisional session");
+}
+
+#[test]
+fn create_on_an_existing_uri_is_session_already_exists() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    h.create(1, "dup");
+    let r = h.request(1, "createSession", json!({"channel": "ahp-session:/dup", "provider": "echo"}));
+    assert_eq!(r["error"]["code"], -32003);
+    let r = h.request(1, "createSession", json!({"channel": "ahp-session:/other", "provider": "nope"}));
+    assert_eq!(r["error"]["code"], -32002);
+}
+
+#[test]
+fn hostile_ids_are_refused_before_anything_happens() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    for bad in ["ahp-session:/../x", "ahp-session:/..", "ahp-session:/a/b", "ahp-session:/a\\b", "ahp-session:/%2e%2e%2f", "ahp-session:/CON", "ahp-session:/"] {
+        let r = h.request(1, "createSession", json!({"channel": bad, "provider": "echo"}));
+        assert_eq!(r["error"]["code"], -32602, "{bad}: {r}");
+    }
+    assert!(h.backend_cmds().is_empty() && h.store_ops().is_empty());
+}
+
+#[test]
+fn protocol_errors_get_their_codes_and_the_host_carries_on() {
+    let mut h = Harness::new(Config::default());
+    h.input(ahpd_core::Input::Connected { conn: ahpd_core::ConnId(1) });
+    h.raw(1, "{");
+    let f = h.frames(1);
+    assert_eq!(f[0]["error"]["code"], -32700);
+    assert_eq!(f[0]["id"], Value::Null);
+    let r = h.request(1, "ping", json!({"channel": "ahp-root://"}));
+    assert_eq!(r["result"], Value::Null, "ping before initialize");
+    let r = h.request(1, "listSessions", json!({"channel": "ahp-root://"}));
+    assert_eq!(r["error"]["code"], -32600, "initialize first");
+    let r = h.request(1, "initialize", json!({"channel": "ahp-root://", "protocolVersions": ["0.1.0"], "clientId": "x"}));
+    assert_eq!(r["error"]["code"], -32005);
+    assert_eq!(r["error"]["data"]["supportedVersions"], json!(["1.0.0", "0.9.0"]));
+    h.connect(2, "c2");
+    assert_eq!(h.request(2, "nope", json!({}))["error"]["code"], -32601);
+    assert_eq!(h.request(2, "subscribe", json!({"channel": "ahp-session:/nobody"}))["error"]["code"], -32001);
+    assert_eq!(h.request(2, "createSession", json!({"nope": 1}))["error"]["code"], -32602);
+    assert_eq!(h.request(2, "disposeSession", json!({"channel": "ahp-session:/nobody"}))["error"]["code"], -32001);
+}
+
+#[test]
+fn dispose_tears_down_deletes_and_tells_every_client() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    h.connect(2, "c2");
+    let (uri, chat) = h.create(1, "d1");
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    h.settle_backend();
+    h.agent_reply(&chat, "t1", "Echo: hi");
+    h.frames(2);
+    let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    let cmds = h.settle_backend();
+    assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Delete { .. })));
+    assert!(h.take_reply(1, rid).is_none(), "no reply before the record is gone");
+    let stores = h.store_ops();
+    assert!(stores.iter().any(|(_, c)| matches!(c, ahpd_core::StoreCmd::Delete { .. })));
+    for (op, _) in stores {
+        h.done(op, Outcome::Ok);
+    }
+    assert_eq!(h.take_reply(1, rid).expect("reply")["result"], Value::Null);
+    assert!(methods(&h.frames(2)).contains(&"root/sessionRemoved".to_owned()));
+    assert!(h.list(2).is_empty());
+}
+
+#[test]
+fn a_turn_is_echoed_only_after_its_store_write_is_durable() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (_, chat) = h.create(1, "w1");
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.frames(1);
+    h.dispatch(1, &chat, 1, json!({"type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "x", "origin": {"kind": "user"}}}));
+    assert!(h.frames(1).is_empty(), "no echo before durable");
+    let (op, _) = h.store_ops().remove(0);
+    h.done(op, Outcome::Failed { message: "disk full".into() });
+    let f = h.frames(1);
+    assert_eq!(f.len(), 1);
+    assert!(f[0]["params"]["rejectionReason"].as_str().unwrap_or("").contains("disk full"));
+    assert!(h.backend_cmds().is_empty(), "a turn that was not saved never reaches the agent");
+}

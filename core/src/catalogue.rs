@@ -35,7 +35,17 @@ pub fn sorts_before(a: &RowKey, b: &RowKey) -> bool {
 /// Answers one `listSessions` call.
 ///
 /// Errors (-32602): a limit below 1, a cursor this host did not issue.
-pub fn list(sessions: &BTreeMap<Uri, Session>, params: &ListSessionsParams, config: &Config) -> Result<Listing, JsonRpcError> {
+///
+/// `owner`: `Some(principal)` keeps only the rows whose owner is that
+/// principal (`_meta: {"ahpd.owner": "me"}`), before the cursor and the
+/// limit apply, so a page is a page of the caller's own; `Some(None)` (a
+/// connection with no principal) keeps nothing.
+pub fn list(
+    sessions: &BTreeMap<Uri, Session>,
+    params: &ListSessionsParams,
+    config: &Config,
+    owner: Option<&Option<String>>,
+) -> Result<Listing, JsonRpcError> {
     let limit = match params.limit {
         None => config.list_default_max,
         Some(n) if n < 1 => return Err(error(INVALID_PARAMS, "limit must be at least 1")),
@@ -51,6 +61,11 @@ pub fn list(sessions: &BTreeMap<Uri, Session>, params: &ListSessionsParams, conf
     let mut rows: Vec<(RowKey, &Session)> = sessions
         .values()
         .filter(|s| s.announced)
+        .filter(|s| match owner {
+            None => true,
+            Some(None) => false,
+            Some(Some(me)) => s.record.owner.as_deref() == Some(me.as_str()),
+        })
         .map(|s| (key_of(s), s))
         .filter(|(k, _)| after.as_ref().is_none_or(|a| sorts_before(a, k)))
         .collect();

@@ -58,6 +58,10 @@ pub struct Config {
     /// The host secret that authenticates paging cursors (decisions.md, 4),
     /// kept in the data dir by the shell so cursors outlive restarts.
     pub cursor_secret: Vec<u8>,
+    /// The users directory, or `None` for a single-user host that has
+    /// nobody to name: no owners recorded, nobody refused (Sessions page,
+    /// "Whose it is").
+    pub users: Option<crate::grants::UsersDirectory>,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             list_default_max: 1000,
             turns_page_len: 50,
             cursor_secret: b"ahpd-default-cursor-secret".to_vec(),
+            users: None,
         }
     }
 }

@@ -46,6 +46,8 @@ pub struct Conn {
     pub initialized: bool,
     /// The channels it is subscribed to.
     pub subscriptions: BTreeSet<Uri>,
+    /// Who it authenticated as, on a host with a users directory.
+    pub principal: Option<crate::grants::Principal>,
 }
 
 /// What an in-flight command effect was for, by op id.
@@ -321,6 +323,7 @@ impl Host {
             "initialize" => self.on_initialize(conn, id, params),
             "reconnect" => self.on_reconnect(conn, id, params),
             _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
+            "authenticate" => self.on_authenticate(conn, id, params),
             "subscribe" => self.on_subscribe(conn, id, params),
             "createSession" => self.on_create_session(conn, id, params),
             "disposeSession" => self.on_dispose_session(conn, id, params),
@@ -428,6 +431,25 @@ impl Host {
             c.subscriptions.contains(&session.record.resource)
                 || session.record.chats.iter().any(|chat| c.subscriptions.contains(&chat.resource))
         })
+    }
+
+    /// Checks that `conn` holds the grant for `op` (always, on a host with
+    /// no users directory); the error is -32009.
+    pub(crate) fn authorize(&self, conn: ConnId, op: crate::grants::Operation) -> Result<(), ahp_types::messages::JsonRpcError> {
+        use crate::protocol::error::{error, PERMISSION_DENIED};
+        if self.config.users.is_none() {
+            return Ok(());
+        }
+        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+            Some(p) if p.holds(op) => Ok(()),
+            Some(_) => Err(error(PERMISSION_DENIED, crate::grants::refusal(op))),
+            None => Err(error(PERMISSION_DENIED, format!("authenticate first: {} needs a signed-in user", op.name()))),
+        }
+    }
+
+    /// The owner string of the connection's principal (`user:<id>`), if any.
+    pub(crate) fn owner_of(&self, conn: ConnId) -> Option<String> {
+        self.conns.get(&conn).and_then(|c| c.principal.as_ref()).map(|p| p.owner())
     }
 
     /// The session URI a session or chat channel belongs to.

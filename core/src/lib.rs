@@ -28,6 +28,8 @@ pub mod catalogue;
 pub mod config;
 pub mod cursor;
 pub mod effect;
+pub mod export;
+pub mod grants;
 pub mod host;
 pub mod ids;
 pub mod input;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::connection::parse;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, StoreCmd};
+use crate::grants::{Operation, Principal};
 use crate::ids::{printable, ResourceId};
 use crate::protocol::error::*;
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
@@ -34,9 +35,16 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
+            return self.reply_error(conn, id, e);
+        }
         let rid = match ResourceId::parse(&params.channel) {
             Ok(r) => r,
             Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
+        };
+        let scope = match self.resolve_scope(conn, params.config.as_ref()) {
+            Ok(s) => s,
+            Err(e) => return self.reply_error(conn, id, e),
         };
         let uri = rid.uri();
         let default_chat = format!("ahp-chat:/{}", rid.store_key());
@@ -69,8 +77,8 @@ impl Host {
             is_archived: false,
             working_directories: working_directories.clone(),
             config: params.config.unwrap_or_default(),
-            owner: None,
-            scope: None,
+            owner: self.owner_of(conn),
+            scope,
             default_chat: default_chat.clone(),
             chats: vec![ChatRecord {
                 resource: default_chat.clone(),
@@ -137,6 +145,9 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        if let Err(e) = self.authorize(conn, Operation::SessionDispose) {
+            return self.reply_error(conn, id, e);
+        }
         if let Err(e) = ResourceId::parse(&params.channel) {
             return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
         }
@@ -144,6 +155,16 @@ impl Host {
         let Some(session) = self.sessions.get(&uri) else {
             return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {uri}")));
         };
+        // Deleting is the owner's or an administrator's (Sessions page,
+        // "Whose it is"); a host with no users directory refuses nobody.
+        if self.config.users.is_some() {
+            let principal = self.conns.get(&conn).and_then(|c| c.principal.as_ref());
+            let admin = matches!(principal, Some(crate::grants::Principal::User { administrator: true, .. }));
+            if !admin && session.record.owner != principal.map(|p| p.owner()) {
+                self.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
+                return self.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
+            }
+        }
         match session.phase {
             Phase::Disposing { .. } => {
                 return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
@@ -224,7 +245,17 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
-        match crate::catalogue::list(&self.sessions, &params, &self.config) {
+        if let Err(e) = self.authorize(conn, Operation::SessionList) {
+            return self.reply_error(conn, id, e);
+        }
+        let owner_filter = match params.meta.as_ref().and_then(|m| m.get("ahpd.owner")) {
+            None => None,
+            Some(Value::String(me)) if me == "me" => Some(self.owner_of(conn)),
+            Some(other) => {
+                return self.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
+            }
+        };
+        match crate::catalogue::list(&self.sessions, &params, &self.config, owner_filter.as_ref()) {
             Ok(result) => {
                 if result.overflowed {
                     self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
@@ -247,6 +278,9 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        if let Err(e) = self.authorize(conn, Operation::ChatTurns) {
+            return self.reply_error(conn, id, e);
+        }
         let Some(session_uri) = self.chats.get(&params.channel).cloned() else {
             return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&params.channel))));
         };
@@ -290,6 +324,32 @@ impl Host {
                     self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned());
                 }
             }
+        }
+    }
+}
+
+impl Host {
+    /// The scope a new session is charged to (Sessions page, "Whose it
+    /// is"): the `scope` config key when it names one of the person's
+    /// memberships, else their primary membership. A host with no users
+    /// directory records none. Errors (-32602): a `scope` that is not one of
+    /// the person's, or memberships that do not resolve to one place.
+    fn resolve_scope(&self, conn: ConnId, config: Option<&serde_json::Map<String, Value>>) -> Result<Option<String>, ahp_types::messages::JsonRpcError> {
+        let Some(Principal::User { memberships, .. }) = self.conns.get(&conn).and_then(|c| c.principal.as_ref()) else {
+            return Ok(None);
+        };
+        if let Some(Value::String(asked)) = config.and_then(|c| c.get("scope")) {
+            return match memberships.iter().find(|m| m.scope() == *asked) {
+                Some(m) => Ok(Some(m.scope())),
+                None => Err(error(INVALID_PARAMS, format!("scope {} is not one of your memberships", printable(asked)))),
+            };
+        }
+        let primaries: Vec<_> = memberships.iter().filter(|m| m.primary).collect();
+        match (primaries.as_slice(), memberships.as_slice()) {
+            ([one], _) => Ok(Some(one.scope())),
+            ([], [only]) => Ok(Some(only.scope())),
+            ([], []) => Ok(None),
+            _ => Err(error(INVALID_PARAMS, "your memberships do not resolve to one place to charge: name a scope")),
         }
     }
 }

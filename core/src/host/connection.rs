@@ -119,6 +119,16 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        let op = if params.channel == ROOT_RESOURCE_URI {
+            crate::grants::Operation::SessionList
+        } else if self.sessions.contains_key(&params.channel) {
+            crate::grants::Operation::SessionState
+        } else {
+            crate::grants::Operation::ChatTurns
+        };
+        if let Err(e) = self.authorize(conn, op) {
+            return self.reply_error(conn, id, e);
+        }
         let view_turns = params.view.as_ref().and_then(|v| v.turns).map(|n| n.max(1) as usize);
         if params.channel == ROOT_RESOURCE_URI {
             let snapshot = self.snapshot(&params.channel, None);
@@ -200,5 +210,41 @@ impl Host {
             }
         };
         Some(Snapshot { resource: uri.to_owned(), state, from_seq: self.server_seq as i64 })
+    }
+}
+
+impl Host {
+    /// `authenticate`: on a host with a users directory, a token that
+    /// matches a user's makes the connection that user; a wrong token is
+    /// -32602 and is logged without its value. On a host with no users
+    /// directory there is nobody to be, and it answers `{}`.
+    pub(crate) fn on_authenticate(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: ahp_types::commands::AuthenticateParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let Some(users) = self.config.users.as_ref() else {
+            return self.reply(conn, id, serde_json::json!({}));
+        };
+        match users.authenticate(&params.token) {
+            Some(user) => {
+                let principal = crate::grants::Principal::User {
+                    id: user.id.clone(),
+                    role: user.role,
+                    administrator: user.administrator,
+                    memberships: user.memberships.clone(),
+                };
+                let owner = principal.owner();
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.principal = Some(principal);
+                }
+                self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
+                self.reply(conn, id, serde_json::json!({}));
+            }
+            None => {
+                self.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
+                self.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
+            }
+        }
     }
 }

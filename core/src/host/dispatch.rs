@@ -40,6 +40,27 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
     }
 }
 
+/// The grant a client-dispatched action needs (Sessions page, "Grants").
+fn operation_of(action: &StateAction) -> Option<crate::grants::Operation> {
+    use crate::grants::Operation as Op;
+    use StateAction::*;
+    Some(match action {
+        SessionTitleChanged(_) => Op::SessionRename,
+        SessionIsReadChanged(_) | SessionIsArchivedChanged(_) | ChatIsReadChanged(_) | ChatIsArchivedChanged(_) => Op::SessionMark,
+        SessionConfigChanged(_) => Op::SessionConfigure,
+        SessionWorkingDirectorySet(_) | SessionWorkingDirectoryRemoved(_) | SessionWorkingDirectoryReplaced(_)
+        | ChatWorkingDirectorySet(_) | ChatWorkingDirectoryRemoved(_) => Op::SessionFolders,
+        ChatTurnStarted(_) | ChatPendingMessageSet(_) | ChatPendingMessageRemoved(_) | ChatQueuedMessagesReordered(_)
+        | ChatTurnResume(_) => Op::ChatSend,
+        ChatTurnCancelled(_) => Op::ChatCancel,
+        ChatToolCallConfirmed(_) | ChatToolCallResultConfirmed(_) | ChatToolCallComplete(_) | ChatToolCallContentChanged(_) => Op::ChatTool,
+        ChatInputAnswerChanged(_) | ChatInputCompleted(_) => Op::ChatAnswer,
+        ChatDraftChanged(_) => Op::ChatDraft,
+        ChatTruncated(_) => Op::ChatTruncate,
+        _ => return None,
+    })
+}
+
 /// Whether the action needs the session's protocol state in memory.
 fn needs_state(action: &StateAction) -> bool {
     !matches!(
@@ -52,6 +73,12 @@ impl Host {
     pub(crate) fn origin_of(&self, conn: ConnId, client_seq: i64) -> Option<ActionOrigin> {
         let client_id = self.conns.get(&conn)?.client_id.clone()?;
         Some(ActionOrigin { client_id, client_seq })
+    }
+
+    /// Who a turn is recorded as sent by: the principal (`user:<id>`), or
+    /// the client id on a host with no users directory.
+    fn sender_of(&self, conn: ConnId) -> Option<String> {
+        self.owner_of(conn).or_else(|| self.conns.get(&conn).and_then(|c| c.client_id.clone()))
     }
 
     pub(crate) fn on_dispatch_action(&mut self, conn: ConnId, params: Value) {
@@ -68,6 +95,11 @@ impl Host {
         }
         // An action for a channel that does not exist is dropped silently.
         let Some(session_uri) = self.session_of(&channel) else { return };
+        if let Some(op) = operation_of(&params.action) {
+            if let Err(e) = self.authorize(conn, op) {
+                return self.reject(conn, &channel, params.action, origin, e.message);
+            }
+        }
         let Some(kind) = kind_of(&params.action) else {
             return self.reject(conn, &channel, params.action, origin, "this action type is not accepted from clients".to_owned());
         };
@@ -111,9 +143,10 @@ impl Host {
             Some(Kind::Durable) => {
                 // Write the record as it will be once the action applies;
                 // apply and echo only when that write is durable.
+                let sender = self.sender_of(q.conn);
                 let Some(session) = self.sessions.get_mut(session_uri) else { return };
                 let saved = session.record.clone();
-                apply_to_record(&mut session.record, &q, self.conns.get(&q.conn).and_then(|c| c.client_id.clone()));
+                apply_to_record(&mut session.record, &q, sender);
                 let op = self.store_put(session_uri);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
                     // The in-memory record keeps the old values until the
@@ -201,7 +234,7 @@ impl Host {
         let Some(parked) = session.parked.take() else { return };
         match failure {
             None => {
-                let client_id = self.conns.get(&parked.queued.conn).and_then(|c| c.client_id.clone());
+                let client_id = self.sender_of(parked.queued.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
                     apply_to_record(&mut session.record, &parked.queued, client_id);
                 }

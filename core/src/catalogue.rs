@@ -1,7 +1,9 @@
 //! The catalogue: what `listSessions` answers from, in order, in pages
 //! (Sessions page, "Finding one").
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use ahp_types::commands::{ListSessionsParams, ListSessionsResult};
 use ahp_types::messages::JsonRpcError;
@@ -23,24 +25,69 @@ pub struct Listing {
     pub overflowed: bool,
 }
 
-fn key_of(session: &Session) -> RowKey {
-    RowKey { modified_ms: session.modified_at.0, uri: session.record.resource.clone() }
+/// The catalogue's order, kept as sessions are announced, move and go:
+/// most recently modified first, then URI ascending. Paging walks it from a
+/// cursor in O(log n + page) rather than sorting the catalogue per call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Index {
+    rows: BTreeSet<(Reverse<i64>, Uri)>,
+}
+
+impl Index {
+    /// Adds an announced session's row at `modified_ms`.
+    pub fn insert(&mut self, modified_ms: i64, uri: &Uri) {
+        self.rows.insert((Reverse(modified_ms), uri.clone()));
+    }
+
+    /// Removes a row.
+    pub fn remove(&mut self, modified_ms: i64, uri: &Uri) {
+        self.rows.remove(&(Reverse(modified_ms), uri.clone()));
+    }
+
+    /// Moves a row when its `modifiedAt` moved.
+    pub fn moved(&mut self, from_ms: i64, to_ms: i64, uri: &Uri) {
+        if from_ms != to_ms && self.rows.remove(&(Reverse(from_ms), uri.clone())) {
+            self.rows.insert((Reverse(to_ms), uri.clone()));
+        }
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The rows strictly after `after` (or from the top), in order.
+    pub fn walk<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = RowKey> + 'a {
+        let start = match after {
+            Some(k) => Bound::Excluded((Reverse(k.modified_ms), k.uri.clone())),
+            None => Bound::Unbounded,
+        };
+        self.rows
+            .range((start, Bound::Unbounded))
+            .map(|(Reverse(ms), uri)| RowKey { modified_ms: *ms, uri: uri.clone() })
+    }
 }
 
 /// Whether row `a` sorts before row `b`: newer first, then URI ascending.
 pub fn sorts_before(a: &RowKey, b: &RowKey) -> bool {
-    (std::cmp::Reverse(a.modified_ms), &a.uri) < (std::cmp::Reverse(b.modified_ms), &b.uri)
+    (Reverse(a.modified_ms), &a.uri) < (Reverse(b.modified_ms), &b.uri)
 }
 
 /// Answers one `listSessions` call.
-///
-/// Errors (-32602): a limit below 1, a cursor this host did not issue.
 ///
 /// `owner`: `Some(principal)` keeps only the rows whose owner is that
 /// principal (`_meta: {"ahpd.owner": "me"}`), before the cursor and the
 /// limit apply, so a page is a page of the caller's own; `Some(None)` (a
 /// connection with no principal) keeps nothing.
+///
+/// Errors (-32602): a limit below 1, a cursor this host did not issue.
 pub fn list(
+    index: &Index,
     sessions: &BTreeMap<Uri, Session>,
     params: &ListSessionsParams,
     config: &Config,
@@ -58,18 +105,21 @@ pub fn list(
             None => return Err(error(INVALID_PARAMS, "unknown cursor: it was not issued by this host")),
         },
     };
-    let mut rows: Vec<(RowKey, &Session)> = sessions
-        .values()
-        .filter(|s| s.announced)
-        .filter(|s| match owner {
+    let mut rows: Vec<(RowKey, &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
+    for key in index.walk(after.as_ref()) {
+        let Some(session) = sessions.get(&key.uri) else { continue };
+        let keep = match owner {
             None => true,
             Some(None) => false,
-            Some(Some(me)) => s.record.owner.as_deref() == Some(me.as_str()),
-        })
-        .map(|s| (key_of(s), s))
-        .filter(|(k, _)| after.as_ref().is_none_or(|a| sorts_before(a, k)))
-        .collect();
-    rows.sort_by(|(a, _), (b, _)| (std::cmp::Reverse(a.modified_ms), &a.uri).cmp(&(std::cmp::Reverse(b.modified_ms), &b.uri)));
+            Some(Some(me)) => session.record.owner.as_deref() == Some(me.as_str()),
+        };
+        if keep {
+            rows.push((key, session));
+            if rows.len() > limit {
+                break;
+            }
+        }
+    }
     let more = rows.len() > limit;
     rows.truncate(limit);
     let next_cursor = if more { rows.last().map(|(k, _)| cursor::encode(k, &config.cursor_secret)) } else { None };

@@ -122,6 +122,8 @@ pub struct Host {
     pub(crate) sessions: BTreeMap<Uri, Session>,
     /// Chat URI to its session's URI.
     pub(crate) chats: BTreeMap<Uri, Uri>,
+    /// The catalogue's order over announced sessions.
+    pub(crate) catalogue: crate::catalogue::Index,
     pub(crate) ops: BTreeMap<OpId, Op>,
     pub(crate) replay: VecDeque<ActionEnvelope>,
     pub(crate) last_sweep: MonoTime,
@@ -146,6 +148,8 @@ pub struct HostView<'a> {
     pub conns: &'a BTreeMap<ConnId, Conn>,
     /// Chat URI to session URI.
     pub chats: &'a BTreeMap<Uri, Uri>,
+    /// The catalogue's order.
+    pub catalogue: &'a crate::catalogue::Index,
     /// Counters.
     pub stats: &'a Stats,
     /// When the host next wants a tick.
@@ -192,6 +196,7 @@ impl Host {
             conns: BTreeMap::new(),
             sessions: BTreeMap::new(),
             chats: BTreeMap::new(),
+            catalogue: crate::catalogue::Index::default(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),
             last_sweep: now.mono,
@@ -250,6 +255,7 @@ impl Host {
             parked: None,
             inbox: VecDeque::new(),
         };
+        self.catalogue.insert(modified_at.0, &uri);
         self.sessions.insert(uri, session);
     }
 
@@ -296,6 +302,7 @@ impl Host {
             sessions: &self.sessions,
             conns: &self.conns,
             chats: &self.chats,
+            catalogue: &self.catalogue,
             stats: &self.stats,
             next_deadline: self.next_deadline(),
         }

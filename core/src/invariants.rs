@@ -29,6 +29,7 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_default_chat_exists", inv_default_chat_exists),
     ("inv_deadline_after_now", inv_deadline_after_now),
     ("inv_chat_index_consistent", inv_chat_index_consistent),
+    ("inv_catalogue_lists_announced", inv_catalogue_lists_announced),
 ];
 
 /// Runs every rule; the first violation wins.
@@ -170,6 +171,23 @@ pub fn inv_chat_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     }
     if count != view.chats.len() {
         return fail("inv_chat_index_consistent", format!("{} indexed chats, {count} real", view.chats.len()));
+    }
+    Ok(())
+}
+
+/// "nothing announces it or lists it until its first turn": the catalogue
+/// holds exactly the announced sessions, each at its current `modifiedAt`.
+pub fn inv_catalogue_lists_announced(view: &HostView<'_>) -> Result<(), Violation> {
+    let listed: Vec<_> = view.catalogue.walk(None).collect();
+    let announced = view.sessions.values().filter(|s| s.announced).count();
+    if listed.len() != announced {
+        return fail("inv_catalogue_lists_announced", format!("{} rows for {announced} announced sessions", listed.len()));
+    }
+    for row in listed {
+        match view.sessions.get(&row.uri) {
+            Some(s) if s.announced && s.modified_at.0 == row.modified_ms => {}
+            _ => return fail("inv_catalogue_lists_announced", format!("row {} is stale", row.uri)),
+        }
     }
     Ok(())
 }

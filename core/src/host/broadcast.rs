@@ -99,9 +99,17 @@ impl Host {
         let fresh = chat_summary(chat);
         let listed = resident.session.chats.iter().find(|c| c.resource == *chat_uri).cloned();
         // Forward-only modifiedAt (Sessions page: "it moves forward only").
+        let was = session.modified_at;
         if let Some(t) = WallTime::parse_iso(&fresh.modified_at) {
             session.modified_at = session.modified_at.max(t);
         }
+        if session.announced {
+            self.catalogue.moved(was.0, session.modified_at.0, session_uri);
+        }
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some(resident) = session.resident.as_ref() else { return };
+        let Some(chat) = resident.chats.get(chat_uri) else { return };
+        let fresh = chat_summary(chat);
         session.record.modified_at = session.modified_at.to_iso();
         if let Some(rec) = session.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
             rec.status = fresh.status & !crate::session::state::ACTIVITY_MASK
@@ -207,7 +215,10 @@ impl Host {
             return;
         }
         session.announced = true;
+        let modified = session.modified_at.0;
         let summary = session.summary();
+        self.catalogue.insert(modified, session_uri);
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
         session.sent_summary = Some(summary.clone());
         let params = ahp_types::notifications::SessionAddedParams {
             channel: ROOT_RESOURCE_URI.to_owned(),

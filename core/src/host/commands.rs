@@ -215,6 +215,7 @@ impl Host {
             return;
         }
         let Some(session) = self.sessions.remove(uri) else { return };
+        self.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {
             self.chats.remove(&chat.resource);
@@ -255,7 +256,7 @@ impl Host {
                 return self.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
             }
         };
-        match crate::catalogue::list(&self.sessions, &params, &self.config, owner_filter.as_ref()) {
+        match crate::catalogue::list(&self.catalogue, &self.sessions, &params, &self.config, owner_filter.as_ref()) {
             Ok(result) => {
                 if result.overflowed {
                     self.log(LogLevel::Warn, "catalogue.truncated", None, format!(

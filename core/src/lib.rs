@@ -39,6 +39,7 @@ pub mod record;
 pub mod rng;
 pub mod session;
 pub mod time;
+pub mod transcript;
 
 pub use config::{AgentSpec, Config};
 pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};

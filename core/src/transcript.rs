@@ -1,0 +1,267 @@
+//! Reading Claude Code's transcripts (`~/.claude/projects/<slug>/<id>.jsonl`)
+//! for the catalogue, bounded: only a head and a tail of each file are read
+//! (Sessions page, "Finding one": external sessions). The shell reads the
+//! bytes; this module turns them into a row, and never fails as a whole on
+//! bad lines.
+//!
+//! A session is attributed by the `cwd` recorded inside it, never by the
+//! folder slug (the slug is lossy: `_`, `.` and non-Latin characters all
+//! become `-`).
+
+use serde_json::Value;
+
+use crate::ids;
+
+/// Bytes read from the start of a transcript.
+pub const HEAD_BYTES: usize = 64 * 1024;
+/// Bytes read from the end of a transcript (where Claude Code re-appends a
+/// custom title).
+pub const TAIL_BYTES: usize = 64 * 1024;
+/// Longest title kept, in characters.
+pub const TITLE_MAX_CHARS: usize = 80;
+
+/// What the catalogue needs of one transcript.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TranscriptSummary {
+    /// The session id (the file name's stem, validated).
+    pub session_id: String,
+    /// The working directory recorded inside the transcript.
+    pub cwd: Option<String>,
+    /// The title: a custom title, else a summary line, else the first
+    /// prompt; valid UTF-8, cut on a character boundary, no control
+    /// characters.
+    pub title: String,
+    /// The first user prompt, cut like the title.
+    pub first_prompt: Option<String>,
+    /// The first timestamp seen (ISO-8601).
+    pub first_timestamp: Option<String>,
+    /// The last timestamp seen (ISO-8601).
+    pub last_timestamp: Option<String>,
+    /// User and assistant messages: exact when the whole file was read,
+    /// else scaled from the sample.
+    pub message_estimate: u64,
+    /// Lines that did not parse (logged by the caller, never fatal).
+    pub bad_lines: u64,
+}
+
+/// Cuts `text` to `TITLE_MAX_CHARS` characters on a character boundary,
+/// first line only, without control or bidirectional-override characters.
+pub fn clean_title(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control() && !matches!(*c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}'))
+        .take(TITLE_MAX_CHARS)
+        .collect()
+}
+
+fn user_text(line: &Value) -> Option<String> {
+    let content = line.get("message")?.get("content")?;
+    match content {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => blocks.iter().find_map(|b| {
+            (b.get("type").and_then(Value::as_str) == Some("text")).then(|| b.get("text").and_then(Value::as_str).map(str::to_owned)).flatten()
+        }),
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+struct Scan {
+    cwd: Option<String>,
+    custom_title: Option<String>,
+    summary: Option<String>,
+    first_prompt: Option<String>,
+    first_timestamp: Option<String>,
+    last_timestamp: Option<String>,
+    messages: u64,
+    bad_lines: u64,
+}
+
+impl Scan {
+    fn line(&mut self, raw: &[u8]) {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let Ok(line) = serde_json::from_slice::<Value>(raw) else {
+            self.bad_lines += 1;
+            return;
+        };
+        let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+        if self.cwd.is_none() {
+            self.cwd = line.get("cwd").and_then(Value::as_str).map(str::to_owned);
+        }
+        if let Some(ts) = line.get("timestamp").and_then(Value::as_str) {
+            if self.first_timestamp.is_none() {
+                self.first_timestamp = Some(ts.to_owned());
+            }
+            self.last_timestamp = Some(ts.to_owned());
+        }
+        match kind {
+            "user" | "assistant" => {
+                self.messages += 1;
+                let sidechain = line.get("isSidechain").and_then(Value::as_bool).unwrap_or(false);
+                if kind == "user" && self.first_prompt.is_none() && !sidechain {
+                    if let Some(text) = user_text(&line) {
+                        let cleaned = clean_title(&text);
+                        if !cleaned.is_empty() {
+                            self.first_prompt = Some(cleaned);
+                        }
+                    }
+                }
+            }
+            "custom-title" => {
+                if let Some(t) = line.get("customTitle").and_then(Value::as_str) {
+                    self.custom_title = Some(clean_title(t));
+                }
+            }
+            "summary" => {
+                if let Some(t) = line.get("summary").and_then(Value::as_str) {
+                    self.summary = Some(clean_title(t));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Scans the complete lines of `bytes`; `from_start`/`to_end` say
+    /// whether its first/last line is whole.
+    fn chunk(&mut self, bytes: &[u8], from_start: bool, to_end: bool) {
+        let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+        if !from_start && !lines.is_empty() {
+            lines.remove(0);
+        }
+        if !to_end {
+            lines.pop();
+        }
+        for l in lines {
+            self.line(l);
+        }
+    }
+}
+
+/// Summarizes one transcript from the first `head` bytes and (when the file
+/// is longer than the head) the last `tail` bytes of a file `file_len`
+/// bytes long whose name's stem is `file_stem`.
+///
+/// Errors: a stem that is not a valid id (`ids::validate_id`): such a file
+/// is never listed, since its id would reach paths. A half-written last
+/// line, malformed lines, lone surrogate escapes are counted in
+/// `bad_lines` and skipped.
+pub fn summarize(file_stem: &str, head: &[u8], tail: Option<&[u8]>, file_len: u64) -> Result<TranscriptSummary, String> {
+    ids::validate_id(file_stem).map_err(|e| format!("transcript name {}: {e}", ids::printable(file_stem)))?;
+    let mut scan = Scan::default();
+    let whole = tail.is_none() && head.len() as u64 >= file_len;
+    scan.chunk(head, true, whole);
+    let mut sampled = head.len() as u64;
+    if let Some(tail) = tail {
+        let mut tail_scan = Scan::default();
+        tail_scan.chunk(tail, false, true);
+        sampled += tail.len() as u64;
+        scan.bad_lines += tail_scan.bad_lines;
+        scan.messages += tail_scan.messages;
+        if tail_scan.last_timestamp.is_some() {
+            scan.last_timestamp = tail_scan.last_timestamp;
+        }
+        if tail_scan.custom_title.is_some() {
+            scan.custom_title = tail_scan.custom_title;
+        }
+        if tail_scan.summary.is_some() {
+            scan.summary = tail_scan.summary;
+        }
+        if scan.cwd.is_none() {
+            scan.cwd = tail_scan.cwd;
+        }
+    }
+    let message_estimate = if whole || sampled == 0 || sampled >= file_len {
+        scan.messages
+    } else {
+        scan.messages.saturating_mul(file_len) / sampled
+    };
+    let title = scan
+        .custom_title
+        .clone()
+        .filter(|t| !t.is_empty())
+        .or_else(|| scan.summary.clone().filter(|t| !t.is_empty()))
+        .or_else(|| scan.first_prompt.clone())
+        .unwrap_or_default();
+    Ok(TranscriptSummary {
+        session_id: file_stem.to_owned(),
+        cwd: scan.cwd,
+        title,
+        first_prompt: scan.first_prompt,
+        first_timestamp: scan.first_timestamp,
+        last_timestamp: scan.last_timestamp,
+        message_estimate,
+        bad_lines: scan.bad_lines,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(stem: &str, text: &str) -> TranscriptSummary {
+        summarize(stem, text.as_bytes(), None, text.len() as u64).expect("summary")
+    }
+
+    const USER: &str = r#"{"type":"user","cwd":"/w/a_b","timestamp":"2026-01-01T00:00:00Z","message":{"role":"user","content":"fix the bug"}}"#;
+    const ASSISTANT: &str = r#"{"type":"assistant","timestamp":"2026-01-01T00:00:05Z","message":{"role":"assistant","content":[{"type":"text","text":"done"}]}}"#;
+
+    #[test]
+    fn reads_cwd_title_and_times() {
+        let s = whole("abc-1", &format!("{USER}\n{ASSISTANT}\n"));
+        assert_eq!(s.cwd.as_deref(), Some("/w/a_b"));
+        assert_eq!(s.title, "fix the bug");
+        assert_eq!(s.last_timestamp.as_deref(), Some("2026-01-01T00:00:05Z"));
+        assert_eq!(s.message_estimate, 2);
+        assert_eq!(s.bad_lines, 0);
+    }
+
+    #[test]
+    fn survives_half_written_and_malformed_lines() {
+        let text = format!("{USER}\nnot json\n{ASSISTANT}\n{{\"type\":\"user\",\"message\":{{\"content\":\"cut");
+        let s = whole("abc", &text);
+        assert_eq!(s.title, "fix the bug");
+        assert_eq!(s.bad_lines, 2);
+        assert_eq!(s.message_estimate, 2);
+    }
+
+    #[test]
+    fn lone_surrogates_and_line_separators_do_not_break_the_scan() {
+        let lone = r#"{"type":"user","message":{"content":"bad \ud83c here"}}"#;
+        let sep = "{\"type\":\"user\",\"message\":{\"content\":\"a\u{2028}b\"}}";
+        let s = whole("x", &format!("{lone}\n{sep}\n{ASSISTANT}\n"));
+        assert!(!s.title.contains('\u{2028}'));
+        assert!(s.title.starts_with('a'));
+    }
+
+    #[test]
+    fn titles_are_cut_on_a_character_boundary() {
+        let prompt = format!("{}🦀{}", "a".repeat(49), "b".repeat(100_000));
+        let line = serde_json::json!({"type": "user", "message": {"content": prompt}}).to_string();
+        let s = whole("x", &line);
+        assert_eq!(s.title.chars().count(), TITLE_MAX_CHARS);
+        assert!(s.title.contains('🦀'));
+    }
+
+    #[test]
+    fn a_custom_title_in_the_tail_wins() {
+        let head = format!("{USER}\n{ASSISTANT}\n{{\"type\":\"progress\",\"data\":\"");
+        let tail = "xxxx\"}\n{\"type\":\"custom-title\",\"customTitle\":\"My title\"}\n{\"type\":\"assistant\",\"timestamp\":\"2026-02-01T00:00:00Z\"}\n";
+        let s = summarize("x", head.as_bytes(), Some(tail.as_bytes()), 100_000_000).expect("summary");
+        assert_eq!(s.title, "My title");
+        assert_eq!(s.last_timestamp.as_deref(), Some("2026-02-01T00:00:00Z"));
+        assert_eq!(s.cwd.as_deref(), Some("/w/a_b"));
+    }
+
+    #[test]
+    fn hostile_names_are_refused() {
+        for stem in ["..", "../x", "a/b", ""] {
+            assert!(summarize(stem, b"", None, 0).is_err());
+        }
+    }
+}

@@ -16,6 +16,10 @@ pub struct AgentSpec {
     /// go. A session whose backend cannot resume never sleeps (Sessions page,
     /// "Sleep and wake").
     pub can_resume: bool,
+    /// Whether a session on this backend may hold several chats
+    /// (`createChat`); advertised as `capabilities.multipleChats`.
+    #[serde(default)]
+    pub multiple_chats: bool,
 }
 
 impl AgentSpec {
@@ -26,6 +30,7 @@ impl AgentSpec {
             display_name: "Echo".to_owned(),
             description: "Built-in agent that streams back a reply quoting each message.".to_owned(),
             can_resume: true,
+            multiple_chats: true,
         }
     }
 }

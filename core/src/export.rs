@@ -238,6 +238,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             conversation_id: if i == 0 { key.clone() } else { format!("{key}.{i}") },
             modified_at: doc.modified_at.clone(),
             status: 1,
+            fresh: false,
             senders,
         });
         turns.insert(uri, chat_turns);
@@ -299,6 +300,7 @@ mod tests {
                 conversation_id: "ahp-session@a".into(),
                 modified_at: "2026-01-01T00:00:01.000Z".into(),
                 status: 1,
+                fresh: false,
                 senders: [("t1".to_owned(), "alice".to_owned())].into_iter().collect(),
             }],
             changes: None,

@@ -16,6 +16,7 @@
 
 mod backend;
 mod broadcast;
+mod chats;
 mod commands;
 mod connection;
 mod dispatch;
@@ -108,10 +109,8 @@ pub struct Stats {
 #[derive(Debug, Clone)]
 pub struct Host {
     pub(crate) config: Config,
-    /// The host's one random stream, seeded in `new`; it draws nothing yet
-    /// (every id so far is the client's), and is kept so a future draw
-    /// cannot silently fall back to OS randomness.
-    #[allow(dead_code)]
+    /// The host's one random stream, seeded in `new`: turn ids for a
+    /// chat's first message.
     pub(crate) rng: Rng,
     pub(crate) now: Now,
     pub(crate) server_seq: u64,
@@ -177,7 +176,10 @@ impl Host {
                     models: Vec::new(),
                     protected_resources: None,
                     customizations: None,
-                    capabilities: None,
+                    capabilities: a.multiple_chats.then(|| ahp_types::state::AgentCapabilities {
+                        multiple_chats: Some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+                        multiple_working_directories: None,
+                    }),
                 })
                 .collect(),
             active_sessions: Some(0),
@@ -336,6 +338,8 @@ impl Host {
             "disposeSession" => self.on_dispose_session(conn, id, params),
             "listSessions" => self.on_list_sessions(conn, id, params),
             "fetchTurns" => self.on_fetch_turns(conn, id, params),
+            "createChat" => self.on_create_chat(conn, id, params),
+            "disposeChat" => self.on_dispose_chat(conn, id, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.reply(conn, id, serde_json::Value::Null);

@@ -71,6 +71,10 @@ pub struct ChatRecord {
     pub modified_at: String,
     /// The chat's status bits at rest (Idle 1 or Error 2, plus flags).
     pub status: u32,
+    /// True until the chat's agent first started: its conversation does not
+    /// exist yet, so a wake starts it afresh rather than resuming it.
+    #[serde(default)]
+    pub fresh: bool,
     /// Who sent each turn, by turn id: the sender's principal, or its
     /// client id on a host with no users directory.
     #[serde(default)]

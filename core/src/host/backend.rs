@@ -69,6 +69,7 @@ impl Host {
                 Outcome::Started { conversation_id, .. } => {
                     if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
                         c.conversation_id = conversation_id;
+                        c.fresh = false;
                     }
                     self.set_phase(session_uri, Phase::Live);
                     self.touch(session_uri);
@@ -95,6 +96,7 @@ impl Host {
                     Outcome::Started { conversation_id, history } => {
                         if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
                             c.conversation_id = conversation_id;
+                            c.fresh = false;
                         }
                         session.wake_history.insert(chat.clone(), history);
                     }
@@ -109,6 +111,20 @@ impl Host {
                     self.finish_wake(session_uri);
                 }
             }
+            Phase::Live => match outcome {
+                // A chat made in a live session: its agent's first start.
+                Outcome::Started { conversation_id, .. } => {
+                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
+                        c.conversation_id = conversation_id;
+                        c.fresh = false;
+                    }
+                    self.store_put(session_uri);
+                }
+                Outcome::Failed { message } => {
+                    self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
+                }
+                Outcome::Ok => {}
+            },
             _ => self.stats.stale_ops += 1,
         }
     }
@@ -261,6 +277,7 @@ impl Host {
             ChatToolCallDelta(a) => (a.turn_id.clone(), false),
             ChatToolCallReady(a) => (a.turn_id.clone(), false),
             ChatToolCallComplete(a) => (a.turn_id.clone(), false),
+            ChatActivityChanged(_) => (active.clone().unwrap_or_default(), false),
             ChatTurnComplete(a) => {
                 a.duration = duration;
                 (a.turn_id.clone(), true)

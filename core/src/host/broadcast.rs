@@ -150,6 +150,7 @@ impl Host {
     /// Tells root subscribers which fields of an announced session's row
     /// moved since they were last told (`root/sessionSummaryChanged`).
     pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
+        self.mirror_aggregate(session_uri);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if !session.announced {
             return;
@@ -192,6 +193,27 @@ impl Host {
             };
             self.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
         }
+    }
+
+    /// Carries the session's aggregate status and activity on its own
+    /// state's `_meta` (`ahpd.status`, `ahpd.activity`) through
+    /// `session/metaChanged`: ahp-types 1.0.0 has no action that sets a
+    /// session state's activity bits, and the page asks that "the session's
+    /// row and its state both carry the aggregate" (decisions.md, 1).
+    fn mirror_aggregate(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get(session_uri) else { return };
+        let Some(resident) = session.resident.as_ref() else { return };
+        let (status, activity) = session.status();
+        let mut meta = resident.session.meta.clone().unwrap_or_default();
+        let status_value = serde_json::Value::from(status);
+        let activity_value = activity.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null);
+        if meta.get("ahpd.status") == Some(&status_value) && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value {
+            return;
+        }
+        meta.insert("ahpd.status".to_owned(), status_value);
+        meta.insert("ahpd.activity".to_owned(), activity_value);
+        let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
+        self.emit(session_uri, action, None);
     }
 
     /// Sends a protocol notification to every root subscriber (never

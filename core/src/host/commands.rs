@@ -86,6 +86,7 @@ impl Host {
                 conversation_id: rid.store_key(),
                 modified_at: now_iso,
                 status: 1,
+                fresh: true,
                 senders: BTreeMap::new(),
             }],
             changes: None,

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::connection::parse;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, ConnId, LogLevel};
-use crate::session::{Parked, Phase, QueuedAction, Waiter};
+use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
 
 /// Longest title taken from a first message, in characters.
 const TITLE_MAX_CHARS: usize = 80;
@@ -107,7 +107,7 @@ impl Host {
         let queued = QueuedAction { conn, channel, client_seq: params.client_seq, action: params.action };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         if session.parked.is_some() || !session.inbox.is_empty() {
-            session.inbox.push_back(queued);
+            session.inbox.push_back(Queued::Action(queued));
             return;
         }
         self.process_action(&session_uri, queued);
@@ -153,7 +153,7 @@ impl Host {
                     // write is durable; the store holds the new ones.
                     session.record = saved;
                     if let Some(op) = op {
-                        session.parked = Some(Parked { op, queued: q });
+                        session.parked = Some(Parked { op, work: ParkedWork::Action(q) });
                     }
                 }
             }
@@ -232,19 +232,22 @@ impl Host {
     pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(parked) = session.parked.take() else { return };
-        match failure {
-            None => {
-                let client_id = self.sender_of(parked.queued.conn);
+        match (parked.work, failure) {
+            (ParkedWork::Action(q), None) => {
+                let client_id = self.sender_of(q.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
-                    apply_to_record(&mut session.record, &parked.queued, client_id);
+                    apply_to_record(&mut session.record, &q, client_id);
                 }
-                self.apply_client_action(session_uri, parked.queued);
+                self.apply_client_action(session_uri, q);
             }
-            Some(message) => {
-                let q = parked.queued;
+            (ParkedWork::Action(q), Some(message)) => {
                 let origin = self.origin_of(q.conn, q.client_seq);
                 self.reject(q.conn, &q.channel, q.action, origin, format!("not saved: the session store failed: {message}"));
             }
+            (ParkedWork::CreateChat { conn, id, chat, initial_message }, failure) => {
+                self.finish_create_chat(session_uri, conn, id, *chat, initial_message.map(|m| *m), failure)
+            }
+            (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
         }
         self.drain_inbox(session_uri);
     }
@@ -257,7 +260,14 @@ impl Host {
                 return;
             }
             let Some(next) = session.inbox.pop_front() else { return };
-            self.process_action(session_uri, next);
+            match next {
+                Queued::Action(q) => self.process_action(session_uri, q),
+                Queued::Command { conn, id, method, params } => {
+                    if self.conns.contains_key(&conn) {
+                        self.on_request(conn, id, &method, params);
+                    }
+                }
+            }
         }
     }
 

@@ -140,13 +140,17 @@ impl Host {
             return;
         }
         let provider = session.record.provider.clone();
-        let resume = !session.start_owed;
+        let owed = session.start_owed;
         let working_directory = session.record.working_directories.first().cloned();
-        let chats: Vec<(Uri, String)> =
-            session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
+        let chats: Vec<(Uri, String, bool)> = session
+            .record
+            .chats
+            .iter()
+            .map(|c| (c.resource.clone(), c.conversation_id.clone(), !owed && !c.fresh))
+            .collect();
         self.set_phase(uri, Phase::Waking);
         let mut ops = BTreeSet::new();
-        for (chat, conversation_id) in chats {
+        for (chat, conversation_id, resume) in chats {
             let op = self.backend(
                 Op::Start { session: uri.clone(), chat: chat.clone() },
                 provider.clone(),
@@ -233,7 +237,7 @@ impl Host {
                     let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
                     if busy {
                         if let Some(s) = self.sessions.get_mut(uri) {
-                            s.inbox.push_back(q);
+                            s.inbox.push_back(crate::session::Queued::Action(q));
                         }
                     } else {
                         self.process_action(uri, q);

@@ -63,14 +63,59 @@ pub struct QueuedAction {
     pub action: StateAction,
 }
 
-/// A client action whose store write is in flight: applied and echoed only
-/// when the write is durable (decisions.md, 2).
+/// A client action or command whose store write is in flight: applied,
+/// echoed and answered only when the write is durable (decisions.md, 2).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parked {
     /// The store write.
     pub op: OpId,
-    /// The action to apply once durable.
-    pub queued: QueuedAction,
+    /// What to do once durable.
+    pub work: ParkedWork,
+}
+
+/// What a parked store write is for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParkedWork {
+    /// Apply and echo a client action.
+    Action(QueuedAction),
+    /// Add a chat (`createChat`) and answer request `id` on `conn`.
+    CreateChat {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The chat's record.
+        chat: Box<crate::record::ChatRecord>,
+        /// A first message to start the chat with.
+        initial_message: Option<Box<Message>>,
+    },
+    /// Remove a chat (`disposeChat`) and answer request `id` on `conn`.
+    DisposeChat {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The chat's URI.
+        chat: Uri,
+    },
+}
+
+/// Work queued on a session behind a parked write, in arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Queued {
+    /// A client action.
+    Action(QueuedAction),
+    /// A command to run again once the session is free.
+    Command {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The method.
+        method: String,
+        /// The params.
+        params: serde_json::Value,
+    },
 }
 
 /// One session the host knows: listed in the catalogue, resident or not.
@@ -119,6 +164,7 @@ pub struct Session {
     pub waiters: Vec<Waiter>,
     /// A client action waiting for its store write.
     pub parked: Option<Parked>,
-    /// Client actions queued behind the parked one, in arrival order.
-    pub inbox: VecDeque<QueuedAction>,
+    /// Client actions and commands queued behind the parked one, in
+    /// arrival order.
+    pub inbox: VecDeque<Queued>,
 }

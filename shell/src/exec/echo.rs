@@ -1,0 +1,600 @@
+//! The built-in `echo` backend: a deterministic agent that streams back
+//! `Echo: <message>` for every turn, and keeps its own transcript of each
+//! conversation at `<data-dir>/echo/<conversation_id>.json` (a JSON array of
+//! `ahp_types::state::Turn`), so a session comes back after a sleep or a
+//! restart the way it would from a real agent's own transcript.
+//!
+//! Every chat gets one actor task that takes that chat's commands in issue
+//! order; a running turn is a task of its own that streams actions as
+//! `Input::Backend` events. A finished turn is written to the transcript
+//! before its last action is sent, so a turn the host saw complete is always
+//! on disk.
+//!
+//! Directives at the start of a message drive every status, for tests and
+//! demos (times in ms, capped at 10 minutes):
+//! - `/fail`: the agent refuses the turn (`Send` answers `Failed`).
+//! - `/error`: the reply streams, then the turn ends with `chat/error`.
+//! - `/slow <ms>`: the reply is spread over that long.
+//! - `/approve`: a tool call waits for confirmation; approved, it completes
+//!   and the reply follows; denied, the reply is `Echo: tool denied`.
+//! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
+//! - `/busy <ms>`: background work is reported for that long
+//!   (`BackendEvent::Busy`), then the turn completes normally.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ahp::reducers::apply_action_to_chat;
+use ahp_types::actions::{
+    ChatDeltaAction, ChatErrorAction, ChatResponsePartAction, ChatToolCallCompleteAction, ChatToolCallReadyAction,
+    ChatToolCallStartAction, ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, StateAction,
+};
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::{
+    ChatState, ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message, ResponsePart, ToolCallResult, Turn,
+};
+use ahp_types::Uri;
+use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, WallTime};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::fsutil;
+use crate::driver::EventSink;
+
+/// Time between two streamed chunks of a normal reply, in ms.
+const CHUNK_DELAY_MS: u64 = 20;
+/// Most chunks a reply is streamed in.
+const MAX_CHUNKS: usize = 4;
+/// Longest delay a directive may ask for, in ms (10 minutes).
+const MAX_DIRECTIVE_MS: u64 = 600_000;
+/// The tool the `/approve` directive calls.
+const TOOL_NAME: &str = "echo_tool";
+
+/// The echo backend: one actor per chat, created on first use.
+pub struct Echo {
+    dir: PathBuf,
+    events: EventSink,
+    chats: HashMap<Uri, mpsc::UnboundedSender<ChatMsg>>,
+}
+
+impl Echo {
+    /// An echo backend keeping transcripts in `dir` (which must exist).
+    pub fn new(dir: PathBuf, events: EventSink) -> Echo {
+        Echo { dir, events, chats: HashMap::new() }
+    }
+
+    /// Hands one command to `chat`'s actor; the answer comes back as
+    /// `Input::Done { op, .. }`.
+    pub fn execute(&mut self, op: OpId, chat: Uri, command: BackendCmd) {
+        let mut msg = ChatMsg::Command { op, command: Box::new(command) };
+        if let Some(tx) = self.chats.get(&chat) {
+            match tx.send(msg) {
+                Ok(()) => return,
+                // The actor is gone (it panicked): start a fresh one.
+                Err(mpsc::error::SendError(back)) => msg = back,
+            }
+        }
+        let tx = Actor::spawn(chat.clone(), self.dir.clone(), self.events.clone());
+        if tx.send(msg).is_err() {
+            self.events.input(Input::Done { op, outcome: Outcome::Failed { message: "echo: the agent could not start".to_owned() } });
+        }
+        self.chats.insert(chat, tx);
+    }
+}
+
+/// What a chat's actor is told.
+enum ChatMsg {
+    /// A command from the host.
+    Command { op: OpId, command: Box<BackendCmd> },
+    /// A turn task finished its turn: record it, then acknowledge so the
+    /// task may send the turn's last action.
+    Persist { turn_id: String, turn: Box<Turn>, ack: oneshot::Sender<()> },
+    /// A turn task is about to report that the agent exited.
+    Crashed { turn_id: String },
+}
+
+/// A running conversation.
+struct Agent {
+    conversation_id: String,
+    transcript: Vec<Turn>,
+    running: Option<Running>,
+}
+
+/// A turn in progress.
+struct Running {
+    turn_id: String,
+    task: JoinHandle<()>,
+    scratch: Arc<Mutex<ChatState>>,
+    confirm: Option<oneshot::Sender<bool>>,
+    started: Instant,
+}
+
+struct Actor {
+    chat: Uri,
+    dir: PathBuf,
+    events: EventSink,
+    me: mpsc::WeakUnboundedSender<ChatMsg>,
+    agent: Option<Agent>,
+}
+
+impl Actor {
+    fn spawn(chat: Uri, dir: PathBuf, events: EventSink) -> mpsc::UnboundedSender<ChatMsg> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Actor { chat, dir, events, me: tx.downgrade(), agent: None };
+        tokio::spawn(actor.run(rx));
+        tx
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<ChatMsg>) {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                ChatMsg::Command { op, command } => {
+                    let outcome = self.command(*command).await;
+                    self.events.input(Input::Done { op, outcome });
+                }
+                ChatMsg::Persist { turn_id, turn, ack } => {
+                    let Some(agent) = self.agent.as_mut() else { continue };
+                    if agent.running.as_ref().is_none_or(|r| r.turn_id != turn_id) {
+                        // Cancelled or closed meanwhile: the task ends unheard.
+                        continue;
+                    }
+                    agent.running = None;
+                    agent.transcript.push(*turn);
+                    self.save().await;
+                    let _ = ack.send(());
+                }
+                ChatMsg::Crashed { turn_id } => {
+                    let crashed = self.agent.as_ref().and_then(|a| a.running.as_ref()).is_some_and(|r| r.turn_id == turn_id);
+                    if crashed {
+                        self.agent = None;
+                    }
+                }
+            }
+        }
+        self.stop_turn(false).await;
+    }
+
+    async fn command(&mut self, command: BackendCmd) -> Outcome {
+        match command {
+            BackendCmd::Start { conversation_id, working_directory: _, resume } => {
+                self.stop_turn(false).await;
+                self.agent = None;
+                if !fsutil::is_safe_component(&conversation_id) {
+                    return failed(format!("echo: refused conversation id {conversation_id:?}"));
+                }
+                let history = if resume {
+                    match read_transcript(&self.dir, &conversation_id).await {
+                        Ok(turns) => turns,
+                        Err(message) => return failed(message),
+                    }
+                } else {
+                    if let Err(message) = write_transcript(&self.dir, &conversation_id, &[]).await {
+                        return failed(message);
+                    }
+                    Vec::new()
+                };
+                self.agent = Some(Agent { conversation_id: conversation_id.clone(), transcript: history.clone(), running: None });
+                Outcome::Started { conversation_id, history }
+            }
+            BackendCmd::Send { turn_id, message } => self.send(turn_id, message),
+            BackendCmd::Cancel { turn_id } => {
+                let running = self.agent.as_ref().and_then(|a| a.running.as_ref()).is_some_and(|r| r.turn_id == turn_id);
+                if running {
+                    self.stop_turn(true).await;
+                }
+                Outcome::Ok
+            }
+            BackendCmd::ConfirmTool { turn_id, tool_call_id: _, approved } => {
+                if let Some(running) = self.agent.as_mut().and_then(|a| a.running.as_mut()).filter(|r| r.turn_id == turn_id) {
+                    if let Some(confirm) = running.confirm.take() {
+                        let _ = confirm.send(approved);
+                    }
+                }
+                Outcome::Ok
+            }
+            BackendCmd::Close => {
+                self.stop_turn(true).await;
+                self.agent = None;
+                Outcome::Ok
+            }
+            BackendCmd::Delete { conversation_id } => {
+                self.stop_turn(false).await;
+                self.agent = None;
+                if !fsutil::is_safe_component(&conversation_id) {
+                    return failed(format!("echo: refused conversation id {conversation_id:?}"));
+                }
+                let dir = self.dir.clone();
+                let name = transcript_name(&conversation_id);
+                match tokio::task::spawn_blocking(move || fsutil::remove_durable(&dir, &name)).await {
+                    Ok(Ok(())) => Outcome::Ok,
+                    Ok(Err(e)) => failed(format!("echo: could not delete conversation {conversation_id}: {e}")),
+                    Err(e) => failed(format!("echo: delete task failed: {e}")),
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, turn_id: String, message: Message) -> Outcome {
+        let Some(agent) = self.agent.as_mut() else {
+            return failed("echo: the agent for this chat is not running".to_owned());
+        };
+        if agent.running.is_some() {
+            return failed("echo: a turn is already running in this chat".to_owned());
+        }
+        let directive = Directive::parse(&message.text);
+        if directive == Directive::Fail {
+            return failed("echo: asked to fail".to_owned());
+        }
+        let Some(me) = self.me.upgrade() else {
+            return failed("echo: the agent is shutting down".to_owned());
+        };
+        let scratch = Arc::new(Mutex::new(scratch_chat(&self.chat)));
+        let started_at = WallTime(wall_ms()).to_iso();
+        apply(
+            &scratch,
+            &StateAction::ChatTurnStarted(ChatTurnStartedAction {
+                turn_id: turn_id.clone(),
+                started_at,
+                message: message.clone(),
+                queued_message_id: None,
+                meta: None,
+            }),
+        );
+        let (confirm_tx, confirm_rx) = oneshot::channel();
+        let started = Instant::now();
+        let ctx = TurnCtx {
+            chat: self.chat.clone(),
+            turn_id: turn_id.clone(),
+            text: message.text,
+            events: self.events.clone(),
+            actor: me,
+            scratch: scratch.clone(),
+            started,
+        };
+        let task = tokio::spawn(ctx.run(directive, confirm_rx));
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
+        Outcome::Ok
+    }
+
+    /// Stops the running turn, if any; with `record`, the turn goes into the
+    /// transcript as cancelled with whatever it had streamed.
+    async fn stop_turn(&mut self, record: bool) {
+        let Some(agent) = self.agent.as_mut() else { return };
+        let Some(running) = agent.running.take() else { return };
+        running.task.abort();
+        if !record {
+            return;
+        }
+        let duration = elapsed_ms(running.started);
+        apply(
+            &running.scratch,
+            &StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: running.turn_id.clone(), duration, meta: None }),
+        );
+        if let Some(turn) = finished_turn(&running.scratch, &running.turn_id) {
+            agent.transcript.push(turn);
+            self.save().await;
+        }
+    }
+
+    /// Writes the running conversation's transcript; a failure is logged
+    /// (the turn was still had, and the next save retries the whole file).
+    async fn save(&self) {
+        let Some(agent) = self.agent.as_ref() else { return };
+        if let Err(message) = write_transcript(&self.dir, &agent.conversation_id, &agent.transcript).await {
+            tracing::warn!(chat = %self.chat, detail = %message, "echo transcript not saved");
+        }
+    }
+}
+
+/// One turn being streamed.
+struct TurnCtx {
+    chat: Uri,
+    turn_id: String,
+    text: String,
+    events: EventSink,
+    actor: mpsc::UnboundedSender<ChatMsg>,
+    scratch: Arc<Mutex<ChatState>>,
+    started: Instant,
+}
+
+impl TurnCtx {
+    async fn run(self, directive: Directive, confirm: oneshot::Receiver<bool>) {
+        let reply = format!("Echo: {}", self.text);
+        match directive {
+            Directive::Plain | Directive::Fail => {
+                self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                self.complete().await;
+            }
+            Directive::Slow(ms) => {
+                self.stream(&reply, ms).await;
+                self.complete().await;
+            }
+            Directive::Busy(ms) => {
+                self.event(BackendEvent::Busy(true));
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                self.event(BackendEvent::Busy(false));
+                self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                self.complete().await;
+            }
+            Directive::Error => {
+                self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                let action = StateAction::ChatError(ChatErrorAction {
+                    turn_id: self.turn_id.clone(),
+                    duration: elapsed_ms(self.started),
+                    part: ErrorResponsePart {
+                        error: ErrorInfo {
+                            error_type: "echoError".to_owned(),
+                            message: "echo: asked to end the turn in an error".to_owned(),
+                            stack: None,
+                            meta: None,
+                        },
+                        resumable: Some(false),
+                    },
+                    meta: None,
+                });
+                self.finish(action).await;
+            }
+            Directive::Crash => {
+                tokio::time::sleep(Duration::from_millis(CHUNK_DELAY_MS)).await;
+                let _ = self.actor.send(ChatMsg::Crashed { turn_id: self.turn_id.clone() });
+                self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
+            }
+            Directive::Approve => {
+                let tool_call_id = format!("{}.tool", self.turn_id);
+                self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
+                    turn_id: self.turn_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                    meta: None,
+                    tool_name: TOOL_NAME.to_owned(),
+                    display_name: "Echo tool".to_owned(),
+                    intention: Some("Echo the message back".to_owned()),
+                    contributor: None,
+                }));
+                self.emit(StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+                    turn_id: self.turn_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                    meta: None,
+                    contributor: None,
+                    intention: None,
+                    invocation_message: StringOrMarkdown::Plain("Echo the message back".to_owned()),
+                    tool_input: None,
+                    confirmation_title: Some(StringOrMarkdown::Plain("Run the echo tool?".to_owned())),
+                    risk_assessment: None,
+                    edits: None,
+                    editable: None,
+                    confirmed: None,
+                    options: None,
+                }));
+                // A cancelled or closed turn drops the sender: end quietly.
+                let Ok(approved) = confirm.await else { return };
+                if approved {
+                    tokio::time::sleep(Duration::from_millis(CHUNK_DELAY_MS)).await;
+                    self.emit(StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+                        turn_id: self.turn_id.clone(),
+                        tool_call_id,
+                        meta: None,
+                        result: ToolCallResult {
+                            success: true,
+                            past_tense_message: StringOrMarkdown::Plain("Echoed the message".to_owned()),
+                            content: None,
+                            structured_content: None,
+                            error: None,
+                        },
+                        requires_result_confirmation: None,
+                    }));
+                    self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                } else {
+                    self.stream("Echo: tool denied", CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                }
+                self.complete().await;
+            }
+        }
+    }
+
+    /// Applies `action` to the turn's own copy and sends it to the host.
+    fn emit(&self, action: StateAction) {
+        apply(&self.scratch, &action);
+        self.event(BackendEvent::Action(action));
+    }
+
+    fn event(&self, event: BackendEvent) {
+        self.events.input(Input::Backend { chat: self.chat.clone(), event });
+    }
+
+    /// A markdown part, then `text` in up to four deltas spread over
+    /// `over_ms`.
+    async fn stream(&self, text: &str, over_ms: u64) {
+        let part_id = format!("{}.md", self.turn_id);
+        self.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
+            turn_id: self.turn_id.clone(),
+            part: ResponsePart::Markdown(MarkdownResponsePart { id: part_id.clone(), content: String::new() }),
+            meta: None,
+        }));
+        let chunks = chunks(text, MAX_CHUNKS);
+        let delay = over_ms / (chunks.len().max(1) as u64);
+        for chunk in chunks {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            self.emit(StateAction::ChatDelta(ChatDeltaAction {
+                turn_id: self.turn_id.clone(),
+                part_id: part_id.clone(),
+                content: chunk,
+                meta: None,
+            }));
+        }
+    }
+
+    async fn complete(&self) {
+        let action = StateAction::ChatTurnComplete(ChatTurnCompleteAction {
+            turn_id: self.turn_id.clone(),
+            duration: elapsed_ms(self.started),
+            meta: None,
+        });
+        self.finish(action).await;
+    }
+
+    /// Ends the turn with `action`: record it in the transcript first, then
+    /// tell the host. A turn cancelled meanwhile ends unheard.
+    async fn finish(&self, action: StateAction) {
+        apply(&self.scratch, &action);
+        let Some(turn) = finished_turn(&self.scratch, &self.turn_id) else { return };
+        let (ack, acked) = oneshot::channel();
+        let persist = ChatMsg::Persist { turn_id: self.turn_id.clone(), turn: Box::new(turn), ack };
+        if self.actor.send(persist).is_err() || acked.await.is_err() {
+            return;
+        }
+        self.event(BackendEvent::Action(action));
+    }
+}
+
+/// The directive a message starts with, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Directive {
+    Plain,
+    Fail,
+    Error,
+    Slow(u64),
+    Approve,
+    Crash,
+    Busy(u64),
+}
+
+impl Directive {
+    fn parse(text: &str) -> Directive {
+        let mut words = text.split_whitespace();
+        let ms = |word: Option<&str>, default: u64| word.and_then(|w| w.parse::<u64>().ok()).unwrap_or(default).min(MAX_DIRECTIVE_MS);
+        match words.next() {
+            Some("/fail") => Directive::Fail,
+            Some("/error") => Directive::Error,
+            Some("/approve") => Directive::Approve,
+            Some("/crash") => Directive::Crash,
+            Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
+            Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
+            _ => Directive::Plain,
+        }
+    }
+}
+
+/// `text` cut into at most `max` non-empty pieces on character boundaries.
+fn chunks(text: &str, max: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(max.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn failed(message: String) -> Outcome {
+    Outcome::Failed { message }
+}
+
+fn lock(m: &Mutex<ChatState>) -> MutexGuard<'_, ChatState> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn apply(scratch: &Mutex<ChatState>, action: &StateAction) {
+    let _ = apply_action_to_chat(&mut lock(scratch), action);
+}
+
+/// The turn `turn_id` once the reducer has moved it into `turns`.
+fn finished_turn(scratch: &Mutex<ChatState>, turn_id: &str) -> Option<Turn> {
+    lock(scratch).turns.iter().rev().find(|t| t.id == turn_id).cloned()
+}
+
+fn elapsed_ms(since: Instant) -> i64 {
+    i64::try_from(since.elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+}
+
+/// An empty chat the turn task applies its own actions to, so the finished
+/// turn is exactly what the reducers make of what was sent.
+fn scratch_chat(chat: &Uri) -> ChatState {
+    ChatState {
+        resource: chat.clone(),
+        title: String::new(),
+        status: 1,
+        activity: None,
+        modified_at: WallTime(wall_ms()).to_iso(),
+        changes: None,
+        origin: None,
+        movable: None,
+        interactivity: None,
+        working_directories: None,
+        changesets: None,
+        background_work: None,
+        canvases: None,
+        turns: Vec::new(),
+        turns_next_cursor: None,
+        active_turn: None,
+        steering_message: None,
+        queued_messages: None,
+        draft: None,
+        meta: None,
+    }
+}
+
+fn transcript_name(conversation_id: &str) -> String {
+    format!("{conversation_id}.json")
+}
+
+/// Reads a conversation's transcript.
+///
+/// Errors: missing, unreadable or unparsable, as a message a person can act
+/// on.
+async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<Vec<Turn>, String> {
+    let path = dir.join(transcript_name(conversation_id));
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
+    match read {
+        Ok(Ok(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(format!("echo: no conversation {conversation_id} to resume"))
+        }
+        Ok(Err(e)) => Err(format!("echo: could not read transcript {shown}: {e}")),
+        Err(e) => Err(format!("echo: read task failed: {e}")),
+    }
+}
+
+/// Replaces a conversation's transcript durably.
+///
+/// Errors: encoding or IO, as a message.
+async fn write_transcript(dir: &Path, conversation_id: &str, turns: &[Turn]) -> Result<(), String> {
+    let bytes = serde_json::to_vec(turns).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
+    let dir = dir.to_owned();
+    let name = transcript_name(conversation_id);
+    match tokio::task::spawn_blocking(move || fsutil::write_durable(&dir, &name, &bytes, None)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("echo: could not write transcript for {conversation_id}: {e}")),
+        Err(e) => Err(format!("echo: write task failed: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives() {
+        assert_eq!(Directive::parse("hello"), Directive::Plain);
+        assert_eq!(Directive::parse("/fail"), Directive::Fail);
+        assert_eq!(Directive::parse("/slow 500 please"), Directive::Slow(500));
+        assert_eq!(Directive::parse("/slow"), Directive::Slow(2_000));
+        assert_eq!(Directive::parse("/busy 99999999999"), Directive::Busy(MAX_DIRECTIVE_MS));
+        assert_eq!(Directive::parse("/approve"), Directive::Approve);
+        assert_eq!(Directive::parse("/failing"), Directive::Plain);
+    }
+
+    #[test]
+    fn chunking() {
+        assert_eq!(chunks("Echo: hello", 4).concat(), "Echo: hello");
+        assert_eq!(chunks("Echo: hello", 4).len(), 4);
+        assert_eq!(chunks("ab", 4), vec!["a", "b"]);
+        assert_eq!(chunks("é漢字", 2).concat(), "é漢字");
+        assert!(chunks("", 4).is_empty());
+    }
+}

@@ -1,0 +1,9 @@
+//! The executors: each turns one kind of core command into IO and reports
+//! the result back to the driver as an `Input`. They do not retry or time
+//! out by policy; they report.
+
+pub mod backend;
+pub mod echo;
+pub mod fsutil;
+pub mod net;
+pub mod store;

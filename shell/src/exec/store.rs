@@ -1,0 +1,275 @@
+//! The session store executor (`--sessions file|memory`).
+//!
+//! `file`: one JSON file per session at `<data-dir>/sessions/<key>.json`.
+//! Each write goes to a unique temp file in the same directory, is fsynced,
+//! renamed over the target, and the directory is fsynced; only then is
+//! `Input::Done { outcome: Ok }` sent. Commands run one at a time in issue
+//! order on one task; whatever queued up while a batch was being written is
+//! taken as the next batch and shares one directory fsync (group commit).
+//!
+//! `memory`: keeps nothing and answers `Ok` at once.
+//!
+//! No rule of the Sessions page lives here: the core decides what to write
+//! and when; this only makes it durable and reports.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use ahpd_core::{Input, OpId, Outcome, SessionRecord, StoreCmd};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::fsutil::{self, TEMP_MARKER};
+use crate::driver::EventSink;
+
+/// Which store `--sessions` chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    /// One durable JSON file per session (the default).
+    File,
+    /// Nothing kept: every write succeeds at once and a restart forgets.
+    Memory,
+}
+
+/// A handle on the running store executor.
+pub struct Store {
+    inner: Inner,
+}
+
+enum Inner {
+    File { queue: mpsc::UnboundedSender<(OpId, StoreCmd)>, task: JoinHandle<()> },
+    Memory { events: EventSink },
+}
+
+/// The file name a record with store key `key` lives in, or `None` when the
+/// key is not safe to use as a file name.
+fn file_name(key: &str) -> Option<String> {
+    fsutil::is_safe_component(key).then(|| format!("{key}.json"))
+}
+
+impl Store {
+    /// Starts the file store writing under `dir` (which must exist). Results
+    /// go to `events` as `Input::Done`.
+    pub fn file(dir: PathBuf, events: EventSink) -> Store {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_file_store(dir, rx, events));
+        Store { inner: Inner::File { queue, task } }
+    }
+
+    /// The memory store: every command answers `Ok` at once.
+    pub fn memory(events: EventSink) -> Store {
+        Store { inner: Inner::Memory { events } }
+    }
+
+    /// Queues one command; its `Input::Done { op, .. }` comes back through
+    /// the event channel once it is durable (or failed).
+    pub fn submit(&self, op: OpId, command: StoreCmd) {
+        match &self.inner {
+            Inner::File { queue, .. } => {
+                if queue.send((op, command)).is_err() {
+                    tracing::error!(op = op.0, "store executor is gone; write dropped");
+                }
+            }
+            Inner::Memory { events } => events.input(Input::Done { op, outcome: Outcome::Ok }),
+        }
+    }
+
+    /// Stops taking commands and waits until every queued write is on disk
+    /// (graceful shutdown).
+    pub async fn finish(self) {
+        if let Inner::File { queue, task } = self.inner {
+            drop(queue);
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "store executor ended abnormally");
+            }
+        }
+    }
+}
+
+async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, StoreCmd)>, events: EventSink) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let ops: Vec<OpId> = batch.iter().map(|(op, _)| *op).collect();
+        let dir = dir.clone();
+        let results = match tokio::task::spawn_blocking(move || write_batch(&dir, batch)).await {
+            Ok(results) => results,
+            Err(e) => {
+                let message = format!("store write task failed: {e}");
+                ops.into_iter().map(|op| (op, Outcome::Failed { message: message.clone() })).collect()
+            }
+        };
+        for (op, outcome) in results {
+            if let Outcome::Failed { message } = &outcome {
+                tracing::warn!(op = op.0, detail = %message, "store write failed");
+            }
+            events.input(Input::Done { op, outcome });
+        }
+    }
+}
+
+/// Executes `batch` in order, then fsyncs the directory once. A command
+/// whose own step failed, or every command when the directory fsync failed,
+/// is answered `Failed`.
+fn write_batch(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)> {
+    let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
+    for (op, command) in batch {
+        let result = match command {
+            StoreCmd::Put { record } => put(dir, &record),
+            StoreCmd::Delete { key } => delete(dir, &key),
+        };
+        results.push((op, result));
+    }
+    let dir_sync = fsutil::sync_dir(dir).map_err(|e| format!("could not sync {}: {e}", dir.display()));
+    results
+        .into_iter()
+        .map(|(op, result)| {
+            let outcome = match result.and_then(|()| dir_sync.clone()) {
+                Ok(()) => Outcome::Ok,
+                Err(message) => Outcome::Failed { message },
+            };
+            (op, outcome)
+        })
+        .collect()
+}
+
+fn put(dir: &Path, record: &SessionRecord) -> Result<(), String> {
+    let name = file_name(&record.key).ok_or_else(|| format!("refused unsafe store key {:?}", record.key))?;
+    let bytes = serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key))?;
+    fsutil::write_replace(dir, &name, &bytes, None).map_err(|e| format!("could not write {}: {e}", dir.join(&name).display()))
+}
+
+fn delete(dir: &Path, key: &str) -> Result<(), String> {
+    let name = file_name(key).ok_or_else(|| format!("refused unsafe store key {key:?}"))?;
+    match fs::remove_file(dir.join(&name)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("could not remove {}: {e}", dir.join(&name).display())),
+    }
+}
+
+/// Reads every record under `dir` at startup. A `*.json` file that does not
+/// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
+/// logged; stray temp files from an interrupted write are removed; a record
+/// whose key does not match its file name is left alone and skipped.
+///
+/// Errors: the directory cannot be read at all.
+pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
+    let mut names: Vec<String> = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a store directory entry");
+                continue;
+            }
+        };
+        match entry.file_name().into_string() {
+            Ok(name) => names.push(name),
+            Err(name) => tracing::warn!(name = ?name, "ignored a store file whose name is not UTF-8"),
+        }
+    }
+    names.sort();
+    let mut records = Vec::new();
+    for name in names {
+        let path = dir.join(&name);
+        if name.starts_with('.') && name.contains(TEMP_MARKER) {
+            match fs::remove_file(&path) {
+                Ok(()) => tracing::info!(file = %path.display(), "removed a stray temp file"),
+                Err(e) => tracing::warn!(file = %path.display(), error = %e, "could not remove a stray temp file"),
+            }
+            continue;
+        }
+        let Some(stem) = name.strip_suffix(".json") else { continue };
+        let parsed = fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(record) if record.key == stem => records.push(record),
+            Ok(record) => tracing::warn!(
+                file = %path.display(),
+                key = %record.key,
+                "skipped a record whose key does not match its file name"
+            ),
+            Err(error) => quarantine(dir, &name, wall_ms, &error),
+        }
+    }
+    Ok(records)
+}
+
+/// Renames an unreadable record aside, never overwriting an earlier one.
+fn quarantine(dir: &Path, name: &str, wall_ms: i64, error: &str) {
+    let from = dir.join(name);
+    let mut to = dir.join(format!("{name}.corrupt-{wall_ms}"));
+    let mut n = 1;
+    while to.exists() {
+        to = dir.join(format!("{name}.corrupt-{wall_ms}-{n}"));
+        n += 1;
+    }
+    match fs::rename(&from, &to) {
+        Ok(()) => tracing::warn!(
+            file = %from.display(),
+            moved_to = %to.display(),
+            error = %error,
+            "a session record does not parse; moved aside"
+        ),
+        Err(e) => tracing::warn!(
+            file = %from.display(),
+            error = %error,
+            rename_error = %e,
+            "a session record does not parse and could not be moved aside"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal record, built from JSON so new defaulted fields in the
+    /// core do not break this test.
+    fn record(key: &str) -> SessionRecord {
+        let at = "2026-01-01T00:00:00.000Z";
+        serde_json::from_value(serde_json::json!({
+            "format": 1, "key": key, "resource": "ahp-session:/abc", "provider": "echo",
+            "title": "t", "createdAt": at, "modifiedAt": at, "isRead": false, "isArchived": false,
+            "workingDirectories": [], "defaultChat": "ahp-chat:/ahp-session@abc",
+            "chats": [{"resource": "ahp-chat:/ahp-session@abc", "title": "", "conversationId": key,
+                       "modifiedAt": at, "status": 1}]
+        }))
+        .expect("a valid record")
+    }
+
+    #[test]
+    fn batch_put_delete_and_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let out = write_batch(
+            d,
+            vec![
+                (OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@abc")) }),
+                (OpId(2), StoreCmd::Put { record: Box::new(record("ahp-session@gone")) }),
+                (OpId(3), StoreCmd::Delete { key: "ahp-session@gone".to_owned() }),
+                (OpId(4), StoreCmd::Delete { key: "never-there".to_owned() }),
+                (OpId(5), StoreCmd::Delete { key: "../etc".to_owned() }),
+                (OpId(6), StoreCmd::Put { record: Box::new(record(".hidden")) }),
+            ],
+        );
+        let ok: Vec<bool> = out.iter().map(|(_, o)| *o == Outcome::Ok).collect();
+        assert_eq!(ok, vec![true, true, true, true, false, false]);
+        fs::write(d.join("broken.json"), b"{not json").expect("write");
+        fs::write(d.join(".x.json.tmp-1-2"), b"partial").expect("write");
+        let loaded = load(d, 42).expect("load");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].key, "ahp-session@abc");
+        assert!(d.join("broken.json.corrupt-42").exists());
+        assert!(!d.join("broken.json").exists());
+        assert!(!d.join(".x.json.tmp-1-2").exists());
+        // A second corrupt file at the same millisecond is not overwritten.
+        fs::write(d.join("broken.json"), b"{again").expect("write");
+        load(d, 42).expect("load");
+        assert!(d.join("broken.json.corrupt-42-1").exists());
+    }
+}

@@ -23,6 +23,9 @@ pub struct Listing {
     /// `list_default_max` (written to the log: the one case a client cannot
     /// see for itself).
     pub overflowed: bool,
+    /// External sessions the `showExternalSessions` mode hid from the rows
+    /// this page walked (written to the log).
+    pub hidden_external: usize,
 }
 
 /// The catalogue's order, kept as sessions are announced, move and go:
@@ -92,6 +95,7 @@ pub fn list(
     params: &ListSessionsParams,
     config: &Config,
     owner: Option<&Option<String>>,
+    external: &crate::external::ExternalFilter,
 ) -> Result<Listing, JsonRpcError> {
     let limit = match params.limit {
         None => config.list_default_max,
@@ -106,8 +110,13 @@ pub fn list(
         },
     };
     let mut rows: Vec<(RowKey, &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
+    let mut hidden = 0usize;
     for key in index.walk(after.as_ref()) {
         let Some(session) = sessions.get(&key.uri) else { continue };
+        if session.record.external && !external.shows(session.modified_at, &key.uri) {
+            hidden += 1;
+            continue;
+        }
         let keep = match owner {
             None => true,
             Some(None) => false,
@@ -125,5 +134,5 @@ pub fn list(
     let next_cursor = if more { rows.last().map(|(k, _)| cursor::encode(k, &config.cursor_secret)) } else { None };
     let overflowed = more && params.limit.is_none();
     let items = rows.into_iter().map(|(_, s)| s.summary()).collect();
-    Ok(Listing { page: ListSessionsResult { next_cursor, items }, overflowed })
+    Ok(Listing { page: ListSessionsResult { next_cursor, items }, overflowed, hidden_external: hidden })
 }

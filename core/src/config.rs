@@ -67,6 +67,15 @@ pub struct Config {
     /// nobody to name: no owners recorded, nobody refused (Sessions page,
     /// "Whose it is").
     pub users: Option<crate::grants::UsersDirectory>,
+    /// External transcript sources scanned for the catalogue besides the
+    /// agents (e.g. `claude` for Claude Code's own transcripts).
+    pub external_sources: Vec<String>,
+    /// How old the last scan may be before a listing starts another behind
+    /// its answer, in ms.
+    pub scan_interval_ms: u64,
+    /// The root config's initial `showExternalSessions` (Sessions page:
+    /// "none, the default").
+    pub show_external_sessions: crate::external::ExternalMode,
 }
 
 impl Default for Config {
@@ -83,6 +92,9 @@ impl Default for Config {
             turns_page_len: 50,
             cursor_secret: b"ahpd-default-cursor-secret".to_vec(),
             users: None,
+            external_sources: Vec::new(),
+            scan_interval_ms: 30_000,
+            show_external_sessions: crate::external::ExternalMode::None,
         }
     }
 }

@@ -59,6 +59,17 @@ pub enum Effect {
         /// What to write.
         command: StoreCmd,
     },
+    /// One pass over a backend's own transcripts, for the catalogue
+    /// (Sessions page, "Finding one": "the rows the last pass over the
+    /// machine's transcripts found"). Answered by `Input::Done { op,
+    /// outcome: Outcome::Scanned { .. } }`; a backend that keeps no
+    /// transcripts answers with no rows.
+    Scan {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// The backend or external source to scan (`echo`, `claude`).
+        provider: String,
+    },
     /// A line for the operator's log (one per session lifecycle event, and
     /// every refusal worth a look). Never carries secrets.
     Log(LogEvent),
@@ -70,6 +81,10 @@ pub enum BackendCmd {
     /// Start the chat's agent: a new conversation, or (when `resume`) the
     /// existing one, whose turns come back in `Outcome::Started::history`.
     Start {
+        /// The session the chat belongs to, so the backend can write it
+        /// down with the conversation (a restart with `--sessions memory`
+        /// finds the session again from the backend's own copy).
+        session: Uri,
         /// The conversation id: the client's own session id for a new
         /// session (Sessions page: "the backend is told that name"), or the
         /// id the backend recorded earlier.

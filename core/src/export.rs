@@ -260,6 +260,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         default_chat: format!("ahp-chat:/{key}"),
         chats,
         changes: None,
+        external: false,
     };
     Ok(Imported { record, turns })
 }
@@ -304,6 +305,7 @@ mod tests {
                 senders: [("t1".to_owned(), "alice".to_owned())].into_iter().collect(),
             }],
             changes: None,
+            external: false,
         }
     }
 

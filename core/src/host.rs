@@ -19,6 +19,7 @@ mod broadcast;
 mod chats;
 mod commands;
 mod connection;
+mod discovery;
 mod dispatch;
 mod residency;
 
@@ -54,6 +55,11 @@ pub struct Conn {
 /// What an in-flight command effect was for, by op id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
+    /// A pass over a backend's transcripts.
+    Scan {
+        /// The backend or source.
+        provider: String,
+    },
     /// Starting (or resuming) a chat's agent.
     Start {
         /// The session.
@@ -123,9 +129,22 @@ pub struct Host {
     pub(crate) chats: BTreeMap<Uri, Uri>,
     /// The catalogue's order over announced sessions.
     pub(crate) catalogue: crate::catalogue::Index,
+    /// Channels whose state this process ended (a session disposed or
+    /// refused at creation, a chat disposed). Their subscriptions ended
+    /// without a word on the channel, so a client may still hold the old
+    /// state; `reconnect` answers a listed one with snapshots, never a
+    /// replay onto that state (the URI may have been made anew since).
+    pub(crate) retired: BTreeSet<Uri>,
     pub(crate) ops: BTreeMap<OpId, Op>,
     pub(crate) replay: VecDeque<ActionEnvelope>,
     pub(crate) last_sweep: MonoTime,
+    /// Providers whose scan is in flight.
+    pub(crate) scans_in_flight: BTreeSet<String>,
+    /// When the last scan was started; `None` before the first.
+    pub(crate) last_scan_at: Option<MonoTime>,
+    /// The `recent` mode's cutoff, fixed when the first listing ran
+    /// (`Some(None)`: fewer than two sessions of this host's own then).
+    pub(crate) recent_cutoff: Option<Option<WallTime>>,
     pub(crate) stats: Stats,
     pub(crate) effects: Vec<Effect>,
 }
@@ -184,7 +203,7 @@ impl Host {
                 .collect(),
             active_sessions: Some(0),
             terminals: None,
-            config: None,
+            config: Some(crate::host::discovery::root_config(config.show_external_sessions)),
             meta: None,
         };
         let mut host = Host {
@@ -199,9 +218,13 @@ impl Host {
             sessions: BTreeMap::new(),
             chats: BTreeMap::new(),
             catalogue: crate::catalogue::Index::default(),
+            retired: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),
             last_sweep: now.mono,
+            scans_in_flight: BTreeSet::new(),
+            last_scan_at: None,
+            recent_cutoff: None,
             stats: Stats::default(),
             effects: Vec::new(),
         };
@@ -255,6 +278,7 @@ impl Host {
             wake_error: None,
             waiters: Vec::new(),
             parked: None,
+            put_owed: false,
             inbox: VecDeque::new(),
         };
         self.catalogue.insert(modified_at.0, &uri);
@@ -270,6 +294,11 @@ impl Host {
         // is clamped rather than trusted.
         let mono = now.mono.max(self.now.mono);
         self.now = Now { mono, wall: now.wall };
+        if self.last_scan_at.is_none() {
+            // The first input: the first pass over every backend's
+            // transcripts runs behind whatever it is.
+            self.start_scans();
+        }
         match input {
             Input::Connected { conn } => {
                 self.conns.insert(conn, Conn::default());
@@ -393,7 +422,12 @@ impl Host {
     }
 
     pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
-        let session = self.sessions.get(uri)?;
+        let session = self.sessions.get_mut(uri)?;
+        if session.parked.is_some() {
+            // Write-ahead ordering: see `Session::put_owed`.
+            session.put_owed = true;
+            return None;
+        }
         let record = Box::new(session.record.clone());
         let op = self.new_op(Op::StorePut { session: uri.clone() });
         self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });

@@ -68,6 +68,12 @@ pub enum Outcome {
         /// Why, in words a person can act on.
         message: String,
     },
+    /// `Effect::Scan` finished: the conversations the backend's own
+    /// transcripts hold, in any order.
+    Scanned {
+        /// One row per conversation.
+        rows: Vec<ScannedRow>,
+    },
     /// A command with nothing to return finished (close, delete, cancel,
     /// store write).
     Ok,
@@ -91,6 +97,28 @@ pub enum BackendEvent {
         /// What the backend said.
         message: String,
     },
+}
+
+/// One conversation a backend's transcripts hold, as a scan found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedRow {
+    /// The backend's id for the conversation (validated by the core before
+    /// it names anything).
+    pub conversation_id: String,
+    /// The session URI this host gave it, when the backend wrote it down
+    /// (a conversation this host ran); `None` for one a CLI wrote outside
+    /// this host (an external session).
+    pub session: Option<Uri>,
+    /// The chat URI this host gave it, when written down.
+    pub chat: Option<Uri>,
+    /// A title (custom title, summary or first prompt), possibly empty.
+    pub title: String,
+    /// The working directory recorded inside the transcript, as a URI.
+    pub working_directory: Option<Uri>,
+    /// When the conversation began (ms since the epoch).
+    pub created_at: crate::time::WallTime,
+    /// When it last changed (ms since the epoch).
+    pub modified_at: crate::time::WallTime,
 }
 
 /// Turns of each chat handed back by a resume, keyed by chat URI.

@@ -55,6 +55,10 @@ pub struct SessionRecord {
     /// The diff stat last read for the session, if any.
     #[serde(default)]
     pub changes: Option<ChangesSummary>,
+    /// A session a backend lists that this host never ran (Sessions page:
+    /// "external"), until a person's turn adopts it.
+    #[serde(default)]
+    pub external: bool,
 }
 
 /// One chat's durable record.

@@ -23,6 +23,7 @@ impl Host {
                 }
             }
             Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
+            Op::Scan { provider } => self.on_scanned(&provider, outcome),
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => {
                 if let Outcome::Failed { message } = &outcome {
@@ -86,7 +87,7 @@ impl Host {
                     ));
                     self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok => {
+                Outcome::Ok | Outcome::Scanned { .. } => {
                     self.forget_unborn(session_uri);
                     self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
                 }
@@ -103,7 +104,7 @@ impl Host {
                     Outcome::Failed { message } => {
                         session.wake_error.get_or_insert(message);
                     }
-                    Outcome::Ok => {
+                    Outcome::Ok | Outcome::Scanned { .. } => {
                         session.wake_history.insert(chat.clone(), Vec::new());
                     }
                 }
@@ -123,7 +124,7 @@ impl Host {
                 Outcome::Failed { message } => {
                     self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok => {}
+                Outcome::Ok | Outcome::Scanned { .. } => {}
             },
             _ => self.stats.stale_ops += 1,
         }
@@ -132,8 +133,10 @@ impl Host {
     /// Removes a session whose creation was refused: it never existed.
     fn forget_unborn(&mut self, session_uri: &Uri) {
         if let Some(s) = self.sessions.remove(session_uri) {
+            self.retired.insert(session_uri.clone());
             for chat in &s.record.chats {
                 self.chats.remove(&chat.resource);
+                self.retired.insert(chat.resource.clone());
             }
             for c in self.conns.values_mut() {
                 c.subscriptions.remove(session_uri);
@@ -245,7 +248,11 @@ impl Host {
                     s.busy = false;
                     s.sends_in_flight.clear();
                 }
-                self.set_phase(&session_uri, Phase::Asleep);
+                // Ending the turn may already have let the agents go (a
+                // failed creation, or an eviction once the turn ended).
+                if self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live) {
+                    self.set_phase(&session_uri, Phase::Asleep);
+                }
             }
             BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
         }

@@ -157,6 +157,9 @@ impl Host {
         }
         let fresh = session.summary();
         let Some(old) = session.sent_summary.replace(fresh.clone()) else { return };
+        if !self.shown_to_clients(session_uri) {
+            return;
+        }
         let changes = PartialSessionSummary {
             provider: None,
             title: (old.title != fresh.title).then(|| fresh.title.clone()),
@@ -207,11 +210,20 @@ impl Host {
         let mut meta = resident.session.meta.clone().unwrap_or_default();
         let status_value = serde_json::Value::from(status);
         let activity_value = activity.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null);
-        if meta.get("ahpd.status") == Some(&status_value) && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value {
+        let external_now = meta.get("vscode.external") == Some(&serde_json::Value::Bool(true));
+        if meta.get("ahpd.status") == Some(&status_value)
+            && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value
+            && external_now == session.record.external
+        {
             return;
         }
         meta.insert("ahpd.status".to_owned(), status_value);
         meta.insert("ahpd.activity".to_owned(), activity_value);
+        if session.record.external {
+            meta.insert("vscode.external".to_owned(), serde_json::Value::Bool(true));
+        } else {
+            meta.remove("vscode.external");
+        }
         let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
         self.emit(session_uri, action, None);
     }
@@ -242,6 +254,9 @@ impl Host {
         self.catalogue.insert(modified, session_uri);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         session.sent_summary = Some(summary.clone());
+        if !self.shown_to_clients(session_uri) {
+            return;
+        }
         let params = ahp_types::notifications::SessionAddedParams {
             channel: ROOT_RESOURCE_URI.to_owned(),
             summary,

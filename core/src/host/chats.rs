@@ -143,6 +143,7 @@ impl Host {
                     provider,
                     chat_uri.clone(),
                     BackendCmd::Start {
+                        session: session_uri.clone(),
                         conversation_id: record.conversation_id.clone(),
                         working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
                         resume: false,
@@ -158,6 +159,7 @@ impl Host {
                     provider,
                     chat_uri.clone(),
                     BackendCmd::Start {
+                        session: session_uri.clone(),
                         conversation_id: record.conversation_id.clone(),
                         working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
                         resume: false,
@@ -240,6 +242,7 @@ impl Host {
             resident.turn_started_mono.remove(&chat);
         }
         self.chats.remove(&chat);
+        self.retired.insert(chat.clone());
         for c in self.conns.values_mut() {
             c.subscriptions.remove(&chat);
         }

@@ -90,6 +90,7 @@ impl Host {
                 senders: BTreeMap::new(),
             }],
             changes: None,
+            external: false,
         };
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
@@ -105,6 +106,7 @@ impl Host {
                 session: state,
                 chats: [(default_chat.clone(), chat)].into_iter().collect(),
                 turn_started_mono: BTreeMap::new(),
+                born_seq: self.server_seq,
             }),
             can_resume: self.agent_can_resume(&provider),
             busy: false,
@@ -117,6 +119,7 @@ impl Host {
             wake_error: None,
             waiters: Vec::new(),
             parked: None,
+            put_owed: false,
             inbox: VecDeque::new(),
             record,
         };
@@ -127,6 +130,7 @@ impl Host {
             provider,
             default_chat,
             BackendCmd::Start {
+                session: uri.clone(),
                 conversation_id: rid.store_key(),
                 working_directory: working_directories.first().cloned(),
                 resume: false,
@@ -210,8 +214,21 @@ impl Host {
             // The record is still on disk: the session stays, asleep, and the
             // client is told its dispose did not happen.
             self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
+            // Its agents were torn down: nothing runs in it any more, so it
+            // sleeps with nothing in hand and its running turns fail.
+            let running: Vec<(Uri, String)> = self
+                .sessions
+                .get(uri)
+                .and_then(|s| s.resident.as_ref())
+                .map(|r| r.chats.iter().filter_map(|(c, s)| s.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect())
+                .unwrap_or_default();
             if let Some(s) = self.sessions.get_mut(uri) {
-                s.phase = Phase::Asleep;
+                s.busy = false;
+                s.sends_in_flight.clear();
+            }
+            self.set_phase(uri, Phase::Asleep);
+            for (chat, turn_id) in running {
+                self.fail_turn(uri, &chat, &turn_id, "the session's agent was torn down by a dispose that did not finish");
             }
             return;
         }
@@ -222,12 +239,14 @@ impl Host {
             self.chats.remove(&chat.resource);
             channels.push(chat.resource.clone());
         }
+        self.retired.extend(channels.iter().cloned());
         for c in self.conns.values_mut() {
             for ch in &channels {
                 c.subscriptions.remove(ch);
             }
         }
-        if session.announced {
+        let shown = session.announced && (!session.record.external || self.external_filter().shows(session.modified_at, uri));
+        if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),
                 session: uri.clone(),
@@ -257,14 +276,22 @@ impl Host {
                 return self.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
             }
         };
-        match crate::catalogue::list(&self.catalogue, &self.sessions, &params, &self.config, owner_filter.as_ref()) {
+        self.note_first_listing();
+        let external = self.external_filter();
+        match crate::catalogue::list(&self.catalogue, &self.sessions, &params, &self.config, owner_filter.as_ref(), &external) {
             Ok(result) => {
+                if result.hidden_external > 0 {
+                    self.log(LogLevel::Info, "catalogue.external_hidden", None, format!(
+                        "showExternalSessions={} hid {} external sessions", self.external_mode().name(), result.hidden_external
+                    ));
+                }
                 if result.overflowed {
                     self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
                         "listSessions without a limit answered {} rows of a larger catalogue", result.page.items.len()
                     ));
                 }
                 self.reply(conn, id, serde_json::to_value(result.page).unwrap_or_default());
+                self.refresh_if_stale();
             }
             Err(e) => self.reply_error(conn, id, e),
         }
@@ -287,6 +314,11 @@ impl Host {
             return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&params.channel))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
+        if matches!(session.phase, Phase::Disposing { .. }) {
+            // Nothing would wake it to answer a waiter: refuse now, as
+            // `subscribe` does.
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
+        }
         let Some(resident) = session.resident.as_ref() else {
             session.waiters.push(Waiter::Request { conn, id, method: "fetchTurns".to_owned(), params: raw });
             self.wake(&session_uri);

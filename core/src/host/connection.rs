@@ -88,7 +88,15 @@ impl Host {
         }
         let oldest = self.replay.front().map(|e| e.server_seq);
         let replayable = last_seen >= self.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
-        let result = if replayable && last_seen <= self.server_seq {
+        // A channel whose state is not held, was made after the client
+        // last heard from us (evicted and rebuilt from its backend), or
+        // whose URI this process retired (disposed, perhaps made anew since)
+        // cannot be brought up to date by replay: answer with snapshots.
+        let rebuilt = live.iter().filter(|uri| *uri != ROOT_RESOURCE_URI).any(|uri| {
+            let state = self.session_of(uri).and_then(|s| self.sessions.get(&s)).and_then(|s| s.resident.as_ref());
+            self.retired.contains(uri) || state.is_none_or(|r| r.born_seq >= last_seen)
+        });
+        let result = if replayable && last_seen <= self.server_seq && !rebuilt {
             let actions = self
                 .replay
                 .iter()

@@ -91,7 +91,7 @@ impl Host {
         let channel = params.channel;
         let origin = self.origin_of(conn, params.client_seq);
         if channel == ROOT_RESOURCE_URI {
-            return self.reject(conn, &channel, params.action, origin, "root actions are not accepted from clients by this host".to_owned());
+            return self.on_root_action(conn, channel, params.action, origin);
         }
         // An action for a channel that does not exist is dropped silently.
         let Some(session_uri) = self.session_of(&channel) else { return };
@@ -111,6 +111,24 @@ impl Host {
             return;
         }
         self.process_action(&session_uri, queued);
+    }
+
+    /// A client action on the root channel: only `root/configChanged` of
+    /// `showExternalSessions`.
+    fn on_root_action(&mut self, conn: ConnId, channel: Uri, action: StateAction, origin: Option<ActionOrigin>) {
+        let StateAction::RootConfigChanged(change) = &action else {
+            return self.reject(conn, &channel, action, origin, "this root action is not accepted from clients".to_owned());
+        };
+        if let Err(e) = self.authorize(conn, crate::grants::Operation::SessionConfigure) {
+            return self.reject(conn, &channel, action, origin, e.message);
+        }
+        if let Err(reason) = self.change_root_config(change) {
+            return self.reject(conn, &channel, action, origin, reason);
+        }
+        let before = self.external_filter();
+        if self.emit(&channel, action, origin) {
+            self.reconcile_external(before);
+        }
     }
 
     /// Validates one action against the session's current state and either
@@ -249,6 +267,9 @@ impl Host {
             }
             (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
         }
+        if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.put_owed)) {
+            self.store_put(session_uri);
+        }
         self.drain_inbox(session_uri);
     }
 
@@ -292,6 +313,7 @@ impl Host {
                 self.mark_activity(session_uri);
                 self.touch(session_uri);
                 self.maybe_title_from(session_uri, &message.text);
+                self.adopt(session_uri);
                 self.after_chat_change(session_uri, &q.channel);
                 self.recount_active();
                 self.send_turn(session_uri, q.channel, turn_id, message);

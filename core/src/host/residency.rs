@@ -69,6 +69,13 @@ impl Host {
         for chat in chats {
             self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
         }
+        // A session sleeps with nothing running: sends not yet acknowledged
+        // (a failed creation lets its agents go with an earlier send's
+        // answer still out) and background work went with the agents.
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.sends_in_flight.clear();
+            s.busy = false;
+        }
         self.set_phase(uri, Phase::Asleep);
     }
 
@@ -155,7 +162,7 @@ impl Host {
                 Op::Start { session: uri.clone(), chat: chat.clone() },
                 provider.clone(),
                 chat,
-                BackendCmd::Start { conversation_id, working_directory: working_directory.clone(), resume },
+                BackendCmd::Start { session: uri.clone(), conversation_id, working_directory: working_directory.clone(), resume },
             );
             ops.insert(op);
         }
@@ -208,6 +215,7 @@ impl Host {
                 session: state,
                 chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
                 turn_started_mono: Default::default(),
+                born_seq: self.server_seq,
             });
         }
         session.wake_history.clear();

@@ -62,6 +62,9 @@ pub fn is_legal(from: &Phase, to: &Phase) -> bool {
             | (Waking, Live)
             | (Waking, Asleep)
             | (Waking, Disposing { .. })
+            // The store could not drop the record: the dispose did not
+            // happen and the session stays, asleep.
+            | (Disposing { .. }, Asleep)
     )
 }
 

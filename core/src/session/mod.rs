@@ -28,6 +28,11 @@ pub struct Resident {
     pub chats: BTreeMap<Uri, ChatState>,
     /// Monotonic start time of each chat's running turn, for durations.
     pub turn_started_mono: BTreeMap<Uri, MonoTime>,
+    /// The `serverSeq` when this state was made (a new session, or one
+    /// rebuilt from its backend after an eviction). A client that last
+    /// heard from the host at or before it holds an older state of the same
+    /// URI, which no replay can bring up to date.
+    pub born_seq: u64,
 }
 
 /// Something that asked for a session while it was waking, answered when
@@ -164,6 +169,11 @@ pub struct Session {
     pub waiters: Vec<Waiter>,
     /// A client action waiting for its store write.
     pub parked: Option<Parked>,
+    /// A record write held back while `parked` is in flight: the in-memory
+    /// record lacks the parked change until it is durable, so writing it
+    /// then would land after the parked write and undo it on disk. It is
+    /// written once the parked write settles.
+    pub put_owed: bool,
     /// Client actions and commands queued behind the parked one, in
     /// arrival order.
     pub inbox: VecDeque<Queued>,

@@ -134,6 +134,12 @@ pub fn aggregate_activity<'a>(
     }
 }
 
+/// `_meta` of an external session's row and state: `vscode.external: true`
+/// (Sessions page, "Finding one").
+pub fn external_meta() -> serde_json::Map<String, serde_json::Value> {
+    [("vscode.external".to_owned(), serde_json::Value::Bool(true))].into_iter().collect()
+}
+
 impl Session {
     /// The session's aggregate status: chat activity plus its own flags.
     pub fn status(&self) -> (u32, Option<String>) {
@@ -194,7 +200,7 @@ impl Session {
             created_at: self.created_at.to_iso(),
             modified_at: self.modified_at.to_iso(),
             changes: self.record.changes.clone(),
-            meta: None,
+            meta: self.record.external.then(external_meta),
             chats: Some(chats),
             default_chat: Some(self.record.default_chat.clone()),
         }

@@ -23,6 +23,13 @@ impl Backends {
         Backends { echo: Echo::new(echo_dir, events.clone()), events }
     }
 
+    /// One pass over `provider`'s own transcripts for the catalogue. No
+    /// executor lists its transcripts yet, so every scan answers no rows.
+    pub fn scan(&mut self, op: OpId, provider: &str) {
+        tracing::debug!(provider, "scan: no transcript listing for this provider");
+        self.events.input(Input::Done { op, outcome: Outcome::Scanned { rows: Vec::new() } });
+    }
+
     /// Routes one command to `provider`'s executor; its answer comes back as
     /// `Input::Done { op, .. }`.
     pub fn execute(&mut self, op: OpId, provider: &str, chat: Uri, command: BackendCmd) {

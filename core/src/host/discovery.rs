@@ -1,0 +1,387 @@
+//! The catalogue's second half: passes over the backends' own transcripts
+//! (Sessions page, "Finding one"), external sessions, and the root config's
+//! `showExternalSessions`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ahp_types::actions::RootConfigChangedAction;
+use ahp_types::state::{ConfigPropertySchema, ConfigSchema, RootConfigState};
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+
+use super::{Host, Op};
+use crate::effect::{Effect, LogLevel};
+use crate::external::{ExternalFilter, ExternalMode};
+use crate::ids::{self, ResourceId};
+use crate::input::{Outcome, ScannedRow};
+use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::session::{Phase, Session};
+use crate::time::WallTime;
+
+/// The root config key.
+pub const SHOW_EXTERNAL: &str = "showExternalSessions";
+
+/// The root config state: one property, `showExternalSessions`.
+pub fn root_config(mode: ExternalMode) -> RootConfigState {
+    let property = ConfigPropertySchema {
+        r#type: "string".to_owned(),
+        title: "Show external sessions".to_owned(),
+        description: Some("Which sessions that agents' own CLIs wrote outside this host the catalogue lists.".to_owned()),
+        default: Some(serde_json::Value::from("none")),
+        r#enum: Some(ExternalMode::ALL.iter().map(|m| serde_json::Value::from(m.name())).collect()),
+        enum_labels: Some(vec![
+            "None".to_owned(),
+            "Recent".to_owned(),
+            "Last 24 hours".to_owned(),
+            "Last 7 days".to_owned(),
+            "Last 30 days".to_owned(),
+        ]),
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+    };
+    RootConfigState {
+        schema: ConfigSchema {
+            r#type: "object".to_owned(),
+            properties: [(SHOW_EXTERNAL.to_owned(), property)].into_iter().collect(),
+            required: None,
+        },
+        values: [(SHOW_EXTERNAL.to_owned(), serde_json::Value::from(mode.name()))].into_iter().collect(),
+    }
+}
+
+impl Host {
+    /// The current `showExternalSessions` mode, from the root config.
+    pub(crate) fn external_mode(&self) -> ExternalMode {
+        self.root
+            .config
+            .as_ref()
+            .and_then(|c| c.values.get(SHOW_EXTERNAL))
+            .and_then(|v| v.as_str())
+            .and_then(ExternalMode::parse)
+            .unwrap_or_default()
+    }
+
+    /// Which external sessions are shown now.
+    pub(crate) fn external_filter(&self) -> ExternalFilter {
+        let externals: Vec<(WallTime, Uri)> = self
+            .sessions
+            .values()
+            .filter(|s| s.record.external && s.announced)
+            .map(|s| (s.modified_at, s.record.resource.clone()))
+            .collect();
+        ExternalFilter::new(self.external_mode(), self.now.wall, &externals, self.recent_cutoff.flatten())
+    }
+
+    /// Whether root subscribers are told about this session: every session
+    /// of this host's own, and the external ones the mode shows.
+    pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
+        match self.sessions.get(uri) {
+            Some(s) if s.record.external => self.external_filter().shows(s.modified_at, uri),
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Fixes the `recent` cutoff the first time a listing runs: the second
+    /// most recent update of a session of this host's own.
+    pub(crate) fn note_first_listing(&mut self) {
+        if self.recent_cutoff.is_some() {
+            return;
+        }
+        let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.announced && !s.record.external).map(|s| s.modified_at).collect();
+        own.sort_by(|a, b| b.cmp(a));
+        self.recent_cutoff = Some(own.get(1).copied());
+    }
+
+    /// Starts a scan of every agent and external source that has none in
+    /// flight.
+    pub(crate) fn start_scans(&mut self) {
+        let mut providers: BTreeSet<String> = self.config.agents.iter().map(|a| a.provider.clone()).collect();
+        providers.extend(self.config.external_sources.iter().cloned());
+        self.last_scan_at = Some(self.now.mono);
+        for provider in providers {
+            if self.scans_in_flight.insert(provider.clone()) {
+                let op = self.new_op(Op::Scan { provider: provider.clone() });
+                self.effects.push(Effect::Scan { op, provider });
+            }
+        }
+    }
+
+    /// After a listing: a refresh runs behind the answer when the last pass
+    /// is older than `scan_interval_ms`.
+    pub(crate) fn refresh_if_stale(&mut self) {
+        let stale = self.last_scan_at.is_none_or(|t| self.now.mono >= t.plus_ms(self.config.scan_interval_ms));
+        if stale {
+            self.start_scans();
+        }
+    }
+
+    /// Merges one pass over `provider`'s transcripts into the catalogue and
+    /// tells every client what moved: a conversation of this host's own
+    /// whose record was lost (a `--sessions memory` restart) comes back
+    /// unread and unarchived; one a CLI wrote outside this host is listed as
+    /// external; an external one whose transcript is gone goes.
+    pub(crate) fn on_scanned(&mut self, provider: &str, outcome: Outcome) {
+        self.scans_in_flight.remove(provider);
+        let rows = match outcome {
+            Outcome::Scanned { rows } => rows,
+            Outcome::Failed { message } => {
+                return self.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
+            }
+            _ => return,
+        };
+        let mut known: BTreeMap<String, Uri> = BTreeMap::new();
+        for (uri, s) in &self.sessions {
+            if s.record.provider == provider {
+                for c in &s.record.chats {
+                    known.insert(c.conversation_id.clone(), uri.clone());
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        let mut skipped = 0usize;
+        for row in rows {
+            if ids::validate_id(&row.conversation_id).is_err() {
+                skipped += 1;
+                continue;
+            }
+            seen.insert(row.conversation_id.clone());
+            if let Some(uri) = known.get(&row.conversation_id).cloned() {
+                self.refresh_external(&uri, &row);
+                continue;
+            }
+            match row.session.clone() {
+                Some(session) => self.rediscover(provider, &session, row),
+                None => self.discover_external(provider, row),
+            }
+        }
+        if skipped > 0 {
+            self.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
+        }
+        // External sessions whose transcript went, untouched here, go too.
+        let gone: Vec<Uri> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| {
+                s.record.provider == provider
+                    && s.record.external
+                    && s.resident.is_none()
+                    && s.phase == Phase::Asleep
+                    && s.record.chats.iter().all(|c| !seen.contains(&c.conversation_id))
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uri in gone {
+            self.forget_listed(&uri);
+        }
+    }
+
+    /// An external row already listed: its title and times may have moved.
+    fn refresh_external(&mut self, uri: &Uri, row: &ScannedRow) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        if !session.record.external || session.resident.is_some() {
+            return;
+        }
+        let was = session.modified_at;
+        session.modified_at = session.modified_at.max(row.modified_at);
+        session.record.modified_at = session.modified_at.to_iso();
+        if !row.title.is_empty() {
+            session.record.title = row.title.clone();
+        }
+        let now = session.modified_at;
+        self.catalogue.moved(was.0, now.0, uri);
+        self.summary_changed(uri);
+    }
+
+    fn insert_listed(&mut self, record: SessionRecord, id: ResourceId) {
+        let uri = id.uri();
+        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
+        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
+        for chat in &record.chats {
+            self.chats.insert(chat.resource.clone(), uri.clone());
+        }
+        let can_resume = self.agent_can_resume(&record.provider);
+        let session = Session {
+            id,
+            record,
+            created_at,
+            modified_at,
+            announced: false,
+            sent_summary: None,
+            start_owed: false,
+            phase: Phase::Asleep,
+            resident: None,
+            can_resume,
+            busy: false,
+            last_activity: self.now.mono,
+            last_used: 0,
+            sends_in_flight: BTreeMap::new(),
+            pending_sends: Vec::new(),
+            phase_ops: BTreeSet::new(),
+            wake_history: BTreeMap::new(),
+            wake_error: None,
+            waiters: Vec::new(),
+            parked: None,
+            inbox: VecDeque::new(),
+            put_owed: false,
+        };
+        self.sessions.insert(uri.clone(), session);
+        self.announce(&uri);
+    }
+
+    fn record_from_row(&self, provider: &str, id: &ResourceId, chat: Uri, row: &ScannedRow, external: bool) -> SessionRecord {
+        let created = row.created_at.min(row.modified_at);
+        SessionRecord {
+            format: RECORD_FORMAT,
+            key: id.store_key(),
+            resource: id.uri(),
+            provider: provider.to_owned(),
+            title: row.title.clone(),
+            created_at: created.to_iso(),
+            modified_at: row.modified_at.to_iso(),
+            is_read: false,
+            is_archived: false,
+            working_directories: row.working_directory.iter().cloned().collect(),
+            config: Default::default(),
+            owner: None,
+            scope: None,
+            default_chat: chat.clone(),
+            chats: vec![ChatRecord {
+                resource: chat,
+                title: String::new(),
+                conversation_id: row.conversation_id.clone(),
+                modified_at: row.modified_at.to_iso(),
+                status: 1,
+                fresh: false,
+                senders: Default::default(),
+            }],
+            changes: None,
+            external,
+        }
+    }
+
+    /// A conversation this host ran whose record the store does not hold:
+    /// listed again, under the URI the backend wrote down.
+    fn rediscover(&mut self, provider: &str, session: &Uri, row: ScannedRow) {
+        let Ok(id) = ResourceId::parse(session) else { return };
+        let default_chat = format!("ahp-chat:/{}", id.store_key());
+        let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or(default_chat);
+        if self.sessions.contains_key(&id.uri()) || self.chats.contains_key(&chat) {
+            return;
+        }
+        let record = self.record_from_row(provider, &id, chat, &row, false);
+        let uri = id.uri();
+        self.insert_listed(record, id);
+        self.store_put(&uri);
+        self.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
+    }
+
+    /// A conversation a CLI wrote outside this host: listed as external
+    /// under `<provider>:/<id>`.
+    fn discover_external(&mut self, provider: &str, row: ScannedRow) {
+        let Ok(id) = ResourceId::parse(&format!("{provider}:/{}", row.conversation_id)) else { return };
+        let chat = format!("ahp-chat:/{}", id.store_key());
+        if self.sessions.contains_key(&id.uri()) || self.chats.contains_key(&chat) {
+            return;
+        }
+        let record = self.record_from_row(provider, &id, chat, &row, true);
+        self.insert_listed(record, id);
+    }
+
+    /// Removes a listed session that is gone from its backend, telling root
+    /// subscribers that were shown it.
+    fn forget_listed(&mut self, uri: &Uri) {
+        let shown = self.shown_to_clients(uri);
+        let Some(session) = self.sessions.remove(uri) else { return };
+        if session.announced {
+            self.catalogue.remove(session.modified_at.0, uri);
+        }
+        for chat in &session.record.chats {
+            self.chats.remove(&chat.resource);
+        }
+        if shown {
+            let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri.clone() };
+            self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+        }
+    }
+
+    /// A person's turn went out in an external session: it is adopted (the
+    /// mark goes, every mode lists it) and clients that were not shown it
+    /// are told `root/sessionAdded`.
+    pub(crate) fn adopt(&mut self, uri: &Uri) {
+        let was_shown = self.shown_to_clients(uri);
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        if !session.record.external {
+            return;
+        }
+        session.record.external = false;
+        let summary = session.summary();
+        session.sent_summary = Some(summary.clone());
+        self.store_put(uri);
+        if !was_shown {
+            let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
+            self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        } else {
+            self.summary_changed(uri);
+        }
+        self.log(LogLevel::Info, "session.adopted", Some(uri.clone()), String::new());
+    }
+
+    /// A client changed the root config: only `showExternalSessions`, only
+    /// to one of its modes. Every client is told which external sessions it
+    /// now shows and which it no longer does.
+    pub(crate) fn change_root_config(&mut self, action: &RootConfigChangedAction) -> Result<(), String> {
+        for (key, value) in &action.config {
+            if key != SHOW_EXTERNAL {
+                return Err(format!("unknown root config key {}", ids::printable(key)));
+            }
+            if value.as_str().and_then(ExternalMode::parse).is_none() {
+                return Err(format!("{SHOW_EXTERNAL} must be one of none, recent, last24Hours, last7Days, last30Days"));
+            }
+        }
+        if action.replace == Some(true) && !action.config.contains_key(SHOW_EXTERNAL) {
+            return Err(format!("a replacing root config must name {SHOW_EXTERNAL}"));
+        }
+        Ok(())
+    }
+
+    /// After the mode changed from `before`: sessionAdded / sessionRemoved
+    /// for every external session whose visibility moved.
+    pub(crate) fn reconcile_external(&mut self, before: ExternalFilter) {
+        let after = self.external_filter();
+        let externals: Vec<(Uri, WallTime)> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.record.external && s.announced)
+            .map(|(u, s)| (u.clone(), s.modified_at))
+            .collect();
+        let mut added = 0;
+        let mut removed = 0;
+        for (uri, modified) in externals {
+            match (before.shows(modified, &uri), after.shows(modified, &uri)) {
+                (false, true) => {
+                    added += 1;
+                    let Some(session) = self.sessions.get_mut(&uri) else { continue };
+                    let summary = session.summary();
+                    session.sent_summary = Some(summary.clone());
+                    let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
+                    self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+                }
+                (true, false) => {
+                    removed += 1;
+                    let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri };
+                    self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+                }
+                _ => {}
+            }
+        }
+        self.log(LogLevel::Info, "catalogue.external_mode", None, format!(
+            "{} now: {added} external sessions shown, {removed} no longer shown", self.external_mode().name()
+        ));
+    }
+}

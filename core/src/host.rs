@@ -356,6 +356,13 @@ impl Host {
     pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
         use crate::protocol::error::*;
         let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
+        const METHODS: &[&str] = &[
+            "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
+            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat",
+        ];
+        if !METHODS.contains(&method) {
+            return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
+        }
         match method {
             "ping" => self.reply(conn, id, serde_json::Value::Null),
             "initialize" => self.on_initialize(conn, id, params),

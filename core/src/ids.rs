@@ -105,6 +105,19 @@ pub fn validate_id(id: &str) -> Result<(), IdError> {
     Ok(())
 }
 
+/// Validates a backend conversation id or a store key: the id rule, with
+/// `@` also allowed (the host's own keys are `scheme@id`). Such ids name
+/// files in backends' transcript folders, so the same refusals apply.
+pub fn validate_conversation_id(id: &str) -> Result<(), IdError> {
+    match id.split_once('@') {
+        Some((scheme, rest)) => {
+            validate_scheme(scheme)?;
+            validate_id(rest)
+        }
+        None => validate_id(id),
+    }
+}
+
 /// `text` with control characters escaped and cut to 80 characters, for
 /// error messages and logs.
 pub fn printable(text: &str) -> String {

@@ -146,7 +146,7 @@ impl Host {
         let mut seen = BTreeSet::new();
         let mut skipped = 0usize;
         for row in rows {
-            if ids::validate_id(&row.conversation_id).is_err() {
+            if ids::validate_conversation_id(&row.conversation_id).is_err() {
                 skipped += 1;
                 continue;
             }

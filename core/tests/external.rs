@@ -1,0 +1,156 @@
+//! External sessions and rediscovery (Sessions page, "Finding one", and the
+//! `--sessions memory` paragraph of "The life of a session").
+
+mod harness;
+
+use ahpd_core::{Config, Effect, Outcome, ScannedRow, WallTime};
+use harness::Harness;
+use serde_json::{json, Value};
+
+const DAY: i64 = 24 * 60 * 60 * 1000;
+
+fn config() -> Config {
+    Config { external_sources: vec!["claude".into()], residency_limit: 0, sleep_after_ms: 0, ..Config::default() }
+}
+
+/// Answers the pending scan of `provider` with `rows`.
+fn answer_scan(h: &mut Harness, provider: &str, rows: Vec<ScannedRow>) {
+    let pos = h
+        .pending
+        .iter()
+        .position(|e| matches!(e, Effect::Scan { provider: p, .. } if p == provider))
+        .unwrap_or_else(|| panic!("no scan of {provider} pending"));
+    let Effect::Scan { op, .. } = h.pending.remove(pos) else { unreachable!() };
+    h.done(op, Outcome::Scanned { rows });
+}
+
+fn external(id: &str, modified: i64) -> ScannedRow {
+    ScannedRow {
+        conversation_id: id.into(),
+        session: None,
+        chat: None,
+        title: format!("claude {id}"),
+        working_directory: Some("file:///w/a_b".into()),
+        created_at: WallTime(modified - 1000),
+        modified_at: WallTime(modified),
+    }
+}
+
+fn set_mode(h: &mut Harness, mode: &str) {
+    h.dispatch(1, "ahp-root://", 1, json!({"type": "root/configChanged", "config": {"showExternalSessions": mode}}));
+}
+
+fn notifications(frames: &[Value], method: &str) -> Vec<String> {
+    frames
+        .iter()
+        .filter(|f| f["method"] == method)
+        .map(|f| f["params"]["summary"]["resource"].as_str().or(f["params"]["session"].as_str()).unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn external_sessions_follow_the_mode_and_every_client_is_told() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("e1", now - DAY / 2), external("e2", now - 3 * DAY), external("e3", now - 20 * DAY)]);
+    assert!(h.list(1).is_empty(), "none: the default shows no external session");
+    h.frames(1);
+    set_mode(&mut h, "last7Days");
+    let frames = h.frames(1);
+    let mut added = notifications(&frames, "root/sessionAdded");
+    added.sort();
+    assert_eq!(added, ["claude:/e1", "claude:/e2"]);
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["_meta"]["vscode.external"] == true));
+    set_mode(&mut h, "last24Hours");
+    let frames = h.frames(1);
+    assert_eq!(notifications(&frames, "root/sessionRemoved"), ["claude:/e2"]);
+    set_mode(&mut h, "everything");
+    let frames = h.frames(1);
+    assert!(frames.iter().any(|f| f["params"]["rejectionReason"].is_string()), "an unknown mode is refused");
+    assert_eq!(h.list(1).len(), 1);
+}
+
+#[test]
+fn a_person_turn_adopts_an_external_session() {
+    // An agent that resumes claude conversations lets a turn adopt one;
+    // opening it alone keeps it external.
+    let mut cfg = config();
+    cfg.agents.push(ahpd_core::AgentSpec { provider: "claude".into(), ..ahpd_core::AgentSpec::echo() });
+    let mut h = Harness::new(cfg);
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("e1", now - DAY)]);
+    h.frames(1);
+    let chat = "ahp-chat:/claude@e1";
+    let rid = h.send_request(1, "subscribe", json!({"channel": chat}));
+    h.settle();
+    assert!(h.take_reply(1, rid).expect("reply")["result"]["snapshot"].is_object());
+    assert!(h.list(1).is_empty(), "opened but still external under none");
+    h.start_turn(1, chat, 1, "t1", "take over");
+    h.settle();
+    let frames = h.frames(1);
+    assert_eq!(notifications(&frames, "root/sessionAdded"), ["claude:/e1"]);
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0]["_meta"].is_null(), "the mark went: {}", rows[0]);
+}
+
+#[test]
+fn a_conversation_whose_record_was_lost_comes_back_unread_and_unarchived() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    let row = ScannedRow {
+        conversation_id: "ahp-session@mine".into(),
+        session: Some("ahp-session:/mine".into()),
+        chat: Some("ahp-chat:/ahp-session@mine".into()),
+        title: "mine".into(),
+        working_directory: None,
+        created_at: WallTime(now - 5000),
+        modified_at: WallTime(now - 1000),
+    };
+    answer_scan(&mut h, "echo", vec![row]);
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["resource"], "ahp-session:/mine");
+    assert_eq!(rows[0]["status"].as_u64().unwrap_or(0) & 96, 0, "unread, unarchived");
+    assert!(rows[0]["_meta"].is_null(), "this host's own, not external");
+    let cmds = h.store_ops();
+    assert!(!cmds.is_empty(), "its record is written back");
+}
+
+#[test]
+fn the_recent_mode_shows_the_two_newest_not_older_than_the_second_own_update() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("a", now - 3 * DAY), external("b", now - 2 * DAY), external("c", now - DAY)]);
+    set_mode(&mut h, "recent");
+    let mut uris: Vec<String> = h.list(1).iter().map(|r| r["resource"].as_str().unwrap_or("").to_owned()).collect();
+    uris.sort();
+    assert_eq!(uris, ["claude:/b", "claude:/c"]);
+}
+
+#[test]
+fn a_vanished_external_transcript_goes_and_hostile_ids_are_skipped() {
+    let mut h = Harness::new(Config { scan_interval_ms: 0, ..config() });
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("keep", now), external("gone", now), external("../x", now)]);
+    set_mode(&mut h, "last30Days");
+    assert_eq!(h.list(1).len(), 2, "the hostile id is never listed");
+    h.frames(1);
+    // The listing started a refresh behind its answer.
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("keep", now)]);
+    let frames = h.frames(1);
+    assert_eq!(notifications(&frames, "root/sessionRemoved"), ["claude:/gone"]);
+}
+

@@ -76,6 +76,39 @@ pub struct Config {
     /// The root config's initial `showExternalSessions` (Sessions page:
     /// "none, the default").
     pub show_external_sessions: crate::external::ExternalMode,
+    /// Bounds on what one client may ask of the host.
+    pub limits: Limits,
+}
+
+/// Bounds on what one client may ask of the host; each refusal is a clear
+/// JSON-RPC error (or a rejected action) and a log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest frame decoded, in bytes.
+    pub frame_max_bytes: usize,
+    /// Most channels one connection may subscribe to.
+    pub subscriptions_per_conn: usize,
+    /// Largest message text in a turn or a draft, in bytes.
+    pub message_text_max_bytes: usize,
+    /// Frames per second one connection may send, on average.
+    pub frames_per_second: u32,
+    /// Frames one connection may send in a burst above the average.
+    pub frames_burst: u32,
+    /// Most requests of one connection waiting for a wake at once.
+    pub pending_requests_per_conn: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            frame_max_bytes: crate::protocol::codec::FRAME_MAX_BYTES,
+            subscriptions_per_conn: 1024,
+            message_text_max_bytes: 1024 * 1024,
+            frames_per_second: 200,
+            frames_burst: 1000,
+            pending_requests_per_conn: 256,
+        }
+    }
 }
 
 impl Default for Config {
@@ -95,6 +128,7 @@ impl Default for Config {
             external_sources: Vec::new(),
             scan_interval_ms: 30_000,
             show_external_sessions: crate::external::ExternalMode::None,
+            limits: Limits::default(),
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct Conn {
     pub subscriptions: BTreeSet<Uri>,
     /// Who it authenticated as, on a host with a users directory.
     pub principal: Option<crate::grants::Principal>,
+    /// Frame credit left (token bucket), in thousandths of a frame.
+    pub credit_milli: u64,
+    /// When the credit was last topped up.
+    pub credit_at: MonoTime,
 }
 
 /// What an in-flight command effect was for, by op id.
@@ -301,7 +305,8 @@ impl Host {
         }
         match input {
             Input::Connected { conn } => {
-                self.conns.insert(conn, Conn::default());
+                let conn_state = self.fresh_conn();
+                self.conns.insert(conn, conn_state);
             }
             Input::Frame { conn, text } => self.on_frame(conn, &text),
             Input::Disconnected { conn } => self.on_disconnected(conn),
@@ -343,9 +348,25 @@ impl Host {
         if !self.conns.contains_key(&conn) {
             // A frame for a connection the host never saw connect: accept it
             // as connected rather than drop the client's request.
-            self.conns.insert(conn, Conn::default());
+            let conn_state = self.fresh_conn();
+            self.conns.insert(conn, conn_state);
         }
-        match codec::decode(text) {
+        if !self.take_frame_credit(conn) {
+            let limit = self.config.limits.frames_per_second;
+            self.log(LogLevel::Warn, "limit.rate", None, format!("connection {} sends more than {limit} frames/s", conn.0));
+            let id = match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+                Ok(Incoming::Request { id, .. }) => Some(id),
+                _ => None,
+            };
+            if let Some(id) = id {
+                self.reply_error(conn, id, crate::protocol::error::error(
+                    crate::protocol::error::INVALID_REQUEST,
+                    format!("rate limit: more than {limit} frames per second; slow down"),
+                ));
+            }
+            return;
+        }
+        match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
             Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
             Ok(Incoming::Response) => {}
@@ -392,6 +413,33 @@ impl Host {
             _ => self.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
                 "ignored notification {}", crate::ids::printable(method)
             )),
+        }
+    }
+
+    fn fresh_conn(&self) -> Conn {
+        Conn {
+            credit_milli: u64::from(self.config.limits.frames_burst) * 1000,
+            credit_at: self.now.mono,
+            ..Conn::default()
+        }
+    }
+
+    /// Token bucket: tops the connection's credit up for the time passed
+    /// and takes one frame's worth; false when none is left.
+    fn take_frame_credit(&mut self, conn: ConnId) -> bool {
+        let limits = &self.config.limits;
+        let cap = u64::from(limits.frames_burst.max(1)) * 1000;
+        let rate = u64::from(limits.frames_per_second.max(1));
+        let now = self.now.mono;
+        let Some(c) = self.conns.get_mut(&conn) else { return false };
+        let elapsed_ms = now.0.saturating_sub(c.credit_at.0);
+        c.credit_milli = c.credit_milli.saturating_add(elapsed_ms.saturating_mul(rate)).min(cap);
+        c.credit_at = now;
+        if c.credit_milli >= 1000 {
+            c.credit_milli -= 1000;
+            true
+        } else {
+            false
         }
     }
 

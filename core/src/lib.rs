@@ -42,7 +42,7 @@ pub mod session;
 pub mod time;
 pub mod transcript;
 
-pub use config::{AgentSpec, Config};
+pub use config::{AgentSpec, Config, Limits};
 pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
 pub use host::{Host, HostView};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};

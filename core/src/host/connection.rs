@@ -137,6 +137,9 @@ impl Host {
         if let Err(e) = self.authorize(conn, op) {
             return self.reply_error(conn, id, e);
         }
+        if let Some(e) = self.subscriptions_full(conn, &params.channel) {
+            return self.reply_error(conn, id, e);
+        }
         let view_turns = params.view.as_ref().and_then(|v| v.turns).map(|n| n.max(1) as usize);
         if params.channel == ROOT_RESOURCE_URI {
             let snapshot = self.snapshot(&params.channel, None);
@@ -155,6 +158,9 @@ impl Host {
         }
         self.touch(&session_uri);
         if !resident {
+            if let Some(e) = self.waiting_full(conn) {
+                return self.reply_error(conn, id, e);
+            }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 s.waiters.push(Waiter::Request { conn, id, method: "subscribe".to_owned(), params: raw });
             }
@@ -168,6 +174,33 @@ impl Host {
             self.wake(&session_uri);
         }
         self.check_residency();
+    }
+
+    /// The -32602 refusal when `conn` may not take one more subscription.
+    fn subscriptions_full(&mut self, conn: ConnId, channel: &str) -> Option<ahp_types::messages::JsonRpcError> {
+        let max = self.config.limits.subscriptions_per_conn;
+        let c = self.conns.get(&conn)?;
+        if c.subscriptions.contains(channel) || c.subscriptions.len() < max {
+            return None;
+        }
+        self.log(LogLevel::Warn, "limit.subscriptions", None, format!("connection {} holds {max} subscriptions", conn.0));
+        Some(error(INVALID_PARAMS, format!("too many subscriptions: a connection may hold {max}; unsubscribe first")))
+    }
+
+    /// The -32602 refusal when `conn` already has as many requests waiting
+    /// for wakes as it may.
+    fn waiting_full(&mut self, conn: ConnId) -> Option<ahp_types::messages::JsonRpcError> {
+        let max = self.config.limits.pending_requests_per_conn;
+        let waiting: usize = self
+            .sessions
+            .values()
+            .map(|s| s.waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
+            .sum();
+        if waiting < max {
+            return None;
+        }
+        self.log(LogLevel::Warn, "limit.pending_requests", None, format!("connection {} has {max} requests waiting", conn.0));
+        Some(error(INVALID_PARAMS, format!("too many requests waiting: a connection may have {max} waiting at once")))
     }
 
     fn subscribe_conn(&mut self, conn: ConnId, channel: &Uri) {

@@ -198,6 +198,10 @@ impl Host {
                 let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
                 match action {
                     StateAction::ChatTurnStarted(a) => {
+                        let max = self.config.limits.message_text_max_bytes;
+                        if a.message.text.len() > max {
+                            return Err(format!("message text larger than the limit of {max} bytes"));
+                        }
                         if a.message.origin.kind != MessageKind::User {
                             return Err("a turn from a client must carry a user message".into());
                         }
@@ -234,6 +238,9 @@ impl Host {
                         } else {
                             Err("no such tool call is waiting for confirmation".into())
                         }
+                    }
+                    StateAction::ChatDraftChanged(d) if d.draft.as_ref().is_some_and(|m| m.text.len() > self.config.limits.message_text_max_bytes) => {
+                        Err(format!("draft text larger than the limit of {} bytes", self.config.limits.message_text_max_bytes))
                     }
                     StateAction::ChatDraftChanged(d) => match &d.draft {
                         Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),

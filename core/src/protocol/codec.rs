@@ -83,10 +83,15 @@ pub struct DecodeError {
 /// that is not a non-negative integer, or a frame over [`FRAME_MAX_BYTES`]
 /// → -32600.
 pub fn decode(text: &str) -> Result<Incoming, DecodeError> {
-    if text.len() > FRAME_MAX_BYTES {
+    decode_bounded(text, FRAME_MAX_BYTES)
+}
+
+/// [`decode`] with a frame limit of `max_bytes`.
+pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeError> {
+    if text.len() > max_bytes {
         return Err(DecodeError {
             id: None,
-            error: error(INVALID_REQUEST, format!("frame larger than {FRAME_MAX_BYTES} bytes")),
+            error: error(INVALID_REQUEST, format!("frame larger than the limit of {max_bytes} bytes")),
         });
     }
     let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {

@@ -78,6 +78,10 @@ pub struct Config {
     pub show_external_sessions: crate::external::ExternalMode,
     /// Bounds on what one client may ask of the host.
     pub limits: Limits,
+    /// The policy store: which providers and folders each user, team or
+    /// role may use (default: allow everything). Replaced at run time by
+    /// `Input::PolicyChanged` (SIGHUP).
+    pub policy: crate::policy::Policy,
 }
 
 /// Bounds on what one client may ask of the host; each refusal is a clear
@@ -129,6 +133,7 @@ impl Default for Config {
             scan_interval_ms: 30_000,
             show_external_sessions: crate::external::ExternalMode::None,
             limits: Limits::default(),
+            policy: crate::policy::Policy::default(),
         }
     }
 }

@@ -312,6 +312,10 @@ impl Host {
             Input::Disconnected { conn } => self.on_disconnected(conn),
             Input::Done { op, outcome } => self.on_done(op, outcome),
             Input::Backend { chat, event } => self.on_backend_event(&chat, event),
+            Input::PolicyChanged(policy) => {
+                self.config.policy = policy;
+                self.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.config.policy.rules.len()));
+            }
             Input::Tick => {}
         }
         self.fire_due();

@@ -46,6 +46,9 @@ pub enum Input {
         /// What happened.
         event: BackendEvent,
     },
+    /// The operator reloaded the policy store (SIGHUP); it applies to
+    /// sessions created from now on.
+    PolicyChanged(crate::policy::Policy),
     /// Only time moved. Early or repeated ticks are no-ops.
     Tick,
 }

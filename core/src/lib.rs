@@ -35,6 +35,7 @@ pub mod host;
 pub mod ids;
 pub mod input;
 pub mod invariants;
+pub mod policy;
 pub mod protocol;
 pub mod record;
 pub mod rng;

@@ -197,3 +197,24 @@ fn with_no_users_directory_the_owner_filter_answers_no_rows() {
     assert_eq!(r["result"]["items"], json!([]));
     assert_eq!(h.list(1).len(), 1);
 }
+
+#[test]
+fn a_policy_that_forbids_a_provider_refuses_that_user_and_leaves_nothing() {
+    use ahpd_core::policy::{Effect, Policy, Rule};
+    let policy = Policy { rules: vec![Rule { who: "user:guest".into(), providers: vec![], folders: vec![], effect: Effect::Deny },
+        Rule { who: "user:other".into(), providers: vec!["echo".into()], folders: vec![], effect: Effect::Deny }] };
+    let mut h = Harness::new(Config { users: Some(directory()), policy, ..Config::default() });
+    login(&mut h, 1, "other");
+    login(&mut h, 2, "owner");
+    let r = h.request(1, "createSession", json!({"channel": "ahp-session:/p1", "provider": "echo"}));
+    assert_eq!(r["error"]["code"], -32009);
+    assert!(r["error"]["message"].as_str().unwrap_or("").contains("policy"));
+    assert!(h.host.view().sessions.is_empty() && h.store_ops().is_empty() && h.backend_cmds().is_empty());
+    let (uri, _) = h.create(2, "p1");
+    assert!(h.host.view().sessions.contains_key(&uri), "another user's create succeeds");
+    // A reloaded policy applies to the next create.
+    h.input(ahpd_core::Input::PolicyChanged(Policy::default()));
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/p2", "provider": "echo"}));
+    h.settle();
+    assert_eq!(h.take_reply(1, rid).expect("reply")["result"], Value::Null);
+}

@@ -46,6 +46,15 @@ impl Host {
             Ok(s) => s,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        // The policy store is asked about the harness and the machine before
+        // anything exists: a refusal is a session that never existed.
+        let principal = self.conns.get(&conn).and_then(|c| c.principal.clone());
+        let asked_provider = params.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        let folder = params.working_directories.as_ref().and_then(|d| d.first().cloned());
+        if let Err(reason) = self.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
+            self.log(LogLevel::Warn, "session.policy_refused", Some(params.channel.clone()), reason.clone());
+            return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+        }
         let uri = rid.uri();
         let default_chat = format!("ahp-chat:/{}", rid.store_key());
         if self.sessions.contains_key(&uri) || self.chats.contains_key(&default_chat) {

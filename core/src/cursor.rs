@@ -13,8 +13,11 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 const MAC_BYTES: usize = 16;
+/// Longest session URI a cursor names, in bytes: a 64-byte scheme, `:/`
+/// and a 256-byte id (`ids`).
+pub const URI_MAX_BYTES: usize = 64 + 2 + crate::ids::ID_MAX_BYTES;
 /// Longest cursor text accepted, in characters.
-pub const CURSOR_MAX_CHARS: usize = 2 * (8 + 512 + MAC_BYTES);
+pub const CURSOR_MAX_CHARS: usize = 2 * (8 + URI_MAX_BYTES + MAC_BYTES);
 
 /// The sort key of one catalogue row: most recently modified first, then
 /// URI ascending.

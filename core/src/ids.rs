@@ -94,6 +94,11 @@ pub fn validate_id(id: &str) -> Result<(), IdError> {
     if id.starts_with('.') || id.starts_with('-') {
         return Err(IdError(format!("id {} may not start with '.' or '-'", printable(id))));
     }
+    // Ids also name git refs (refs/agents/<id>/...): refuse what
+    // `git check-ref-format` refuses within one component.
+    if id.contains("..") || id.ends_with('.') || id.ends_with(".lock") {
+        return Err(IdError(format!("id {} may not hold '..' or end with '.' or '.lock'", printable(id))));
+    }
     let stem = id.split('.').next().unwrap_or(id).to_ascii_uppercase();
     let reserved = matches!(stem.as_str(), "CON" | "PRN" | "AUX" | "NUL")
         || ((stem.starts_with("COM") || stem.starts_with("LPT"))
@@ -157,6 +162,9 @@ mod tests {
             "ahp-session:/CON",
             "ahp-session:/com1.txt",
             "ahp-session:/-rf",
+            "ahp-session:/a..b",
+            "ahp-session:/x.lock",
+            "ahp-session:/trailing.",
             "no-colon-slash",
             "Bad Scheme:/x",
             "",

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cli;
 mod driver;
 mod exec;
 
@@ -37,6 +38,10 @@ struct Cli {
 enum Command {
     /// Serve AHP over WebSocket until SIGINT/SIGTERM.
     Serve(ServeArgs),
+    /// Export or import one session as a plain JSON file.
+    Session(cli::SessionArgs),
+    /// Work with the whole session store (list).
+    Sessions(cli::SessionsArgs),
     /// Print the version and exit.
     Version,
 }
@@ -56,16 +61,27 @@ struct ServeArgs {
     #[arg(long, env = "AHPD_SESSIONS", value_enum, default_value = "file")]
     sessions: StoreKind,
     /// Minutes of quiet after which a session's agent is let go; 0 = never.
-    #[arg(long, env = "AHPD_SLEEP_AFTER_MINUTES", default_value_t = 30)]
-    sleep_after_minutes: u64,
+    #[arg(long, env = "AHPD_SLEEP_AFTER_MINUTES", default_value_t = 30.0, value_parser = parse_minutes)]
+    sleep_after_minutes: f64,
     /// Most sessions kept resident; 0 = no limit.
     #[arg(long, env = "AHPD_RESIDENCY_LIMIT", default_value_t = 10)]
     residency_limit: usize,
+    /// Claude Code's transcripts folder, listed as external sessions
+    /// (`claude:/<id>`) [default: ~/.claude/projects when it exists]; an
+    /// empty value or a missing folder lists none. Only read, never written.
+    #[arg(long, env = "AHPD_CLAUDE_PROJECTS", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
+    claude_projects: Option<PathBuf>,
+    /// The root config's initial `showExternalSessions`: none, recent,
+    /// last24Hours, last7Days or last30Days.
+    #[arg(long, env = "AHPD_SHOW_EXTERNAL_SESSIONS", default_value = "none", value_parser = parse_external_mode)]
+    show_external_sessions: ahpd_core::external::ExternalMode,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Session(args) => cli::run_session(args),
+        Command::Sessions(args) => cli::run_sessions(args),
         Command::Version => {
             println!("ahpd {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
@@ -155,11 +171,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     for dir in [&data_dir, &sessions_dir, &echo_dir] {
         create_dir(dir)?;
     }
+    let claude_projects = claude_projects_root(args.claude_projects.as_deref());
     let config = Config {
         host_name: host_name(),
-        sleep_after_ms: args.sleep_after_minutes.saturating_mul(60_000),
+        // Fractions of a minute are allowed (tests use seconds); the value
+        // is finite and non-negative (checked by `parse_minutes`).
+        sleep_after_ms: (args.sleep_after_minutes * 60_000.0).round() as u64,
         residency_limit: args.residency_limit,
         cursor_secret: cursor_secret(&data_dir)?,
+        external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
+        show_external_sessions: args.show_external_sessions,
         ..Config::default()
     };
     let now = clock.now();
@@ -191,7 +212,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         StoreKind::File => Store::file(sessions_dir, events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
-    let backends = Backends::new(echo_dir, events.clone());
+    let backends = Backends::new(echo_dir, events.clone()).with_claude_projects(claude_projects);
     let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
     drop(events);
 
@@ -229,4 +250,37 @@ async fn shutdown_signal(accept: tokio::task::JoinHandle<()>) {
         () = term => tracing::info!("SIGTERM"),
     }
     accept.abort();
+}
+
+/// Parses `--sleep-after-minutes`: a finite, non-negative number of minutes
+/// (fractions allowed, e.g. `0.5`); 0 means never.
+fn parse_minutes(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) if m.is_finite() && m >= 0.0 && m <= 1.0e9 => Ok(m),
+        _ => Err(format!("{text:?} is not a number of minutes (0 or more, fractions allowed)")),
+    }
+}
+
+/// Parses `--show-external-sessions` (one of the root config's modes).
+fn parse_external_mode(text: &str) -> Result<ahpd_core::external::ExternalMode, String> {
+    ahpd_core::external::ExternalMode::parse(text)
+        .ok_or_else(|| format!("{text:?} is not one of none, recent, last24Hours, last7Days, last30Days"))
+}
+
+/// The Claude Code transcripts folder to scan: `--claude-projects` when
+/// given (empty: none), else `~/.claude/projects` when it exists. A folder
+/// that is not there is said once in the log and scanned as none.
+fn claude_projects_root(flag: Option<&Path>) -> Option<PathBuf> {
+    let root = match flag {
+        Some(p) if p.as_os_str().is_empty() => return None,
+        Some(p) => p.to_owned(),
+        None => exec::claude::default_root()?,
+    };
+    if root.is_dir() {
+        tracing::info!(root = %root.display(), "listing Claude Code transcripts as external sessions");
+        Some(root)
+    } else {
+        tracing::warn!(root = %root.display(), "no Claude Code transcripts folder there; none are listed");
+        None
+    }
 }

@@ -1,33 +1,73 @@
 //! Backend executors keyed by provider. Each `Effect::Backend` goes to the
 //! executor for its provider; a provider with no executor is answered
-//! `Outcome::Failed` at once.
+//! `Outcome::Failed` at once. Each `Effect::Scan` runs one pass over that
+//! provider's transcripts on a blocking thread, off the driver task.
 
 use std::path::PathBuf;
 
 use ahp_types::Uri;
-use ahpd_core::{BackendCmd, Input, OpId, Outcome};
+use ahpd_core::{BackendCmd, Input, OpId, Outcome, ScannedRow};
 
-use super::echo::Echo;
+use super::claude;
+use super::echo::{self, Echo};
 use crate::driver::EventSink;
 
-/// Every backend this daemon can drive.
+/// Every backend this daemon can drive, and the transcript sources it scans.
 pub struct Backends {
     echo: Echo,
+    echo_dir: PathBuf,
+    claude_projects: Option<PathBuf>,
     events: EventSink,
 }
 
 impl Backends {
     /// The built-in backends: `echo`, keeping its transcripts in `echo_dir`
-    /// (which must exist).
+    /// (which must exist). No external source is scanned until
+    /// [`Backends::with_claude_projects`] names one.
     pub fn new(echo_dir: PathBuf, events: EventSink) -> Backends {
-        Backends { echo: Echo::new(echo_dir, events.clone()), events }
+        Backends { echo: Echo::new(echo_dir.clone(), events.clone()), echo_dir, claude_projects: None, events }
     }
 
-    /// One pass over `provider`'s own transcripts for the catalogue. No
-    /// executor lists its transcripts yet, so every scan answers no rows.
+    /// Scans Claude Code's transcripts under `root` (`~/.claude/projects`)
+    /// for the `claude` source; `None` scans none.
+    pub fn with_claude_projects(mut self, root: Option<PathBuf>) -> Backends {
+        self.claude_projects = root;
+        self
+    }
+
+    /// One pass over `provider`'s own transcripts for the catalogue, on a
+    /// blocking thread; the rows come back as `Input::Done { op, outcome:
+    /// Scanned { .. } }`, or `Failed` when the pass could not run. A
+    /// provider that keeps no transcripts answers no rows.
     pub fn scan(&mut self, op: OpId, provider: &str) {
-        tracing::debug!(provider, "scan: no transcript listing for this provider");
-        self.events.input(Input::Done { op, outcome: Outcome::Scanned { rows: Vec::new() } });
+        let pass: Box<dyn FnOnce() -> Result<Vec<ScannedRow>, String> + Send> = match provider {
+            "echo" => {
+                let dir = self.echo_dir.clone();
+                Box::new(move || echo::scan(&dir))
+            }
+            claude::PROVIDER => match self.claude_projects.clone() {
+                Some(root) => Box::new(move || scan_claude(&root)),
+                None => Box::new(|| Ok(Vec::new())),
+            },
+            other => {
+                tracing::debug!(provider = other, "scan: no transcript listing for this provider");
+                Box::new(|| Ok(Vec::new()))
+            }
+        };
+        let events = self.events.clone();
+        let provider = provider.to_owned();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let outcome = match tokio::task::spawn_blocking(pass).await {
+                Ok(Ok(rows)) => {
+                    tracing::debug!(provider, rows = rows.len(), ms = started.elapsed().as_millis() as u64, "scan finished");
+                    Outcome::Scanned { rows }
+                }
+                Ok(Err(message)) => Outcome::Failed { message },
+                Err(e) => Outcome::Failed { message: format!("the scan task failed: {e}") },
+            };
+            events.input(Input::Done { op, outcome });
+        });
     }
 
     /// Routes one command to `provider`'s executor; its answer comes back as
@@ -44,4 +84,24 @@ impl Backends {
             }
         }
     }
+}
+
+/// One pass over Claude Code's transcripts, logging what it skipped in one
+/// line.
+fn scan_claude(root: &std::path::Path) -> Result<Vec<ScannedRow>, String> {
+    let report = claude::scan(root)?;
+    if report.refused > 0 || report.unreadable > 0 || report.symlinks > 0 {
+        tracing::warn!(
+            root = %root.display(),
+            files = report.files,
+            refused = report.refused,
+            unreadable = report.unreadable,
+            symlinks_not_followed = report.symlinks,
+            "claude transcripts skipped by the scan"
+        );
+    }
+    if report.bad_lines > 0 {
+        tracing::info!(root = %root.display(), bad_lines = report.bad_lines, "claude transcripts hold lines that do not parse (skipped)");
+    }
+    Ok(report.rows)
 }

@@ -1,8 +1,15 @@
 //! The built-in `echo` backend: a deterministic agent that streams back
 //! `Echo: <message>` for every turn, and keeps its own transcript of each
-//! conversation at `<data-dir>/echo/<conversation_id>.json` (a JSON array of
-//! `ahp_types::state::Turn`), so a session comes back after a sleep or a
-//! restart the way it would from a real agent's own transcript.
+//! conversation at `<data-dir>/echo/<conversation_id>.json`, so a session
+//! comes back after a sleep or a restart the way it would from a real
+//! agent's own transcript.
+//!
+//! A transcript is one JSON object: `{session, chat, title,
+//! workingDirectory?, createdAt, modifiedAt, turns}` (`turns` a list of
+//! `ahp_types::state::Turn`). It names the session and chat this host gave
+//! the conversation, so a restart with `--sessions memory` (which keeps no
+//! store records) finds the session again through [`scan`]. The first
+//! format, a bare JSON array of turns, is still read.
 //!
 //! Every chat gets one actor task that takes that chat's commands in issue
 //! order; a running turn is a task of its own that streams actions as
@@ -36,7 +43,8 @@ use ahp_types::state::{
     ChatState, ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message, ResponsePart, ToolCallResult, Turn,
 };
 use ahp_types::Uri;
-use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, WallTime};
+use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, ScannedRow, WallTime};
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -98,6 +106,7 @@ enum ChatMsg {
 /// A running conversation.
 struct Agent {
     conversation_id: String,
+    header: Header,
     transcript: Vec<Turn>,
     running: Option<Running>,
 }
@@ -158,24 +167,45 @@ impl Actor {
 
     async fn command(&mut self, command: BackendCmd) -> Outcome {
         match command {
-            BackendCmd::Start { conversation_id, working_directory: _, resume, session: _ } => {
+            BackendCmd::Start { conversation_id, working_directory, resume, session } => {
                 self.stop_turn(false).await;
                 self.agent = None;
                 if !fsutil::is_safe_component(&conversation_id) {
                     return failed(format!("echo: refused conversation id {conversation_id:?}"));
                 }
-                let history = if resume {
+                let now = WallTime(wall_ms()).to_iso();
+                let (header, history) = if resume {
                     match read_transcript(&self.dir, &conversation_id).await {
-                        Ok(turns) => turns,
+                        // The host's names for the conversation win over
+                        // what the file says: they are what it runs under now.
+                        Ok(stored) => (
+                            Header {
+                                session,
+                                chat: self.chat.clone(),
+                                title: stored.title,
+                                working_directory: working_directory.or(stored.working_directory),
+                                created_at: stored.created_at.unwrap_or_else(|| now.clone()),
+                                modified_at: stored.modified_at.unwrap_or(now),
+                            },
+                            stored.turns,
+                        ),
                         Err(message) => return failed(message),
                     }
                 } else {
-                    if let Err(message) = write_transcript(&self.dir, &conversation_id, &[]).await {
+                    let header = Header {
+                        session,
+                        chat: self.chat.clone(),
+                        title: String::new(),
+                        working_directory,
+                        created_at: now.clone(),
+                        modified_at: now,
+                    };
+                    if let Err(message) = write_transcript(&self.dir, &conversation_id, &header, &[]).await {
                         return failed(message);
                     }
-                    Vec::new()
+                    (header, Vec::new())
                 };
-                self.agent = Some(Agent { conversation_id: conversation_id.clone(), transcript: history.clone(), running: None });
+                self.agent = Some(Agent { conversation_id: conversation_id.clone(), header, transcript: history.clone(), running: None });
                 Outcome::Started { conversation_id, history }
             }
             BackendCmd::Send { turn_id, message } => self.send(turn_id, message),
@@ -280,9 +310,16 @@ impl Actor {
 
     /// Writes the running conversation's transcript; a failure is logged
     /// (the turn was still had, and the next save retries the whole file).
-    async fn save(&self) {
-        let Some(agent) = self.agent.as_ref() else { return };
-        if let Err(message) = write_transcript(&self.dir, &agent.conversation_id, &agent.transcript).await {
+    /// The first turn's message names a conversation that has no title yet.
+    async fn save(&mut self) {
+        let Some(agent) = self.agent.as_mut() else { return };
+        agent.header.modified_at = WallTime(wall_ms()).to_iso();
+        if agent.header.title.is_empty() {
+            if let Some(first) = agent.transcript.first() {
+                agent.header.title = ahpd_core::transcript::clean_title(&first.message.text);
+            }
+        }
+        if let Err(message) = write_transcript(&self.dir, &agent.conversation_id, &agent.header, &agent.transcript).await {
             tracing::warn!(chat = %self.chat, detail = %message, "echo transcript not saved");
         }
     }
@@ -542,16 +579,73 @@ fn transcript_name(conversation_id: &str) -> String {
     format!("{conversation_id}.json")
 }
 
-/// Reads a conversation's transcript.
+/// What a transcript file says about its conversation besides the turns.
+#[derive(Debug, Clone, PartialEq)]
+struct Header {
+    session: Uri,
+    chat: Uri,
+    title: String,
+    working_directory: Option<Uri>,
+    created_at: String,
+    modified_at: String,
+}
+
+/// A transcript as written.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileOut<'a> {
+    session: &'a str,
+    chat: &'a str,
+    title: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    working_directory: Option<&'a str>,
+    created_at: &'a str,
+    modified_at: &'a str,
+    turns: &'a [Turn],
+}
+
+/// A transcript's fields as read; any may be missing (the first format held
+/// only the turns).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FileIn<T> {
+    #[serde(default)]
+    session: Option<Uri>,
+    #[serde(default)]
+    chat: Option<Uri>,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    working_directory: Option<Uri>,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    modified_at: Option<String>,
+    #[serde(default = "Vec::new")]
+    turns: Vec<T>,
+}
+
+/// Parses a transcript in either format: the object, or the first format's
+/// bare array of turns.
+fn parse_transcript<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<FileIn<T>> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let turns: Vec<T> = serde_json::from_slice(bytes)?;
+        return Ok(FileIn { session: None, chat: None, title: String::new(), working_directory: None, created_at: None, modified_at: None, turns });
+    }
+    serde_json::from_slice(bytes)
+}
+
+/// Reads a conversation's transcript: its header fields and its turns.
 ///
 /// Errors: missing, unreadable or unparsable, as a message a person can act
 /// on.
-async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<Vec<Turn>, String> {
+async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Turn>, String> {
     let path = dir.join(transcript_name(conversation_id));
     let shown = path.display().to_string();
     let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
     match read {
-        Ok(Ok(bytes)) => serde_json::from_slice(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
+        Ok(Ok(bytes)) => parse_transcript(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(format!("echo: no conversation {conversation_id} to resume"))
         }
@@ -563,8 +657,17 @@ async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<Vec<Turn>,
 /// Replaces a conversation's transcript durably.
 ///
 /// Errors: encoding or IO, as a message.
-async fn write_transcript(dir: &Path, conversation_id: &str, turns: &[Turn]) -> Result<(), String> {
-    let bytes = serde_json::to_vec(turns).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
+async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, turns: &[Turn]) -> Result<(), String> {
+    let file = FileOut {
+        session: &header.session,
+        chat: &header.chat,
+        title: &header.title,
+        working_directory: header.working_directory.as_deref(),
+        created_at: &header.created_at,
+        modified_at: &header.modified_at,
+        turns,
+    };
+    let bytes = serde_json::to_vec(&file).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
     let dir = dir.to_owned();
     let name = transcript_name(conversation_id);
     match tokio::task::spawn_blocking(move || fsutil::write_durable(&dir, &name, &bytes, None)).await {
@@ -572,6 +675,100 @@ async fn write_transcript(dir: &Path, conversation_id: &str, turns: &[Turn]) -> 
         Ok(Err(e)) => Err(format!("echo: could not write transcript for {conversation_id}: {e}")),
         Err(e) => Err(format!("echo: write task failed: {e}")),
     }
+}
+
+/// Of a turn, only what a scan needs: the message's text.
+#[derive(Debug, Deserialize)]
+struct TurnHead {
+    message: MessageHead,
+}
+
+/// Of a message, only its text.
+#[derive(Debug, Deserialize)]
+struct MessageHead {
+    #[serde(default)]
+    text: String,
+}
+
+/// One pass over the echo agent's transcripts in `dir` for the catalogue:
+/// one row per conversation that has at least one turn (a conversation
+/// started and never spoken in is a session the host never listed). Its
+/// session and chat are the ones the file names, or, for a file in the
+/// first format, the ones its name implies (`<scheme>@<id>.json` is the
+/// default chat of `<scheme>:/<id>`); a file that names neither is skipped.
+/// Times come from the file, else its mtime. A session's default chat's
+/// row comes before its other chats' rows.
+///
+/// Errors: the directory cannot be listed. A file that cannot be read or
+/// parsed is skipped and logged.
+pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("echo: could not list {}: {e}", dir.display()))?;
+    let mut rows: Vec<(bool, ScannedRow)> = Vec::new();
+    let mut skipped = 0usize;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".json") else { continue };
+        if !fsutil::is_safe_component(name) || name.contains(fsutil::TEMP_MARKER) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        match scan_file(&entry.path(), stem) {
+            Ok(Some(row)) => {
+                let default_chat = row.session.as_deref().and_then(store_key_of).is_some_and(|key| key == stem);
+                rows.push((default_chat, row));
+            }
+            Ok(None) => {}
+            Err(message) => {
+                skipped += 1;
+                tracing::warn!(file = %entry.path().display(), "echo transcript skipped by the scan: {message}");
+            }
+        }
+    }
+    if skipped > 0 {
+        tracing::warn!(skipped, "echo: transcripts the scan could not read");
+    }
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.conversation_id.cmp(&b.1.conversation_id)));
+    Ok(rows.into_iter().map(|(_, row)| row).collect())
+}
+
+/// `<scheme>@<id>` for a session URI `<scheme>:/<id>` (the store key the
+/// host names a session's default conversation by).
+fn store_key_of(session: &str) -> Option<String> {
+    let (scheme, id) = session.split_once(":/")?;
+    Some(format!("{scheme}@{id}"))
+}
+
+/// One transcript's row; `Ok(None)` when it has no turns or names no
+/// session.
+fn scan_file(path: &Path, stem: &str) -> Result<Option<ScannedRow>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let file: FileIn<TurnHead> = parse_transcript(&bytes).map_err(|e| e.to_string())?;
+    let Some(first) = file.turns.first() else { return Ok(None) };
+    let (session, chat) = match (file.session, file.chat) {
+        (Some(session), chat) => (session, chat),
+        (None, _) => match stem.split_once('@') {
+            Some((scheme, id)) => (format!("{scheme}:/{id}"), Some(format!("ahp-chat:/{stem}"))),
+            None => return Ok(None),
+        },
+    };
+    let mtime = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| WallTime(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        .unwrap_or_default();
+    let created_at = file.created_at.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
+    let modified_at = file.modified_at.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
+    let title = if file.title.is_empty() { ahpd_core::transcript::clean_title(&first.message.text) } else { file.title };
+    Ok(Some(ScannedRow {
+        conversation_id: stem.to_owned(),
+        session: Some(session),
+        chat,
+        title,
+        working_directory: file.working_directory,
+        created_at,
+        modified_at: modified_at.max(created_at),
+    }))
 }
 
 #[cfg(test)]
@@ -587,6 +784,89 @@ mod tests {
         assert_eq!(Directive::parse("/busy 99999999999"), Directive::Busy(MAX_DIRECTIVE_MS));
         assert_eq!(Directive::parse("/approve"), Directive::Approve);
         assert_eq!(Directive::parse("/failing"), Directive::Plain);
+    }
+
+    fn turn(text: &str) -> Turn {
+        use ahp_types::state::{MessageKind, MessageOrigin, TurnState};
+        Turn {
+            id: "t1".to_owned(),
+            started_at: None,
+            duration: None,
+            message: Message {
+                text: text.to_owned(),
+                origin: MessageOrigin { kind: MessageKind::User },
+                attachments: None,
+                model: None,
+                agent: None,
+                meta: None,
+            },
+            response_parts: Vec::new(),
+            usage: None,
+            state: TurnState::Complete,
+        }
+    }
+
+    fn header(session: &str, chat: &str) -> Header {
+        Header {
+            session: session.to_owned(),
+            chat: chat.to_owned(),
+            title: String::new(),
+            working_directory: Some("file:///w".to_owned()),
+            created_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            modified_at: "2026-01-02T00:00:00.000Z".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn transcripts_round_trip_and_the_first_format_is_still_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = header("ahp-session:/s1", "ahp-chat:/ahp-session@s1");
+        write_transcript(dir.path(), "ahp-session@s1", &h, &[turn("hi")]).await.expect("write");
+        let back = read_transcript(dir.path(), "ahp-session@s1").await.expect("read");
+        assert_eq!(back.session.as_deref(), Some("ahp-session:/s1"));
+        assert_eq!(back.chat.as_deref(), Some("ahp-chat:/ahp-session@s1"));
+        assert_eq!(back.created_at.as_deref(), Some("2026-01-01T00:00:00.000Z"));
+        assert_eq!(back.turns, vec![turn("hi")]);
+
+        let old = serde_json::to_vec(&vec![turn("old")]).expect("encode");
+        std::fs::write(dir.path().join("ahp-session@s2.json"), old).expect("write old");
+        let back = read_transcript(dir.path(), "ahp-session@s2").await.expect("read old");
+        assert_eq!(back.session, None);
+        assert_eq!(back.turns, vec![turn("old")]);
+    }
+
+    #[tokio::test]
+    async fn a_scan_lists_conversations_with_turns_under_the_session_they_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path();
+        // A second chat of s1, written before its default chat.
+        write_transcript(p, "ahp-chat@c2", &header("ahp-session:/s1", "ahp-chat:/c2"), &[turn("second chat")]).await.expect("write");
+        write_transcript(p, "ahp-session@s1", &header("ahp-session:/s1", "ahp-chat:/ahp-session@s1"), &[turn("first line\nmore")])
+            .await
+            .expect("write");
+        // Started, never spoken in: not listed.
+        write_transcript(p, "ahp-session@s3", &header("ahp-session:/s3", "ahp-chat:/ahp-session@s3"), &[]).await.expect("write");
+        // The first format: the session is implied by the name.
+        std::fs::write(p.join("ahp-session@s2.json"), serde_json::to_vec(&vec![turn("old one")]).expect("encode")).expect("write");
+        // Skipped: garbage, a temp file, another extension.
+        std::fs::write(p.join("ahp-session@bad.json"), b"{not json").expect("write");
+        std::fs::write(p.join(".ahp-session@s1.json.tmp-1-1"), b"[]").expect("write");
+        std::fs::write(p.join("notes.txt"), b"x").expect("write");
+
+        let rows = scan(p).expect("scan");
+        let ids: Vec<&str> = rows.iter().map(|r| r.conversation_id.as_str()).collect();
+        assert_eq!(ids, ["ahp-session@s1", "ahp-session@s2", "ahp-chat@c2"], "default chats first");
+        let s1 = &rows[0];
+        assert_eq!(s1.session.as_deref(), Some("ahp-session:/s1"));
+        assert_eq!(s1.chat.as_deref(), Some("ahp-chat:/ahp-session@s1"));
+        assert_eq!(s1.title, "first line", "the first message names it");
+        assert_eq!(s1.working_directory.as_deref(), Some("file:///w"));
+        assert_eq!(s1.created_at, WallTime::parse_iso("2026-01-01T00:00:00Z").unwrap_or_default());
+        assert_eq!(s1.modified_at, WallTime::parse_iso("2026-01-02T00:00:00Z").unwrap_or_default());
+        let s2 = &rows[1];
+        assert_eq!(s2.session.as_deref(), Some("ahp-session:/s2"));
+        assert_eq!(s2.chat.as_deref(), Some("ahp-chat:/ahp-session@s2"));
+        assert!(s2.modified_at.0 > 0, "the mtime stands in");
     }
 
     #[test]

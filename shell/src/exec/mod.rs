@@ -3,6 +3,7 @@
 //! out by policy; they report.
 
 pub mod backend;
+pub mod claude;
 pub mod echo;
 pub mod fsutil;
 pub mod net;

@@ -43,7 +43,7 @@ enum Inner {
 
 /// The file name a record with store key `key` lives in, or `None` when the
 /// key is not safe to use as a file name.
-fn file_name(key: &str) -> Option<String> {
+pub fn file_name(key: &str) -> Option<String> {
     fsutil::is_safe_component(key).then(|| format!("{key}.json"))
 }
 
@@ -135,6 +135,20 @@ fn write_batch(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)>
         .collect()
 }
 
+/// Writes one record outside the running store (`ahpd session import`)
+/// through the same code path: [`put`] (unique temp file, fsync, rename),
+/// then the directory fsync.
+///
+/// Errors: an unsafe key, encoding or IO, as a message naming the file.
+pub fn write_record(dir: &Path, record: &SessionRecord) -> Result<(), String> {
+    put(dir, record)?;
+    fsutil::sync_dir(dir).map_err(|e| format!("could not sync {}: {e}", dir.display()))
+}
+
+/// Replaces `<dir>/<key>.json` with `record` atomically (not yet durable:
+/// the caller fsyncs the directory).
+///
+/// Errors: an unsafe key, encoding or IO, as a message naming the file.
 fn put(dir: &Path, record: &SessionRecord) -> Result<(), String> {
     let name = file_name(&record.key).ok_or_else(|| format!("refused unsafe store key {:?}", record.key))?;
     let bytes = serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key))?;

@@ -255,36 +255,13 @@ impl Host {
             self.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
             return;
         }
-        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
-        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
         let can_resume = self.agent_can_resume(&record.provider);
         for chat in &record.chats {
             self.chats.insert(chat.resource.clone(), uri.clone());
         }
-        let session = Session {
-            id,
-            record,
-            created_at,
-            modified_at,
-            announced: true,
-            sent_summary: None,
-            start_owed: false,
-            phase: Phase::Asleep,
-            resident: None,
-            can_resume,
-            busy: false,
-            last_activity: self.now.mono,
-            last_used: 0,
-            sends_in_flight: BTreeMap::new(),
-            pending_sends: Vec::new(),
-            phase_ops: BTreeSet::new(),
-            wake_history: BTreeMap::new(),
-            wake_error: None,
-            waiters: Vec::new(),
-            parked: None,
-            put_owed: false,
-            inbox: VecDeque::new(),
-        };
+        let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
+        session.announced = true;
+        let modified_at = session.modified_at;
         self.catalogue.insert(modified_at.0, &uri);
         self.sessions.insert(uri, session);
     }

@@ -137,23 +137,9 @@ impl Host {
         self.touch(session_uri);
         self.mark_activity(session_uri);
         match phase {
-            Phase::Live => {
-                let op = self.backend(
-                    Op::Start { session: session_uri.clone(), chat: chat_uri.clone() },
-                    provider,
-                    chat_uri.clone(),
-                    BackendCmd::Start {
-                        session: session_uri.clone(),
-                        conversation_id: record.conversation_id.clone(),
-                        working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
-                        resume: false,
-                    },
-                );
-                if let Some(s) = self.sessions.get_mut(session_uri) {
-                    s.phase_ops.insert(op);
-                }
-            }
-            Phase::Waking => {
+            // A live session starts the chat's agent now; a waking one adds
+            // it to the wake, so the wake ends once it too has answered.
+            Phase::Live | Phase::Waking => {
                 let op = self.backend(
                     Op::Start { session: session_uri.clone(), chat: chat_uri.clone() },
                     provider,

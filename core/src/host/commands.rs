@@ -1,7 +1,7 @@
 //! Session commands: `createSession`, `disposeSession`, `listSessions`,
 //! `fetchTurns` (Sessions page, "Commands").
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::{ChatTurnsLoadedAction, StateAction};
 use ahp_types::commands::{CreateSessionParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams};
@@ -103,35 +103,14 @@ impl Host {
         };
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
-        let session = Session {
-            id: rid.clone(),
-            created_at: self.now.wall,
-            modified_at: self.now.wall,
-            announced: false,
-            sent_summary: None,
-            start_owed: false,
-            phase: Phase::Starting { conn, id },
-            resident: Some(Resident {
-                session: state,
-                chats: [(default_chat.clone(), chat)].into_iter().collect(),
-                turn_started_mono: BTreeMap::new(),
-                born_seq: self.server_seq,
-            }),
-            can_resume: self.agent_can_resume(&provider),
-            busy: false,
-            last_activity: self.now.mono,
-            last_used: 0,
-            sends_in_flight: BTreeMap::new(),
-            pending_sends: Vec::new(),
-            phase_ops: BTreeSet::new(),
-            wake_history: BTreeMap::new(),
-            wake_error: None,
-            waiters: Vec::new(),
-            parked: None,
-            put_owed: false,
-            inbox: VecDeque::new(),
-            record,
+        let resident = Resident {
+            session: state,
+            chats: [(default_chat.clone(), chat)].into_iter().collect(),
+            turn_started_mono: BTreeMap::new(),
+            born_seq: self.server_seq,
         };
+        let can_resume = self.agent_can_resume(&provider);
+        let session = Session::new(rid.clone(), record, Phase::Starting { conn, id }, Some(resident), can_resume, self.now.mono);
         self.sessions.insert(uri.clone(), session);
         self.chats.insert(default_chat.clone(), uri.clone());
         let op = self.backend(

@@ -2,7 +2,7 @@
 //! (Sessions page, "Finding one"), external sessions, and the root config's
 //! `showExternalSessions`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::RootConfigChangedAction;
 use ahp_types::state::{ConfigPropertySchema, ConfigSchema, RootConfigState};
@@ -200,36 +200,11 @@ impl Host {
 
     fn insert_listed(&mut self, record: SessionRecord, id: ResourceId) {
         let uri = id.uri();
-        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
-        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
         for chat in &record.chats {
             self.chats.insert(chat.resource.clone(), uri.clone());
         }
         let can_resume = self.agent_can_resume(&record.provider);
-        let session = Session {
-            id,
-            record,
-            created_at,
-            modified_at,
-            announced: false,
-            sent_summary: None,
-            start_owed: false,
-            phase: Phase::Asleep,
-            resident: None,
-            can_resume,
-            busy: false,
-            last_activity: self.now.mono,
-            last_used: 0,
-            sends_in_flight: BTreeMap::new(),
-            pending_sends: Vec::new(),
-            phase_ops: BTreeSet::new(),
-            wake_history: BTreeMap::new(),
-            wake_error: None,
-            waiters: Vec::new(),
-            parked: None,
-            inbox: VecDeque::new(),
-            put_owed: false,
-        };
+        let session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
         self.sessions.insert(uri.clone(), session);
         self.announce(&uri);
     }

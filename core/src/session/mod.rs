@@ -178,3 +178,37 @@ pub struct Session {
     /// arrival order.
     pub inbox: VecDeque<Queued>,
 }
+
+impl Session {
+    /// A session the host knows from `record`, in `phase`, with no work in
+    /// hand and nothing waiting. `created_at`/`modified_at` are read from
+    /// the record (a `modifiedAt` before `createdAt` is raised to it).
+    pub fn new(id: ResourceId, record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
+        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
+        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
+        Session {
+            id,
+            record,
+            created_at,
+            modified_at,
+            announced: false,
+            sent_summary: None,
+            start_owed: false,
+            phase,
+            resident,
+            can_resume,
+            busy: false,
+            last_activity: now,
+            last_used: 0,
+            sends_in_flight: BTreeMap::new(),
+            pending_sends: Vec::new(),
+            phase_ops: BTreeSet::new(),
+            wake_history: BTreeMap::new(),
+            wake_error: None,
+            waiters: Vec::new(),
+            parked: None,
+            put_owed: false,
+            inbox: VecDeque::new(),
+        }
+    }
+}

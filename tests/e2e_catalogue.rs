@@ -569,7 +569,7 @@ async fn a_100_mb_transcript_among_500_small_ones_is_listed_with_its_custom_titl
     let mut line = String::with_capacity(4096);
     for i in 0..35_000u32 {
         // 7 messages at the start, 7 at the end; the title 5 lines from the end.
-        if i < 7 || i >= 35_000 - 7 {
+        if !(7..35_000 - 7).contains(&i) {
             let text = format!("message {message}");
             let l = if message % 2 == 0 { user_line(cwd, &ts, &text) } else { assistant_line(cwd, &ts, &text) };
             writeln!(out, "{l}").expect("write");

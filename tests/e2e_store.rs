@@ -8,32 +8,29 @@
 //! naming the step. Set `AHPD_STORM_SEED` to replay other kill points, and
 //! run with `--nocapture` to see each run's kill point and result.
 
+mod common;
+
+use common::*;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ahp::ahp_types::actions::{
-    ActionEnvelope, ChatTurnStartedAction, SessionIsArchivedChangedAction, SessionIsReadChangedAction,
+    ActionEnvelope, SessionIsArchivedChangedAction, SessionIsReadChangedAction,
     SessionTitleChangedAction, StateAction,
 };
-use ahp::ahp_types::commands::{CreateSessionParams, ListSessionsParams, ListSessionsResult};
-use ahp::ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, ResponsePart, SessionState, SessionSummary, SnapshotState, Turn,
-};
-use ahp::ahp_types::ROOT_RESOURCE_URI;
-use ahp::{Client, ClientConfig, SessionSubscription, SubscriptionEvent};
-use ahp_ws::WebSocketTransport;
+use ahp::ahp_types::commands::CreateSessionParams;
+use ahp::{Client, SessionSubscription, SubscriptionEvent};
 use ahpd_core::export::ExportedSession;
 use ahpd_core::SessionRecord;
 use serde_json::Value;
 
 /// The longest any single step may take.
-const STEP: Duration = Duration::from_secs(20);
 /// Status bits the host owns (`SessionStatus::IsRead`, `IsArchived`).
 const IS_READ: u32 = 32;
 const IS_ARCHIVED: u32 = 64;
@@ -48,173 +45,6 @@ const STORM_SEED: u64 = 0x5EED_2026_0005;
 // Harness
 // ---------------------------------------------------------------------------
 
-/// Awaits `fut`, failing the test with `what` if it takes longer than STEP.
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(STEP, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {STEP:?}: {what}"),
-    }
-}
-
-/// A running daemon; killed on drop. Its stderr is appended to
-/// `<data-dir>.log`, printed when the test fails (or always, with
-/// `AHPD_E2E_LOG=1`).
-struct Daemon {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `ahpd serve` on a free loopback port with `data_dir`, and
-    /// reads the URL from its first stdout line.
-    fn start(data_dir: &Path) -> Daemon {
-        let log = log_path(data_dir);
-        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("RUST_LOG", "info,ahpd=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .expect("spawn ahpd");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(STEP) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("ahpd printed no listening line; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-        };
-        let url = line.strip_prefix("ahpd listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
-        Daemon { child, url, log }
-    }
-
-    /// SIGTERM, then waits for a clean exit.
-    fn terminate(&mut self) {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid} failed");
-        let deadline = Instant::now() + STEP;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                assert!(status.success(), "ahpd exited with {status:?} after SIGTERM");
-                return;
-            }
-            assert!(Instant::now() < deadline, "ahpd did not exit within {STEP:?} of SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL (`Child::kill`): nothing gets a chance to flush.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() || std::env::var_os("AHPD_E2E_LOG").is_some() {
-            eprintln!("---- ahpd log ({}) ----\n{}", self.log.display(), std::fs::read_to_string(&self.log).unwrap_or_default());
-        }
-    }
-}
-
-fn log_path(data_dir: &Path) -> PathBuf {
-    data_dir.with_extension("log")
-}
-
-/// The daemon log's length now, to read only what a later start writes.
-fn log_len(data_dir: &Path) -> usize {
-    std::fs::read_to_string(log_path(data_dir)).map(|s| s.len()).unwrap_or(0)
-}
-
-fn log_since(data_dir: &Path, from: usize) -> String {
-    let text = std::fs::read_to_string(log_path(data_dir)).unwrap_or_default();
-    text.get(from..).unwrap_or("").to_owned()
-}
-
-/// A fresh, URI-safe id.
-fn fresh_id() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    format!("st-{:x}-{:x}-{}", nanos, std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Connects and initializes with the root channel subscribed; each
-/// subscription keeps up to 16384 events (a storm must not lag).
-async fn connect_init(url: &str, client_id: &str) -> Client {
-    let transport = within("websocket connect", WebSocketTransport::connect(url)).await.expect("websocket connect");
-    let config = ClientConfig { subscription_buffer: 16_384, ..ClientConfig::default() };
-    let c = within("client connect", Client::connect(transport, config)).await.expect("client connect");
-    within("initialize", c.initialize(client_id.to_owned(), vec!["1.0.0".to_owned()], vec![ROOT_RESOURCE_URI.to_owned()]))
-        .await
-        .expect("initialize");
-    c
-}
-
-async fn list(c: &Client) -> Vec<SessionSummary> {
-    let params = ListSessionsParams { channel: ROOT_RESOURCE_URI.to_owned(), meta: None, limit: Some(500), cursor: None };
-    let r: ListSessionsResult = within("listSessions", c.request("listSessions", params)).await.expect("listSessions");
-    r.items
-}
-
-async fn subscribe_session(c: &Client, sid: &str) -> (SessionState, SessionSubscription) {
-    let (r, sub) = within("subscribe session", c.subscribe(sid.to_owned())).await.expect("subscribe session");
-    match r.snapshot.map(|s| s.state) {
-        Some(SnapshotState::Session(s)) => (*s, sub),
-        other => panic!("expected a session snapshot, got {other:?}"),
-    }
-}
-
-async fn subscribe_chat(c: &Client, chat: &str) -> (ChatState, SessionSubscription) {
-    let (r, sub) = within("subscribe chat", c.subscribe(chat.to_owned())).await.expect("subscribe chat");
-    match r.snapshot.map(|s| s.state) {
-        Some(SnapshotState::Chat(s)) => (*s, sub),
-        other => panic!("expected a chat snapshot, got {other:?}"),
-    }
-}
-
-fn user_turn(turn_id: &str, text: &str) -> StateAction {
-    StateAction::ChatTurnStarted(ChatTurnStartedAction {
-        turn_id: turn_id.to_owned(),
-        started_at: "2026-01-01T00:00:00.000Z".to_owned(),
-        message: Message {
-            text: text.to_owned(),
-            origin: MessageOrigin { kind: MessageKind::User },
-            attachments: None,
-            model: None,
-            agent: None,
-            meta: None,
-        },
-        queued_message_id: None,
-        meta: None,
-    })
-}
-
-fn markdown(turn: &Turn) -> String {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Markdown(m) => Some(m.content.as_str()),
-            _ => None,
-        })
-        .collect()
-}
 
 /// Sends a user turn on `chat` and waits for its completion on `csub`.
 async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_id: &str, text: &str) {
@@ -421,12 +251,12 @@ async fn storm_run(run: usize, kill_after: usize, jitter_us: u64) -> StormResult
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let mut daemon = Daemon::start(&data);
-    let setup = connect_init(&daemon.url, &format!("storm-setup-{run}")).await;
+    let setup = connect_init(&daemon.url, &format!("storm-setup-{run}")).await.0;
     let (sid, _chat) = session_with_turns(&setup, &["hello"]).await;
 
     let ids = [format!("storm-a-{run}"), format!("storm-b-{run}")];
     let tags = ["a", "b"];
-    let clients = [connect_init(&daemon.url, &ids[0]).await, connect_init(&daemon.url, &ids[1]).await];
+    let clients = [connect_init(&daemon.url, &ids[0]).await.0, connect_init(&daemon.url, &ids[1]).await.0];
     let (initial, sub_a) = subscribe_session(&clients[0], &sid).await;
     let (_, sub_b) = subscribe_session(&clients[1], &sid).await;
     let start = Bits { title: initial.title.clone(), read: initial.status & IS_READ != 0, archived: initial.status & IS_ARCHIVED != 0 };
@@ -549,7 +379,7 @@ async fn storm_run(run: usize, kill_after: usize, jitter_us: u64) -> StormResult
     };
 
     // The daemon serves what the store holds.
-    let c = connect_init(&daemon.url, &format!("storm-check-{run}")).await;
+    let c = connect_init(&daemon.url, &format!("storm-check-{run}")).await.0;
     let (state, _sub) = subscribe_session(&c, &sid).await;
     assert_eq!(state.title, restored.title, "run {run}");
     assert_eq!(state.status & IS_READ != 0, restored.read, "run {run}: read bit");
@@ -600,10 +430,10 @@ async fn damaged_store_files_are_quarantined_and_logged_once() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let mut daemon = Daemon::start(&data);
-    let c = connect_init(&daemon.url, "damage-1").await;
+    let c = connect_init(&daemon.url, "damage-1").await.0;
     let (sid, _) = session_with_turns(&c, &["hello"]).await;
     c.shutdown().await;
-    daemon.terminate();
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
 
     let sessions = data.join("sessions");
     let valid = std::fs::read(record_path(&data, &sid)).expect("the valid record");
@@ -618,13 +448,13 @@ async fn damaged_store_files_are_quarantined_and_logged_once() {
         }
         let from = log_len(&data);
         let mut daemon = Daemon::start(&data);
-        let c = connect_init(&daemon.url, &format!("damage-{round}b")).await;
+        let c = connect_init(&daemon.url, &format!("damage-{round}b")).await.0;
         let rows = list(&c).await;
         assert!(rows.iter().any(|s| s.resource == sid), "round {round}: the valid session is listed: {rows:?}");
         assert_eq!(rows.len(), 1, "round {round}: only the valid session: {rows:?}");
         within("ping", c.ping()).await.expect("ping");
         c.shutdown().await;
-        daemon.terminate();
+        assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
 
         let all = names(&sessions);
         let log = log_since(&data, from);
@@ -703,7 +533,7 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let mut daemon = Daemon::start(&data);
-    let c = connect_init(&daemon.url, "ro-1").await;
+    let c = connect_init(&daemon.url, "ro-1").await.0;
     let (sid, _) = session_with_turns(&c, &["hello"]).await;
     let (_, mut ssub) = subscribe_session(&c, &sid).await;
     let path = record_path(&data, &sid);
@@ -724,7 +554,7 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
     within("ping", c.ping()).await.expect("ping while the store is broken");
     let row = list(&c).await.into_iter().find(|s| s.resource == sid).expect("still listed");
     assert_eq!(row.title, "hello", "{how}: the refused title is not shown");
-    let other = connect_init(&daemon.url, "ro-2").await;
+    let other = connect_init(&daemon.url, "ro-2").await.0;
     within("ping", other.ping()).await.expect("a new client is served");
     other.shutdown().await;
 
@@ -736,9 +566,9 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
     assert!(env.rejection_reason.is_none(), "{how}: accepted once writable: {env:?}");
     assert_eq!(read_record(&path).title, "saved");
     c.shutdown().await;
-    daemon.terminate();
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
     let daemon = Daemon::start(&data);
-    let c = connect_init(&daemon.url, "ro-3").await;
+    let c = connect_init(&daemon.url, "ro-3").await.0;
     let row = list(&c).await.into_iter().find(|s| s.resource == sid).expect("listed after restart");
     assert_eq!(row.title, "saved");
     c.shutdown().await;
@@ -780,10 +610,10 @@ async fn export_then_import_brings_a_session_back() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let mut daemon = Daemon::start(&data);
-    let c = connect_init(&daemon.url, "cli-1").await;
+    let c = connect_init(&daemon.url, "cli-1").await.0;
     let (sid, chat) = session_with_turns(&c, &["hello", "again"]).await;
     c.shutdown().await;
-    daemon.terminate();
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
     let d = data.to_str().expect("utf-8 path");
 
     // Export to stdout and to a file: the same document.
@@ -860,7 +690,7 @@ async fn export_then_import_brings_a_session_back() {
     // The daemon picks the imports up when it starts, with their messages,
     // and the conversation goes on.
     let daemon = Daemon::start(&data2);
-    let c = connect_init(&daemon.url, "cli-2").await;
+    let c = connect_init(&daemon.url, "cli-2").await.0;
     let listed: BTreeSet<String> = list(&c).await.into_iter().map(|s| s.resource).collect();
     assert!(listed.contains(&sid) && listed.contains(&second), "{listed:?}");
     let (state, _) = subscribe_session(&c, &sid).await;

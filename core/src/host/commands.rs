@@ -213,6 +213,9 @@ impl Host {
             if let Some(s) = self.sessions.get_mut(uri) {
                 s.busy = false;
                 s.sends_in_flight.clear();
+                // A turn a parked write let start during the dispose never
+                // reached an agent; it fails below with the running ones.
+                s.pending_sends.clear();
             }
             self.set_phase(uri, Phase::Asleep);
             for (chat, turn_id) in running {

@@ -292,7 +292,16 @@ impl Host {
                 Queued::Action(q) => self.process_action(session_uri, q),
                 Queued::Command { conn, id, method, params } => {
                     if self.conns.contains_key(&conn) {
+                        // It is next in order: run it as though nothing
+                        // waited behind it, or it would queue itself again
+                        // behind the rest (out of order, and for ever when
+                        // only commands remain).
+                        let behind = std::mem::take(&mut session.inbox);
                         self.on_request(conn, id, &method, params);
+                        if let Some(s) = self.sessions.get_mut(session_uri) {
+                            let added = std::mem::replace(&mut s.inbox, behind);
+                            s.inbox.extend(added);
+                        }
                     }
                 }
             }

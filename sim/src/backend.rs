@@ -1,0 +1,549 @@
+//! The simulated agent backend: one agent per chat, a transcript per
+//! conversation that outlives agents (and host crashes), latencies drawn
+//! from the world stream and faults from the fault stream.
+//!
+//! A turn is a script of steps (a markdown part, deltas, perhaps a tool call
+//! that waits for the client's confirmation, then `chat/turnComplete` or
+//! `chat/error`), played one step per world event. Faults: start and resume
+//! failures, slow resumes, an agent that exits mid-turn, background work
+//! reported through `Busy`, late and duplicated `Done` replies.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::{MarkdownResponsePart, Message, ResponsePart, Turn, TurnState};
+use ahp_types::Uri;
+use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome};
+use serde_json::json;
+
+use crate::options::{Faults, Options};
+use crate::queue::{Event, Lane, Queue};
+use crate::rng::SimRng;
+
+/// One step of an agent's script.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    /// Open a markdown part.
+    Part,
+    /// Append text to the open markdown part.
+    Delta(String),
+    /// A tool call starts streaming.
+    ToolStart(String),
+    /// The tool call is ready and waits for the client's confirmation.
+    ToolReady(String),
+    /// The confirmed tool call finished.
+    ToolDone(String),
+    /// The turn completes.
+    Complete,
+    /// The turn ends in an error.
+    Error,
+    /// The agent process exits.
+    Crash,
+    /// Background work starts or stops.
+    Busy(bool),
+    /// Nothing for a while.
+    Pause(u64),
+}
+
+impl Step {
+    fn is_turn(&self) -> bool {
+        !matches!(self, Step::Busy(_) | Step::Pause(_))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct TurnRun {
+    turn_id: String,
+    message: Message,
+    parts: Vec<ResponsePart>,
+    open_part: Option<String>,
+    waiting: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Agent {
+    running: bool,
+    gen: u64,
+    conversation: String,
+    turn: Option<TurnRun>,
+    script: VecDeque<Step>,
+    step_scheduled: bool,
+    busy: bool,
+}
+
+/// Counters of what the backend did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Turns completed.
+    pub turns_completed: u64,
+    /// Turns ended in error.
+    pub turns_failed: u64,
+    /// Agents that exited on their own.
+    pub crashes: u64,
+    /// Starts refused.
+    pub start_failures: u64,
+    /// Resumes answered.
+    pub resumes: u64,
+    /// `Done` replies sent twice.
+    pub duplicates: u64,
+}
+
+/// What the backend writes down about one conversation besides its turns
+/// (what a scan of its transcripts reads back).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Meta {
+    provider: String,
+    session: Uri,
+    chat: Uri,
+    title: String,
+    working_directory: Option<Uri>,
+    created_ms: i64,
+    modified_ms: i64,
+    prompted: bool,
+}
+
+/// The simulated backend.
+#[derive(Debug, Clone, Default)]
+pub struct Backend {
+    agents: BTreeMap<Uri, Agent>,
+    conversations: BTreeMap<String, Vec<Turn>>,
+    meta: BTreeMap<String, Meta>,
+    next_assigned: u64,
+    parts: u64,
+    /// Counters.
+    pub stats: BackendStats,
+}
+
+/// What the backend needs from the world to act.
+pub struct Ctx<'a> {
+    /// The event queue.
+    pub q: &'a mut Queue,
+    /// Latencies and behaviour.
+    pub world: &'a mut SimRng,
+    /// Fault draws.
+    pub faults_rng: &'a mut SimRng,
+    /// Current fault probabilities.
+    pub faults: &'a Faults,
+    /// The scenario.
+    pub options: &'a Options,
+    /// The wall clock now, ms since the epoch (stamped into transcripts).
+    pub wall_ms: i64,
+}
+
+fn action(value: serde_json::Value) -> StateAction {
+    let action: StateAction = serde_json::from_value(value.clone()).unwrap_or(StateAction::Unknown(value.clone()));
+    debug_assert!(!matches!(action, StateAction::Unknown(_)), "sim built an unreadable action: {value}");
+    action
+}
+
+impl Backend {
+    /// Executes one `Effect::Backend`.
+    pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
+        let latency = cx.world.exp_ms(cx.options.backend_ms);
+        match command {
+            BackendCmd::Start { session, conversation_id, resume, working_directory } => {
+                let known_provider = provider == "echo" || (provider == "oneshot" && cx.options.non_resumable_agent);
+                let fail = !known_provider
+                    || if resume { cx.faults_rng.chance(cx.faults.resume_fail) } else { cx.faults_rng.chance(cx.faults.start_fail) };
+                let mut delay = latency;
+                if resume && cx.faults_rng.chance(cx.faults.slow_resume) {
+                    delay += cx.faults_rng.range(2_000, 15_000);
+                }
+                if fail {
+                    self.stats.start_failures += 1;
+                    let agent = self.agents.entry(chat.clone()).or_default();
+                    Self::stop(agent);
+                    let message = if resume { "the conversation could not be resumed" } else { "the agent would not start" };
+                    self.done(cx, chat, op, Outcome::Failed { message: message.to_owned() }, delay);
+                    return;
+                }
+                let conversation = if !resume && cx.world.chance(cx.options.backend_assigns_id) {
+                    self.next_assigned += 1;
+                    format!("srv-{}", self.next_assigned)
+                } else {
+                    conversation_id
+                };
+                let history = if resume && provider == "echo" {
+                    self.stats.resumes += 1;
+                    self.conversations.get(&conversation).cloned().unwrap_or_default()
+                } else {
+                    self.conversations.insert(conversation.clone(), Vec::new());
+                    self.meta.insert(conversation.clone(), Meta {
+                        provider: provider.to_owned(),
+                        session,
+                        chat: chat.clone(),
+                        working_directory,
+                        created_ms: cx.wall_ms,
+                        modified_ms: cx.wall_ms,
+                        ..Meta::default()
+                    });
+                    Vec::new()
+                };
+                let agent = self.agents.entry(chat.clone()).or_default();
+                Self::stop(agent);
+                agent.running = true;
+                agent.conversation = conversation.clone();
+                self.done(cx, chat, op, Outcome::Started { conversation_id: conversation, history }, delay);
+            }
+            BackendCmd::Send { turn_id, message } => {
+                let running = self.agents.get(chat).is_some_and(|a| a.running);
+                if !running || cx.faults_rng.chance(cx.faults.send_fail) {
+                    let message = if running { "the agent refused the message" } else { "no agent is running for this chat" };
+                    self.done(cx, chat, op, Outcome::Failed { message: message.to_owned() }, latency);
+                    return;
+                }
+                let script = self.script(cx);
+                let conversation = self.agents.get(chat).map(|a| a.conversation.clone()).unwrap_or_default();
+                if let Some(meta) = self.meta.get_mut(&conversation) {
+                    if !meta.prompted {
+                        meta.prompted = true;
+                        meta.title = message.text.lines().next().unwrap_or("").to_owned();
+                    }
+                    meta.modified_ms = meta.modified_ms.max(cx.wall_ms);
+                }
+                let agent = self.agents.entry(chat.clone()).or_default();
+                if let Some(old) = agent.turn.take() {
+                    let conversation = agent.conversation.clone();
+                    self.record(&conversation, old, TurnState::Cancelled);
+                }
+                let agent = self.agents.entry(chat.clone()).or_default();
+                agent.script.retain(|s| !s.is_turn());
+                agent.script.extend(script);
+                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None });
+                self.done(cx, chat, op, Outcome::Ok, latency);
+                self.schedule_step(cx, chat);
+            }
+            BackendCmd::Cancel { turn_id } => {
+                if let Some(agent) = self.agents.get_mut(chat) {
+                    if agent.turn.as_ref().is_some_and(|t| t.turn_id == turn_id) {
+                        let turn = agent.turn.take();
+                        agent.script.retain(|s| !s.is_turn());
+                        let conversation = agent.conversation.clone();
+                        if let Some(turn) = turn {
+                            self.record(&conversation, turn, TurnState::Cancelled);
+                        }
+                    }
+                }
+                self.done(cx, chat, op, Outcome::Ok, latency);
+            }
+            BackendCmd::ConfirmTool { turn_id, tool_call_id, approved } => {
+                let mut resume = false;
+                if let Some(agent) = self.agents.get_mut(chat) {
+                    if let Some(turn) = agent.turn.as_mut().filter(|t| t.turn_id == turn_id) {
+                        if turn.waiting.as_deref() == Some(tool_call_id.as_str()) {
+                            turn.waiting = None;
+                            if approved {
+                                agent.script.push_front(Step::ToolDone(tool_call_id));
+                            }
+                            resume = true;
+                        }
+                    }
+                }
+                self.done(cx, chat, op, Outcome::Ok, latency);
+                if resume {
+                    self.schedule_step(cx, chat);
+                }
+            }
+            BackendCmd::Close => {
+                if let Some(agent) = self.agents.get_mut(chat) {
+                    let turn = agent.turn.take();
+                    let conversation = agent.conversation.clone();
+                    Self::stop(agent);
+                    if let Some(turn) = turn {
+                        self.record(&conversation, turn, TurnState::Cancelled);
+                    }
+                }
+                self.done(cx, chat, op, Outcome::Ok, latency);
+            }
+            BackendCmd::Delete { conversation_id } => {
+                if let Some(agent) = self.agents.get_mut(chat) {
+                    Self::stop(agent);
+                    agent.turn = None;
+                }
+                self.conversations.remove(&conversation_id);
+                self.meta.remove(&conversation_id);
+                self.done(cx, chat, op, Outcome::Ok, latency);
+            }
+        }
+    }
+
+    /// Executes one `Effect::Scan`: a row for every conversation of
+    /// `provider` that holds a prompt (a transcript is written with the
+    /// first message), naming the session and chat it was started for.
+    pub fn on_scan(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str) {
+        let rows = self
+            .meta
+            .iter()
+            .filter(|(_, m)| m.provider == provider && m.prompted)
+            .map(|(id, m)| ahpd_core::input::ScannedRow {
+                conversation_id: id.clone(),
+                session: Some(m.session.clone()),
+                chat: Some(m.chat.clone()),
+                title: m.title.clone(),
+                working_directory: m.working_directory.clone(),
+                created_at: ahpd_core::WallTime(m.created_ms),
+                modified_at: ahpd_core::WallTime(m.modified_ms),
+            })
+            .collect();
+        let delay = cx.world.exp_ms(cx.options.backend_ms);
+        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows } }, format!("done op{} scanned {provider}", op.0));
+    }
+
+    /// Stops an agent: nothing it scheduled will run.
+    fn stop(agent: &mut Agent) {
+        agent.running = false;
+        agent.gen += 1;
+        agent.script.clear();
+        agent.step_scheduled = false;
+        agent.busy = false;
+    }
+
+    fn record(&mut self, conversation: &str, run: TurnRun, state: TurnState) {
+        let turn = Turn {
+            id: run.turn_id,
+            started_at: None,
+            duration: None,
+            message: run.message,
+            response_parts: run
+                .parts
+                .into_iter()
+                .filter(|p| matches!(p, ResponsePart::Markdown(_)))
+                .collect(),
+            usage: None,
+            state,
+        };
+        if let Some(turns) = self.conversations.get_mut(conversation) {
+            turns.push(turn);
+        }
+    }
+
+    /// A turn's script, from the world stream (faults from the fault stream).
+    fn script(&mut self, cx: &mut Ctx<'_>) -> Vec<Step> {
+        let mut steps = vec![Step::Part];
+        for i in 0..cx.world.below(3) {
+            steps.push(Step::Delta(format!("chunk {i}. ")));
+        }
+        if cx.world.chance(0.35) {
+            self.parts += 1;
+            let id = format!("tool-{}", self.parts);
+            steps.push(Step::ToolStart(id.clone()));
+            steps.push(Step::ToolReady(id));
+        }
+        for i in 0..cx.world.below(2) {
+            steps.push(Step::Delta(format!("more {i}. ")));
+        }
+        steps.push(if cx.world.chance(0.85) { Step::Complete } else { Step::Error });
+        for i in 0..steps.len() {
+            if cx.faults_rng.chance(cx.faults.crash_mid_turn) {
+                steps.truncate(i);
+                steps.push(Step::Crash);
+                break;
+            }
+        }
+        if !matches!(steps.last(), Some(Step::Crash)) && cx.faults_rng.chance(cx.faults.busy_flap) {
+            steps.push(Step::Busy(true));
+            steps.push(Step::Pause(cx.world.exp_ms(500)));
+            steps.push(Step::Busy(false));
+        }
+        steps
+    }
+
+    fn schedule_step(&mut self, cx: &mut Ctx<'_>, chat: &Uri) {
+        let Some(agent) = self.agents.get_mut(chat) else { return };
+        if agent.step_scheduled || !agent.running || agent.script.is_empty() {
+            return;
+        }
+        if agent.turn.as_ref().is_some_and(|t| t.waiting.is_some()) && agent.script.front().is_some_and(Step::is_turn) {
+            return;
+        }
+        agent.step_scheduled = true;
+        let gen = agent.gen;
+        let delay = match agent.script.front() {
+            Some(Step::Pause(ms)) => *ms,
+            _ => cx.world.exp_ms(cx.options.backend_ms),
+        };
+        cx.q.push_lane(Lane::FromChat(chat.clone()), delay, Event::AgentStep { chat: chat.clone(), gen });
+    }
+
+    fn done(&mut self, cx: &mut Ctx<'_>, chat: &Uri, op: OpId, outcome: Outcome, delay: u64) {
+        let label = format!("done op{} {}", op.0, outcome_name(&outcome));
+        if cx.faults_rng.chance(cx.faults.late_done) {
+            let late = delay + cx.faults_rng.range(500, 5_000);
+            cx.q.to_host(None, late, Input::Done { op, outcome: outcome.clone() }, format!("{label} (late)"));
+        } else {
+            cx.q.to_host(Some(Lane::FromChat(chat.clone())), delay, Input::Done { op, outcome: outcome.clone() }, label.clone());
+        }
+        if cx.faults_rng.chance(cx.faults.dup_done) {
+            self.stats.duplicates += 1;
+            let again = delay + cx.faults_rng.range(1, 3_000);
+            cx.q.to_host(None, again, Input::Done { op, outcome }, format!("{label} (duplicate)"));
+        }
+    }
+
+    /// The agent of `chat` takes one scripted step: returns the input it
+    /// sends the host, if any, and schedules the next step.
+    pub fn on_step(&mut self, cx: &mut Ctx<'_>, chat: &Uri, gen: u64) -> Option<(Input, String)> {
+        let agent = self.agents.get_mut(chat)?;
+        if agent.gen != gen || !agent.running {
+            return None;
+        }
+        agent.step_scheduled = false;
+        let step = agent.script.pop_front()?;
+        let turn_id = agent.turn.as_ref().map(|t| t.turn_id.clone());
+        let event = match step {
+            Step::Pause(_) => None,
+            Step::Busy(b) => {
+                agent.busy = b;
+                Some(BackendEvent::Busy(b))
+            }
+            Step::Crash => {
+                let turn = agent.turn.take();
+                let conversation = agent.conversation.clone();
+                Self::stop(agent);
+                self.stats.crashes += 1;
+                if let Some(turn) = turn {
+                    self.record(&conversation, turn, TurnState::Error);
+                }
+                return Some((
+                    Input::Backend { chat: chat.clone(), event: BackendEvent::Exited { message: "simulated crash (exit 137)".to_owned() } },
+                    "agent exited".to_owned(),
+                ));
+            }
+            step => {
+                let turn_id = turn_id?;
+                let turn = agent.turn.as_mut()?;
+                match step {
+                    Step::Part => {
+                        self.parts += 1;
+                        let id = format!("md-{}", self.parts);
+                        turn.parts.push(ResponsePart::Markdown(MarkdownResponsePart { id: id.clone(), content: String::new() }));
+                        turn.open_part = Some(id.clone());
+                        Some(BackendEvent::Action(action(json!({
+                            "type": "chat/responsePart", "turnId": turn_id,
+                            "part": {"kind": "markdown", "id": id, "content": ""}
+                        }))))
+                    }
+                    Step::Delta(text) => {
+                        let part_id = turn.open_part.clone().unwrap_or_default();
+                        for p in &mut turn.parts {
+                            if let ResponsePart::Markdown(m) = p {
+                                if m.id == part_id {
+                                    m.content.push_str(&text);
+                                }
+                            }
+                        }
+                        Some(BackendEvent::Action(action(json!({
+                            "type": "chat/delta", "turnId": turn_id, "partId": part_id, "content": text
+                        }))))
+                    }
+                    Step::ToolStart(id) => Some(BackendEvent::Action(action(json!({
+                        "type": "chat/toolCallStart", "turnId": turn_id, "toolCallId": id,
+                        "toolName": "shell", "displayName": "Shell"
+                    })))),
+                    Step::ToolReady(id) => {
+                        turn.waiting = Some(id.clone());
+                        Some(BackendEvent::Action(action(json!({
+                            "type": "chat/toolCallReady", "turnId": turn_id, "toolCallId": id,
+                            "invocationMessage": "run the tests"
+                        }))))
+                    }
+                    Step::ToolDone(id) => Some(BackendEvent::Action(action(json!({
+                        "type": "chat/toolCallComplete", "turnId": turn_id, "toolCallId": id,
+                        "result": {"success": true, "pastTenseMessage": "ran the tests"}
+                    })))),
+                    Step::Complete | Step::Error => {
+                        let ok = step == Step::Complete;
+                        let run = agent.turn.take()?;
+                        let conversation = agent.conversation.clone();
+                        agent.script.retain(|s| !s.is_turn());
+                        self.record(&conversation, run, if ok { TurnState::Complete } else { TurnState::Error });
+                        if ok {
+                            self.stats.turns_completed += 1;
+                            Some(BackendEvent::Action(action(json!({"type": "chat/turnComplete", "turnId": turn_id, "duration": 0}))))
+                        } else {
+                            self.stats.turns_failed += 1;
+                            Some(BackendEvent::Action(action(json!({
+                                "type": "chat/error", "turnId": turn_id, "duration": 0,
+                                "part": {"kind": "error", "error": {"errorType": "agentError", "message": "simulated model failure"}}
+                            }))))
+                        }
+                    }
+                    Step::Pause(_) | Step::Busy(_) | Step::Crash => None,
+                }
+            }
+        };
+        self.schedule_step(cx, chat);
+        let event = event?;
+        let label = match &event {
+            BackendEvent::Action(a) => format!("agent {}", action_name(a)),
+            BackendEvent::Busy(b) => format!("agent busy={b}"),
+            BackendEvent::Exited { .. } => "agent exited".to_owned(),
+        };
+        Some((Input::Backend { chat: chat.clone(), event }, label))
+    }
+
+    /// The host process died: every agent (its child) dies with it; the
+    /// conversations stay.
+    pub fn on_host_crash(&mut self) {
+        let chats: Vec<Uri> = self.agents.keys().cloned().collect();
+        for chat in chats {
+            if let Some(agent) = self.agents.get_mut(&chat) {
+                let turn = agent.turn.take();
+                let conversation = agent.conversation.clone();
+                Self::stop(agent);
+                if let Some(turn) = turn {
+                    self.record(&conversation, turn, TurnState::Cancelled);
+                }
+            }
+        }
+    }
+
+    /// Faults are off: background work ends soon for every agent.
+    pub fn heal(&mut self, cx: &mut Ctx<'_>) {
+        let chats: Vec<Uri> = self.agents.keys().cloned().collect();
+        for chat in chats {
+            if let Some(agent) = self.agents.get_mut(&chat) {
+                if agent.busy && !agent.script.contains(&Step::Busy(false)) {
+                    agent.script.push_back(Step::Busy(false));
+                }
+            }
+            self.schedule_step(cx, &chat);
+        }
+    }
+
+    /// Whether any agent still has unplayed steps that could run (used in
+    /// `pending()` reports).
+    pub fn describe(&self) -> Vec<String> {
+        self.agents
+            .iter()
+            .filter(|(_, a)| a.running && (a.turn.is_some() || a.busy))
+            .map(|(chat, a)| {
+                format!(
+                    "{chat}: turn={:?} waiting={:?} busy={} script={}",
+                    a.turn.as_ref().map(|t| t.turn_id.clone()),
+                    a.turn.as_ref().and_then(|t| t.waiting.clone()),
+                    a.busy,
+                    a.script.len()
+                )
+            })
+            .collect()
+    }
+}
+
+/// A short name for an outcome, for labels.
+pub fn outcome_name(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Started { .. } => "started",
+        Outcome::Failed { .. } => "failed",
+        Outcome::Ok => "ok",
+        Outcome::Scanned { .. } => "scanned",
+    }
+}
+
+/// The wire type of an action, for labels.
+pub fn action_name(action: &StateAction) -> String {
+    serde_json::to_value(action)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}

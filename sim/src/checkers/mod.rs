@@ -1,0 +1,328 @@
+//! History rules that need the world, run after every step beside the
+//! core's own state rules (`ahpd_core::invariants::check_all`).
+//!
+//! - `rule1_server_seq_increases`: checked by each client as envelopes
+//!   arrive (see `clients.rs`).
+//! - `rule2_one_reply_per_request`: clients check each reply against their
+//!   outstanding ids; [`unanswered`] names what is still owed at the end.
+//! - `rule3_mirror_matches_host`: [`check_mirrors`], at quiescent points.
+//! - `rule4_announce_order`: no `root/sessionRemoved` for a session never
+//!   announced, no second `root/sessionAdded`, `root/sessionAdded` before
+//!   `session/ready` (Sessions page, "The life of a session").
+//! - `rule5_restart_keeps_acked`: [`check_restart`], after every crash.
+//! - `lifecycle_transition`: every phase change is in the core's legal
+//!   table (sled's verifier), using the previous step's phases.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahp_types::actions::StateAction;
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+use ahpd_core::invariants::Violation;
+use ahpd_core::session::lifecycle;
+use ahpd_core::session::Phase;
+use ahpd_core::{ConnId, Effect, HostView, Outbound, SessionRecord};
+
+use crate::clients::{Client, MirrorState};
+use crate::queue::Queue;
+use crate::store::Store;
+
+fn breach(rule: &'static str, detail: String) -> Violation {
+    Violation { rule, detail }
+}
+
+/// What the history checker remembers between steps.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Sessions announced by the current host incarnation and not removed.
+    announced: BTreeSet<Uri>,
+    /// Each session's phase after the previous step.
+    prev_phases: BTreeMap<Uri, Phase>,
+    /// How many times each URI was removed from the host (for page walks).
+    pub incarnations: BTreeMap<Uri, u64>,
+    added_this_step: BTreeSet<Uri>,
+    removed_this_step: BTreeSet<Uri>,
+    ready_unannounced: Vec<Uri>,
+}
+
+/// What the checker needs from before a step.
+#[derive(Debug, Clone, Default)]
+pub struct Before {
+    root_subscribers: BTreeSet<ConnId>,
+    /// The step answers a transcript scan (sessions may appear asleep).
+    pub scan: bool,
+}
+
+fn root_subscribers(view: &HostView<'_>) -> BTreeSet<ConnId> {
+    view.conns.iter().filter(|(_, c)| c.subscriptions.contains(ROOT_RESOURCE_URI)).map(|(id, _)| *id).collect()
+}
+
+impl History {
+    /// A host (re)started: restored sessions count as announced.
+    pub fn on_host_start(&mut self, view: &HostView<'_>) {
+        self.announced = view.sessions.iter().filter(|(_, s)| s.announced).map(|(u, _)| u.clone()).collect();
+        self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.clone())).collect();
+    }
+
+    /// Notes what the step's checks compare against.
+    pub fn before_step(&mut self, view: &HostView<'_>) -> Before {
+        self.added_this_step.clear();
+        self.removed_this_step.clear();
+        self.ready_unannounced.clear();
+        Before { root_subscribers: root_subscribers(view), scan: false }
+    }
+
+    /// Rule 4, on each effect in the order the host returned them.
+    pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
+        let Effect::Send { message, .. } = effect else { return Ok(()) };
+        match message {
+            Outbound::Notification { method: "root/sessionAdded", params } => {
+                let uri = params.pointer("/summary/resource").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+                if self.added_this_step.contains(&uri) {
+                    return Ok(());
+                }
+                if !self.announced.insert(uri.clone()) {
+                    return Err(breach("rule4_announce_order", format!("root/sessionAdded for {uri}, which was already announced")));
+                }
+                self.added_this_step.insert(uri);
+            }
+            Outbound::Notification { method: "root/sessionRemoved", params } => {
+                let uri = params.get("session").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+                if self.removed_this_step.contains(&uri) {
+                    return Ok(());
+                }
+                if !self.announced.remove(&uri) {
+                    return Err(breach("rule4_announce_order", format!("root/sessionRemoved for {uri}, which was never announced")));
+                }
+                self.removed_this_step.insert(uri);
+            }
+            Outbound::Action(envelope)
+                if matches!(envelope.action, StateAction::SessionReady(_))
+                    && envelope.rejection_reason.is_none()
+                    && !self.announced.contains(&envelope.channel) =>
+            {
+                self.ready_unannounced.push(envelope.channel.clone());
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// After a step: the core's state rules, the lifecycle table, and the
+    /// parts of rule 4 that need the state after the step.
+    pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
+        ahpd_core::invariants::check_all(view)?;
+        for (uri, prev) in &self.prev_phases {
+            match view.sessions.get(uri) {
+                Some(s) if s.phase != *prev && !lifecycle::is_legal(prev, &s.phase) => {
+                    return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
+                }
+                None if !matches!(prev, Phase::Starting { .. } | Phase::Disposing { .. }) => {
+                    return Err(breach("lifecycle_transition", format!("{uri} vanished from {}", prev.name())));
+                }
+                _ => {}
+            }
+        }
+        for (uri, s) in view.sessions {
+            let rediscovered = before.scan && s.phase == Phase::Asleep;
+            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting { .. }) && !rediscovered {
+                return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase.name())));
+            }
+        }
+        let gone: Vec<Uri> = self.prev_phases.keys().filter(|u| !view.sessions.contains_key(*u)).cloned().collect();
+        for uri in gone {
+            *self.incarnations.entry(uri.clone()).or_default() += 1;
+            // Removed with no root subscriber to tell: no notification to see.
+            self.announced.remove(&uri);
+        }
+        for (uri, s) in view.sessions {
+            if s.announced {
+                self.announced.insert(uri.clone());
+            }
+        }
+        let after = root_subscribers(view);
+        let watched_throughout = before.root_subscribers.intersection(&after).next().is_some();
+        if let Some(uri) = self.ready_unannounced.first() {
+            if watched_throughout || !view.sessions.get(uri).is_some_and(|s| s.announced) {
+                return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
+            }
+        }
+        self.prev_phases.clear();
+        for (uri, s) in view.sessions {
+            self.prev_phases.insert(uri.clone(), s.phase.clone());
+        }
+        Ok(())
+    }
+}
+
+/// The host's own state of `channel`, when it holds it.
+fn host_state(view: &HostView<'_>, channel: &str) -> Option<MirrorState> {
+    if channel == ROOT_RESOURCE_URI {
+        return Some(MirrorState::Root(Box::new(view.root.clone())));
+    }
+    if let Some(s) = view.sessions.get(channel) {
+        return s.resident.as_ref().map(|r| MirrorState::Session(Box::new(r.session.clone())));
+    }
+    let session = view.chats.get(channel)?;
+    let r = view.sessions.get(session)?.resident.as_ref()?;
+    r.chats.get(channel).map(|c| MirrorState::Chat(Box::new(c.clone())))
+}
+
+fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState) -> Option<bool> {
+    if channel == ROOT_RESOURCE_URI {
+        return Some(matches!(mirror, MirrorState::Root(r) if **r == *view.root));
+    }
+    if let Some(s) = view.sessions.get(channel) {
+        let r = s.resident.as_ref()?;
+        return Some(matches!(mirror, MirrorState::Session(m) if **m == r.session));
+    }
+    let session = view.chats.get(channel)?;
+    let r = view.sessions.get(session)?.resident.as_ref()?;
+    let c = r.chats.get(channel)?;
+    Some(matches!(mirror, MirrorState::Chat(m) if **m == *c))
+}
+
+/// The first JSON path where two values differ, with both sides.
+pub fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let (va, vb) = (x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null));
+                if let Some(d) = first_difference(va, vb, &format!("{path}/{k}")) {
+                    return Some(d);
+                }
+            }
+            None
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            x.iter().zip(y).enumerate().find_map(|(i, (va, vb))| first_difference(va, vb, &format!("{path}/{i}")))
+        }
+        _ if a == b => None,
+        _ => {
+            let short = |v: &Value| v.to_string().chars().take(300).collect::<String>();
+            Some(format!("at {path}: client {} / host {}", short(a), short(b)))
+        }
+    }
+}
+
+fn to_json(state: &MirrorState) -> serde_json::Value {
+    match state {
+        MirrorState::Root(r) => serde_json::to_value(r),
+        MirrorState::Session(s) => serde_json::to_value(s),
+        MirrorState::Chat(c) => serde_json::to_value(c),
+    }
+    .unwrap_or_default()
+}
+
+/// Rule 3: every full mirror of a channel the host still sends to that
+/// client equals the host's own state, for clients with nothing in flight
+/// to them (a quiescent point for that connection). Returns how many
+/// mirrors were compared.
+pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<u64, Violation> {
+    let mut compared = 0;
+    for client in clients {
+        let Some(conn) = client.conn else { continue };
+        if !client.ready || q.inflight_to_conn.contains_key(&conn) {
+            continue;
+        }
+        let Some(host_conn) = view.conns.get(&conn) else { continue };
+        for (channel, mirror) in &client.mirrors {
+            if !mirror.full || !host_conn.subscriptions.contains(channel) {
+                continue;
+            }
+            let same = equal(view, channel, &mirror.state);
+            compared += u64::from(same.is_some());
+            if same == Some(false) {
+                let host = host_state(view, channel).map(|s| to_json(&s)).unwrap_or_default();
+                let diff = first_difference(&to_json(&mirror.state), &host, "").unwrap_or_else(|| "(typed values differ, JSON equal)".to_owned());
+                return Err(breach("rule3_mirror_matches_host", format!("client {} mirror of {channel} differs {diff}", client.index)));
+            }
+        }
+    }
+    Ok(compared)
+}
+
+/// Rule 2 at the end: requests still owed a reply on live connections.
+pub fn unanswered(clients: &[Client]) -> Vec<String> {
+    clients
+        .iter()
+        .filter(|c| c.conn.is_some())
+        .flat_map(|c| c.outstanding.iter().map(move |(id, r)| format!("client {} request {id} ({}) unanswered", c.index, r.method)))
+        .collect()
+}
+
+/// What the world knew just before a crash.
+#[derive(Debug, Clone, Default)]
+pub struct PreCrash {
+    /// Each in-memory session's acknowledged bits (read, archived), by store key.
+    pub bits: BTreeMap<String, (bool, bool)>,
+    /// Unanswered writes per key.
+    pub unacked: BTreeMap<String, Vec<Option<SessionRecord>>>,
+}
+
+/// Rule 5: after a restart every durable record is listed again, with the
+/// durable title and bits, and the read/archived bits are the ones the host
+/// had acknowledged (or those of a write that was in flight at the crash).
+pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Result<(), Violation> {
+    for (key, record) in &store.durable {
+        let Some(s) = view.sessions.get(&record.resource) else {
+            return Err(breach("rule5_restart_keeps_acked", format!("durable record {key} is not listed after the restart")));
+        };
+        if !s.announced {
+            return Err(breach("rule5_restart_keeps_acked", format!("{key} restored but not listed")));
+        }
+        if s.record.title != record.title || s.record.is_read != record.is_read || s.record.is_archived != record.is_archived {
+            return Err(breach("rule5_restart_keeps_acked", format!("{key} restored with other bits than the store holds")));
+        }
+        if let Some((read, archived)) = pre.bits.get(key) {
+            let unacked = pre.unacked.get(key).map(Vec::as_slice).unwrap_or(&[]);
+            let read_ok = record.is_read == *read || unacked.iter().flatten().any(|r| r.is_read == record.is_read);
+            let archived_ok = record.is_archived == *archived || unacked.iter().flatten().any(|r| r.is_archived == record.is_archived);
+            if !read_ok || !archived_ok {
+                return Err(breach("rule5_restart_keeps_acked", format!(
+                    "{key} came back read={} archived={} but the host had acknowledged read={read} archived={archived} and no write in flight says so",
+                    record.is_read, record.is_archived
+                )));
+            }
+        }
+    }
+    for (key, acked) in &store.acked {
+        if let crate::store::Acked::Put(_) = acked {
+            let deleted_in_flight = pre.unacked.get(key).is_some_and(|w| w.iter().any(Option::is_none));
+            if !store.durable.contains_key(key) && !deleted_in_flight {
+                return Err(breach("rule5_restart_keeps_acked", format!("acknowledged record {key} is not durable")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Liveness: what has not settled yet (empty when everything settled).
+pub fn pending(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Vec<String> {
+    let mut out = unanswered(clients);
+    for c in clients {
+        if c.walk.is_some() && c.conn.is_some() {
+            out.push(format!("client {} page walk in progress", c.index));
+        }
+        if c.conn.is_some() && !c.ready {
+            out.push(format!("client {} handshake in progress", c.index));
+        }
+    }
+    for (uri, s) in view.sessions {
+        if !matches!(s.phase, Phase::Live | Phase::Asleep) {
+            out.push(format!("{uri} left {}", s.phase.name()));
+        }
+        if !s.waiters.is_empty() {
+            out.push(format!("{uri} has {} waiters", s.waiters.len()));
+        }
+        if s.parked.is_some() || !s.inbox.is_empty() {
+            out.push(format!("{uri} has actions waiting for the store"));
+        }
+        if !s.sends_in_flight.is_empty() || !s.pending_sends.is_empty() {
+            out.push(format!("{uri} has turns not handed to its agent"));
+        }
+    }
+    out.extend(q.describe(10));
+    out
+}

@@ -1,0 +1,740 @@
+//! Simulated clients that speak JSON text to the host, and the models they
+//! keep (style guide 3.6, "Clients as models").
+//!
+//! Each client keeps a mirror of every channel it subscribed to: seeded from
+//! the snapshot, advanced by applying every accepted `action` envelope with
+//! the official `ahp` reducers. It checks protocol-visible rules as frames
+//! arrive: one reply per request, `serverSeq` strictly increasing on its
+//! connection, snapshots of the right shape, and page walks that neither
+//! repeat a row nor run forever.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome};
+use ahp_types::actions::{ActionEnvelope, StateAction};
+use ahp_types::commands::{InitializeResult, ListSessionsResult, ReconnectResult, SubscribeResult};
+use ahp_types::notifications::{SessionAddedParams, SessionRemovedParams, SessionSummaryChangedParams};
+use ahp_types::state::{ChatState, ResponsePart, RootState, SessionState, Snapshot, SnapshotState, ToolCallState};
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+use ahpd_core::invariants::Violation;
+use ahpd_core::time::WallTime;
+use ahpd_core::ConnId;
+use serde_json::{json, Value};
+
+use crate::rng::SimRng;
+
+/// The state a client mirrors for one channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MirrorState {
+    /// `ahp-root://`.
+    Root(Box<RootState>),
+    /// A session channel.
+    Session(Box<SessionState>),
+    /// A chat channel.
+    Chat(Box<ChatState>),
+}
+
+/// One mirrored channel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mirror {
+    /// The state, as the client holds it.
+    pub state: MirrorState,
+    /// False when subscribed with a `view` limit (then it is not compared).
+    pub full: bool,
+    /// The snapshot's `fromSeq`: every later envelope must be newer.
+    pub from_seq: u64,
+}
+
+/// What a request was, so its reply can be checked and used.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReqKind {
+    /// `initialize`.
+    Initialize,
+    /// `reconnect` with the channels it listed.
+    Reconnect,
+    /// `subscribe` to a channel, with or without a view limit.
+    Subscribe {
+        /// The channel.
+        channel: Uri,
+        /// No view limit.
+        full: bool,
+    },
+    /// A page of a `listSessions` walk.
+    List,
+    /// `createSession` of a URI (learnt on success).
+    Create {
+        /// The session URI.
+        uri: Uri,
+    },
+    /// Anything whose result is not used.
+    Plain,
+}
+
+/// One request awaiting its reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Req {
+    /// The method.
+    pub method: &'static str,
+    /// What to do with the reply.
+    pub kind: ReqKind,
+}
+
+/// A `listSessions` walk in progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Walk {
+    /// The page size asked for (`None` = no limit).
+    pub limit: Option<i64>,
+    /// Rows seen so far, with the URI's incarnation when seen.
+    pub seen: BTreeMap<Uri, u64>,
+    /// Pages answered so far.
+    pub pages: u32,
+}
+
+/// Something a client wants the world to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientOut {
+    /// Send one text frame on the client's connection.
+    Frame(String),
+    /// Drop the connection.
+    Disconnect,
+}
+
+/// What a client reads from the world while it acts.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCtx<'a> {
+    /// Size of the session id space.
+    pub session_ids: u64,
+    /// Whether a non-resumable provider is offered.
+    pub oneshot: bool,
+    /// The host's cap on a `listSessions` page.
+    pub list_limit_max: usize,
+    /// How many times each URI was removed from the host (a walk may see a
+    /// URI again only after it was removed and made anew).
+    pub incarnations: &'a BTreeMap<Uri, u64>,
+}
+
+/// Counters of what clients did, for the run summary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Requests sent.
+    pub requests: u64,
+    /// Actions dispatched.
+    pub dispatches: u64,
+    /// Accepted envelopes applied to mirrors.
+    pub applied: u64,
+    /// Rejected envelopes seen.
+    pub rejected: u64,
+    /// Page walks completed.
+    pub walks: u64,
+    /// Reconnects answered with a replay.
+    pub replays: u64,
+}
+
+/// One simulated client.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// Its index in the world.
+    pub index: usize,
+    /// Its `clientId`, kept across reconnects.
+    pub client_id: String,
+    /// Its current connection, if any.
+    pub conn: Option<ConnId>,
+    /// Whether `initialize` or `reconnect` was answered on `conn`.
+    pub ready: bool,
+    next_id: u64,
+    /// Requests awaiting a reply on `conn`, by id.
+    pub outstanding: BTreeMap<u64, Req>,
+    /// Mirrored channels.
+    pub mirrors: BTreeMap<Uri, Mirror>,
+    watermark: u64,
+    conn_last_seq: u64,
+    client_seq: i64,
+    turns: u64,
+    /// The `listSessions` walk in progress.
+    pub walk: Option<Walk>,
+    /// Sessions this client has heard of.
+    pub known: BTreeSet<Uri>,
+    /// Counters.
+    pub stats: ClientStats,
+    /// The host restarted since this client last connected: start over
+    /// with `initialize` (see [`Client::on_host_restart`]).
+    fresh_start: bool,
+}
+
+/// The session URI of id `n`.
+pub fn session_uri(n: u64) -> Uri {
+    format!("ahp-session:/s{n}")
+}
+
+/// The default chat URI the host gives the session of id `n`.
+pub fn default_chat_uri(n: u64) -> Uri {
+    format!("ahp-chat:/ahp-session@s{n}")
+}
+
+/// The default chat URI the host gives session `uri` (`scheme:/id` →
+/// `ahp-chat:/scheme@id`).
+pub fn default_chat_of(uri: &str) -> Uri {
+    format!("ahp-chat:/{}", uri.replacen(":/", "@", 1))
+}
+
+fn breach(rule: &'static str, detail: String) -> Violation {
+    Violation { rule, detail }
+}
+
+fn request(id: u64, method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+}
+
+fn user_message(text: &str) -> Value {
+    json!({"text": text, "origin": {"kind": "user"}})
+}
+
+/// What kind of state a channel URI holds.
+fn channel_kind(uri: &str) -> &'static str {
+    if uri == ROOT_RESOURCE_URI {
+        "root"
+    } else if uri.starts_with("ahp-chat:") {
+        "chat"
+    } else {
+        "session"
+    }
+}
+
+impl Client {
+    /// A client that has not connected yet.
+    pub fn new(index: usize) -> Client {
+        Client {
+            index,
+            client_id: format!("client-{index}"),
+            conn: None,
+            ready: false,
+            next_id: 1,
+            outstanding: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            watermark: 0,
+            conn_last_seq: 0,
+            client_seq: 0,
+            turns: 0,
+            walk: None,
+            known: BTreeSet::new(),
+            stats: ClientStats::default(),
+            fresh_start: false,
+        }
+    }
+
+    fn send_request(&mut self, method: &'static str, params: Value, kind: ReqKind) -> ClientOut {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.outstanding.insert(id, Req { method, kind });
+        self.stats.requests += 1;
+        ClientOut::Frame(request(id, method, params))
+    }
+
+    fn dispatch(&mut self, channel: &str, action: Value) -> ClientOut {
+        self.client_seq += 1;
+        self.stats.dispatches += 1;
+        ClientOut::Frame(
+            json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
+                "channel": channel, "clientSeq": self.client_seq, "action": action
+            }})
+            .to_string(),
+        )
+    }
+
+    /// The connection `conn` is up: say hello, with `reconnect` (when there
+    /// are mirrors to resume and the dice say so) or `initialize`.
+    pub fn on_connected(&mut self, conn: ConnId, rng: &mut SimRng) -> Vec<ClientOut> {
+        self.conn = Some(conn);
+        self.ready = false;
+        self.conn_last_seq = 0;
+        self.outstanding.clear();
+        self.walk = None;
+        let fresh = std::mem::take(&mut self.fresh_start);
+        if !fresh && !self.mirrors.is_empty() && rng.chance(0.6) {
+            let subscriptions: Vec<Uri> = self.mirrors.keys().cloned().collect();
+            let params = json!({
+                "channel": ROOT_RESOURCE_URI,
+                "clientId": self.client_id,
+                "lastSeenServerSeq": self.watermark,
+                "subscriptions": subscriptions,
+            });
+            vec![self.send_request("reconnect", params, ReqKind::Reconnect)]
+        } else {
+            vec![self.initialize(rng)]
+        }
+    }
+
+    fn initialize(&mut self, rng: &mut SimRng) -> ClientOut {
+        self.mirrors.clear();
+        let initial: Vec<&str> = if rng.chance(0.7) { vec![ROOT_RESOURCE_URI] } else { vec![] };
+        let params = json!({
+            "channel": ROOT_RESOURCE_URI,
+            "protocolVersions": ["1.0.0"],
+            "clientId": self.client_id,
+            "initialSubscriptions": initial,
+        });
+        self.send_request("initialize", params, ReqKind::Initialize)
+    }
+
+    /// The connection is gone (closed by either side, or the host crashed).
+    /// Requests on it are abandoned; mirrors are kept for a `reconnect`.
+    pub fn on_closed(&mut self) {
+        self.conn = None;
+        self.ready = false;
+        self.outstanding.clear();
+        self.walk = None;
+    }
+
+    /// The host process restarted. Narrow exclusion (CORE ISSUE, see
+    /// `docs/SIMULATION.md`): the restarted host counts `serverSeq` from 0
+    /// again, so a `lastSeenServerSeq` from before the restart cannot be
+    /// told apart from one of the new process and a `reconnect` may be
+    /// answered with a replay onto state of the old process. Until the
+    /// sequence survives restarts, clients start over with `initialize`
+    /// after a host crash instead of exercising that path.
+    pub fn on_host_restart(&mut self) {
+        self.fresh_start = true;
+    }
+
+    /// Whether the client is idle: connected, answered, nothing in flight.
+    pub fn settled(&self) -> bool {
+        self.outstanding.is_empty() && self.walk.is_none()
+    }
+
+    /// The client decides what to do next (workload stream).
+    pub fn think(&mut self, rng: &mut SimRng, ctx: &ClientCtx<'_>) -> Vec<ClientOut> {
+        if self.conn.is_none() || !self.ready {
+            return Vec::new();
+        }
+        let has_root = self.mirrors.contains_key(ROOT_RESOURCE_URI);
+        let weights = [
+            8,                                   // 0 create
+            8,                                   // 1 subscribe session
+            8,                                   // 2 subscribe chat
+            if has_root { 0 } else { 2 },        // 3 subscribe root
+            4,                                   // 4 unsubscribe
+            16,                                  // 5 start a turn
+            5,                                   // 6 cancel
+            8,                                   // 7 confirm a tool call
+            8,                                   // 8 title / read / archive
+            if self.walk.is_none() { 4 } else { 0 }, // 9 list walk
+            3,                                   // 10 dispose
+            2,                                   // 11 fetchTurns
+            1,                                   // 12 ping
+            1,                                   // 13 a server-only action
+            3,                                   // 14 createChat
+            2,                                   // 15 disposeChat
+        ];
+        let known: Vec<Uri> = self.known.iter().cloned().collect();
+        let session = match rng.pick(&known) {
+            Some(uri) if rng.chance(0.6) => uri.clone(),
+            _ => session_uri(rng.below(ctx.session_ids)),
+        };
+        // The chats this client has seen listed in that session, else its
+        // default chat.
+        let listed: Vec<Uri> = match self.mirrors.get(&session).map(|m| &m.state) {
+            Some(MirrorState::Session(s)) => s.chats.iter().map(|c| c.resource.clone()).collect(),
+            _ => Vec::new(),
+        };
+        let chat = match rng.pick(&listed) {
+            Some(c) if rng.chance(0.5) => c.clone(),
+            _ => default_chat_of(&session),
+        };
+        let mut out = Vec::new();
+        match rng.weighted(&weights) {
+            0 => {
+                let provider = if ctx.oneshot && rng.chance(0.3) { "oneshot" } else { "echo" };
+                let mut params = json!({"channel": session, "provider": provider});
+                if rng.chance(0.5) {
+                    params["workingDirectories"] = json!(["file:///work/a", "file:///work/b"]);
+                }
+                out.push(self.send_request("createSession", params, ReqKind::Create { uri: session }));
+            }
+            1 => {
+                let channel = session;
+                out.push(self.send_request("subscribe", json!({"channel": channel}), ReqKind::Subscribe { channel, full: true }));
+            }
+            2 => {
+                let full = rng.chance(0.85);
+                let params = if full { json!({"channel": chat}) } else { json!({"channel": chat, "view": {"turns": 1}}) };
+                out.push(self.send_request("subscribe", params, ReqKind::Subscribe { channel: chat, full }));
+            }
+            3 => {
+                let channel = ROOT_RESOURCE_URI.to_owned();
+                out.push(self.send_request("subscribe", json!({"channel": channel}), ReqKind::Subscribe { channel, full: true }));
+            }
+            4 => {
+                let channels: Vec<Uri> = self.mirrors.keys().cloned().collect();
+                if let Some(channel) = rng.pick(&channels).cloned() {
+                    self.mirrors.remove(&channel);
+                    // A subscribe still in flight for it is moot: its late
+                    // snapshot must not bring the mirror back.
+                    for req in self.outstanding.values_mut() {
+                        if matches!(&req.kind, ReqKind::Subscribe { channel: c, .. } if *c == channel) {
+                            req.kind = ReqKind::Plain;
+                        }
+                    }
+                    let params = json!({"channel": channel});
+                    if rng.chance(0.5) {
+                        out.push(self.send_request("unsubscribe", params, ReqKind::Plain));
+                    } else {
+                        out.push(ClientOut::Frame(json!({"jsonrpc": "2.0", "method": "unsubscribe", "params": params}).to_string()));
+                    }
+                }
+            }
+            5 => {
+                let chats: Vec<Uri> = self
+                    .mirrors
+                    .iter()
+                    .filter(|(_, m)| matches!(&m.state, MirrorState::Chat(c) if c.active_turn.is_none()))
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                let target = match rng.pick(&chats) {
+                    Some(c) if rng.chance(0.7) => c.clone(),
+                    _ => chat,
+                };
+                self.turns += 1;
+                let turn_id = format!("c{}-t{}", self.index, self.turns);
+                let text = if rng.chance(0.5) { format!("hello {turn_id}\nsecond line") } else { format!("msg {turn_id}") };
+                let action = json!({
+                    "type": "chat/turnStarted",
+                    "turnId": turn_id,
+                    "startedAt": "2026-01-01T00:00:00.000Z",
+                    "message": user_message(&text),
+                });
+                out.push(self.dispatch(&target, action));
+            }
+            6 => {
+                let running: Vec<(Uri, String)> = self
+                    .mirrors
+                    .iter()
+                    .filter_map(|(u, m)| match &m.state {
+                        MirrorState::Chat(c) => c.active_turn.as_ref().map(|t| (u.clone(), t.id.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some((channel, turn_id)) = rng.pick(&running).cloned() {
+                    out.push(self.dispatch(&channel, json!({"type": "chat/turnCancelled", "turnId": turn_id, "duration": 0})));
+                }
+            }
+            7 => {
+                let pending: Vec<(Uri, String, String)> = self
+                    .mirrors
+                    .iter()
+                    .filter_map(|(u, m)| match &m.state {
+                        MirrorState::Chat(c) => c.active_turn.as_ref().and_then(|t| {
+                            t.response_parts.iter().find_map(|p| match p {
+                                ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                                    ToolCallState::PendingConfirmation(s) => Some((u.clone(), t.id.clone(), s.tool_call_id.clone())),
+                                    _ => None,
+                                },
+                                _ => None,
+                            })
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                if let Some((channel, turn_id, tool_call_id)) = rng.pick(&pending).cloned() {
+                    let approved = rng.chance(0.7);
+                    out.push(self.dispatch(
+                        &channel,
+                        json!({"type": "chat/toolCallConfirmed", "turnId": turn_id, "toolCallId": tool_call_id, "approved": approved}),
+                    ));
+                }
+            }
+            8 => {
+                let action = match rng.below(3) {
+                    0 => json!({"type": "session/titleChanged", "title": format!("title {}", rng.below(100))}),
+                    1 => json!({"type": "session/isReadChanged", "isRead": rng.chance(0.5)}),
+                    _ => json!({"type": "session/isArchivedChanged", "isArchived": rng.chance(0.3)}),
+                };
+                out.push(self.dispatch(&session, action));
+            }
+            9 => {
+                let limit = if rng.chance(0.8) { Some(rng.range(1, 4) as i64) } else { None };
+                self.walk = Some(Walk { limit, seen: BTreeMap::new(), pages: 0 });
+                out.push(self.list_page(None));
+            }
+            10 => {
+                out.push(self.send_request("disposeSession", json!({"channel": session}), ReqKind::Plain));
+            }
+            11 => {
+                out.push(self.send_request("fetchTurns", json!({"channel": chat}), ReqKind::Plain));
+            }
+            12 => {
+                out.push(self.send_request("ping", json!({"channel": ROOT_RESOURCE_URI}), ReqKind::Plain));
+            }
+            13 => {
+                out.push(self.dispatch(&session, json!({"type": "session/ready"})));
+            }
+            14 => {
+                let new_chat = format!("ahp-chat:/{}-c{}", session.replacen(":/", "-", 1), rng.below(3));
+                let mut params = json!({"channel": session, "chat": new_chat});
+                if rng.chance(0.3) {
+                    self.turns += 1;
+                    params["initialMessage"] = user_message(&format!("first words c{}-t{}", self.index, self.turns));
+                }
+                out.push(self.send_request("createChat", params, ReqKind::Plain));
+            }
+            _ => {
+                let target = match rng.pick(&listed) {
+                    Some(c) => c.clone(),
+                    None => format!("ahp-chat:/{}-c{}", session.replacen(":/", "-", 1), rng.below(3)),
+                };
+                out.push(self.send_request("disposeChat", json!({"channel": target}), ReqKind::Plain));
+            }
+        }
+        out
+    }
+
+    fn list_page(&mut self, cursor: Option<String>) -> ClientOut {
+        let limit = self.walk.as_ref().and_then(|w| w.limit);
+        let mut params = json!({"channel": ROOT_RESOURCE_URI});
+        if let Some(l) = limit {
+            params["limit"] = json!(l);
+        }
+        if let Some(c) = cursor {
+            params["cursor"] = json!(c);
+        }
+        self.send_request("listSessions", params, ReqKind::List)
+    }
+
+    /// One frame from the host on connection `conn`. Frames for an old
+    /// connection are dropped (the socket is gone).
+    pub fn on_frame(&mut self, conn: ConnId, text: &str, ctx: &ClientCtx<'_>, rng: &mut SimRng) -> Result<Vec<ClientOut>, Violation> {
+        if self.conn != Some(conn) {
+            return Ok(Vec::new());
+        }
+        let value: Value = serde_json::from_str(text).map_err(|e| breach("client_frame_json", format!("undecodable frame {e}: {text}")))?;
+        if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Err(breach("client_frame_json", format!("not JSON-RPC 2.0: {text}")));
+        }
+        if let Some(method) = value.get("method").and_then(Value::as_str) {
+            let params = value.get("params").cloned().unwrap_or(Value::Null);
+            return self.on_notification(method, params, ctx).map(|_| Vec::new());
+        }
+        let Some(id) = value.get("id").and_then(Value::as_u64) else {
+            return Err(breach("rule2_one_reply_per_request", format!("a reply without a request id: {text}")));
+        };
+        let Some(req) = self.outstanding.remove(&id) else {
+            return Err(breach("rule2_one_reply_per_request", format!("reply to request {id}, which is not awaiting a reply: {text}")));
+        };
+        let result = value.get("result").cloned();
+        let error = value.get("error").cloned();
+        if result.is_some() == error.is_some() {
+            return Err(breach("client_frame_json", format!("a reply must carry exactly one of result and error: {text}")));
+        }
+        match (req.kind, result) {
+            (ReqKind::Initialize, Some(result)) => {
+                let init: InitializeResult = decode("initialize result", result)?;
+                if init.protocol_version != "1.0.0" {
+                    return Err(breach("client_handshake", format!("negotiated {}", init.protocol_version)));
+                }
+                self.ready = true;
+                self.watermark = init.server_seq.max(0) as u64;
+                for snapshot in init.snapshots {
+                    self.seed_mirror(snapshot, true)?;
+                }
+                Ok(Vec::new())
+            }
+            (ReqKind::Initialize, None) => Err(breach("client_handshake", format!("initialize refused: {text}"))),
+            (ReqKind::Reconnect, Some(result)) => {
+                let result: ReconnectResult = decode("reconnect result", result)?;
+                self.ready = true;
+                match result {
+                    ReconnectResult::Replay(replay) => {
+                        self.stats.replays += 1;
+                        for uri in &replay.missing {
+                            self.mirrors.remove(uri);
+                        }
+                        for envelope in replay.actions {
+                            self.on_envelope(envelope)?;
+                        }
+                    }
+                    ReconnectResult::Snapshot(s) => {
+                        // Snapshots are the new baseline: the watermark is
+                        // theirs, not whatever was seen before.
+                        if let Some(seq) = s.snapshots.iter().map(|s| s.from_seq.max(0) as u64).max() {
+                            self.watermark = seq;
+                        }
+                        let fresh: BTreeSet<Uri> = s.snapshots.iter().map(|s| s.resource.clone()).collect();
+                        self.mirrors.retain(|uri, _| fresh.contains(uri));
+                        for snapshot in s.snapshots {
+                            self.seed_mirror(snapshot, true)?;
+                        }
+                    }
+                }
+                Ok(Vec::new())
+            }
+            (ReqKind::Reconnect, None) => {
+                // The host would not resume us: start over.
+                Ok(vec![self.initialize(rng)])
+            }
+            (ReqKind::Subscribe { channel, full }, Some(result)) => {
+                let result: SubscribeResult = decode("subscribe result", result)?;
+                let Some(snapshot) = result.snapshot else {
+                    return Err(breach("client_snapshot_shape", format!("subscribe to {channel} answered without a snapshot")));
+                };
+                if snapshot.resource != channel {
+                    return Err(breach("client_snapshot_shape", format!("subscribe to {channel} answered with {}", snapshot.resource)));
+                }
+                self.seed_mirror(snapshot, full)?;
+                Ok(Vec::new())
+            }
+            (ReqKind::List, Some(result)) => self.on_list_page(result, ctx),
+            (ReqKind::Create { uri }, Some(_)) => {
+                self.known.insert(uri);
+                Ok(Vec::new())
+            }
+            (ReqKind::List, None) => {
+                let walk = self.walk.take();
+                Err(breach("client_list_walk", format!("a page of a walk was refused ({} pages in): {text}", walk.map_or(0, |w| w.pages))))
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn seed_mirror(&mut self, snapshot: Snapshot, full: bool) -> Result<(), Violation> {
+        let kind = channel_kind(&snapshot.resource);
+        let state = match (kind, snapshot.state) {
+            ("root", SnapshotState::Root(r)) => MirrorState::Root(r),
+            ("session", SnapshotState::Session(s)) => MirrorState::Session(s),
+            ("chat", SnapshotState::Chat(c)) => MirrorState::Chat(c),
+            (kind, other) => {
+                return Err(breach("client_snapshot_shape", format!(
+                    "snapshot of {} ({kind}) decoded as {:?}",
+                    snapshot.resource,
+                    std::mem::discriminant(&other)
+                )))
+            }
+        };
+        let from_seq = snapshot.from_seq.max(0) as u64;
+        self.watermark = self.watermark.max(from_seq);
+        self.mirrors.insert(snapshot.resource, Mirror { state, full, from_seq });
+        Ok(())
+    }
+
+    fn on_notification(&mut self, method: &str, params: Value, ctx: &ClientCtx<'_>) -> Result<(), Violation> {
+        let _ = ctx;
+        match method {
+            "action" => {
+                let envelope: ActionEnvelope = decode("action envelope", params)?;
+                self.on_envelope(envelope)
+            }
+            "root/sessionAdded" => {
+                let p: SessionAddedParams = decode("root/sessionAdded", params)?;
+                self.known.insert(p.summary.resource);
+                Ok(())
+            }
+            "root/sessionRemoved" => {
+                let p: SessionRemovedParams = decode("root/sessionRemoved", params)?;
+                self.known.remove(&p.session);
+                Ok(())
+            }
+            "root/sessionSummaryChanged" => {
+                let _: SessionSummaryChangedParams = decode("root/sessionSummaryChanged", params)?;
+                Ok(())
+            }
+            other => Err(breach("client_frame_json", format!("unexpected notification {other}"))),
+        }
+    }
+
+    /// Rule 1 (serverSeq increases per connection), then the reducer.
+    fn on_envelope(&mut self, envelope: ActionEnvelope) -> Result<(), Violation> {
+        if envelope.server_seq <= self.conn_last_seq {
+            return Err(breach("rule1_server_seq_increases", format!(
+                "client {} got serverSeq {} after {} on {}",
+                self.index, envelope.server_seq, self.conn_last_seq, envelope.channel
+            )));
+        }
+        self.conn_last_seq = envelope.server_seq;
+        self.watermark = self.watermark.max(envelope.server_seq);
+        if matches!(envelope.action, StateAction::Unknown(_)) {
+            return Err(breach("client_frame_json", format!("host sent an action the 1.0.0 types cannot read on {}", envelope.channel)));
+        }
+        if envelope.rejection_reason.is_some() {
+            self.stats.rejected += 1;
+            return Ok(());
+        }
+        let Some(mirror) = self.mirrors.get_mut(&envelope.channel) else { return Ok(()) };
+        if envelope.server_seq <= mirror.from_seq {
+            return Err(breach("rule1_server_seq_increases", format!(
+                "envelope {} on {} is not newer than its snapshot ({})",
+                envelope.server_seq, envelope.channel, mirror.from_seq
+            )));
+        }
+        let outcome = match &mut mirror.state {
+            MirrorState::Root(r) => apply_action_to_root(r, &envelope.action),
+            MirrorState::Session(s) => apply_action_to_session(s, &envelope.action),
+            MirrorState::Chat(c) => apply_action_to_chat(c, &envelope.action),
+        };
+        self.stats.applied += 1;
+        match outcome {
+            ReduceOutcome::Invalid(_) | ReduceOutcome::OutOfScope if mirror.full => Err(breach(
+                "rule3_mirror_matches_host",
+                format!("client {} could not apply envelope {} on {}: {outcome:?}", self.index, envelope.server_seq, envelope.channel),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// One page of a walk: no URI twice (unless removed and made anew in
+    /// between), rows in catalogue order, at most `limit` rows, a cursor only
+    /// on a full page, and a walk that ends.
+    fn on_list_page(&mut self, result: Value, ctx: &ClientCtx<'_>) -> Result<Vec<ClientOut>, Violation> {
+        let page: ListSessionsResult = decode("listSessions result", result)?;
+        let Some(mut walk) = self.walk.take() else {
+            return Err(breach("client_list_walk", "a listSessions page with no walk in progress".to_owned()));
+        };
+        walk.pages += 1;
+        if let Some(limit) = walk.limit {
+            if page.items.len() as i64 > limit {
+                return Err(breach("client_list_walk", format!("{} rows for limit {limit}", page.items.len())));
+            }
+        }
+        let mut previous: Option<(i64, &str)> = None;
+        for row in &page.items {
+            let incarnation = ctx.incarnations.get(&row.resource).copied().unwrap_or(0);
+            if walk.seen.insert(row.resource.clone(), incarnation) == Some(incarnation) {
+                return Err(breach("client_list_walk", format!("page {} repeats {}", walk.pages, row.resource)));
+            }
+            let Some(modified) = WallTime::parse_iso(&row.modified_at) else {
+                return Err(breach("client_list_walk", format!("row {} has modifiedAt {:?}", row.resource, row.modified_at)));
+            };
+            if WallTime::parse_iso(&row.created_at).is_none() {
+                return Err(breach("client_list_walk", format!("row {} has createdAt {:?}", row.resource, row.created_at)));
+            }
+            if let Some((m, u)) = previous {
+                if (std::cmp::Reverse(m), u) >= (std::cmp::Reverse(modified.0), row.resource.as_str()) {
+                    return Err(breach("client_list_walk", format!("rows out of order: {u} then {}", row.resource)));
+                }
+            }
+            previous = Some((modified.0, row.resource.as_str()));
+            self.known.insert(row.resource.clone());
+        }
+        if let (Some(_), Some(limit)) = (&page.next_cursor, walk.limit) {
+            let limit = limit.min(ctx.list_limit_max as i64);
+            if (page.items.len() as i64) < limit {
+                return Err(breach("client_list_walk", format!("a cursor after a short page ({} of {limit})", page.items.len())));
+            }
+        }
+        if walk.pages > 2_000 {
+            return Err(breach("client_list_walk", format!("the walk did not end after {} pages", walk.pages)));
+        }
+        match page.next_cursor {
+            Some(cursor) => {
+                self.walk = Some(walk);
+                Ok(vec![self.list_page(Some(cursor))])
+            }
+            None => {
+                self.stats.walks += 1;
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, Violation> {
+    let text = value.to_string();
+    serde_json::from_value(value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {text}")))
+}

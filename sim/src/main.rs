@@ -1,0 +1,220 @@
+//! `cargo run -p sim -- [--seed N | --seeds A..B] [--steps-max N]
+//! [--check-determinism]`
+//!
+//! Runs seeds through the simulated world and prints, for each failure, the
+//! rule, seed, step, sim time, options, the last trace lines and the replay
+//! command (the full trace goes to `target/sim-failures/<seed>.log`). A
+//! range run ends with the host counters summed over every seed, so one can
+//! see the sleep, eviction and wake rules were exercised.
+//!
+//! Exit codes: 0 all passed, 1 correctness, 2 liveness, 3 core panic,
+//! 4 nondeterminism, 64 usage.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use ahpd_core::host::Stats;
+use sim::world::add_stats;
+use sim::{run_seed, Failure, Options, RunConfig, Summary, World};
+
+struct Args {
+    seeds: Option<(u64, u64)>,
+    steps_max: Option<u64>,
+    check_determinism: bool,
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: sim [--seed N|HEX40] [--seeds A..B] [--steps-max N] [--check-determinism]");
+    ExitCode::from(64)
+}
+
+/// A seed in decimal, or a 40-hex commit hash folded to its first 64 bits.
+fn parse_seed(text: &str) -> Option<u64> {
+    if let Ok(n) = text.parse::<u64>() {
+        return Some(n);
+    }
+    if text.len() == 40 && text.chars().all(|c| c.is_ascii_hexdigit()) {
+        return u64::from_str_radix(&text[..16], 16).ok();
+    }
+    None
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args { seeds: None, steps_max: None, check_determinism: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--seed" => {
+                let v = it.next().ok_or("--seed needs a value")?;
+                let s = parse_seed(&v).ok_or(format!("bad seed {v}"))?;
+                args.seeds = Some((s, s + 1));
+            }
+            "--seeds" => {
+                let v = it.next().ok_or("--seeds needs A..B")?;
+                let (a, b) = v.split_once("..").ok_or("--seeds needs A..B")?;
+                let a = a.parse::<u64>().map_err(|e| e.to_string())?;
+                let b = b.parse::<u64>().map_err(|e| e.to_string())?;
+                if b <= a {
+                    return Err("--seeds A..B needs A < B".into());
+                }
+                args.seeds = Some((a, b));
+            }
+            "--steps-max" => {
+                let v = it.next().ok_or("--steps-max needs a value")?;
+                args.steps_max = Some(v.parse().map_err(|_| format!("bad step count {v}"))?);
+            }
+            "--check-determinism" => args.check_determinism = true,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+/// A seed from the OS, used only when none was given (printed first).
+fn entropy_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+fn exit_for(f: &Failure) -> u8 {
+    match f.class() {
+        "crash" => 3,
+        "liveness" => 2,
+        _ => 1,
+    }
+}
+
+/// Re-runs a failing seed keeping every trace line and writes them to
+/// `target/sim-failures/<seed>.log`.
+fn write_full_trace(seed: u64, run: RunConfig, failure: &Failure) {
+    let mut world = World::new(seed, RunConfig { keep_trace: true, ..run });
+    let _ = world.run();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sim-failures");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let path = dir.join(format!("{seed}.log"));
+    if let Ok(mut f) = std::fs::File::create(&path) {
+        let _ = writeln!(f, "{}", failure.options);
+        let _ = writeln!(f, "{}", sim::trace::Trace::header());
+        for line in world.trace().all().unwrap_or(&[]) {
+            let _ = writeln!(f, "{line}");
+        }
+        let _ = writeln!(f, "{failure}");
+        eprintln!("full trace: {}", path.display());
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return usage();
+        }
+    };
+    let (first, end) = match args.seeds {
+        Some(r) => r,
+        None => {
+            let s = entropy_seed();
+            println!("seed: {s}");
+            (s, s.wrapping_add(1).max(s))
+        }
+    };
+    let end = if end == first { first + 1 } else { end };
+    let single = end - first == 1;
+    let run = RunConfig { keep_trace: false, hash: args.check_determinism, safety_steps: args.steps_max };
+    let started = Instant::now();
+    let mut totals = Stats::default();
+    let mut summed = Summary::default();
+    let mut failures = 0u64;
+    let mut exit = 0u8;
+    for seed in first..end {
+        if single {
+            println!("seed: {seed}");
+            println!("{}", Options::from_seed(seed));
+        }
+        let result = run_seed(seed, run);
+        match result {
+            Ok(summary) => {
+                if args.check_determinism {
+                    match run_seed(seed, run) {
+                        Ok(again) if again.hash == summary.hash && again.steps == summary.steps => {}
+                        Ok(again) => {
+                            eprintln!(
+                                "NONDETERMINISM at seed {seed}: hash {:016x} vs {:016x}, steps {} vs {}\nreplay: cargo run -p sim -- --seed {seed} --check-determinism",
+                                summary.hash, again.hash, summary.steps, again.steps
+                            );
+                            failures += 1;
+                            exit = exit.max(4);
+                        }
+                        Err(f) => {
+                            eprintln!("NONDETERMINISM at seed {seed}: the second run failed:\n{f}");
+                            failures += 1;
+                            exit = exit.max(4);
+                        }
+                    }
+                }
+                add_stats(&mut totals, &summary.stats);
+                summed.steps += summary.steps;
+                summed.sim_ms += summary.sim_ms;
+                summed.crashes += summary.crashes;
+                summed.turns_completed += summary.turns_completed;
+                summed.requests += summary.requests;
+                summed.applied += summary.applied;
+                summed.walks += summary.walks;
+                summed.mirror_checks += summary.mirror_checks;
+                for (event, n) in &summary.log_events {
+                    *summed.log_events.entry(event).or_default() += n;
+                }
+                if single {
+                    println!(
+                        "ok: {} steps, {} ms sim time, {} crashes, {} turns, hash {:016x}",
+                        summary.steps, summary.sim_ms, summary.crashes, summary.turns_completed, summary.hash
+                    );
+                }
+            }
+            Err(failure) => {
+                failures += 1;
+                exit = exit.max(exit_for(&failure));
+                if !single {
+                    println!("seed: {seed}");
+                }
+                println!("{failure}");
+                write_full_trace(seed, run, &failure);
+            }
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let seeds = end - first;
+    println!(
+        "{seeds} seeds, {failures} failed, {:.1} s, {:.0} schedules/minute, {} steps, {} sim s",
+        elapsed,
+        seeds as f64 / elapsed.max(1e-9) * 60.0,
+        summed.steps,
+        summed.sim_ms / 1000
+    );
+    println!(
+        "totals: sleeps={} evictions={} wakes={} failed_resumes={} stale_ops={} stale_events={} rejections={} crashes={} turns={} requests={} envelopes_applied={} walks={} mirrors_compared={}",
+        totals.sleeps,
+        totals.evictions,
+        totals.wakes,
+        totals.failed_resumes,
+        totals.stale_ops,
+        totals.stale_events,
+        totals.rejections,
+        summed.crashes,
+        summed.turns_completed,
+        summed.requests,
+        summed.applied,
+        summed.walks,
+        summed.mirror_checks
+    );
+    let events: Vec<String> = summed.log_events.iter().map(|(e, n)| format!("{e}={n}")).collect();
+    println!("host log events: {}", events.join(" "));
+    ExitCode::from(exit)
+}

@@ -1,0 +1,231 @@
+//! Swarm options: the scenario a seed picks before step 1 (style guide 3.6).
+//! Every knob is drawn from the options stream, and some faults are switched
+//! off entirely per seed so that rare interleavings are not drowned out.
+
+use std::fmt;
+
+use ahpd_core::config::{AgentSpec, Config};
+
+use crate::rng::{SimRng, Stream};
+
+/// Per-fault probabilities (0 = off for this seed) and fault timers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Faults {
+    /// A fresh `Start` fails.
+    pub start_fail: f64,
+    /// A resuming `Start` fails.
+    pub resume_fail: f64,
+    /// A resume takes a long-tail delay.
+    pub slow_resume: f64,
+    /// An agent exits mid-turn (per streamed step).
+    pub crash_mid_turn: f64,
+    /// An agent reports background work for a while (per turn).
+    pub busy_flap: f64,
+    /// A `Done` reply is delayed far beyond the usual latency.
+    pub late_done: f64,
+    /// A `Done` reply is delivered twice.
+    pub dup_done: f64,
+    /// A client drops its connection when it next acts.
+    pub client_disconnect: f64,
+    /// A store write fails.
+    pub store_fail: f64,
+    /// A backend `Send` fails.
+    pub send_fail: f64,
+    /// Mean sim time between host crashes, in ms (`None` = no crashes).
+    pub host_crash_mean_ms: Option<u64>,
+    /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
+    pub wall_jump_mean_ms: Option<u64>,
+}
+
+impl Faults {
+    /// Every fault off (the heal phase).
+    pub fn none() -> Faults {
+        Faults {
+            start_fail: 0.0,
+            resume_fail: 0.0,
+            slow_resume: 0.0,
+            crash_mid_turn: 0.0,
+            busy_flap: 0.0,
+            late_done: 0.0,
+            dup_done: 0.0,
+            client_disconnect: 0.0,
+            store_fail: 0.0,
+            send_fail: 0.0,
+            host_crash_mean_ms: None,
+            wall_jump_mean_ms: None,
+        }
+    }
+}
+
+/// The scenario of one seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// The run seed.
+    pub seed: u64,
+    /// Simulated clients (1..=6).
+    pub clients: usize,
+    /// Size of the session id space (`ahp-session:/s<N>`).
+    pub session_ids: u64,
+    /// Whether the id space is hot (3-5 ids, forcing URI collisions).
+    pub hot: bool,
+    /// The core's `residency_limit` (0 = off).
+    pub residency_limit: usize,
+    /// The core's `sleep_after_ms` (0 = never sleep).
+    pub sleep_after_ms: u64,
+    /// The core's `residency_sweep_ms`.
+    pub residency_sweep_ms: u64,
+    /// The core's `replay_buffer_len`.
+    pub replay_buffer_len: usize,
+    /// The core's `list_limit_max`.
+    pub list_limit_max: usize,
+    /// The core's `scan_interval_ms` (transcript passes behind listings).
+    pub scan_interval_ms: u64,
+    /// Whether a second, non-resumable agent is offered.
+    pub non_resumable_agent: bool,
+    /// Probability that a fresh conversation gets a backend-assigned id.
+    pub backend_assigns_id: f64,
+    /// Mean client think time between actions, in ms.
+    pub think_ms: u64,
+    /// Mean one-way network latency, in ms.
+    pub net_ms: u64,
+    /// Mean backend reply latency, in ms.
+    pub backend_ms: u64,
+    /// Mean store write latency, in ms.
+    pub store_ms: u64,
+    /// Steps of the safety phase (faults on).
+    pub safety_steps: u64,
+    /// Step budget of the liveness phase (faults off, no new work).
+    pub liveness_steps: u64,
+    /// The faults of the safety phase.
+    pub faults: Faults,
+}
+
+/// Probability that a fault kind is switched off for a whole seed.
+const FAULT_OFF: f64 = 0.35;
+
+fn fault(rng: &mut SimRng, lo: f64, hi: f64) -> f64 {
+    if rng.chance(FAULT_OFF) {
+        0.0
+    } else {
+        lo + (hi - lo) * rng.unit()
+    }
+}
+
+impl Options {
+    /// Draws the scenario of `seed` from its options stream.
+    pub fn from_seed(seed: u64) -> Options {
+        let mut rng = SimRng::new(seed, Stream::Options);
+        let clients = rng.range(1, 6) as usize;
+        let hot = rng.chance(0.6);
+        let session_ids = if hot { rng.range(3, 5) } else { rng.range(20, 200) };
+        let residency_limit = if rng.chance(0.85) { rng.range(0, 3) as usize } else { rng.range(4, 10) as usize };
+        let sleep_after_ms = if rng.chance(0.1) { 0 } else { rng.range(50, 2000) };
+        let faults = Faults {
+            start_fail: fault(&mut rng, 0.02, 0.3),
+            resume_fail: fault(&mut rng, 0.02, 0.4),
+            slow_resume: fault(&mut rng, 0.02, 0.3),
+            crash_mid_turn: fault(&mut rng, 0.005, 0.05),
+            busy_flap: fault(&mut rng, 0.05, 0.4),
+            late_done: fault(&mut rng, 0.01, 0.1),
+            dup_done: fault(&mut rng, 0.01, 0.1),
+            client_disconnect: fault(&mut rng, 0.005, 0.05),
+            store_fail: fault(&mut rng, 0.01, 0.2),
+            send_fail: fault(&mut rng, 0.01, 0.1),
+            host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
+            wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
+        };
+        Options {
+            seed,
+            clients,
+            session_ids,
+            hot,
+            residency_limit,
+            sleep_after_ms,
+            residency_sweep_ms: rng.range(100, 5_000),
+            replay_buffer_len: if rng.chance(0.3) { rng.range(1, 20) as usize } else { 1000 },
+            list_limit_max: rng.range(2, 500) as usize,
+            scan_interval_ms: rng.range(200, 20_000),
+            non_resumable_agent: rng.chance(0.3),
+            backend_assigns_id: if rng.chance(0.5) { 0.0 } else { 0.5 },
+            think_ms: rng.range(20, 400),
+            net_ms: rng.range(1, 20),
+            backend_ms: rng.range(1, 80),
+            store_ms: rng.range(1, 40),
+            safety_steps: rng.range(800, 2_500),
+            liveness_steps: 20_000,
+            faults,
+        }
+    }
+
+    /// The core's settings for this scenario.
+    pub fn config(&self) -> Config {
+        let mut agents = vec![AgentSpec::echo()];
+        if self.non_resumable_agent {
+            agents.push(AgentSpec {
+                provider: "oneshot".to_owned(),
+                display_name: "One-shot".to_owned(),
+                description: "A simulated agent that cannot resume.".to_owned(),
+                can_resume: false,
+                multiple_chats: false,
+            });
+        }
+        Config {
+            host_name: "sim".to_owned(),
+            agents,
+            sleep_after_ms: self.sleep_after_ms,
+            residency_limit: self.residency_limit,
+            residency_sweep_ms: self.residency_sweep_ms,
+            replay_buffer_len: self.replay_buffer_len,
+            list_limit_max: self.list_limit_max,
+            list_default_max: 1000,
+            turns_page_len: 3,
+            cursor_secret: b"sim-cursor-secret".to_vec(),
+            scan_interval_ms: self.scan_interval_ms,
+            ..Config::default()
+        }
+    }
+}
+
+impl fmt::Display for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = |x: f64| if x == 0.0 { "off".to_owned() } else { format!("{x:.3}") };
+        let ms = |x: Option<u64>| x.map_or("off".to_owned(), |v| format!("{v}ms"));
+        writeln!(
+            f,
+            "options: clients={} ids={}({}) residency_limit={} sleep_after_ms={} sweep_ms={} replay_len={} list_max={} scan_ms={} oneshot={} think={}ms net={}ms backend={}ms store={}ms safety_steps={} liveness_steps={}",
+            self.clients,
+            self.session_ids,
+            if self.hot { "hot" } else { "cold" },
+            self.residency_limit,
+            self.sleep_after_ms,
+            self.residency_sweep_ms,
+            self.replay_buffer_len,
+            self.list_limit_max,
+            self.scan_interval_ms,
+            self.non_resumable_agent,
+            self.think_ms,
+            self.net_ms,
+            self.backend_ms,
+            self.store_ms,
+            self.safety_steps,
+            self.liveness_steps,
+        )?;
+        let x = &self.faults;
+        write!(
+            f,
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} host_crash={} wall_jump={}",
+            p(x.start_fail),
+            p(x.resume_fail),
+            p(x.slow_resume),
+            p(x.crash_mid_turn),
+            p(x.busy_flap),
+            p(x.late_done),
+            p(x.dup_done),
+            p(x.client_disconnect),
+            p(x.store_fail),
+            p(x.send_fail),
+            ms(x.host_crash_mean_ms),
+            ms(x.wall_jump_mean_ms),
+        )
+    }
+}

@@ -1,0 +1,149 @@
+//! The simulated session store: durable records, writes in flight, and what
+//! a crash does to them.
+//!
+//! Writes to one key are applied and answered in the order they were issued
+//! (the shell writes one file per session, atomically); writes to different
+//! keys complete out of order. A write is durable when its `Done` is sent.
+//! At a host crash every unanswered write is lost or, by a coin per key in
+//! issue order, made durable without its answer (the fsync finished, the
+//! reply did not).
+
+use std::collections::BTreeMap;
+
+use ahpd_core::{Input, OpId, Outcome, SessionRecord, StoreCmd};
+
+use crate::options::Options;
+use crate::queue::{Event, Lane, Queue};
+use crate::rng::SimRng;
+
+/// One write in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Write {
+    /// The host's op id.
+    pub op: OpId,
+    /// The store key.
+    pub key: String,
+    /// The record to put, or `None` for a delete.
+    pub record: Option<SessionRecord>,
+    /// Whether it will fail.
+    pub fail: bool,
+}
+
+/// The last write to a key that the host was told is durable.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Acked {
+    /// A put of this record.
+    Put(Box<SessionRecord>),
+    /// A delete.
+    Delete,
+}
+
+/// Counters of what the store did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Writes acknowledged durable.
+    pub acked: u64,
+    /// Writes failed.
+    pub failed: u64,
+    /// Writes lost at a crash.
+    pub lost: u64,
+    /// Writes that reached the disk at a crash without an answer.
+    pub durable_unacked: u64,
+}
+
+/// The store.
+#[derive(Debug, Clone, Default)]
+pub struct Store {
+    /// What is on disk, by key.
+    pub durable: BTreeMap<String, SessionRecord>,
+    /// Writes in flight, by the store's own id.
+    pub inflight: BTreeMap<u64, Write>,
+    /// The last acknowledged write per key.
+    pub acked: BTreeMap<String, Acked>,
+    next_id: u64,
+    /// Counters.
+    pub stats: StoreStats,
+}
+
+impl Store {
+    /// Executes one `Effect::Store`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_command(&mut self, q: &mut Queue, world: &mut SimRng, faults_rng: &mut SimRng, store_fail: f64, options: &Options, op: OpId, command: StoreCmd) {
+        let (key, record) = match command {
+            StoreCmd::Put { record } => (record.key.clone(), Some(*record)),
+            StoreCmd::Delete { key } => (key, None),
+        };
+        let fail = faults_rng.chance(store_fail);
+        self.next_id += 1;
+        let id = self.next_id;
+        self.inflight.insert(id, Write { op, key: key.clone(), record, fail });
+        let delay = world.exp_ms(options.store_ms);
+        q.push_lane(Lane::Store(key), delay, Event::StoreAck { id });
+    }
+
+    /// A write's answer is due: apply it (unless it fails) and answer.
+    pub fn on_ack(&mut self, id: u64) -> Option<(Input, String)> {
+        let write = self.inflight.remove(&id)?;
+        let label = format!("store op{} {}", write.op.0, write.key);
+        if write.fail {
+            self.stats.failed += 1;
+            return Some((Input::Done { op: write.op, outcome: Outcome::Failed { message: "simulated disk error (EIO)".to_owned() } }, format!("{label} failed")));
+        }
+        self.stats.acked += 1;
+        match write.record {
+            Some(record) => {
+                self.durable.insert(write.key.clone(), record.clone());
+                self.acked.insert(write.key, Acked::Put(Box::new(record)));
+            }
+            None => {
+                self.durable.remove(&write.key);
+                self.acked.insert(write.key, Acked::Delete);
+            }
+        }
+        Some((Input::Done { op: write.op, outcome: Outcome::Ok }, format!("{label} ok")))
+    }
+
+    /// The host crashed: per key, a prefix of its unanswered writes (in
+    /// issue order) reached the disk; the rest are lost.
+    pub fn on_host_crash(&mut self, faults_rng: &mut SimRng) {
+        let mut stopped: BTreeMap<String, bool> = BTreeMap::new();
+        let writes = std::mem::take(&mut self.inflight);
+        for (_, write) in writes {
+            let stop = stopped.entry(write.key.clone()).or_insert(false);
+            if *stop || write.fail || !faults_rng.chance(0.5) {
+                *stop = true;
+                self.stats.lost += 1;
+                continue;
+            }
+            self.stats.durable_unacked += 1;
+            match write.record {
+                Some(record) => {
+                    self.durable.insert(write.key, record);
+                }
+                None => {
+                    self.durable.remove(&write.key);
+                }
+            }
+        }
+    }
+
+    /// After the restart's checks: what is on disk is the baseline the next
+    /// incarnation's acknowledgements build on.
+    pub fn settle_after_crash(&mut self) {
+        self.acked = self.durable.iter().map(|(k, r)| (k.clone(), Acked::Put(Box::new(r.clone())))).collect();
+    }
+
+    /// Unanswered writes per key (what may or may not reach the disk).
+    pub fn unacked_by_key(&self) -> BTreeMap<String, Vec<Option<SessionRecord>>> {
+        let mut out: BTreeMap<String, Vec<Option<SessionRecord>>> = BTreeMap::new();
+        for write in self.inflight.values() {
+            out.entry(write.key.clone()).or_default().push(write.record.clone());
+        }
+        out
+    }
+
+    /// Every durable record, in key order: what `Host::new` gets back.
+    pub fn records(&self) -> Vec<SessionRecord> {
+        self.durable.values().cloned().collect()
+    }
+}

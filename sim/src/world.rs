@@ -1,0 +1,629 @@
+//! The world: the host, its clients, backend and store, the event heap and
+//! the clock. Each step pops the earliest of the heap and the host's
+//! deadline, advances simulated time, calls `Host::handle` and routes the
+//! effects (style guide 3.6).
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use ahp_types::Uri;
+use ahpd_core::host::Stats;
+use ahpd_core::{Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, StoreCmd, WallTime};
+
+use crate::backend::{self, Backend};
+use crate::checkers::{self, Before, History, PreCrash};
+use crate::clients::{Client, ClientCtx, ClientOut};
+use crate::options::{Faults, Options};
+use crate::queue::{Event, Lane, Queue};
+use crate::rng::{Fnv, SimRng, Stream};
+use crate::store::Store;
+use crate::trace::Trace;
+use crate::Failure;
+
+/// Wall-clock time at the start of every run: 2026-01-01T00:00:00Z.
+pub const EPOCH_WALL_MS: i64 = 1_767_225_600_000;
+
+/// Which part of the run the world is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunPhase {
+    /// Faults on, workload on.
+    Safety,
+    /// Faults off, no new work: everything must settle within the budget.
+    Liveness,
+    /// Settled; the run is over.
+    Finished,
+}
+
+/// How a step went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// More to do.
+    Running,
+    /// The run is over and every check passed.
+    Finished,
+}
+
+/// Knobs of a run that are not drawn from the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunConfig {
+    /// Keep every trace line (for `target/sim-failures/<seed>.log`).
+    pub keep_trace: bool,
+    /// Fold every input and effect into a rolling hash.
+    pub hash: bool,
+    /// Override the safety phase's step count.
+    pub safety_steps: Option<u64>,
+}
+
+/// Totals of a finished run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// The seed.
+    pub seed: u64,
+    /// Steps taken.
+    pub steps: u64,
+    /// Simulated time, ms.
+    pub sim_ms: u64,
+    /// Host counters summed over every incarnation.
+    pub stats: Stats,
+    /// Host crashes.
+    pub crashes: u64,
+    /// Turns the backend completed.
+    pub turns_completed: u64,
+    /// Requests clients sent.
+    pub requests: u64,
+    /// Envelopes clients applied to mirrors.
+    pub applied: u64,
+    /// Page walks completed.
+    pub walks: u64,
+    /// Mirrors compared equal to the host's state (rule 3), over all steps.
+    pub mirror_checks: u64,
+    /// The rolling hash of every input and effect (0 when not hashing).
+    pub hash: u64,
+    /// How many times the host logged each event (a coarse coverage map:
+    /// `session.rediscovered`, `session.resume_failed`, ...).
+    pub log_events: BTreeMap<&'static str, u64>,
+}
+
+/// Adds `b`'s counters into `a`.
+pub fn add_stats(a: &mut Stats, b: &Stats) {
+    a.sleeps += b.sleeps;
+    a.evictions += b.evictions;
+    a.wakes += b.wakes;
+    a.failed_resumes += b.failed_resumes;
+    a.stale_ops += b.stale_ops;
+    a.stale_events += b.stale_events;
+    a.rejections += b.rejections;
+}
+
+/// The simulated world of one seed.
+pub struct World {
+    /// The scenario.
+    pub options: Options,
+    config: Config,
+    host: Host,
+    q: Queue,
+    workload: SimRng,
+    faults_rng: SimRng,
+    world_rng: SimRng,
+    core_rng: SimRng,
+    clients: Vec<Client>,
+    backend: Backend,
+    store: Store,
+    history: History,
+    trace: Trace,
+    phase: RunPhase,
+    faults: Faults,
+    steps: u64,
+    liveness_start: u64,
+    host_epoch: u64,
+    wall_offset: i64,
+    next_conn: u64,
+    conn_owner: BTreeMap<ConnId, usize>,
+    op_subject: BTreeMap<OpId, Uri>,
+    stats_before: Stats,
+    crashes: u64,
+    hash: Option<Fnv>,
+    mirror_checks: u64,
+    safety_steps: u64,
+    verbose: bool,
+    scan_ops: std::collections::BTreeSet<OpId>,
+    log_events: BTreeMap<&'static str, u64>,
+}
+
+impl World {
+    /// Builds the world of `seed`: options from its options stream, a host
+    /// with an empty store, clients that connect within the first moments.
+    pub fn new(seed: u64, run: RunConfig) -> World {
+        World::with_options(Options::from_seed(seed), run)
+    }
+
+    /// Builds the world of explicit swarm options (e.g. chosen by a fuzz
+    /// target); the random streams are still those of `options.seed`.
+    pub fn with_options(options: Options, run: RunConfig) -> World {
+        let seed = options.seed;
+        let config = options.config();
+        let mut core_rng = SimRng::new(seed, Stream::Core);
+        let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
+        let mut world = World {
+            safety_steps: run.safety_steps.unwrap_or(options.safety_steps),
+            faults: options.faults.clone(),
+            clients: (0..options.clients).map(Client::new).collect(),
+            options,
+            config,
+            host,
+            q: Queue::default(),
+            workload: SimRng::new(seed, Stream::Workload),
+            faults_rng: SimRng::new(seed, Stream::Faults),
+            world_rng: SimRng::new(seed, Stream::World),
+            core_rng,
+            backend: Backend::default(),
+            store: Store::default(),
+            history: History::default(),
+            trace: Trace::new(run.keep_trace),
+            phase: RunPhase::Safety,
+            steps: 0,
+            liveness_start: 0,
+            host_epoch: 0,
+            wall_offset: 0,
+            next_conn: 0,
+            conn_owner: BTreeMap::new(),
+            op_subject: BTreeMap::new(),
+            stats_before: Stats::default(),
+            crashes: 0,
+            hash: run.hash.then(Fnv::default),
+            mirror_checks: 0,
+            verbose: run.keep_trace,
+            scan_ops: Default::default(),
+            log_events: BTreeMap::new(),
+        };
+        world.history.on_host_start(&world.host.view());
+        for client in 0..world.clients.len() {
+            let delay = world.workload.range(0, 50);
+            world.q.push(delay, Event::Reconnect { client });
+        }
+        if let Some(mean) = world.faults.host_crash_mean_ms {
+            let d = world.faults_rng.exp_ms(mean);
+            world.q.push(d, Event::HostCrash);
+        }
+        if let Some(mean) = world.faults.wall_jump_mean_ms {
+            let d = world.faults_rng.exp_ms(mean);
+            world.q.push(d, Event::WallJump);
+        }
+        world
+    }
+
+    /// The host's clock reading now.
+    fn now_host(&self) -> Now {
+        Now {
+            mono: MonoTime(self.q.now - self.host_epoch),
+            wall: WallTime(EPOCH_WALL_MS + self.q.now as i64 + self.wall_offset),
+        }
+    }
+
+    /// The phase the run is in.
+    pub fn phase(&self) -> RunPhase {
+        self.phase
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The trace so far.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// The host, read-only.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    fn failure(&self, rule: &str, detail: String) -> Failure {
+        Failure {
+            rule: rule.to_owned(),
+            detail,
+            seed: self.options.seed,
+            step: self.steps,
+            sim_ms: self.q.now,
+            options: self.options.to_string(),
+            trace: self.trace.last(),
+        }
+    }
+
+    fn violation(&self, v: ahpd_core::invariants::Violation) -> Failure {
+        self.failure(v.rule, v.detail)
+    }
+
+    /// Runs to the end: the safety phase, heal, then liveness until settled.
+    pub fn run(&mut self) -> Result<Summary, Failure> {
+        while self.step()? == Progress::Running {}
+        Ok(self.summary())
+    }
+
+    /// Runs at most `steps` steps (or to the end, whichever comes first).
+    pub fn run_steps(&mut self, steps: u64) -> Result<Progress, Failure> {
+        for _ in 0..steps {
+            if self.step()? == Progress::Finished {
+                return Ok(Progress::Finished);
+            }
+        }
+        Ok(Progress::Running)
+    }
+
+    /// The totals so far.
+    pub fn summary(&self) -> Summary {
+        let mut stats = self.stats_before.clone();
+        add_stats(&mut stats, self.host.view().stats);
+        Summary {
+            seed: self.options.seed,
+            steps: self.steps,
+            sim_ms: self.q.now,
+            stats,
+            crashes: self.crashes,
+            turns_completed: self.backend.stats.turns_completed,
+            requests: self.clients.iter().map(|c| c.stats.requests).sum(),
+            applied: self.clients.iter().map(|c| c.stats.applied).sum(),
+            walks: self.clients.iter().map(|c| c.stats.walks).sum(),
+            mirror_checks: self.mirror_checks,
+            hash: self.hash.map_or(0, |h| h.0),
+            log_events: self.log_events.clone(),
+        }
+    }
+
+    /// One step: the earliest of the heap and the host's deadline.
+    pub fn step(&mut self) -> Result<Progress, Failure> {
+        if self.phase == RunPhase::Finished {
+            return Ok(Progress::Finished);
+        }
+        if self.phase == RunPhase::Safety && self.steps >= self.safety_steps {
+            self.heal();
+        }
+        self.steps += 1;
+        let event_due = self.q.peek_due();
+        let deadline = self.host.next_deadline().map(|m| self.host_epoch + m.0);
+        match (deadline, event_due) {
+            (Some(d), e) if e.is_none_or(|e| d < e) => {
+                self.q.now = self.q.now.max(d);
+                self.feed(Input::Tick, "tick".to_owned())?;
+            }
+            (_, Some(_)) => {
+                let Some((due, event)) = self.q.pop() else { unreachable!("peeked") };
+                self.q.now = self.q.now.max(due);
+                self.on_event(event)?;
+            }
+            (_, None) => {}
+        }
+        self.mirror_checks += checkers::check_mirrors(&self.host.view(), &self.clients, &self.q).map_err(|v| self.violation(v))?;
+        if self.phase == RunPhase::Liveness {
+            let pending = checkers::pending(&self.host.view(), &self.clients, &self.q);
+            if pending.is_empty() {
+                self.phase = RunPhase::Finished;
+                self.trace.note(self.steps, self.q.now, "settled");
+                return Ok(Progress::Finished);
+            }
+            let stuck = !self.q.has_work() && self.host.next_deadline().is_none();
+            if stuck || self.steps - self.liveness_start > self.options.liveness_steps {
+                let mut detail = pending;
+                detail.extend(self.backend.describe());
+                return Err(self.failure("liveness_settles", format!(
+                    "not settled {} steps into the liveness phase{}:\n    {}",
+                    self.steps - self.liveness_start,
+                    if stuck { " (nothing left to run)" } else { "" },
+                    detail.join("\n    ")
+                )));
+            }
+        }
+        Ok(Progress::Running)
+    }
+
+    /// Faults off, busy agents wind down, clients stop starting new work.
+    fn heal(&mut self) {
+        self.phase = RunPhase::Liveness;
+        self.liveness_start = self.steps;
+        self.faults = Faults::none();
+        self.trace.note(self.steps, self.q.now, "heal: faults off, liveness phase");
+        let faults = self.faults.clone();
+        let wall_ms = self.now_host().wall.0;
+        let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
+        self.backend.heal(&mut cx);
+    }
+
+    fn on_event(&mut self, event: Event) -> Result<(), Failure> {
+        match event {
+            Event::Host { incarnation, input, label } => {
+                if self.verbose {
+                    if let Input::Frame { conn, text } = &input {
+                        self.trace.note(self.steps, self.q.now, &format!("  <- conn{} {}", conn.0, text.chars().take(300).collect::<String>()));
+                    }
+                }
+                if incarnation == self.q.incarnation {
+                    self.feed(input, label)?;
+                }
+            }
+            Event::Deliver { client, conn, text } => {
+                let ctx = ClientCtx {
+                    session_ids: self.options.session_ids,
+                    oneshot: self.options.non_resumable_agent,
+                    list_limit_max: self.options.list_limit_max,
+                    incarnations: &self.history.incarnations,
+                };
+                let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
+                self.client_out(client, outs);
+            }
+            Event::CloseConn { client, conn } => {
+                if self.clients[client].conn == Some(conn) {
+                    self.clients[client].on_closed();
+                    self.q.to_host(Some(Lane::ToHost(conn)), 0, Input::Disconnected { conn }, format!("closed c{client}"));
+                    let d = self.workload.exp_ms(200);
+                    self.q.push(d, Event::Reconnect { client });
+                }
+            }
+            Event::Think { client } => {
+                if self.phase != RunPhase::Safety {
+                    return Ok(());
+                }
+                let conn = self.clients[client].conn;
+                if conn.is_some() && self.faults_rng.chance(self.faults.client_disconnect) {
+                    self.client_out(client, vec![ClientOut::Disconnect]);
+                } else {
+                    let ctx = ClientCtx {
+                        session_ids: self.options.session_ids,
+                        oneshot: self.options.non_resumable_agent,
+                    list_limit_max: self.options.list_limit_max,
+                        incarnations: &self.history.incarnations,
+                    };
+                    let outs = self.clients[client].think(&mut self.workload, &ctx);
+                    self.client_out(client, outs);
+                }
+                if self.clients[client].conn.is_some() {
+                    let d = self.workload.exp_ms(self.options.think_ms);
+                    self.q.push(d, Event::Think { client });
+                }
+            }
+            Event::Reconnect { client } => {
+                if self.clients[client].conn.is_some() {
+                    return Ok(());
+                }
+                self.next_conn += 1;
+                let conn = ConnId(self.next_conn);
+                self.conn_owner.insert(conn, client);
+                self.q.to_host(Some(Lane::ToHost(conn)), 0, Input::Connected { conn }, format!("connect c{client}"));
+                let outs = self.clients[client].on_connected(conn, &mut self.workload);
+                self.client_out(client, outs);
+                if self.phase == RunPhase::Safety {
+                    let d = self.workload.exp_ms(self.options.think_ms);
+                    self.q.push(d, Event::Think { client });
+                }
+            }
+            Event::AgentStep { chat, gen } => {
+                let faults = self.faults.clone();
+                let wall_ms = self.now_host().wall.0;
+                let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
+                if let Some((input, label)) = self.backend.on_step(&mut cx, &chat, gen) {
+                    self.feed(input, label)?;
+                }
+            }
+            Event::StoreAck { id } => {
+                if let Some((input, label)) = self.store.on_ack(id) {
+                    self.feed(input, label)?;
+                }
+            }
+            Event::HostCrash => {
+                if self.phase == RunPhase::Safety {
+                    self.crash()?;
+                    if let Some(mean) = self.faults.host_crash_mean_ms {
+                        let d = self.faults_rng.exp_ms(mean);
+                        self.q.push(d, Event::HostCrash);
+                    }
+                }
+            }
+            Event::WallJump => {
+                if self.phase == RunPhase::Safety {
+                    let jump = self.faults_rng.range(0, 7_200_000) as i64 - 3_600_000;
+                    self.wall_offset += jump;
+                    self.trace.note(self.steps, self.q.now, &format!("wall clock jumps {jump:+} ms"));
+                    if let Some(mean) = self.faults.wall_jump_mean_ms {
+                        let d = self.faults_rng.exp_ms(mean);
+                        self.q.push(d, Event::WallJump);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends what a client wants sent.
+    fn client_out(&mut self, client: usize, outs: Vec<ClientOut>) {
+        for out in outs {
+            let Some(conn) = self.clients[client].conn else { return };
+            match out {
+                ClientOut::Frame(text) => {
+                    let delay = self.world_rng.exp_ms(self.options.net_ms);
+                    let label = frame_label(client, &text);
+                    self.q.to_host(Some(Lane::ToHost(conn)), delay, Input::Frame { conn, text }, label);
+                }
+                ClientOut::Disconnect => {
+                    self.clients[client].on_closed();
+                    self.q.to_host(Some(Lane::ToHost(conn)), 0, Input::Disconnected { conn }, format!("disconnect c{client}"));
+                    let d = self.workload.exp_ms(300);
+                    self.q.push(d, Event::Reconnect { client });
+                }
+            }
+        }
+    }
+
+    /// The session an input is about, for the trace.
+    fn subject(&self, input: &Input, label: &str) -> Option<Uri> {
+        let view = self.host.view();
+        let of = |uri: &str| -> Option<Uri> {
+            if view.sessions.contains_key(uri) {
+                Some(uri.to_owned())
+            } else {
+                view.chats.get(uri).cloned()
+            }
+        };
+        match input {
+            Input::Done { op, .. } => self.op_subject.get(op).and_then(|u| of(u)),
+            Input::Backend { chat, .. } => of(chat),
+            Input::Frame { .. } => label.split_whitespace().nth(3).and_then(of),
+            _ => None,
+        }
+    }
+
+    /// Calls `Host::handle` and routes and checks what it returns.
+    fn feed(&mut self, input: Input, label: String) -> Result<(), Failure> {
+        let now = self.now_host();
+        let subject = self.subject(&input, &label);
+        let phase_of = |host: &Host| -> String {
+            subject
+                .as_ref()
+                .and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name().to_owned()))
+                .unwrap_or_else(|| "-".to_owned())
+        };
+        let before_phase = phase_of(&self.host);
+        let mut before: Before = self.history.before_step(&self.host.view());
+        // A scan's answer may list sessions this host lost (rediscovered
+        // from the backend's transcripts): they appear asleep.
+        before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
+        if let Some(h) = &mut self.hash {
+            h.write(format!("{} {:?} {:?}", self.q.now, now, input).as_bytes());
+        }
+        let host = &mut self.host;
+        let effects = match catch_unwind(AssertUnwindSafe(|| host.handle(now, input))) {
+            Ok(effects) => effects,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "non-string panic".to_owned());
+                self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, "PANIC", 0);
+                return Err(self.failure("core_panic", message));
+            }
+        };
+        if let Some(h) = &mut self.hash {
+            for e in &effects {
+                h.write(format!("{e:?}").as_bytes());
+            }
+        }
+        let after_phase = phase_of(&self.host);
+        self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, &after_phase, effects.len());
+        for effect in &effects {
+            self.history.on_effect(effect).map_err(|v| self.violation(v))?;
+        }
+        if self.verbose {
+            for effect in &effects {
+                let text = match effect {
+                    Effect::Send { conn, message } => format!("  -> conn{} {}", conn.0, message.to_json()),
+                    Effect::Close { conn } => format!("  -> close conn{}", conn.0),
+                    Effect::Backend { op, chat, command, .. } => format!("  -> backend op{} {chat} {command:?}", op.0),
+                    Effect::Store { op, command } => format!("  -> store op{} {}", op.0, match command {
+                        StoreCmd::Put { record } => format!("put {} read={} archived={} title={:?}", record.key, record.is_read, record.is_archived, record.title),
+                        StoreCmd::Delete { key } => format!("delete {key}"),
+                    }),
+                    Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
+                    Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
+                };
+                self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
+            }
+        }
+        for effect in effects {
+            self.route(effect);
+        }
+        self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
+        Ok(())
+    }
+
+    fn route(&mut self, effect: Effect) {
+        match effect {
+            Effect::Send { conn, message } => {
+                let Some(&client) = self.conn_owner.get(&conn) else { return };
+                let text = message.to_json();
+                let delay = self.world_rng.exp_ms(self.options.net_ms);
+                self.q.push_lane(Lane::ToClient(conn), delay, Event::Deliver { client, conn, text });
+            }
+            Effect::Close { conn } => {
+                let Some(&client) = self.conn_owner.get(&conn) else { return };
+                self.q.push_lane(Lane::ToClient(conn), 0, Event::CloseConn { client, conn });
+            }
+            Effect::Backend { op, provider, chat, command } => {
+                self.op_subject.insert(op, chat.clone());
+                let faults = self.faults.clone();
+                let wall_ms = self.now_host().wall.0;
+                let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
+                self.backend.on_command(&mut cx, op, &provider, &chat, command);
+            }
+            Effect::Store { op, command } => {
+                let subject = match &command {
+                    StoreCmd::Put { record } => record.resource.clone(),
+                    StoreCmd::Delete { key } => key.replacen('@', ":/", 1),
+                };
+                self.op_subject.insert(op, subject);
+                let store_fail = self.faults.store_fail;
+                self.store.on_command(&mut self.q, &mut self.world_rng, &mut self.faults_rng, store_fail, &self.options, op, command);
+            }
+            Effect::Scan { op, provider } => {
+                self.scan_ops.insert(op);
+                let faults = self.faults.clone();
+                let wall_ms = self.now_host().wall.0;
+                let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
+                self.backend.on_scan(&mut cx, op, &provider);
+            }
+            Effect::Log(l) => {
+                *self.log_events.entry(l.event).or_default() += 1;
+            }
+        }
+    }
+
+    /// The host process dies: its inputs in flight, its agents and its
+    /// sockets go; the store keeps what reached the disk; the host restarts
+    /// through `Host::new` with the durable records.
+    fn crash(&mut self) -> Result<(), Failure> {
+        self.crashes += 1;
+        let pre = {
+            let view = self.host.view();
+            PreCrash {
+                bits: view.sessions.values().map(|s| (s.record.key.clone(), (s.record.is_read, s.record.is_archived))).collect(),
+                unacked: self.store.unacked_by_key(),
+            }
+        };
+        add_stats(&mut self.stats_before, self.host.view().stats);
+        self.store.on_host_crash(&mut self.faults_rng);
+        self.backend.on_host_crash();
+        self.q.incarnation += 1;
+        self.q.retain(|e| !matches!(e, Event::Deliver { .. } | Event::CloseConn { .. } | Event::AgentStep { .. } | Event::StoreAck { .. }));
+        self.op_subject.clear();
+        self.scan_ops.clear();
+        for client in 0..self.clients.len() {
+            self.clients[client].on_host_restart();
+            if self.clients[client].conn.is_some() {
+                self.clients[client].on_closed();
+                let d = self.workload.range(10, 1_000);
+                self.q.push(d, Event::Reconnect { client });
+            }
+        }
+        self.host_epoch = self.q.now;
+        let seed = self.core_rng.next_u64();
+        self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
+        self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
+        self.history.on_host_start(&self.host.view());
+        checkers::check_restart(&pre, &self.store, &self.host.view()).map_err(|v| self.violation(v))?;
+        self.store.settle_after_crash();
+        Ok(())
+    }
+}
+
+/// A trace label for a client frame: `c<N> <method> <channel>`.
+fn frame_label(client: usize, text: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let method = v.get("method").and_then(|m| m.as_str()).unwrap_or("?");
+    let channel = v.pointer("/params/channel").and_then(|c| c.as_str()).unwrap_or("-");
+    let what = if method == "dispatchAction" {
+        v.pointer("/params/action/type").and_then(|t| t.as_str()).unwrap_or("?")
+    } else {
+        method
+    };
+    format!("frame c{client} {what} {channel}")
+}

@@ -2,15 +2,21 @@
 //! core's next deadline, read both clocks once, call `Host::handle`, and
 //! execute the returned effects in order. No other place calls the core.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ahpd_core::{ConnId, Effect, Host, Input, LogEvent, LogLevel, MonoTime, Now, WallTime};
-use tokio::sync::mpsc;
+use ahpd_core::{ConnId, Effect, Host, Input, LogEvent, LogLevel, MonoTime, Now, Outbound, WallTime};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::exec::backend::Backends;
 use crate::exec::net::{Writer, WriterCmd};
 use crate::exec::store::Store;
+use crate::metrics::Metrics;
+
+/// The request id of the `authenticate` the shell sends on a client's
+/// behalf for a handshake bearer token; its reply is never shown to the
+/// client.
+pub const HANDSHAKE_AUTH_ID: u64 = u64::MAX;
 
 /// Something for the driver: a core input, or a new connection's writer
 /// (registered before its `Input::Connected` is handed to the core).
@@ -26,7 +32,23 @@ pub enum Event {
         conn: ConnId,
         /// Where its outgoing frames go, in order.
         writer: Writer,
+        /// The handshake's `Authorization: Bearer` token, if any: fed to
+        /// the core as an `authenticate` request once the connection is
+        /// initialized, before any later frame of the client.
+        bearer: Option<String>,
     },
+    /// One frame from a client (fed as `Input::Frame`), with its request's
+    /// id and method when it is a request (for the metrics).
+    Frame {
+        /// Which connection sent it.
+        conn: ConnId,
+        /// The frame's text.
+        text: String,
+        /// `(id, method)` of a request.
+        request: Option<(u64, String)>,
+    },
+    /// `/metrics` asks for the Prometheus text.
+    Metrics(oneshot::Sender<String>),
 }
 
 /// The sending side of the driver's one event channel, cloned into every
@@ -93,13 +115,48 @@ pub struct Driver {
     pub store: Store,
     /// The backend executors, by provider.
     pub backends: Backends,
+    /// How long the store may take to finish its queued writes after a
+    /// shutdown signal.
+    pub grace: Duration,
+    writers: HashMap<ConnId, Writer>,
+    metrics: Metrics,
+    /// Handshake bearer tokens waiting for their connection's
+    /// `initialize` (or `reconnect`).
+    bearers: HashMap<ConnId, String>,
+    /// Connections whose handshake `authenticate` reply is owed (and is to
+    /// be swallowed).
+    swallow: HashSet<ConnId>,
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every queued store write finished.
+    Clean,
+    /// The store did not finish its writes within the grace period.
+    StoreTimedOut,
 }
 
 impl Driver {
+    /// A driver over `host` and its executors.
+    pub fn new(host: Host, clock: Clock, store: Store, backends: Backends, grace: Duration) -> Driver {
+        Driver {
+            host,
+            clock,
+            store,
+            backends,
+            grace,
+            writers: HashMap::new(),
+            metrics: Metrics::default(),
+            bearers: HashMap::new(),
+            swallow: HashSet::new(),
+        }
+    }
+
     /// Runs until `shutdown` resolves (SIGINT/SIGTERM) or every event sender
-    /// is gone, then lets the store finish its queued writes.
-    pub async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: impl std::future::Future<Output = ()>) {
-        let mut writers: HashMap<ConnId, Writer> = HashMap::new();
+    /// is gone, then lets the store finish its queued writes (at most
+    /// `grace`) and lets the agents go.
+    pub async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: impl std::future::Future<Output = ()>) -> Ended {
         tokio::pin!(shutdown);
         // The last tick's monotonic time: a deadline at or before it is
         // retried a millisecond later rather than spun on.
@@ -112,7 +169,7 @@ impl Driver {
             let event = tokio::select! {
                 biased;
                 () = &mut shutdown => {
-                    tracing::info!("shutting down: finishing queued store writes");
+                    tracing::info!("shutting down: no new connections; finishing queued store writes");
                     break;
                 }
                 event = events.recv() => match event {
@@ -121,39 +178,110 @@ impl Driver {
                 },
                 () = sleep_until_opt(deadline.map(|d| self.clock.instant_of(d))) => Event::Input(Input::Tick),
             };
+            let mut handshake_check = None;
             let input = match event {
-                Event::Opened { conn, writer } => {
-                    writers.insert(conn, writer);
+                Event::Opened { conn, writer, bearer } => {
+                    self.writers.insert(conn, writer);
+                    if let Some(token) = bearer {
+                        self.bearers.insert(conn, token);
+                    }
                     Input::Connected { conn }
+                }
+                Event::Frame { conn, text, request } => {
+                    if let Some((id, method)) = &request {
+                        self.metrics.request_in(conn, *id, method);
+                        if matches!(method.as_str(), "initialize" | "reconnect") && self.bearers.contains_key(&conn) {
+                            handshake_check = Some(conn);
+                        }
+                    }
+                    Input::Frame { conn, text }
+                }
+                Event::Metrics(reply) => {
+                    let _ = reply.send(self.metrics.render(&self.host.view(), self.writers.len()));
+                    continue;
                 }
                 Event::Input(input) => input,
             };
-            let now = self.clock.now();
-            last_tick = matches!(input, Input::Tick).then_some(now.mono);
-            let disconnected = match &input {
-                Input::Disconnected { conn } => Some(*conn),
-                _ => None,
-            };
-            let effects = self.host.handle(now, input);
-            for effect in effects {
-                self.execute(&writers, effect);
-            }
-            if let Some(conn) = disconnected {
-                writers.remove(&conn);
+            last_tick = matches!(input, Input::Tick).then(|| self.clock.now().mono);
+            self.feed(input);
+            if let Some(conn) = handshake_check {
+                self.handshake_authenticate(conn);
             }
         }
-        drop(writers);
-        self.store.finish().await;
+        self.writers.clear();
+        let ended = match tokio::time::timeout(self.grace, self.store.finish()).await {
+            Ok(()) => Ended::Clean,
+            Err(_) => Ended::StoreTimedOut,
+        };
+        // Let the agents go (the echo agent keeps nothing running; dropping
+        // the executors ends whatever tasks they hold).
+        drop(self.backends);
+        ended
     }
 
-    fn execute(&mut self, writers: &HashMap<ConnId, Writer>, effect: Effect) {
+    /// Hands one input to the core and executes its effects.
+    fn feed(&mut self, input: Input) {
+        let now = self.clock.now();
+        let disconnected = match &input {
+            Input::Disconnected { conn } => Some(*conn),
+            _ => None,
+        };
+        let effects = self.host.handle(now, input);
+        for effect in effects {
+            self.execute(effect);
+        }
+        if let Some(conn) = disconnected {
+            self.writers.remove(&conn);
+            self.bearers.remove(&conn);
+            self.swallow.remove(&conn);
+            self.metrics.forget_conn(conn);
+        }
+    }
+
+    /// Once `conn` is initialized, feeds its handshake bearer token to the
+    /// core as an `authenticate` request (before any later client frame).
+    fn handshake_authenticate(&mut self, conn: ConnId) {
+        if !self.host.view().conns.get(&conn).is_some_and(|c| c.initialized) {
+            return;
+        }
+        let Some(token) = self.bearers.remove(&conn) else { return };
+        let frame = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": HANDSHAKE_AUTH_ID,
+            "method": "authenticate",
+            "params": { "channel": "ahp-root://", "resource": "ahpd", "token": token },
+        });
+        self.swallow.insert(conn);
+        self.feed(Input::Frame { conn, text: frame.to_string() });
+    }
+
+    fn execute(&mut self, effect: Effect) {
         match effect {
-            Effect::Send { conn, message } => match writers.get(&conn) {
-                Some(w) => w.send(WriterCmd::Frame(message.to_json())),
-                None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
-            },
+            Effect::Send { conn, message } => {
+                let reply = match &message {
+                    Outbound::Result { id, .. } => Some((Some(*id), None)),
+                    Outbound::Error { id, error } => Some((*id, Some(error.code))),
+                    _ => None,
+                };
+                if let Some((id, code)) = reply {
+                    if id == Some(HANDSHAKE_AUTH_ID) && self.swallow.remove(&conn) {
+                        if code.is_some() {
+                            tracing::warn!(conn = conn.0, "the handshake's bearer token matches no user; closing the connection");
+                            if let Some(w) = self.writers.get(&conn) {
+                                w.send(WriterCmd::Close);
+                            }
+                        }
+                        return;
+                    }
+                    self.metrics.reply_out(conn, id, code.map(i64::from));
+                }
+                match self.writers.get(&conn) {
+                    Some(w) => w.send(WriterCmd::Frame(message.to_json())),
+                    None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
+                }
+            }
             Effect::Close { conn } => {
-                if let Some(w) = writers.get(&conn) {
+                if let Some(w) = self.writers.get(&conn) {
                     w.send(WriterCmd::Close);
                 }
             }
@@ -172,7 +300,8 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// One operator log line for a core [`LogEvent`].
+/// One operator log line for a core [`LogEvent`]; every line carries the
+/// `session` field (empty when the event is about no session).
 fn log(e: &LogEvent) {
     let session = e.session.as_deref().unwrap_or("");
     match e.level {

@@ -9,6 +9,8 @@
 mod cli;
 mod driver;
 mod exec;
+mod metrics;
+mod settings;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -18,13 +20,27 @@ use std::process::ExitCode;
 use ahpd_core::{Config, Host};
 use clap::{Parser, Subcommand};
 
-use driver::{Clock, Driver, EventSink};
+use driver::{Clock, Driver, Ended, EventSink};
 use exec::backend::Backends;
 use exec::fsutil;
 use exec::store::{Store, StoreKind};
+use settings::{parse_external_mode, parse_minutes, Given, LogFormat, Settings};
 
 /// Length of the cursor secret, in bytes.
 const CURSOR_SECRET_BYTES: usize = 32;
+
+/// How long a graceful shutdown may take to finish the store's writes.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Exit code of a usage error (including a refused listening address).
+const EXIT_USAGE: u8 = 2;
+
+/// Exit code after a second SIGINT/SIGTERM cut a shutdown short.
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Options precedence, shown in `--help`.
+const PRECEDENCE: &str = "Each option is taken from, highest first: its flag, its AHPD_* environment variable, \
+the config file (--config, else $XDG_CONFIG_HOME/ahpd/config.toml, else ~/.config/ahpd/config.toml), the built-in default.";
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -36,45 +52,136 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve AHP over WebSocket until SIGINT/SIGTERM.
+    /// Serve AHP over WebSocket (and /healthz, /metrics over HTTP on the
+    /// same port) until SIGINT/SIGTERM.
+    #[command(after_long_help = PRECEDENCE)]
     Serve(ServeArgs),
     /// Export or import one session as a plain JSON file.
     Session(cli::SessionArgs),
     /// Work with the whole session store (list).
     Sessions(cli::SessionsArgs),
+    /// Check the config file, users directory and policy file.
+    Config(ConfigArgs),
     /// Print the version and exit.
     Version,
 }
 
-/// Options of `ahpd serve`; each may also come from its environment variable.
+/// `ahpd config ...`.
+#[derive(Debug, clap::Args)]
+struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+/// The `ahpd config` subcommands.
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate the config file, the users directory and the policy file,
+    /// and print the settings `ahpd serve` would use with the same options
+    /// (token hashes elided). Exit 0 valid, 1 invalid, 2 usage error.
+    #[command(after_long_help = PRECEDENCE)]
+    Check(ServeArgs),
+}
+
+/// Options of `ahpd serve`; each may also come from its environment
+/// variable or the config file (flag > env > file > default).
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
-    /// Address to listen on (`127.0.0.1:0` picks a free port).
-    #[arg(long, env = "AHPD_LISTEN", default_value = "127.0.0.1:8765")]
-    listen: SocketAddr,
+    /// The config file [default: $XDG_CONFIG_HOME/ahpd/config.toml, else
+    /// ~/.config/ahpd/config.toml; a missing default file means defaults].
+    #[arg(long, env = "AHPD_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (`127.0.0.1:0` picks a free port) [default:
+    /// 127.0.0.1:8765]. A non-loopback address needs a users directory.
+    #[arg(long, env = "AHPD_LISTEN")]
+    listen: Option<SocketAddr>,
     /// Where sessions, transcripts and the cursor secret live
     /// [default: $XDG_DATA_HOME/ahpd, else $HOME/.local/share/ahpd].
     #[arg(long, env = "AHPD_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// Where the host's own session records go: `file` keeps them across
-    /// restarts, `memory` forgets them.
-    #[arg(long, env = "AHPD_SESSIONS", value_enum, default_value = "file")]
-    sessions: StoreKind,
-    /// Minutes of quiet after which a session's agent is let go; 0 = never.
-    #[arg(long, env = "AHPD_SLEEP_AFTER_MINUTES", default_value_t = 30.0, value_parser = parse_minutes)]
-    sleep_after_minutes: f64,
-    /// Most sessions kept resident; 0 = no limit.
-    #[arg(long, env = "AHPD_RESIDENCY_LIMIT", default_value_t = 10)]
-    residency_limit: usize,
+    /// restarts, `memory` forgets them [default: file].
+    #[arg(long, env = "AHPD_SESSIONS", value_enum)]
+    sessions: Option<StoreKind>,
+    /// Minutes of quiet after which a session's agent is let go; 0 = never
+    /// [default: 30].
+    #[arg(long, env = "AHPD_SLEEP_AFTER_MINUTES", value_parser = parse_minutes)]
+    sleep_after_minutes: Option<f64>,
+    /// Most sessions kept resident; 0 = no limit [default: 10].
+    #[arg(long, env = "AHPD_RESIDENCY_LIMIT")]
+    residency_limit: Option<usize>,
+    /// Where session worktrees will be made (accepted and stored; worktrees
+    /// are not implemented yet).
+    #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
+    worktrees_root: Option<PathBuf>,
     /// Claude Code's transcripts folder, listed as external sessions
     /// (`claude:/<id>`) [default: ~/.claude/projects when it exists]; an
     /// empty value or a missing folder lists none. Only read, never written.
     #[arg(long, env = "AHPD_CLAUDE_PROJECTS", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
     claude_projects: Option<PathBuf>,
     /// The root config's initial `showExternalSessions`: none, recent,
-    /// last24Hours, last7Days or last30Days.
-    #[arg(long, env = "AHPD_SHOW_EXTERNAL_SESSIONS", default_value = "none", value_parser = parse_external_mode)]
-    show_external_sessions: ahpd_core::external::ExternalMode,
+    /// last24Hours, last7Days or last30Days [default: none].
+    #[arg(long, env = "AHPD_SHOW_EXTERNAL_SESSIONS", value_parser = parse_external_mode)]
+    show_external_sessions: Option<ahpd_core::external::ExternalMode>,
+    /// The users directory (users.toml). Without one the host is
+    /// single-user: it records no owners, refuses nobody, and listens on
+    /// loopback only.
+    #[arg(long, env = "AHPD_USERS", value_name = "FILE")]
+    users: Option<PathBuf>,
+    /// The policy file (`[[rules]]`), re-read on SIGHUP [default: allow
+    /// everything].
+    #[arg(long, env = "AHPD_POLICY", value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Log lines as text or JSON, on stderr; filter with RUST_LOG
+    /// [default: text].
+    #[arg(long, env = "AHPD_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Largest frame decoded, in bytes.
+    #[arg(long, env = "AHPD_LIMIT_FRAME_MAX_BYTES", value_name = "BYTES")]
+    limit_frame_max_bytes: Option<usize>,
+    /// Most channels one connection may subscribe to.
+    #[arg(long, env = "AHPD_LIMIT_SUBSCRIPTIONS_PER_CONN", value_name = "N")]
+    limit_subscriptions_per_conn: Option<usize>,
+    /// Largest message text in a turn or a draft, in bytes.
+    #[arg(long, env = "AHPD_LIMIT_MESSAGE_TEXT_MAX_BYTES", value_name = "BYTES")]
+    limit_message_text_max_bytes: Option<usize>,
+    /// Frames per second one connection may send, on average.
+    #[arg(long, env = "AHPD_LIMIT_FRAMES_PER_SECOND", value_name = "N")]
+    limit_frames_per_second: Option<u32>,
+    /// Frames one connection may send in a burst above the average.
+    #[arg(long, env = "AHPD_LIMIT_FRAMES_BURST", value_name = "N")]
+    limit_frames_burst: Option<u32>,
+    /// Most requests of one connection waiting for a wake at once.
+    #[arg(long, env = "AHPD_LIMIT_PENDING_REQUESTS_PER_CONN", value_name = "N")]
+    limit_pending_requests_per_conn: Option<usize>,
+}
+
+impl ServeArgs {
+    /// What the flags and the environment said.
+    fn given(self) -> Given {
+        Given {
+            config: self.config,
+            listen: self.listen,
+            data_dir: self.data_dir,
+            sessions: self.sessions,
+            sleep_after_minutes: self.sleep_after_minutes,
+            residency_limit: self.residency_limit,
+            worktrees_root: self.worktrees_root,
+            claude_projects: self.claude_projects,
+            show_external_sessions: self.show_external_sessions,
+            users: self.users,
+            policy: self.policy,
+            log_format: self.log_format,
+            limits: settings::FileLimits {
+                frame_max_bytes: self.limit_frame_max_bytes,
+                subscriptions_per_conn: self.limit_subscriptions_per_conn,
+                message_text_max_bytes: self.limit_message_text_max_bytes,
+                frames_per_second: self.limit_frames_per_second,
+                frames_burst: self.limit_frames_burst,
+                pending_requests_per_conn: self.limit_pending_requests_per_conn,
+            },
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -86,8 +193,38 @@ fn main() -> ExitCode {
             println!("ahpd {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::Config(ConfigArgs { command: ConfigCommand::Check(args) }) => match settings::resolve(args.given()) {
+            Ok(s) => {
+                print!("{}", s.render());
+                match loopback_refusal(&s) {
+                    Some(message) => {
+                        eprintln!("ahpd: invalid: {message}");
+                        ExitCode::from(1)
+                    }
+                    None => {
+                        eprintln!("ahpd: the configuration is valid");
+                        ExitCode::SUCCESS
+                    }
+                }
+            }
+            Err(message) => {
+                eprintln!("ahpd: invalid: {message}");
+                ExitCode::from(1)
+            }
+        },
         Command::Serve(args) => {
-            init_tracing();
+            let settings = match settings::resolve(args.given()) {
+                Ok(s) => s,
+                Err(message) => {
+                    eprintln!("ahpd: {message}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Some(message) = loopback_refusal(&settings) {
+                eprintln!("ahpd: {message}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+            init_tracing(settings.log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -95,7 +232,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(args)) {
+            match runtime.block_on(serve(settings)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => {
                     tracing::error!("{message}");
@@ -107,12 +244,31 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_tracing() {
+/// Why the daemon refuses to listen where it was told, if it does: a
+/// non-loopback address with no users directory would let any network
+/// peer run agents.
+fn loopback_refusal(s: &Settings) -> Option<String> {
+    (s.users.is_none() && !s.listen.ip().is_loopback()).then(|| {
+        format!(
+            "refusing to listen on {}: without a users directory (--users FILE) ahpd serves loopback addresses only, \
+             because anybody who can connect could run agents as you. Pass --users, or listen on 127.0.0.1.",
+            s.listen
+        )
+    })
+}
+
+/// Logs to stderr as text or JSON lines, filtered by `RUST_LOG` (default
+/// `info`).
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    match format {
+        LogFormat::Text => {
+            let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+        }
+        LogFormat::Json => tracing_subscriber::fmt().json().with_env_filter(filter).with_writer(std::io::stderr).init(),
+    }
 }
 
 /// `$XDG_DATA_HOME/ahpd`, else `$HOME/.local/share/ahpd`.
@@ -160,31 +316,39 @@ fn host_name() -> String {
 
 /// Sets everything up, prints the listening line, and runs the driver until
 /// a signal.
-async fn serve(args: ServeArgs) -> Result<(), String> {
+async fn serve(settings: Settings) -> Result<(), String> {
     let clock = Clock::start();
-    let data_dir = match args.data_dir {
-        Some(d) => d,
-        None => default_data_dir()?,
-    };
+    let data_dir = settings.data_dir.clone()?;
     let sessions_dir = data_dir.join("sessions");
     let echo_dir = data_dir.join("echo");
     for dir in [&data_dir, &sessions_dir, &echo_dir] {
         create_dir(dir)?;
     }
-    let claude_projects = claude_projects_root(args.claude_projects.as_deref());
+    for (name, command) in &settings.agents {
+        if name != "echo" {
+            tracing::warn!(agent = %name, command = %command, "agent {name} is configured but has no executor yet; it is not offered to clients");
+        }
+    }
+    if let Some(root) = &settings.worktrees_root {
+        tracing::info!(worktrees_root = %root.display(), "worktrees root stored (worktrees are not implemented yet)");
+    }
+    let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
         // is finite and non-negative (checked by `parse_minutes`).
-        sleep_after_ms: (args.sleep_after_minutes * 60_000.0).round() as u64,
-        residency_limit: args.residency_limit,
+        sleep_after_ms: (settings.sleep_after_minutes * 60_000.0).round() as u64,
+        residency_limit: settings.residency_limit,
         cursor_secret: cursor_secret(&data_dir)?,
         external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
-        show_external_sessions: args.show_external_sessions,
+        show_external_sessions: settings.show_external_sessions,
+        limits: settings.limits.clone(),
+        users: settings.users.clone(),
+        policy: settings.policy.clone(),
         ..Config::default()
     };
     let now = clock.now();
-    let records = match args.sessions {
+    let records = match settings.sessions {
         StoreKind::File => exec::store::load(&sessions_dir, now.wall.0)
             .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?,
         StoreKind::Memory => Vec::new(),
@@ -192,43 +356,98 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
     tracing::info!(
         seed,
+        config_file = %settings.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
         data_dir = %data_dir.display(),
-        sessions = ?args.sessions,
+        sessions = ?settings.sessions,
         restored = records.len(),
-        sleep_after_minutes = args.sleep_after_minutes,
-        residency_limit = args.residency_limit,
+        sleep_after_minutes = settings.sleep_after_minutes,
+        residency_limit = settings.residency_limit,
+        users = settings.users.as_ref().map(|u| u.users.len()),
+        policy_rules = settings.policy.rules.len(),
         "starting ahpd {}",
         env!("CARGO_PKG_VERSION")
     );
     let host = Host::new(config, seed, records, now);
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
-        .map_err(|e| format!("could not listen on {}: {e}", args.listen))?;
+        .map_err(|e| format!("could not listen on {}: {e}", settings.listen))?;
     let local = listener.local_addr().map_err(|e| format!("could not read the listening address: {e}"))?;
 
     let (events, rx) = EventSink::channel();
-    let store = match args.sessions {
+    let store = match settings.sessions {
         StoreKind::File => Store::file(sessions_dir, events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
     let backends = Backends::new(echo_dir, events.clone()).with_claude_projects(claude_projects);
     let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
+    let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     drop(events);
 
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "ahpd listening on ws://{local}/").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
     drop(stdout);
-    tracing::info!(%local, "listening");
+    tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
-    let driver = Driver { host, clock, store, backends };
-    driver.run(rx, shutdown_signal(accept)).await;
-    tracing::info!("stopped");
-    Ok(())
+    let driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    let ended = driver.run(rx, shutdown_signal(accept)).await;
+    reload.abort();
+    match ended {
+        Ended::Clean => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Ended::StoreTimedOut => Err(format!("the store did not finish its writes within {}s of the shutdown signal", SHUTDOWN_GRACE.as_secs())),
+    }
 }
 
-/// Resolves on SIGINT or SIGTERM, after stopping the accept loop.
+/// Re-reads the policy file on every SIGHUP and hands it to the core; a file
+/// that does not read or parse is logged and the old policy kept.
+async fn reload_policy_on_hup(path: Option<PathBuf>, events: EventSink) {
+    #[cfg(unix)]
+    {
+        let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGHUP; the policy is read at startup only");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            let Some(path) = &path else {
+                tracing::info!("SIGHUP: no policy file configured; nothing to reload");
+                continue;
+            };
+            match settings::load_policy(path) {
+                Ok(policy) => {
+                    tracing::info!(file = %path.display(), "SIGHUP: policy re-read");
+                    events.input(ahpd_core::Input::PolicyChanged(policy));
+                }
+                Err(message) => tracing::error!("SIGHUP: {message}; keeping the old policy"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, events);
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM, after stopping the accept
+/// loop; a second one exits the process at once with code 130.
 async fn shutdown_signal(accept: tokio::task::JoinHandle<()>) {
+    let which = next_signal().await;
+    tracing::info!("{which}: shutting down (a second signal exits at once)");
+    accept.abort();
+    tokio::spawn(async {
+        let which = next_signal().await;
+        eprintln!("ahpd: {which} again: exiting at once");
+        std::process::exit(EXIT_INTERRUPTED);
+    });
+}
+
+/// Waits for the next SIGINT or SIGTERM and names it.
+async fn next_signal() -> &'static str {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -246,25 +465,9 @@ async fn shutdown_signal(accept: tokio::task::JoinHandle<()>) {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT"),
-        () = term => tracing::info!("SIGTERM"),
+        () = ctrl_c => "SIGINT",
+        () = term => "SIGTERM",
     }
-    accept.abort();
-}
-
-/// Parses `--sleep-after-minutes`: a finite, non-negative number of minutes
-/// (fractions allowed, e.g. `0.5`); 0 means never.
-fn parse_minutes(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(m) if m.is_finite() && m >= 0.0 && m <= 1.0e9 => Ok(m),
-        _ => Err(format!("{text:?} is not a number of minutes (0 or more, fractions allowed)")),
-    }
-}
-
-/// Parses `--show-external-sessions` (one of the root config's modes).
-fn parse_external_mode(text: &str) -> Result<ahpd_core::external::ExternalMode, String> {
-    ahpd_core::external::ExternalMode::parse(text)
-        .ok_or_else(|| format!("{text:?} is not one of none, recent, last24Hours, last7Days, last30Days"))
 }
 
 /// The Claude Code transcripts folder to scan: `--claude-projects` when

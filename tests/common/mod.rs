@@ -78,6 +78,9 @@ impl Daemon {
             .args(extra)
             .env("RUST_LOG", "info,ahpd=debug")
             .env("NO_COLOR", "1")
+            // No config file of the developer's: a config home with none.
+            .env("XDG_CONFIG_HOME", data_dir.with_extension("config"))
+            .env_remove("AHPD_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))

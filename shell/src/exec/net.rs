@@ -1,14 +1,21 @@
-//! The WebSocket front door: one task accepts TCP connections; each
-//! connection gets a reader (frames in, as `Input::Frame`) and a writer task
-//! (frames out, in order). Nothing here interprets a frame: the core decodes
-//! every message itself.
+//! The front door: one task accepts TCP connections. Each reads the HTTP
+//! request head itself: a WebSocket upgrade (any path) becomes a client
+//! connection with a reader (frames in) and a writer task (frames out, in
+//! order); a plain `GET /healthz` or `GET /metrics` is answered on the spot;
+//! anything else is 404. Nothing here interprets a frame beyond peeking at
+//! a request's `method` and `id` for the metrics: the core decodes every
+//! message itself.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ahpd_core::{ConnId, Input};
 use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -21,6 +28,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest message accepted from a client, in bytes.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// Largest HTTP request head read before the upgrade, in bytes.
+const MAX_HEAD_BYTES: usize = 16 << 10;
+
+/// How long `/metrics` waits for the driver's figures.
+const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A command for a connection's writer task.
 #[derive(Debug)]
@@ -65,12 +78,156 @@ pub async fn serve(listener: TcpListener, events: EventSink) {
     }
 }
 
-/// Runs one connection: handshake, register the writer, then read frames
-/// until the client closes, the socket fails, or the writer closes it.
-async fn connection(stream: TcpStream, conn: ConnId, events: EventSink) {
+/// What the request head said, as far as the front door cares.
+#[derive(Debug, Default)]
+struct Head {
+    method: String,
+    path: String,
+    upgrade: bool,
+    /// The `Authorization: Bearer` token, if any. Never logged.
+    bearer: Option<String>,
+}
+
+/// Parses an HTTP/1.x request head (request line and headers).
+fn parse_head(bytes: &[u8]) -> Option<Head> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.split("\r\n");
+    let mut parts = lines.next()?.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    let mut head = Head { method: method.to_owned(), path: target.split('?').next().unwrap_or("").to_owned(), ..Head::default() };
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("upgrade") {
+            head.upgrade |= value.split(',').any(|v| v.trim().eq_ignore_ascii_case("websocket"));
+        } else if name.eq_ignore_ascii_case("authorization") {
+            if let Some((scheme, token)) = value.split_once(' ') {
+                if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() {
+                    head.bearer = Some(token.trim().to_owned());
+                }
+            }
+        }
+    }
+    Some(head)
+}
+
+/// Reads until the end of the request head (`\r\n\r\n`); returns every
+/// byte read (the head and whatever followed it) and the head's length.
+async fn read_head(stream: &mut TcpStream) -> io::Result<Option<(Vec<u8>, usize)>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 2048];
+    loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok(Some((buf, at + 4)));
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A stream that first replays bytes already read from it.
+struct Replay {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Replay {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.at < this.prefix.len() {
+            let n = (this.prefix.len() - this.at).min(buf.remaining());
+            buf.put_slice(&this.prefix[this.at..this.at + n]);
+            this.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replay {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Answers a plain HTTP request: `/healthz`, `/metrics`, else 404.
+async fn http(mut stream: TcpStream, head: Head, events: &EventSink) {
+    let (status, content_type, body) = match (head.method.as_str(), head.path.as_str()) {
+        ("GET", "/healthz") => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
+        ("GET", "/metrics") => {
+            let (tx, rx) = oneshot::channel();
+            events.send(Event::Metrics(tx));
+            match tokio::time::timeout(METRICS_TIMEOUT, rx).await {
+                Ok(Ok(text)) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text),
+                _ => ("503 Service Unavailable", "text/plain; charset=utf-8", "the host is shutting down or busy\n".to_owned()),
+            }
+        }
+        (_, "/healthz" | "/metrics") => ("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n".to_owned()),
+        _ => ("404 Not Found", "text/plain; charset=utf-8", "not found: this port serves the AHP WebSocket, /healthz and /metrics\n".to_owned()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// A request frame's `method` and numeric `id`, for the metrics; `None`
+/// for notifications and frames that are not JSON-RPC requests.
+fn peek_request(text: &str) -> Option<(u64, String)> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        id: Option<serde_json::Value>,
+        method: Option<String>,
+    }
+    let p: Peek = serde_json::from_str(text).ok()?;
+    Some((p.id?.as_u64()?, p.method?))
+}
+
+/// Runs one connection: read the request head; answer plain HTTP, or do
+/// the WebSocket handshake, register the writer, then read frames until the
+/// client closes, the socket fails, or the writer closes it.
+async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink) {
     let _ = stream.set_nodelay(true);
+    let (bytes, head_len) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
+        Ok(Ok(Some(read))) => read,
+        Ok(Ok(None)) | Ok(Err(_)) => {
+            tracing::debug!(conn = conn.0, "no readable HTTP request head");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(conn = conn.0, "request head timed out");
+            return;
+        }
+    };
+    let Some(head) = bytes.get(..head_len).and_then(parse_head) else {
+        let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+        return;
+    };
+    if !head.upgrade {
+        return http(stream, head, &events).await;
+    }
+    let bearer = head.bearer;
+    let replay = Replay { prefix: bytes, at: 0, inner: stream };
     let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE_BYTES)).max_frame_size(Some(MAX_MESSAGE_BYTES));
-    let ws = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_tungstenite::accept_async_with_config(stream, Some(config))).await {
+    let ws = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_tungstenite::accept_async_with_config(replay, Some(config))).await {
         Ok(Ok(ws)) => ws,
         Ok(Err(e)) => {
             tracing::debug!(conn = conn.0, error = %e, "websocket handshake failed");
@@ -105,7 +262,7 @@ async fn connection(stream: TcpStream, conn: ConnId, events: EventSink) {
         // The driver let the connection go: close politely.
         let _ = sink.close().await;
     });
-    events.send(Event::Opened { conn, writer: Writer(tx) });
+    events.send(Event::Opened { conn, writer: Writer(tx), bearer });
     tracing::info!(conn = conn.0, "client connected");
     loop {
         let message = tokio::select! {
@@ -113,9 +270,9 @@ async fn connection(stream: TcpStream, conn: ConnId, events: EventSink) {
             _ = &mut stop_rx => break,
         };
         match message {
-            Some(Ok(Message::Text(text))) => events.input(Input::Frame { conn, text: text.as_str().to_owned() }),
+            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str().to_owned()),
             Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                Ok(text) => events.input(Input::Frame { conn, text: text.to_owned() }),
+                Ok(text) => frame(&events, conn, text.to_owned()),
                 Err(_) => tracing::debug!(conn = conn.0, "ignored a binary frame that is not UTF-8"),
             },
             Some(Ok(Message::Close(_))) | None => break,
@@ -128,4 +285,32 @@ async fn connection(stream: TcpStream, conn: ConnId, events: EventSink) {
     }
     tracing::info!(conn = conn.0, "client disconnected");
     events.input(Input::Disconnected { conn });
+}
+
+/// Hands one frame to the driver with its request's method and id.
+fn frame(events: &EventSink, conn: ConnId, text: String) {
+    let request = peek_request(&text);
+    events.send(Event::Frame { conn, text, request });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_are_read() {
+        let h = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_or_default();
+        assert_eq!((h.method.as_str(), h.path.as_str(), h.upgrade), ("GET", "/metrics", false));
+        let h = parse_head(b"GET / HTTP/1.1\r\nUpgrade: WebSocket\r\nAuthorization: Bearer abc\r\n\r\n").unwrap_or_default();
+        assert!(h.upgrade);
+        assert_eq!(h.bearer.as_deref(), Some("abc"));
+        assert!(parse_head(b"nonsense\r\n\r\n").is_none());
+    }
+
+    #[test]
+    fn requests_are_peeked() {
+        assert_eq!(peek_request(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#), Some((3, "ping".to_owned())));
+        assert_eq!(peek_request(r#"{"jsonrpc":"2.0","method":"dispatchAction"}"#), None);
+        assert_eq!(peek_request("nope"), None);
+    }
 }

@@ -1,0 +1,517 @@
+//! The config file, the users directory and the policy file, and how every
+//! option of `ahpd serve` is settled.
+//!
+//! Precedence, highest first: a command-line flag, its `AHPD_*`
+//! environment variable (clap reads both into the same `Option`), the
+//! config file, the built-in default. The config file is `--config FILE`
+//! (or `AHPD_CONFIG`), else `$XDG_CONFIG_HOME/ahpd/config.toml`, else
+//! `~/.config/ahpd/config.toml`; a default file that does not exist means
+//! "all defaults", a named one that does not exist is an error. Relative
+//! paths inside the file are relative to the file's folder.
+//!
+//! Every file is parsed with unknown keys refused; a parse error names the
+//! file, the line and the key or value at fault.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ahpd_core::external::ExternalMode;
+use ahpd_core::grants::{Membership, Role, User, UsersDirectory};
+use ahpd_core::policy::{Effect, Policy, Rule};
+use ahpd_core::Limits;
+use serde::{Deserialize, Deserializer};
+
+use crate::exec::store::StoreKind;
+
+/// The built-in listening address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+/// The built-in `sleep_after_minutes`.
+pub const DEFAULT_SLEEP_AFTER_MINUTES: f64 = 30.0;
+/// The built-in `residency_limit`.
+pub const DEFAULT_RESIDENCY_LIMIT: usize = 10;
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event (the default).
+    #[default]
+    Text,
+    /// One JSON object per line (tracing-subscriber's JSON format).
+    Json,
+}
+
+/// The session store named in the config file (`sessions = "file"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FileStoreKind {
+    File,
+    Memory,
+}
+
+/// `[limits]` of the config file: each field of the core's [`Limits`].
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLimits {
+    /// Largest frame decoded, in bytes.
+    pub frame_max_bytes: Option<usize>,
+    /// Most channels one connection may subscribe to.
+    pub subscriptions_per_conn: Option<usize>,
+    /// Largest message text in a turn or a draft, in bytes.
+    pub message_text_max_bytes: Option<usize>,
+    /// Frames per second one connection may send, on average.
+    pub frames_per_second: Option<u32>,
+    /// Frames one connection may send in a burst above the average.
+    pub frames_burst: Option<u32>,
+    /// Most requests of one connection waiting for a wake at once.
+    pub pending_requests_per_conn: Option<usize>,
+}
+
+/// The config file as written; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    sessions: Option<FileStoreKind>,
+    #[serde(default, deserialize_with = "de_minutes")]
+    sleep_after_minutes: Option<f64>,
+    residency_limit: Option<usize>,
+    worktrees_root: Option<PathBuf>,
+    claude_projects: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_external_mode")]
+    show_external_sessions: Option<ExternalMode>,
+    #[serde(default)]
+    agents: BTreeMap<String, String>,
+    #[serde(default)]
+    limits: FileLimits,
+    users: Option<PathBuf>,
+    policy: Option<PathBuf>,
+    log_format: Option<LogFormat>,
+}
+
+fn de_minutes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    parse_minutes_value(v).map(Some).map_err(serde::de::Error::custom)
+}
+
+fn de_external_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ExternalMode>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_external_mode(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// Checks a number of minutes: finite, 0 or more, at most 1e9.
+fn parse_minutes_value(m: f64) -> Result<f64, String> {
+    if m.is_finite() && (0.0..=1.0e9).contains(&m) {
+        Ok(m)
+    } else {
+        Err(format!("{m} is not a number of minutes (0 or more, fractions allowed)"))
+    }
+}
+
+/// Parses `--sleep-after-minutes`: a finite, non-negative number of
+/// minutes (fractions allowed, e.g. `0.5`); 0 means never.
+pub fn parse_minutes(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(m) => parse_minutes_value(m).map_err(|_| format!("{text:?} is not a number of minutes (0 or more, fractions allowed)")),
+        Err(_) => Err(format!("{text:?} is not a number of minutes (0 or more, fractions allowed)")),
+    }
+}
+
+/// Parses a `showExternalSessions` mode.
+pub fn parse_external_mode(text: &str) -> Result<ExternalMode, String> {
+    ExternalMode::parse(text).ok_or_else(|| format!("{text:?} is not one of none, recent, last24Hours, last7Days, last30Days"))
+}
+
+/// The line (1-based) of byte offset `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text.get(..at).map(|s| s.matches('\n').count() + 1).unwrap_or(1)
+}
+
+/// Parses `text` (read from `path`) as `T`, refusing unknown keys; the
+/// error names the file and the line.
+fn parse_toml<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, String> {
+    toml::from_str::<T>(text).map_err(|e| {
+        let message = e.message().trim_end().to_owned();
+        match e.span() {
+            Some(span) => format!("{} line {}: {message}", path.display(), line_of(text, span.start)),
+            None => format!("{}: {message}", path.display()),
+        }
+    })
+}
+
+fn read(path: &Path, what: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("could not read the {what} {}: {e}", path.display()))
+}
+
+/// `$XDG_CONFIG_HOME/ahpd/config.toml`, else `~/.config/ahpd/config.toml`.
+pub fn default_config_path() -> Option<PathBuf> {
+    if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(xdg).join("ahpd/config.toml"));
+    }
+    std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".config/ahpd/config.toml"))
+}
+
+/// Reads the config file: `explicit` must exist; the default one may be
+/// absent (all defaults). Returns the file read, if any, and its contents.
+pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, FileConfig), String> {
+    let path = match explicit {
+        Some(p) => p.to_owned(),
+        None => match default_config_path() {
+            Some(p) if p.exists() => p,
+            _ => return Ok((None, FileConfig::default())),
+        },
+    };
+    let text = read(&path, "config file")?;
+    let mut file: FileConfig = parse_toml(&path, &text)?;
+    // Relative paths in the file are relative to the file's folder.
+    let base = path.parent().map(Path::to_owned).unwrap_or_default();
+    for p in [&mut file.data_dir, &mut file.worktrees_root, &mut file.users, &mut file.policy].into_iter().flatten() {
+        if p.is_relative() {
+            *p = base.join(&*p);
+        }
+    }
+    if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
+        *p = base.join(&*p);
+    }
+    for (name, command) in &file.agents {
+        if name.trim().is_empty() || command.trim().is_empty() {
+            return Err(format!("{}: [agents]: every agent needs a name and a command", path.display()));
+        }
+    }
+    Ok((Some(path), file))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsersFile {
+    #[serde(default)]
+    users: Vec<UserEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserEntry {
+    id: String,
+    token_sha256: String,
+    role: Role,
+    #[serde(default)]
+    administrator: bool,
+    #[serde(default)]
+    memberships: Vec<MembershipEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MembershipEntry {
+    team: String,
+    project: String,
+    #[serde(default)]
+    primary: bool,
+}
+
+/// Reads and checks a users directory (`users.toml`): ids unique and
+/// non-empty, each `token_sha256` 64 hex digits and unique, at most one
+/// primary membership per user.
+pub fn load_users(path: &Path) -> Result<UsersDirectory, String> {
+    let text = read(path, "users directory")?;
+    let file: UsersFile = parse_toml(path, &text)?;
+    let mut users: Vec<User> = Vec::with_capacity(file.users.len());
+    for u in file.users {
+        let at = |m: &str| format!("{}: user {:?}: {m}", path.display(), u.id);
+        if u.id.is_empty() || u.id.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(at("the id must be non-empty, without spaces"));
+        }
+        if users.iter().any(|o| o.id == u.id) {
+            return Err(at("this id is listed twice"));
+        }
+        let hash = u.token_sha256.to_ascii_lowercase();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(at("token_sha256 must be 64 hex digits: the SHA-256 of the token (printf %s \"$TOKEN\" | sha256sum)"));
+        }
+        if users.iter().any(|o| o.token_sha256 == hash) {
+            return Err(at("this token_sha256 is also another user's; every user needs their own token"));
+        }
+        if u.memberships.iter().filter(|m| m.primary).count() > 1 {
+            return Err(at("more than one membership is marked primary"));
+        }
+        users.push(User {
+            id: u.id,
+            token_sha256: hash,
+            role: u.role,
+            administrator: u.administrator,
+            memberships: u.memberships.into_iter().map(|m| Membership { team: m.team, project: m.project, primary: m.primary }).collect(),
+        });
+    }
+    Ok(UsersDirectory { users })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    rules: Vec<RuleEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleEntry {
+    who: String,
+    #[serde(default)]
+    providers: Vec<String>,
+    #[serde(default)]
+    folders: Vec<String>,
+    effect: Effect,
+}
+
+/// Reads and checks a policy file (`[[rules]] who, providers, folders,
+/// effect`); `who` is `*`, `user:<id>`, `team:<name>`, `role:member` or
+/// `role:guest`.
+pub fn load_policy(path: &Path) -> Result<Policy, String> {
+    let text = read(path, "policy file")?;
+    let file: PolicyFile = parse_toml(path, &text)?;
+    let mut rules = Vec::with_capacity(file.rules.len());
+    for (i, r) in file.rules.into_iter().enumerate() {
+        let ok = r.who == "*"
+            || r.who == "role:member"
+            || r.who == "role:guest"
+            || r.who.strip_prefix("user:").is_some_and(|s| !s.is_empty())
+            || r.who.strip_prefix("team:").is_some_and(|s| !s.is_empty());
+        if !ok {
+            return Err(format!(
+                "{}: rule {}: who = {:?} is not one of \"*\", \"user:<id>\", \"team:<name>\", \"role:member\", \"role:guest\"",
+                path.display(),
+                i + 1,
+                r.who
+            ));
+        }
+        rules.push(Rule { who: r.who, providers: r.providers, folders: r.folders, effect: r.effect });
+    }
+    Ok(Policy { rules })
+}
+
+/// What the command line and the environment said (clap merges the two);
+/// `None` = not given.
+#[derive(Debug, Default, Clone)]
+pub struct Given {
+    /// `--config` / `AHPD_CONFIG`.
+    pub config: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--sessions`.
+    pub sessions: Option<StoreKind>,
+    /// `--sleep-after-minutes`.
+    pub sleep_after_minutes: Option<f64>,
+    /// `--residency-limit`.
+    pub residency_limit: Option<usize>,
+    /// `--worktrees-root`.
+    pub worktrees_root: Option<PathBuf>,
+    /// `--claude-projects` (empty: none).
+    pub claude_projects: Option<PathBuf>,
+    /// `--show-external-sessions`.
+    pub show_external_sessions: Option<ExternalMode>,
+    /// `--users`.
+    pub users: Option<PathBuf>,
+    /// `--policy`.
+    pub policy: Option<PathBuf>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+    /// `--limit-*` flags.
+    pub limits: FileLimits,
+}
+
+/// Every option settled, files read and checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The config file read, if any.
+    pub config_file: Option<PathBuf>,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The data directory, or the error saying why there is none.
+    pub data_dir: Result<PathBuf, String>,
+    /// Which session store.
+    pub sessions: StoreKind,
+    /// Minutes of quiet before a session sleeps; 0 = never.
+    pub sleep_after_minutes: f64,
+    /// Most resident sessions; 0 = no limit.
+    pub residency_limit: usize,
+    /// Where worktrees will go (accepted and stored; not used yet).
+    pub worktrees_root: Option<PathBuf>,
+    /// Claude Code's transcripts folder as given (`None`: the default
+    /// lookup; empty: none).
+    pub claude_projects: Option<PathBuf>,
+    /// The root config's initial `showExternalSessions`.
+    pub show_external_sessions: ExternalMode,
+    /// Agents by name: the command that runs each (only `echo` has an
+    /// executor today).
+    pub agents: BTreeMap<String, String>,
+    /// The core's limits.
+    pub limits: Limits,
+    /// The users directory file, if any.
+    pub users_file: Option<PathBuf>,
+    /// The users directory read from it.
+    pub users: Option<UsersDirectory>,
+    /// The policy file, if any.
+    pub policy_file: Option<PathBuf>,
+    /// The policy read from it (default: allow everything).
+    pub policy: Policy,
+    /// How to log.
+    pub log_format: LogFormat,
+}
+
+/// Settles every option (flag > env > file > default) and reads the users
+/// directory and the policy file.
+///
+/// Errors: a file that cannot be read, parsed or checked, in words naming
+/// the file and the line.
+pub fn resolve(given: Given) -> Result<Settings, String> {
+    let (config_file, file) = load_config_file(given.config.as_deref())?;
+    let listen = match given.listen.or(file.listen) {
+        Some(l) => l,
+        None => DEFAULT_LISTEN.parse().map_err(|e| format!("built-in listen address: {e}"))?,
+    };
+    let data_dir = match given.data_dir.or(file.data_dir) {
+        Some(d) => Ok(d),
+        None => crate::default_data_dir(),
+    };
+    let sessions = given.sessions.unwrap_or(match file.sessions {
+        Some(FileStoreKind::Memory) => StoreKind::Memory,
+        Some(FileStoreKind::File) | None => StoreKind::File,
+    });
+    let d = Limits::default();
+    let (g, f) = (&given.limits, &file.limits);
+    let limits = Limits {
+        frame_max_bytes: g.frame_max_bytes.or(f.frame_max_bytes).unwrap_or(d.frame_max_bytes),
+        subscriptions_per_conn: g.subscriptions_per_conn.or(f.subscriptions_per_conn).unwrap_or(d.subscriptions_per_conn),
+        message_text_max_bytes: g.message_text_max_bytes.or(f.message_text_max_bytes).unwrap_or(d.message_text_max_bytes),
+        frames_per_second: g.frames_per_second.or(f.frames_per_second).unwrap_or(d.frames_per_second),
+        frames_burst: g.frames_burst.or(f.frames_burst).unwrap_or(d.frames_burst),
+        pending_requests_per_conn: g.pending_requests_per_conn.or(f.pending_requests_per_conn).unwrap_or(d.pending_requests_per_conn),
+    };
+    if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 {
+        return Err("limits: frame_max_bytes and frames_per_second must be above 0".to_owned());
+    }
+    let users_file = given.users.or(file.users);
+    let users = users_file.as_deref().map(load_users).transpose()?;
+    let policy_file = given.policy.or(file.policy);
+    let policy = policy_file.as_deref().map(load_policy).transpose()?.unwrap_or_default();
+    Ok(Settings {
+        config_file,
+        listen,
+        data_dir,
+        sessions,
+        sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
+        residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
+        worktrees_root: given.worktrees_root.or(file.worktrees_root),
+        claude_projects: given.claude_projects.or(file.claude_projects),
+        show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
+        agents: file.agents,
+        limits,
+        users_file,
+        users,
+        policy_file,
+        policy,
+        log_format: given.log_format.or(file.log_format).unwrap_or_default(),
+    })
+}
+
+/// TOML string literal for `s` (for printing effective settings).
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".to_owned())
+}
+
+fn path_str(p: &Path) -> String {
+    quoted(&p.display().to_string())
+}
+
+impl Settings {
+    /// The effective settings as TOML-like text, with no secrets: token
+    /// hashes are elided.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let _ = writeln!(o, "# config file: {}", self.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none: built-in defaults)".to_owned()));
+        let _ = writeln!(o, "listen = {}", quoted(&self.listen.to_string()));
+        match &self.data_dir {
+            Ok(d) => { let _ = writeln!(o, "data_dir = {}", path_str(d)); }
+            Err(e) => { let _ = writeln!(o, "# data_dir: {e}"); }
+        }
+        let _ = writeln!(o, "sessions = {}", quoted(match self.sessions { StoreKind::File => "file", StoreKind::Memory => "memory" }));
+        let _ = writeln!(o, "sleep_after_minutes = {}", self.sleep_after_minutes);
+        let _ = writeln!(o, "residency_limit = {}", self.residency_limit);
+        match &self.worktrees_root {
+            Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # stored; worktrees are not implemented yet", path_str(p)); }
+            None => { let _ = writeln!(o, "# worktrees_root: not set (worktrees are not implemented yet)"); }
+        }
+        match &self.claude_projects {
+            Some(p) => { let _ = writeln!(o, "claude_projects = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# claude_projects: default (~/.claude/projects when it exists)"); }
+        }
+        let _ = writeln!(o, "show_external_sessions = {}", quoted(self.show_external_sessions.name()));
+        let _ = writeln!(o, "log_format = {}", quoted(match self.log_format { LogFormat::Text => "text", LogFormat::Json => "json" }));
+        match &self.users_file {
+            Some(p) => { let _ = writeln!(o, "users = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# users: none (single-user host: loopback only, nobody refused)"); }
+        }
+        match &self.policy_file {
+            Some(p) => { let _ = writeln!(o, "policy = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# policy: none (everything allowed)"); }
+        }
+        let l = &self.limits;
+        let _ = writeln!(o, "\n[limits]");
+        let _ = writeln!(o, "frame_max_bytes = {}", l.frame_max_bytes);
+        let _ = writeln!(o, "subscriptions_per_conn = {}", l.subscriptions_per_conn);
+        let _ = writeln!(o, "message_text_max_bytes = {}", l.message_text_max_bytes);
+        let _ = writeln!(o, "frames_per_second = {}", l.frames_per_second);
+        let _ = writeln!(o, "frames_burst = {}", l.frames_burst);
+        let _ = writeln!(o, "pending_requests_per_conn = {}", l.pending_requests_per_conn);
+        let _ = writeln!(o, "\n[agents]\n# echo is built in");
+        for (name, command) in &self.agents {
+            let note = if name == "echo" { "  # built in; the command is not used" } else { "  # no executor yet: not offered to clients" };
+            let _ = writeln!(o, "{} = {}{note}", quoted(name), quoted(command));
+        }
+        if let Some(users) = &self.users {
+            let _ = writeln!(o, "\n# users directory: {} users", users.users.len());
+            for u in &users.users {
+                let role = match u.role { Role::Member => "member", Role::Guest => "guest" };
+                let _ = writeln!(o, "[[users]]\nid = {}\ntoken_sha256 = \"<elided>\"\nrole = {}\nadministrator = {}", quoted(&u.id), quoted(role), u.administrator);
+                for m in &u.memberships {
+                    let _ = writeln!(o, "[[users.memberships]]\nteam = {}\nproject = {}\nprimary = {}", quoted(&m.team), quoted(&m.project), m.primary);
+                }
+            }
+        }
+        let _ = writeln!(o, "\n# policy: {} rules (first match wins; none matching = allow)", self.policy.rules.len());
+        for r in &self.policy.rules {
+            let effect = match r.effect { Effect::Allow => "allow", Effect::Deny => "deny" };
+            let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(o, "[[rules]]\nwho = {}\nproviders = {}\nfolders = {}\neffect = {}", quoted(&r.who), list(&r.providers), list(&r.folders), quoted(effect));
+        }
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_name_the_key_and_line() {
+        let e = parse_toml::<FileConfig>(Path::new("c.toml"), "listen = \"127.0.0.1:1\"\n\nlisen = 3\n").err().unwrap_or_default();
+        assert!(e.contains("line 3") && e.contains("lisen"), "{e}");
+        let e = parse_toml::<FileConfig>(Path::new("c.toml"), "[limits]\nframes = 1\n").err().unwrap_or_default();
+        assert!(e.contains("line 2") && e.contains("frames"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let e = parse_toml::<FileConfig>(Path::new("c.toml"), "sleep_after_minutes = -1\n").err().unwrap_or_default();
+        assert!(e.contains("line 1") && e.contains("minutes"), "{e}");
+        let e = parse_toml::<FileConfig>(Path::new("c.toml"), "show_external_sessions = \"all\"\n").err().unwrap_or_default();
+        assert!(e.contains("not one of"), "{e}");
+        assert!(parse_toml::<FileConfig>(Path::new("c.toml"), "sessions = \"disk\"\n").is_err());
+        assert!(parse_toml::<FileConfig>(Path::new("c.toml"), "listen = \"nowhere\"\n").is_err());
+    }
+}

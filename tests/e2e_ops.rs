@@ -1,0 +1,463 @@
+//! End-to-end tests of operating the daemon (issue 12, and issue 7's shell
+//! half): `ahpd config check`, `/healthz` and `/metrics`, the loopback
+//! refusal without a users directory, users and tokens (including a bearer
+//! token in the WebSocket handshake), and SIGTERM during a write storm.
+//!
+//! Every await is bounded by [`STEP`], so a hang fails fast as a timeout
+//! naming the step.
+
+mod common;
+
+use common::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ahp::ahp_types::actions::{SessionTitleChangedAction, StateAction};
+use ahp::ahp_types::commands::{AuthenticateParams, DisposeSessionParams};
+use ahp::ahp_types::ROOT_RESOURCE_URI;
+use ahp::{Client, SessionSubscription, SubscriptionEvent};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+/// Runs `ahpd <args>` to completion, with no config file of the developer's
+/// in the way.
+fn ahpd(args: &[&str], config_home: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .args(args)
+        .env("XDG_CONFIG_HOME", config_home)
+        .env_remove("AHPD_DATA_DIR")
+        .env_remove("AHPD_LISTEN")
+        .env_remove("AHPD_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run ahpd")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("an exit code")
+}
+
+// ---------------------------------------------------------------------------
+// ahpd config check
+// ---------------------------------------------------------------------------
+
+const TOKEN_A: &str = "alice-token-4f1d8a0c";
+const TOKEN_B: &str = "bob-token-9e2b7c35";
+const TOKEN_WRONG: &str = "mallory-token-00000000";
+
+fn sha256_hex(s: &str) -> String {
+    ahpd_core::grants::token_hash(s)
+}
+
+fn write_users(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("users.toml");
+    let body = format!(
+        "[[users]]\nid = \"alice\"\ntoken_sha256 = \"{}\"\nrole = \"member\"\n\n[[users.memberships]]\nteam = \"red\"\nproject = \"p\"\nprimary = true\n\n\
+         [[users]]\nid = \"bob\"\ntoken_sha256 = \"{}\"\nrole = \"member\"\n",
+        sha256_hex(TOKEN_A),
+        sha256_hex(TOKEN_B)
+    );
+    std::fs::write(&path, body).expect("write users.toml");
+    path
+}
+
+#[test]
+fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let users = write_users(tmp.path());
+    std::fs::write(tmp.path().join("policy.toml"), "[[rules]]\nwho = \"user:bob\"\nproviders = [\"gemini\"]\neffect = \"deny\"\n").expect("write policy");
+    let good = tmp.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "listen = \"127.0.0.1:9999\"\ndata_dir = \"data\"\nsessions = \"memory\"\nsleep_after_minutes = 2.5\nresidency_limit = 3\n\
+         worktrees_root = \"/tmp/wt\"\nshow_external_sessions = \"last7Days\"\nusers = \"users.toml\"\npolicy = \"policy.toml\"\n\
+         log_format = \"json\"\n\n[agents]\nclaude = \"claude-code-acp\"\n\n[limits]\nframes_burst = 77\n",
+    )
+    .expect("write config");
+    let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8 path")], tmp.path());
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(code(&out), 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for want in [
+        "listen = \"127.0.0.1:9999\"",
+        "sessions = \"memory\"",
+        "sleep_after_minutes = 2.5",
+        "residency_limit = 3",
+        "show_external_sessions = \"last7Days\"",
+        "frames_burst = 77",
+        "\"claude\" = \"claude-code-acp\"",
+        "id = \"alice\"",
+        "who = \"user:bob\"",
+        "token_sha256 = \"<elided>\"",
+    ] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
+    }
+    assert!(stdout.contains(&tmp.path().join("data").display().to_string()), "relative data_dir resolves against the file: {stdout}");
+    assert!(!stdout.contains(&sha256_hex(TOKEN_A)), "a token hash was printed:\n{stdout}");
+
+    // A flag beats the file.
+    let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--residency-limit", "9"], tmp.path());
+    assert_eq!(code(&out), 0);
+    assert!(text(&out.stdout).contains("residency_limit = 9"));
+
+    // An unknown key: exit 1, the key and its line named.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "listen = \"127.0.0.1:0\"\n\n[limits]\nframes_burst = 5\nframe_burst = 6\n").expect("write");
+    let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 1, "{stderr}");
+    assert!(stderr.contains("frame_burst") && stderr.contains("line 5"), "{stderr}");
+
+    // A bad value: exit 1, with the line.
+    std::fs::write(&bad, "residency_limit = 3\nsleep_after_minutes = -4\n").expect("write");
+    let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 1, "{stderr}");
+    assert!(stderr.contains("line 2") && stderr.contains("minutes"), "{stderr}");
+    std::fs::write(&bad, "sessions = \"disk\"\n").expect("write");
+    let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
+    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+
+    // A bad users directory: exit 1.
+    std::fs::write(tmp.path().join("users.toml"), "[[users]]\nid = \"x\"\ntoken_sha256 = \"abc\"\nrole = \"member\"\n").expect("write");
+    let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8")], tmp.path());
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).contains("token_sha256"), "{}", text(&out.stderr));
+    let _ = users;
+
+    // A missing named file: exit 1; a usage error: exit 2.
+    let out = ahpd(&["config", "check", "--config", "/nonexistent/ahpd.toml"], tmp.path());
+    assert_eq!(code(&out), 1);
+    let out = ahpd(&["config", "check", "--no-such-flag"], tmp.path());
+    assert_eq!(code(&out), 2);
+    // No file at the default place: the defaults, valid.
+    let out = ahpd(&["config", "check"], tmp.path());
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("listen = \"127.0.0.1:8765\""));
+}
+
+// ---------------------------------------------------------------------------
+// HTTP: /healthz, /metrics
+// ---------------------------------------------------------------------------
+
+/// `host:port` of a `ws://host:port/` URL.
+fn authority(url: &str) -> String {
+    url.trim_start_matches("ws://").trim_end_matches('/').to_owned()
+}
+
+/// One plain HTTP GET; returns (status code, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(STEP)).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("write request");
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("read response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response head");
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The value of the sample `name` (with its labels, exactly as printed).
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sends a user turn and waits for its completion.
+async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_id: &str, text: &str) {
+    within("dispatch turn", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch turn");
+    within("turn complete", async {
+        loop {
+            match csub.recv().await {
+                Some(SubscriptionEvent::Action(env)) => {
+                    assert!(env.rejection_reason.is_none(), "turn rejected: {env:?}");
+                    if matches!(&env.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id) {
+                        return;
+                    }
+                }
+                Some(_) => {}
+                None => panic!("chat subscription closed"),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_a_workload_and_healthz_is_ok() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let daemon = Daemon::start(&data);
+    let addr = authority(&daemon.url);
+
+    let (status, body) = http_get(&addr, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    assert_eq!(http_get(&addr, "/nowhere").0, 404);
+    let (status, before) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(sample(&before, "ahpd_connected_clients"), 0.0, "{before}");
+
+    let (c, _, _root) = connect_init(&daemon.url, "ops-metrics").await;
+    let (_sid, chat, _ssub, _chat_state, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t1", "hello metrics").await;
+    assert!(!list(&c).await.is_empty());
+    let e = rpc_error(within("bad method", c.request::<_, Value>("noSuchMethod", json!({}))).await);
+    assert_eq!(e.code, -32601);
+
+    let (status, m) = http_get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    let want = [
+        ("ahpd_requests_total{method=\"initialize\",code=\"ok\"}", 1.0),
+        ("ahpd_requests_total{method=\"createSession\",code=\"ok\"}", 1.0),
+        ("ahpd_requests_total{method=\"listSessions\",code=\"ok\"}", 1.0),
+        ("ahpd_requests_total{method=\"subscribe\",code=\"ok\"}", 2.0),
+        ("ahpd_requests_total{method=\"other\",code=\"-32601\"}", 1.0),
+        ("ahpd_request_duration_seconds_count{method=\"createSession\"}", 1.0),
+        ("ahpd_request_duration_seconds_bucket{method=\"listSessions\",le=\"+Inf\"}", 1.0),
+        ("ahpd_sessions{phase=\"live\"}", 1.0),
+        ("ahpd_sessions_resident", 1.0),
+        ("ahpd_connected_clients", 1.0),
+    ];
+    for (name, v) in want {
+        assert_eq!(sample(&m, name), v, "{name} in:\n{m}");
+    }
+    for name in ["ahpd_session_sleeps_total", "ahpd_residency_evictions_total", "ahpd_session_wakes_total", "ahpd_session_failed_resumes_total"] {
+        assert!(m.contains(&format!("# TYPE {name} counter")), "{name} missing:\n{m}");
+    }
+    c.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// Loopback only without a users directory
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_non_loopback_address_needs_a_users_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let out = ahpd(&["serve", "--listen", "0.0.0.0:0", "--data-dir", data.to_str().expect("utf-8")], tmp.path());
+    let stderr = text(&out.stderr);
+    assert_eq!(code(&out), 2, "{stderr}");
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0") && stderr.contains("--users"), "{stderr}");
+
+    // With a users directory it starts.
+    let users = write_users(tmp.path());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(&data)
+        .arg("--users")
+        .arg(&users)
+        .env("XDG_CONFIG_HOME", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ahpd");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    let read = BufReader::new(stdout).read_line(&mut line);
+    let port = line.trim().strip_prefix("ahpd listening on ws://0.0.0.0:").and_then(|r| r.strip_suffix('/')).map(str::to_owned);
+    let healthy = port.as_ref().map(|p| http_get(&format!("127.0.0.1:{p}"), "/healthz").0);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(read.is_ok() && port.is_some(), "unexpected first line {line:?}");
+    assert_eq!(healthy, Some(200));
+}
+
+// ---------------------------------------------------------------------------
+// Users and tokens
+// ---------------------------------------------------------------------------
+
+async fn authenticate(c: &Client, token: &str) -> Result<Value, ahp::ClientError> {
+    let params = AuthenticateParams { channel: ROOT_RESOURCE_URI.to_owned(), meta: None, resource: "ahpd".to_owned(), token: token.to_owned(), expires_in: None, scopes: None };
+    within("authenticate", c.request("authenticate", params)).await
+}
+
+type Raw = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A raw WebSocket connection with `Authorization: Bearer <token>`.
+async fn raw_with_bearer(url: &str, token: &str) -> Raw {
+    let mut request = url.into_client_request().expect("request");
+    request.headers_mut().insert("Authorization", format!("Bearer {token}").parse().expect("header value"));
+    let (ws, _) = within("raw connect", tokio_tungstenite::connect_async(request)).await.expect("raw connect");
+    ws
+}
+
+/// Sends a request and returns its reply, failing on a frame with the
+/// shell's reserved id (which must never reach a client); `None` when the
+/// connection closes first.
+async fn raw_request(ws: &mut Raw, id: u64, method: &str, params: Value) -> Option<Value> {
+    let frame = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    within("raw send", ws.send(WsMessage::Text(frame.to_string().into()))).await.expect("raw send");
+    within("raw reply", async {
+        loop {
+            match ws.next().await {
+                Some(Ok(WsMessage::Text(t))) => {
+                    let v: Value = serde_json::from_str(t.as_str()).expect("json frame");
+                    assert_ne!(v.get("id").and_then(Value::as_u64), Some(u64::MAX), "the handshake's authenticate reply leaked: {v}");
+                    if v.get("id").and_then(Value::as_u64) == Some(id) {
+                        return Some(v);
+                    }
+                }
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+}
+
+fn initialize_params(client_id: &str) -> Value {
+    json!({ "channel": ROOT_RESOURCE_URI, "protocolVersions": ["1.0.0"], "clientId": client_id })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_deletes_and_tokens_stay_out_of_the_log() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let users = write_users(tmp.path());
+    let data = tmp.path().join("data");
+    let daemon = Daemon::start_with(&data, &["--users", users.to_str().expect("utf-8")]);
+
+    // Bob signs in with `authenticate` and makes a session.
+    let (bob, _, _root) = connect_init(&daemon.url, "ops-bob").await;
+    authenticate(&bob, TOKEN_B).await.expect("bob authenticates");
+    let (sid, _chat, _ssub, _cs, _csub) = new_session(&bob).await;
+
+    // Nobody signed in may not delete it either.
+    let (anon, _, _r) = connect_init(&daemon.url, "ops-anon").await;
+    let params = || DisposeSessionParams { channel: sid.clone(), meta: None };
+    let e = rpc_error(within("anon dispose", anon.request::<_, Value>("disposeSession", params())).await);
+    assert_eq!(e.code, -32009, "{e:?}");
+
+    // A wrong token is refused.
+    let e = rpc_error(authenticate(&anon, TOKEN_WRONG).await);
+    assert_eq!(e.code, -32602, "{e:?}");
+
+    // Alice signs in with `authenticate`: she may not delete Bob's session.
+    let (alice, _, _r2) = connect_init(&daemon.url, "ops-alice").await;
+    authenticate(&alice, TOKEN_A).await.expect("alice authenticates");
+    let e = rpc_error(within("alice dispose", alice.request::<_, Value>("disposeSession", params())).await);
+    assert_eq!((e.code, e.message.as_str()), (-32009, "Only the session's owner can delete it."));
+
+    // Alice again, with a bearer token in the handshake: the same refusal,
+    // and the shell's own authenticate reply never reaches her.
+    let mut raw = raw_with_bearer(&daemon.url, TOKEN_A).await;
+    let init = raw_request(&mut raw, 1, "initialize", initialize_params("ops-alice-raw")).await.expect("initialize reply");
+    assert!(init.get("result").is_some(), "{init}");
+    let reply = raw_request(&mut raw, 2, "disposeSession", json!({ "channel": sid })).await.expect("dispose reply");
+    assert_eq!(reply["error"]["code"], -32009, "{reply}");
+    assert_eq!(reply["error"]["message"], "Only the session's owner can delete it.", "{reply}");
+
+    // A wrong bearer token: the connection is closed after initialize.
+    let mut raw_bad = raw_with_bearer(&daemon.url, TOKEN_WRONG).await;
+    let _ = raw_request(&mut raw_bad, 1, "initialize", initialize_params("ops-mallory")).await;
+    let next = raw_request(&mut raw_bad, 2, "listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await;
+    assert!(next.is_none(), "a connection with a wrong bearer token was served: {next:?}");
+
+    // The owner may.
+    let r: Value = within("bob dispose", bob.request("disposeSession", params())).await.expect("bob disposes");
+    assert_eq!(r, Value::Null);
+
+    for c in [&bob, &anon, &alice] {
+        c.shutdown().await;
+    }
+    let log = std::fs::read_to_string(log_path(&data)).unwrap_or_default();
+    assert!(log.contains("client.auth_failed"), "the wrong token is logged (without its value):\n{log}");
+    for token in [TOKEN_A, TOKEN_B, TOKEN_WRONG] {
+        assert!(!log.contains(token), "a token's value is in the log");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// SIGTERM during a write storm
+// ---------------------------------------------------------------------------
+
+const STORM_UPDATES: usize = 400;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_write_storm_exits_0_and_keeps_every_acknowledged_write() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "ops-storm").await;
+    let (sid, chat, mut ssub, _cs, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t1", "hello").await;
+
+    // Count own echoes (acknowledged writes) as they come; remember the
+    // last acknowledged title index.
+    let acks = Arc::new(AtomicUsize::new(0));
+    let last = Arc::new(AtomicUsize::new(usize::MAX));
+    let collector = {
+        let (acks, last) = (acks.clone(), last.clone());
+        tokio::spawn(async move {
+            loop {
+                match tokio::time::timeout(Duration::from_millis(500), ssub.recv()).await {
+                    Ok(Some(SubscriptionEvent::Action(env))) => {
+                        let own = env.origin.as_ref().is_some_and(|o| o.client_id == "ops-storm");
+                        if let (true, None, StateAction::SessionTitleChanged(a)) = (own, &env.rejection_reason, &env.action) {
+                            if let Some(i) = a.title.strip_prefix("storm-").and_then(|n| n.parse::<usize>().ok()) {
+                                last.store(i, Ordering::SeqCst);
+                                acks.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        })
+    };
+    let sender = {
+        let (c, sid) = (c.clone(), sid.clone());
+        tokio::spawn(async move {
+            for i in 0..STORM_UPDATES {
+                let action = StateAction::SessionTitleChanged(SessionTitleChangedAction { title: format!("storm-{i}") });
+                if c.dispatch(sid.clone(), action).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let waited = Instant::now();
+    while acks.load(Ordering::SeqCst) < STORM_UPDATES / 4 {
+        assert!(waited.elapsed() < STEP, "only {} echoes arrived", acks.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let status = daemon.terminate();
+    assert!(status.success(), "ahpd exited with {status:?} after SIGTERM");
+    let _ = within("sender", sender).await;
+    let _ = within("collector", collector).await;
+    c.shutdown().await;
+    let last_acked = last.load(Ordering::SeqCst);
+    assert_ne!(last_acked, usize::MAX);
+    let log = std::fs::read_to_string(log_path(&data)).unwrap_or_default();
+    assert!(log.contains("SIGTERM") && log.contains("stopped"), "no orderly stop in the log:\n{log}");
+
+    // Restart: the title is the last acknowledged one or a later one.
+    let daemon = Daemon::start(&data);
+    let c = connect_init(&daemon.url, "ops-storm-check").await.0;
+    let (state, _sub) = subscribe_session(&c, &sid).await;
+    let restored = state.title.strip_prefix("storm-").and_then(|n| n.parse::<usize>().ok());
+    assert!(
+        restored.is_some_and(|i| i >= last_acked),
+        "restored title {:?}, but storm-{last_acked} was acknowledged",
+        state.title
+    );
+    c.shutdown().await;
+}

@@ -164,7 +164,7 @@ impl Queue {
             .collect()
     }
 
-    /// Drops every pending event matching `drop`.
+    /// Keeps only the pending events for which `keep` is true.
     pub fn retain(&mut self, mut keep: impl FnMut(&Event) -> bool) {
         let dropped: Vec<(u64, u64)> = self.heap.iter().filter(|(_, e)| !keep(e)).map(|(k, _)| *k).collect();
         for k in dropped {

@@ -616,6 +616,18 @@ async fn export_then_import_brings_a_session_back() {
     assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
     let d = data.to_str().expect("utf-8 path");
 
+    // `session show` prints the row and every message in order, with who
+    // sent the user's.
+    let out = ahpd(&["session", "show", &sid, "--data-dir", d], None);
+    assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains(&format!("session   {sid}")), "{shown}");
+    let hello = shown.find("user [cli-1]: hello").expect("first message with its sender");
+    let reply = shown.find("assistant: Echo: hello").expect("first reply");
+    let again = shown.find("user [cli-1]: again").expect("second message");
+    assert!(hello < reply && reply < again, "{shown}");
+    assert_eq!(code(&ahpd(&["session", "show", "ahp-session:/nope", "--data-dir", d], None)), 1);
+
     // Export to stdout and to a file: the same document.
     let out = ahpd(&["session", "export", &sid, "--data-dir", d], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));

@@ -57,6 +57,9 @@ pub enum SessionCommand {
     /// Bring back a session from a file written by `ahpd session export`.
     #[command(long_about = session::IMPORT_ABOUT, after_long_help = session::IMPORT_AFTER)]
     Import(session::ImportArgs),
+    /// Print one session for a person: its row, then every message in order
+    /// with who sent it (read from the store and the agent's transcripts).
+    Show(session::ShowArgs),
 }
 
 /// `ahpd sessions ...`: the whole store.
@@ -80,6 +83,7 @@ pub fn run_session(args: SessionArgs) -> ExitCode {
     let result = match args.command {
         SessionCommand::Export(a) => session::export(&a),
         SessionCommand::Import(a) => session::import(&a),
+        SessionCommand::Show(a) => session::show(&a),
     };
     finish(result)
 }

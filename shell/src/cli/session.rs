@@ -101,6 +101,46 @@ pub struct ExportArgs {
     pub data: DataDirArg,
 }
 
+/// Options of `ahpd session show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    /// The session's URI, e.g. `ahp-session:/3f2a-11ee`.
+    #[arg(value_name = "URI", value_parser = super::parse_session_uri)]
+    pub uri: ResourceId,
+    /// The data directory.
+    #[command(flatten)]
+    pub data: DataDirArg,
+}
+
+/// `ahpd session show`: the session's row, then each chat's messages in
+/// order (`role [sender]: text`), from the same reading as `export`.
+///
+/// Errors: as `export`.
+pub fn show(args: &ShowArgs) -> Result<(), String> {
+    let data_dir = args.data.resolve()?;
+    let doc = build_export(&data_dir, &args.uri)?;
+    let mut out = String::new();
+    out.push_str(&format!("session   {}\n", doc.id));
+    out.push_str(&format!("title     {}\n", if doc.title.is_empty() { "(untitled)" } else { doc.title.as_str() }));
+    out.push_str(&format!("provider  {}\n", doc.provider));
+    out.push_str(&format!("owner     {}\n", doc.owner.as_deref().unwrap_or("-")));
+    out.push_str(&format!("folder    {}\n", doc.working_directory.as_deref().unwrap_or("-")));
+    out.push_str(&format!("created   {}\nmodified  {}\n", doc.created_at, doc.modified_at));
+    for chat in &doc.chats {
+        out.push_str(&format!("\nchat {}{}\n", chat.id, if chat.title.is_empty() { String::new() } else { format!(" ({})", chat.title) }));
+        if chat.messages.is_empty() {
+            out.push_str("  (no messages)\n");
+        }
+        for m in &chat.messages {
+            let who = m.sender.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+            let state = m.state.as_deref().filter(|s| *s != "complete").map(|s| format!(" ({s})")).unwrap_or_default();
+            out.push_str(&format!("  {}{who}{state}: {}\n", m.role, m.content.replace('\n', "\n    ")));
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))
+}
+
 /// Options of `ahpd session import`.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {

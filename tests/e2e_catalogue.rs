@@ -8,29 +8,28 @@
 //! Every await is bounded by [`STEP`]; waits for a background scan poll
 //! `listSessions` until [`SCAN_WAIT`].
 
+mod common;
+
+use common::*;
+
 use std::fmt::Write as _;
-use std::future::Future;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::io::Write;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use ahp::ahp_types::actions::{
-    ChatTurnStartedAction, RootConfigChangedAction, SessionIsArchivedChangedAction, SessionIsReadChangedAction,
+    RootConfigChangedAction, SessionIsArchivedChangedAction, SessionIsReadChangedAction,
     StateAction,
 };
-use ahp::ahp_types::commands::{CreateSessionParams, InitializeResult, ListSessionsParams, ListSessionsResult};
+use ahp::ahp_types::commands::{CreateSessionParams, ListSessionsParams, ListSessionsResult};
 use ahp::ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, ResponsePart, SessionState, SessionSummary, SnapshotState, Turn,
+    SessionState, SessionSummary, SnapshotState,
 };
 use ahp::ahp_types::ROOT_RESOURCE_URI;
-use ahp::{Client, ClientConfig, ClientError, SessionSubscription, SubscriptionEvent};
-use ahp_ws::WebSocketTransport;
+use ahp::{Client, ClientError, SessionSubscription, SubscriptionEvent};
 use serde_json::{json, Value};
 
 /// The longest any single step may take.
-const STEP: Duration = Duration::from_secs(10);
 /// The longest a background scan may take to show up in a listing.
 const SCAN_WAIT: Duration = Duration::from_secs(60);
 /// Status bits of the host's own read and archived marks.
@@ -40,100 +39,6 @@ const IS_ARCHIVED: u32 = 64;
 // ---------------------------------------------------------------------------
 // Harness
 // ---------------------------------------------------------------------------
-
-async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(STEP, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {STEP:?}: {what}"),
-    }
-}
-
-/// A running daemon; killed on drop, its log printed when the test fails
-/// (or always, with `AHPD_E2E_LOG=1`).
-struct Daemon {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// `ahpd serve` on a free loopback port with `data_dir` and `extra`
-    /// options.
-    fn start(data_dir: &Path, extra: &[&str]) -> Daemon {
-        let log = data_dir.with_extension("log");
-        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .args(extra)
-            .env("RUST_LOG", "info,ahpd=debug")
-            .env_remove("AHPD_CLAUDE_PROJECTS")
-            .env_remove("AHPD_SHOW_EXTERNAL_SESSIONS")
-            .env_remove("AHPD_SESSIONS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .expect("spawn ahpd");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            for _ in lines {}
-        });
-        let line = match rx.recv_timeout(STEP) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("ahpd printed no listening line; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-        };
-        let url = line.strip_prefix("ahpd listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
-        Daemon { child, url, log }
-    }
-
-    /// SIGKILL: nothing gets a chance to flush.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() || std::env::var_os("AHPD_E2E_LOG").is_some() {
-            eprintln!("---- ahpd log ({}) ----\n{}", self.log.display(), self.log_text());
-        }
-    }
-}
-
-fn fresh_id() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    format!("cat-{:x}-{:x}-{}", nanos, std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-async fn connect_init(url: &str, client_id: &str) -> (Client, InitializeResult, SessionSubscription) {
-    let transport = within("websocket connect", WebSocketTransport::connect(url)).await.expect("websocket connect");
-    let c = within("client connect", Client::connect(transport, ClientConfig::default())).await.expect("client connect");
-    let init = within(
-        "initialize",
-        c.initialize(client_id.to_owned(), vec!["1.0.0".to_owned()], vec![ROOT_RESOURCE_URI.to_owned()]),
-    )
-    .await
-    .expect("initialize");
-    let root = c.attach_subscription(ROOT_RESOURCE_URI).await;
-    (c, init, root)
-}
 
 async fn list_page(c: &Client, limit: Option<i64>, cursor: Option<String>) -> Result<ListSessionsResult, ClientError> {
     let params = ListSessionsParams { channel: ROOT_RESOURCE_URI.to_owned(), meta: None, limit, cursor };
@@ -208,41 +113,6 @@ fn rpc_code<T: std::fmt::Debug>(r: Result<T, ClientError>) -> i32 {
     match r {
         Err(ClientError::Rpc(e)) => e.code,
         other => panic!("expected a JSON-RPC error, got {other:?}"),
-    }
-}
-
-fn markdown(turn: &Turn) -> String {
-    turn.response_parts
-        .iter()
-        .filter_map(|p| match p {
-            ResponsePart::Markdown(m) => Some(m.content.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn user_turn(turn_id: &str, text: &str) -> StateAction {
-    StateAction::ChatTurnStarted(ChatTurnStartedAction {
-        turn_id: turn_id.to_owned(),
-        started_at: "2026-01-01T00:00:00.000Z".to_owned(),
-        message: Message {
-            text: text.to_owned(),
-            origin: MessageOrigin { kind: MessageKind::User },
-            attachments: None,
-            model: None,
-            agent: None,
-            meta: None,
-        },
-        queued_message_id: None,
-        meta: None,
-    })
-}
-
-async fn subscribe_chat(c: &Client, chat: &str) -> (ChatState, SessionSubscription) {
-    let (r, sub) = within("subscribe chat", c.subscribe(chat.to_owned())).await.expect("subscribe chat");
-    match r.snapshot.map(|s| s.state) {
-        Some(SnapshotState::Chat(s)) => (*s, sub),
-        other => panic!("expected a chat snapshot, got {other:?}"),
     }
 }
 
@@ -354,13 +224,13 @@ async fn memory_store_restart_finds_the_session_again_unread_and_unarchived() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let opts = ["--sessions", "memory", "--claude-projects", ""];
-    let mut daemon = Daemon::start(&data, &opts);
+    let mut daemon = Daemon::start_with(&data, &opts);
     let (c, _, _root) = connect_init(&daemon.url, "cat-mem-1").await;
     let (sid, chat) = session_with_a_read_archived_turn(&c).await;
     c.shutdown().await;
     daemon.kill();
 
-    let daemon = Daemon::start(&data, &opts);
+    let daemon = Daemon::start_with(&data, &opts);
     let (c, _, _root) = connect_init(&daemon.url, "cat-mem-2").await;
     let rows = wait_rows(&c, "the session found again from its transcript", |rows| rows.iter().any(|r| r.resource == sid)).await;
     let row = rows.iter().find(|r| r.resource == sid).expect("listed");
@@ -385,13 +255,13 @@ async fn file_store_restart_keeps_read_and_archived() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let opts = ["--claude-projects", ""];
-    let mut daemon = Daemon::start(&data, &opts);
+    let mut daemon = Daemon::start_with(&data, &opts);
     let (c, _, _root) = connect_init(&daemon.url, "cat-file-1").await;
     let (sid, chat) = session_with_a_read_archived_turn(&c).await;
     c.shutdown().await;
     daemon.kill();
 
-    let daemon = Daemon::start(&data, &opts);
+    let daemon = Daemon::start_with(&data, &opts);
     let (c, _, _root) = connect_init(&daemon.url, "cat-file-2").await;
     // Give the first scan time to land: it must not disturb the record.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -429,7 +299,7 @@ async fn claude_transcripts_page_exactly_once_and_forged_cursors_are_refused() {
     }
     let data = tmp.path().join("data");
     let projects_arg = projects.to_str().expect("utf-8 path").to_owned();
-    let daemon = Daemon::start(&data, &["--claude-projects", &projects_arg]);
+    let daemon = Daemon::start_with(&data, &["--claude-projects", &projects_arg]);
     let (c, init, mut root) = connect_init(&daemon.url, "cat-claude-1").await;
     match init.snapshots.first().map(|s| &s.state) {
         Some(SnapshotState::Root(r)) => {
@@ -520,7 +390,7 @@ async fn hostile_claude_transcripts_are_listed_and_never_fail_the_listing() {
 
     let data = tmp.path().join("data");
     let projects_arg = projects.to_str().expect("utf-8 path").to_owned();
-    let daemon = Daemon::start(&data, &["--claude-projects", &projects_arg, "--show-external-sessions", "last30Days"]);
+    let daemon = Daemon::start_with(&data, &["--claude-projects", &projects_arg, "--show-external-sessions", "last30Days"]);
     let (c, _, _root) = connect_init(&daemon.url, "cat-hostile").await;
     let rows = wait_rows(&c, "5 hostile transcripts", |rows| claude_rows(rows).len() == 5).await;
     let by_id = |n: u64| {
@@ -591,7 +461,7 @@ async fn a_100_mb_transcript_among_500_small_ones_is_listed_with_its_custom_titl
     let data = tmp.path().join("data");
     let projects_arg = projects.to_str().expect("utf-8 path").to_owned();
     let started = Instant::now();
-    let daemon = Daemon::start(&data, &["--claude-projects", &projects_arg, "--show-external-sessions", "last7Days"]);
+    let daemon = Daemon::start_with(&data, &["--claude-projects", &projects_arg, "--show-external-sessions", "last7Days"]);
     let (c, _, _root) = connect_init(&daemon.url, "cat-big").await;
     let rows = wait_rows(&c, "501 claude rows", |rows| claude_rows(rows).len() == 501).await;
     eprintln!("501 transcripts (one of {size} bytes) listed {:?} after start", started.elapsed());

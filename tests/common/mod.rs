@@ -75,6 +75,9 @@ impl Daemon {
             .arg("serve")
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            // Never scan a developer's own Claude transcripts unless a test
+            // names a folder.
+            .args(if extra.contains(&"--claude-projects") { &[][..] } else { &["--claude-projects", ""][..] })
             .args(extra)
             .env("RUST_LOG", "info,ahpd=debug")
             .env("NO_COLOR", "1")
@@ -121,6 +124,11 @@ impl Daemon {
             assert!(std::time::Instant::now() < deadline, "ahpd did not exit within {STEP:?} of SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Everything the daemon logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGKILL: nothing gets a chance to flush.

@@ -70,6 +70,15 @@ pub enum Effect {
         /// The backend or external source to scan (`echo`, `claude`).
         provider: String,
     },
+    /// Ask git something or have it write (Sessions page, "Isolation and
+    /// worktrees"); answered by `Input::Done { op, outcome: Outcome::Git(..)
+    /// }` or `Outcome::Failed`.
+    Git {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// What to do.
+        command: crate::git::GitCmd,
+    },
     /// A line for the operator's log (one per session lifecycle event, and
     /// every refusal worth a look). Never carries secrets.
     Log(LogEvent),

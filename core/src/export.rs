@@ -261,6 +261,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         chats,
         changes: None,
         external: false,
+        git: None,
     };
     Ok(Imported { record, turns })
 }
@@ -306,6 +307,7 @@ mod tests {
             }],
             changes: None,
             external: false,
+            git: None,
         }
     }
 

@@ -21,6 +21,7 @@ mod commands;
 mod connection;
 mod discovery;
 mod dispatch;
+mod git;
 mod residency;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -94,6 +95,8 @@ pub enum Op {
         /// The session.
         session: Uri,
     },
+    /// A git command (`host/git.rs`).
+    Git(git::GitOp),
 }
 
 /// Counters the simulator and `/metrics` read.
@@ -255,6 +258,16 @@ impl Host {
             self.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
             return;
         }
+        let mut record = record;
+        let (values, dropped) =
+            crate::session_config::restore_values(&record.config, &crate::session_config::backend_properties(&record.provider));
+        if !dropped.is_empty() {
+            self.log(LogLevel::Info, "config.value_dropped", Some(uri.clone()), format!(
+                "stored values its backend no longer offers were left out so the defaults apply: {}",
+                dropped.iter().map(|k| crate::ids::printable(k)).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        record.config = values;
         let can_resume = self.agent_can_resume(&record.provider);
         for chat in &record.chats {
             self.chats.insert(chat.resource.clone(), uri.clone());
@@ -360,7 +373,8 @@ impl Host {
         let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
-            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat",
+            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
+            "sessionConfigCompletions",
         ];
         if !METHODS.contains(&method) {
             return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
@@ -378,6 +392,8 @@ impl Host {
             "fetchTurns" => self.on_fetch_turns(conn, id, params),
             "createChat" => self.on_create_chat(conn, id, params),
             "disposeChat" => self.on_dispose_chat(conn, id, params),
+            "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
+            "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.reply(conn, id, serde_json::Value::Null);

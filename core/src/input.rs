@@ -77,6 +77,8 @@ pub enum Outcome {
         /// One row per conversation.
         rows: Vec<ScannedRow>,
     },
+    /// `Effect::Git` finished: what git answered.
+    Git(crate::git::GitResult),
     /// A command with nothing to return finished (close, delete, cancel,
     /// store write).
     Ok,

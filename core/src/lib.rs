@@ -30,6 +30,7 @@ pub mod cursor;
 pub mod effect;
 pub mod export;
 pub mod external;
+pub mod git;
 pub mod grants;
 pub mod host;
 pub mod ids;
@@ -40,8 +41,10 @@ pub mod protocol;
 pub mod record;
 pub mod rng;
 pub mod session;
+pub mod session_config;
 pub mod time;
 pub mod transcript;
+pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};
 pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};

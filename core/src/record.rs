@@ -55,6 +55,11 @@ pub struct SessionRecord {
     /// The diff stat last read for the session, if any.
     #[serde(default)]
     pub changes: Option<ChangesSummary>,
+    /// What the session did with git: the repository it is in, the tree it
+    /// made, the checkpoints written (Sessions page, "Isolation and
+    /// worktrees"). `None` until its first send asked git.
+    #[serde(default)]
+    pub git: Option<crate::git::GitRecord>,
     /// A session a backend lists that this host never ran (Sessions page:
     /// "external"), until a person's turn adopts it.
     #[serde(default)]

@@ -288,6 +288,7 @@ impl Driver {
             Effect::Backend { op, provider, chat, command } => self.backends.execute(op, &provider, chat, command),
             Effect::Store { op, command } => self.store.submit(op, command),
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
+            Effect::Git { op, command } => self.backends.git(op, command),
             Effect::Log(event) => log(&event),
         }
     }

@@ -330,7 +330,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         }
     }
     if let Some(root) = &settings.worktrees_root {
-        tracing::info!(worktrees_root = %root.display(), "worktrees root stored (worktrees are not implemented yet)");
+        tracing::info!(worktrees_root = %root.display(), "worktrees are made under this root");
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let config = Config {
@@ -379,7 +379,9 @@ async fn serve(settings: Settings) -> Result<(), String> {
         StoreKind::File => Store::file(sessions_dir, events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
-    let backends = Backends::new(echo_dir, events.clone()).with_claude_projects(claude_projects);
+    let backends = Backends::new(echo_dir, events.clone())
+        .with_claude_projects(claude_projects)
+        .with_worktrees_root(settings.worktrees_root.clone());
     let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     drop(events);

@@ -537,6 +537,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Failed { .. } => "failed",
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
+        Outcome::Git(_) => "git",
     }
 }
 

@@ -525,6 +525,7 @@ impl World {
                     }),
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
+                    Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
                 };
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
@@ -570,6 +571,19 @@ impl World {
                 let wall_ms = self.now_host().wall.0;
                 let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
                 self.backend.on_scan(&mut cx, op, &provider);
+            }
+            Effect::Git { op, command } => {
+                // The simulated machine has no git repositories: every
+                // folder is answered as one in none.
+                use ahpd_core::git::{GitCmd, GitResult, RepoFacts};
+                let result = match command {
+                    GitCmd::Inspect { .. } => GitResult::Repo(RepoFacts::not_a_repo()),
+                    GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
+                    GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
+                    GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
+                };
+                let delay = self.world_rng.exp_ms(self.options.backend_ms);
+                self.q.to_host(None, delay, Input::Done { op, outcome: ahpd_core::Outcome::Git(result) }, format!("done op{} git", op.0));
             }
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;

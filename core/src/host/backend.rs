@@ -47,6 +47,7 @@ impl Host {
                     self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
                 }
             }
+            Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
             Op::StoreDelete { session } => {
                 let failure = match outcome {
                     Outcome::Failed { message } => Some(message),
@@ -87,7 +88,7 @@ impl Host {
                     ));
                     self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok | Outcome::Scanned { .. } => {
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {
                     self.forget_unborn(session_uri);
                     self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
                 }
@@ -104,7 +105,7 @@ impl Host {
                     Outcome::Failed { message } => {
                         session.wake_error.get_or_insert(message);
                     }
-                    Outcome::Ok | Outcome::Scanned { .. } => {
+                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {
                         session.wake_history.insert(chat.clone(), Vec::new());
                     }
                 }
@@ -124,7 +125,7 @@ impl Host {
                 Outcome::Failed { message } => {
                     self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok | Outcome::Scanned { .. } => {}
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {}
             },
             _ => self.stats.stale_ops += 1,
         }
@@ -206,6 +207,9 @@ impl Host {
             self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
         self.end_turn_bookkeeping(session_uri, chat);
+        if running {
+            self.checkpoint_turn(session_uri);
+        }
     }
 
     pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
@@ -275,6 +279,9 @@ impl Host {
             .and_then(|r| r.turn_started_mono.get(chat).copied());
         let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
         use StateAction::*;
+        // A turn that broke with an error the client may resume gets its
+        // checkpoint when it ends again (Sessions page).
+        let for_good = !matches!(&action, ChatError(a) if a.part.resumable == Some(true));
         let (turn_id, ends_turn) = match &mut action {
             ChatResponsePart(a) => (a.turn_id.clone(), false),
             ChatDelta(a) => (a.turn_id.clone(), false),
@@ -308,6 +315,9 @@ impl Host {
         self.mark_activity(session_uri);
         if ends_turn {
             self.end_turn_bookkeeping(session_uri, chat);
+            if for_good {
+                self.checkpoint_turn(session_uri);
+            }
         } else {
             self.after_chat_change(session_uri, chat);
         }

@@ -85,7 +85,7 @@ impl Host {
             is_read: false,
             is_archived: false,
             working_directories: working_directories.clone(),
-            config: params.config.unwrap_or_default(),
+            config: crate::session_config::take_at_creation(&params.config.unwrap_or_default().into_iter().collect()),
             owner: self.owner_of(conn),
             scope,
             default_chat: default_chat.clone(),
@@ -100,6 +100,7 @@ impl Host {
             }],
             changes: None,
             external: false,
+            git: None,
         };
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
@@ -176,6 +177,9 @@ impl Host {
         let mut ops = BTreeSet::new();
         for (chat, conversation_id) in chats {
             ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
+        }
+        if let Some(op) = self.dispose_git(&uri) {
+            ops.insert(op);
         }
         if let Some(s) = self.sessions.get_mut(&uri) {
             s.phase_ops = ops;

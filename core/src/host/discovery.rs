@@ -237,6 +237,7 @@ impl Host {
             }],
             changes: None,
             external,
+            git: None,
         }
     }
 

@@ -100,6 +100,15 @@ impl Host {
                 return self.reject(conn, &channel, params.action, origin, e.message);
             }
         }
+        if let StateAction::SessionConfigChanged(change) = &params.action {
+            // Every key of the table is sessionMutable: false, and so is
+            // any backend key that does not say otherwise.
+            let provider = self.sessions.get(&session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            let change: serde_json::Map<String, Value> = change.config.clone().into_iter().collect();
+            let reason = crate::session_config::refused_change(&change, &crate::session_config::backend_properties(&provider))
+                .unwrap_or_else(|| "this config change is not accepted".to_owned());
+            return self.reject(conn, &channel, params.action, origin, reason);
+        }
         let Some(kind) = kind_of(&params.action) else {
             return self.reject(conn, &channel, params.action, origin, "this action type is not accepted from clients".to_owned());
         };
@@ -382,6 +391,9 @@ impl Host {
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
     fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
+        if self.hold_for_git(session_uri, &chat, &turn_id, &message) {
+            return;
+        }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if session.phase == Phase::Live && !session.start_owed {
             let provider = session.record.provider.clone();

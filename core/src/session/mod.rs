@@ -177,6 +177,12 @@ pub struct Session {
     /// Client actions and commands queued behind the parked one, in
     /// arrival order.
     pub inbox: VecDeque<Queued>,
+    /// A git command of this session in flight (its first send's tree and
+    /// `turn/0`, or a checkpoint): work in hand.
+    pub git_ops: BTreeSet<OpId>,
+    /// The first send's git command (tree and `turn/0`) in flight; turns
+    /// wait in `pending_sends` until it answers.
+    pub git_begin: Option<OpId>,
 }
 
 impl Session {
@@ -209,6 +215,8 @@ impl Session {
             parked: None,
             put_owed: false,
             inbox: VecDeque::new(),
+            git_ops: BTreeSet::new(),
+            git_begin: None,
         }
     }
 }

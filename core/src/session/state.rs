@@ -232,6 +232,7 @@ impl Session {
             || self.parked.is_some()
             || !self.inbox.is_empty()
             || !self.waiters.is_empty()
+            || !self.git_ops.is_empty()
     }
 
     /// Whether anything was said in it yet (a session with nothing said is

@@ -403,6 +403,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         }],
         changes: None,
         external: false,
+        git: None,
     }
 }
 

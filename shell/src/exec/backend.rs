@@ -18,6 +18,7 @@ pub struct Backends {
     echo_dir: PathBuf,
     claude_projects: Option<PathBuf>,
     events: EventSink,
+    git: super::git::GitExec,
 }
 
 impl Backends {
@@ -25,7 +26,21 @@ impl Backends {
     /// (which must exist). No external source is scanned until
     /// [`Backends::with_claude_projects`] names one.
     pub fn new(echo_dir: PathBuf, events: EventSink) -> Backends {
-        Backends { echo: Echo::new(echo_dir.clone(), events.clone()), echo_dir, claude_projects: None, events }
+        let git = super::git::GitExec::new(events.clone(), None);
+        Backends { echo: Echo::new(echo_dir.clone(), events.clone()), echo_dir, claude_projects: None, events, git }
+    }
+
+    /// Makes worktrees under `root` (`--worktrees-root`): `<root>/<repo>/<name>`
+    /// rather than beside their repository.
+    pub fn with_worktrees_root(mut self, root: Option<PathBuf>) -> Backends {
+        self.git = super::git::GitExec::new(self.events.clone(), root);
+        self
+    }
+
+    /// Runs one git command (`exec/git.rs`); its answer comes back as
+    /// `Input::Done { op, .. }`.
+    pub fn git(&mut self, op: OpId, command: ahpd_core::git::GitCmd) {
+        self.git.execute(op, command);
     }
 
     /// Scans Claude Code's transcripts under `root` (`~/.claude/projects`)

@@ -6,5 +6,6 @@ pub mod backend;
 pub mod claude;
 pub mod echo;
 pub mod fsutil;
+pub mod git;
 pub mod net;
 pub mod store;

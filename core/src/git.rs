@@ -1,0 +1,235 @@
+//! What the host asks git, and what git answers, as data (Sessions page,
+//! "Configuration keys", "Isolation and worktrees", and the `changes` of
+//! "The state a session reports"). The shell runs these with git2; every
+//! name in them was checked by `crate::worktree` first. Paths are plain
+//! local paths with `/` separators.
+
+use serde::{Deserialize, Serialize};
+
+/// One git command, answered by `Input::Done { op, outcome:
+/// Outcome::Git(..) }` or `Outcome::Failed` with git's own words.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GitCmd {
+    /// Read the facts about the repository `folder` is in (for
+    /// `resolveSessionConfig` and `sessionConfigCompletions`); a folder in
+    /// no repository answers [`RepoFacts::not_a_repo`].
+    Inspect {
+        /// The folder the client picked.
+        folder: String,
+    },
+    /// A session's first send: make its worktree when `worktree` says so,
+    /// then write checkpoint `turn/0` of the tree the session starts from.
+    /// Answered by [`GitResult::Begun`]; a folder in no repository answers
+    /// `Begun` with no repository (a folder session with nothing to diff).
+    Begin {
+        /// The folder the client picked.
+        folder: String,
+        /// The ref of checkpoint `turn/0`.
+        checkpoint_ref: String,
+        /// The tree to make, for a worktree session.
+        worktree: Option<WorktreePlan>,
+    },
+    /// A turn ended (completed or failed for good): write its checkpoint
+    /// and count the session's changes. Answered by
+    /// [`GitResult::Checkpointed`].
+    Checkpoint {
+        /// The folder the session works in (its tree, for a worktree
+        /// session).
+        workdir: String,
+        /// The ref of this turn's checkpoint.
+        checkpoint_ref: String,
+        /// What the changes are counted from: `turn/0`'s ref for a folder
+        /// session (Session Changes), the commit the tree was cut from for a
+        /// worktree session (Branch Changes).
+        base: String,
+        /// Paths (relative to `workdir`) that are the host's own links and
+        /// copies, never counted or checkpointed.
+        exclude: Vec<String>,
+    },
+    /// `disposeSession`: delete the session's checkpoint refs and take its
+    /// tree off the disk (unless it holds work nobody committed).
+    Dispose {
+        /// The repository the session's refs are in (the folder it was
+        /// given).
+        repo: String,
+        /// The prefix of every checkpoint ref of the session.
+        refs_prefix: String,
+        /// The session's tree, if it made one.
+        worktree: Option<WorktreeRecord>,
+    },
+}
+
+/// How to cut a worktree (Sessions page, "Isolation and worktrees").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreePlan {
+    /// The branch to start from; empty means the commit checked out.
+    pub base: String,
+    /// The branch to create (already checked), or with
+    /// `create_new_branch: false` ignored: `base` is checked out as it is.
+    pub new_branch: String,
+    /// Make a branch for the tree (`worktreeCreateNewBranch`).
+    pub create_new_branch: bool,
+    /// The new branch tracks the base's upstream (`worktreeBranchTrack`).
+    pub track: bool,
+    /// Git-ignored files to copy in (`worktreeIncludeFiles`).
+    pub include_files: Vec<String>,
+    /// Git-ignored folders to link in (`worktreeSymlinkFolders`).
+    pub symlink_folders: Vec<String>,
+}
+
+/// Facts about the repository a folder is in.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepoFacts {
+    /// The repository's top folder, or `None` when the folder is in no
+    /// repository.
+    pub root: Option<String>,
+    /// The branch checked out, `None` on a detached or unborn HEAD.
+    pub current_branch: Option<String>,
+    /// The branch its remote's HEAD names (`origin/HEAD -> origin/develop`
+    /// gives `develop`), if any.
+    pub default_branch: Option<String>,
+    /// Every local branch, and every remote branch with no local one of
+    /// its name, sorted.
+    pub branches: Vec<String>,
+}
+
+impl RepoFacts {
+    /// The facts of a folder in no repository.
+    pub fn not_a_repo() -> RepoFacts {
+        RepoFacts::default()
+    }
+
+    /// Whether the folder is in a repository.
+    pub fn is_repo(&self) -> bool {
+        self.root.is_some()
+    }
+}
+
+/// A tree the host made for a session, as its record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorktreeRecord {
+    /// The tree's folder.
+    pub path: String,
+    /// The branch checked out in it.
+    pub branch: String,
+    /// The commit the tree was cut from (what Branch Changes count from).
+    pub base_commit: String,
+    /// Git's name for the worktree entry.
+    pub name: String,
+    /// Paths (relative to the tree) the host linked or copied in.
+    #[serde(default)]
+    pub placed: Vec<String>,
+}
+
+/// A diff stat: files touched, lines added and removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Changes {
+    /// Files with changes, a count.
+    pub files: u64,
+    /// Lines added, a count.
+    pub additions: u64,
+    /// Lines removed, a count.
+    pub deletions: u64,
+}
+
+/// What a git command answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GitResult {
+    /// Answer to [`GitCmd::Inspect`].
+    Repo(RepoFacts),
+    /// Answer to [`GitCmd::Begin`].
+    Begun {
+        /// The repository's top folder; `None` for a folder in no
+        /// repository (no checkpoint was written).
+        repo_root: Option<String>,
+        /// The tree made, for a worktree session.
+        worktree: Option<WorktreeRecord>,
+    },
+    /// Answer to [`GitCmd::Checkpoint`]: the session's changes now.
+    Checkpointed {
+        /// The counts.
+        changes: Changes,
+    },
+    /// Answer to [`GitCmd::Dispose`].
+    Disposed {
+        /// Whether the tree was kept because it held uncommitted work.
+        kept_tree: bool,
+    },
+}
+
+/// What a session's record keeps of its git work (Sessions page: "the
+/// worktree a session owns, change counts").
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitRecord {
+    /// The folder the session was given, which git was asked about.
+    pub folder: String,
+    /// The repository's top folder; `None` when the folder is in none.
+    #[serde(default)]
+    pub repo_root: Option<String>,
+    /// The tree it made, for a worktree session.
+    #[serde(default)]
+    pub worktree: Option<WorktreeRecord>,
+    /// The number of the last checkpoint written (`turn/0` is the start).
+    #[serde(default)]
+    pub checkpoints: u32,
+}
+
+/// A local path from a `file:` URI (`file:///a%20b` is `/a b`); `None` for
+/// any other scheme.
+pub fn path_of_uri(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(b) = hex {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    let path = String::from_utf8(out).ok()?;
+    (!path.contains('\0')).then_some(path)
+}
+
+/// The `file:` URI of a local path, percent-encoding what a URI cannot
+/// carry.
+pub fn uri_of_path(path: &str) -> String {
+    let mut out = String::from("file://");
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_round_trip() {
+        for p in ["/a/b", "/a b/ü", "/x%y"] {
+            assert_eq!(path_of_uri(&uri_of_path(p)).as_deref(), Some(p));
+        }
+        assert_eq!(path_of_uri("file:///tmp/x").as_deref(), Some("/tmp/x"));
+        assert_eq!(path_of_uri("http://x/y"), None);
+        assert_eq!(path_of_uri("file:///a%00b"), None);
+    }
+}

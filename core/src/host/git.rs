@@ -1,0 +1,384 @@
+//! The host's git work (Sessions page, "Configuration keys", "Isolation and
+//! worktrees", and `changes` in "The state a session reports"):
+//! `resolveSessionConfig` and `sessionConfigCompletions` answered from the
+//! repository's facts, a worktree session's tree made on its first send,
+//! a checkpoint per finished turn with the session's change counts, and
+//! the checkpoints and the tree removed on `disposeSession`.
+
+use ahp_types::actions::{SessionWorkingDirectoryReplacedAction, StateAction};
+use ahp_types::commands::{ResolveSessionConfigParams, SessionConfigCompletionsParams};
+use ahp_types::state::ChangesSummary;
+use ahp_types::Uri;
+use serde_json::{Map, Value};
+
+use super::connection::parse;
+use super::{Host, Op};
+use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId};
+use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, WorktreePlan};
+use crate::grants::{Membership, Operation, Principal};
+use crate::input::Outcome;
+use crate::protocol::error::*;
+use crate::session::Phase;
+use crate::session_config as table;
+use crate::worktree;
+
+/// What an in-flight git command is for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GitOp {
+    /// `resolveSessionConfig` (or `sessionConfigCompletions` when
+    /// `completions`) waiting on the repository's facts.
+    Resolve {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The request's params, re-read when the facts come.
+        params: Value,
+        /// Whether it is `sessionConfigCompletions`.
+        completions: bool,
+    },
+    /// A session's first send: its tree and `turn/0`.
+    Begin {
+        /// The session.
+        session: Uri,
+        /// The folder git was asked about.
+        folder: String,
+    },
+    /// A checkpoint and the session's change counts.
+    Checkpoint {
+        /// The session.
+        session: Uri,
+    },
+    /// Removing a session's checkpoints and tree for `disposeSession`.
+    Dispose {
+        /// The session.
+        session: Uri,
+    },
+    /// Removing a tree made for a session that was disposed meanwhile.
+    Cleanup,
+}
+
+impl Host {
+    fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
+        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+            Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
+            None => None,
+        }
+    }
+
+    pub(crate) fn git(&mut self, op: Op, command: GitCmd) -> OpId {
+        let id = self.new_op(op);
+        self.effects.push(Effect::Git { op: id, command });
+        id
+    }
+
+    /// `resolveSessionConfig` and `sessionConfigCompletions`: the facts of
+    /// the folder's repository are asked for first; the request is answered
+    /// when they come. A folder that is not a local path is in no
+    /// repository.
+    pub(crate) fn on_resolve_request(&mut self, conn: ConnId, id: u64, params: Value, completions: bool) {
+        if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
+            return self.reply_error(conn, id, e);
+        }
+        let folder = if completions {
+            match parse::<SessionConfigCompletionsParams>(params.clone()) {
+                Ok(p) => p.working_directory,
+                Err(e) => return self.reply_error(conn, id, e),
+            }
+        } else {
+            match parse::<ResolveSessionConfigParams>(params.clone()) {
+                Ok(p) => p.working_directory,
+                Err(e) => return self.reply_error(conn, id, e),
+            }
+        };
+        match folder.as_deref().and_then(path_of_uri) {
+            Some(folder) => {
+                self.git(Op::Git(GitOp::Resolve { conn, id, params, completions }), GitCmd::Inspect { folder });
+            }
+            None => self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo()),
+        }
+    }
+
+    fn answer_resolve(&mut self, conn: ConnId, id: u64, params: Value, completions: bool, facts: &RepoFacts) {
+        let memberships = self.memberships_of(conn);
+        if completions {
+            let p: SessionConfigCompletionsParams = match parse(params) {
+                Ok(p) => p,
+                Err(e) => return self.reply_error(conn, id, e),
+            };
+            let asked = p.config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
+            match table::completions(&p.property, p.query.as_deref().unwrap_or(""), facts, memberships.as_deref(), &asked) {
+                Some(items) => self.reply(conn, id, serde_json::json!({ "items": items })),
+                None => self.reply_error(conn, id, error(INVALID_PARAMS, format!(
+                    "property {} has no completions here",
+                    crate::ids::printable(&p.property)
+                ))),
+            }
+            return;
+        }
+        let p: ResolveSessionConfigParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
+        let provider = p.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        if !self.config.agents.iter().any(|a| a.provider == provider) {
+            return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
+        }
+        let asked = p.config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
+        let schema = table::compose(facts, memberships.as_deref(), None, table::backend_properties(&provider), &asked);
+        let values = table::resolve_values(&schema, facts, &asked);
+        let mut result = Map::new();
+        result.insert("schema".to_owned(), schema.to_json());
+        result.insert("values".to_owned(), Value::Object(values));
+        self.reply(conn, id, Value::Object(result));
+    }
+
+    /// Called before a turn goes to its agent. A session that has not asked
+    /// git yet (its first send, in a local folder) holds the turn while its
+    /// tree and `turn/0` are made; so does one whose git work is in flight.
+    /// Returns true when the turn was held.
+    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &ahp_types::state::Message) -> bool {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return false };
+        let begun = session.record.git.is_some();
+        let beginning = session.git_begin.is_some();
+        if begun && !beginning {
+            return false;
+        }
+        let Some(folder) = session.record.working_directories.first().and_then(|u| path_of_uri(u)) else {
+            return false;
+        };
+        session.pending_sends.push((chat.clone(), turn_id.to_owned(), message.clone()));
+        if beginning {
+            return true;
+        }
+        let key = session.record.key.clone();
+        let values = session.record.config.clone();
+        let worktree = if table::worktree_asked(&values) {
+            let prefix = table::string_value(&values, table::BRANCH_PREFIX, "");
+            let new_branch = match worktree::session_branch(&prefix, &key) {
+                Ok(b) => b,
+                Err(e) => {
+                    let pending = std::mem::take(&mut session.pending_sends);
+                    for (c, t, _) in pending {
+                        self.fail_turn(session_uri, &c, &t, &format!("the worktree could not be made: {e}"));
+                    }
+                    return true;
+                }
+            };
+            Some(WorktreePlan {
+                base: table::string_value(&values, table::BRANCH, ""),
+                new_branch,
+                create_new_branch: table::bool_value(&values, table::CREATE_NEW_BRANCH, true),
+                track: table::bool_value(&values, table::BRANCH_TRACK, false),
+                include_files: table::list_value(&values, table::INCLUDE_FILES),
+                symlink_folders: table::list_value(&values, table::SYMLINK_FOLDERS),
+            })
+        } else {
+            None
+        };
+        let checkpoint_ref = worktree::checkpoint_ref(&key, 0);
+        let op = self.git(
+            Op::Git(GitOp::Begin { session: session_uri.clone(), folder: folder.clone() }),
+            GitCmd::Begin { folder, checkpoint_ref, worktree },
+        );
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.git_begin = Some(op);
+            s.git_ops.insert(op);
+        }
+        true
+    }
+
+    /// A turn ended (completed, or failed for good): write its checkpoint
+    /// and read the session's changes. A session in no repository, or one
+    /// that has not asked git yet, has none.
+    pub(crate) fn checkpoint_turn(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some(git) = session.record.git.as_mut() else { return };
+        if git.repo_root.is_none() {
+            return;
+        }
+        git.checkpoints += 1;
+        let n = git.checkpoints;
+        let key = session.record.key.clone();
+        let (workdir, base, exclude) = match &git.worktree {
+            Some(w) => (w.path.clone(), w.base_commit.clone(), w.placed.clone()),
+            None => (git.folder.clone(), worktree::checkpoint_ref(&key, 0), Vec::new()),
+        };
+        let op = self.git(
+            Op::Git(GitOp::Checkpoint { session: session_uri.clone() }),
+            GitCmd::Checkpoint { workdir, checkpoint_ref: worktree::checkpoint_ref(&key, n), base, exclude },
+        );
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.git_ops.insert(op);
+        }
+    }
+
+    /// `disposeSession`'s git step: the session's checkpoints and its tree.
+    /// Returns the op to wait for, if any.
+    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Option<OpId> {
+        let session = self.sessions.get(session_uri)?;
+        let git = session.record.git.clone()?;
+        git.repo_root.as_ref()?;
+        let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        Some(self.git(
+            Op::Git(GitOp::Dispose { session: session_uri.clone() }),
+            GitCmd::Dispose { repo: git.folder, refs_prefix, worktree: git.worktree },
+        ))
+    }
+
+    pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {
+        match purpose {
+            GitOp::Resolve { conn, id, params, completions } => match outcome {
+                Outcome::Git(GitResult::Repo(facts)) => self.answer_resolve(conn, id, params, completions, &facts),
+                Outcome::Failed { message } => {
+                    // A folder git cannot read is offered what a folder in
+                    // no repository is; the operator is told why.
+                    self.log(LogLevel::Warn, "git.inspect_failed", None, message);
+                    self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo());
+                }
+                _ => self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo()),
+            },
+            GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
+            GitOp::Checkpoint { session } => {
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.git_ops.remove(&op);
+                }
+                match outcome {
+                    Outcome::Git(GitResult::Checkpointed { changes }) => {
+                        let summary = ChangesSummary {
+                            files: Some(changes.files as i64),
+                            additions: Some(changes.additions as i64),
+                            deletions: Some(changes.deletions as i64),
+                        };
+                        let Some(s) = self.sessions.get_mut(&session) else { return };
+                        if s.record.changes.as_ref() == Some(&summary) {
+                            self.store_put(&session);
+                            return;
+                        }
+                        s.record.changes = Some(summary);
+                        self.summary_changed(&session);
+                        self.store_put(&session);
+                    }
+                    Outcome::Failed { message } => self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message),
+                    _ => {}
+                }
+            }
+            GitOp::Dispose { session } => {
+                match &outcome {
+                    Outcome::Failed { message } => self.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
+                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.log(
+                        LogLevel::Warn,
+                        "git.tree_kept",
+                        Some(session.clone()),
+                        "the session's worktree holds uncommitted work: it stays on disk".to_owned(),
+                    ),
+                    _ => {}
+                }
+                let Some(s) = self.sessions.get_mut(&session) else { return };
+                s.phase_ops.remove(&op);
+                if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+                    self.dispose_store_step(&session);
+                }
+            }
+            GitOp::Cleanup => {
+                if let Outcome::Failed { message } = outcome {
+                    self.log(LogLevel::Warn, "git.dispose_failed", None, message);
+                }
+            }
+        }
+    }
+
+    /// The first send's git work answered: record it, move a worktree
+    /// session into its tree (its agents started again there) and let the
+    /// held turns go; a tree git could not make fails them.
+    fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
+        let Some(session) = self.sessions.get_mut(session_uri) else {
+            // Disposed meanwhile: a tree made for it is nobody's.
+            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
+                if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
+                    let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
+                    self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree });
+                }
+            }
+            return;
+        };
+        session.git_ops.remove(&op);
+        if session.git_begin != Some(op) {
+            return;
+        }
+        session.git_begin = None;
+        if matches!(session.phase, Phase::Disposing { .. }) {
+            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
+                let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree });
+            }
+            return;
+        }
+        let (repo_root, tree) = match outcome {
+            Outcome::Git(GitResult::Begun { repo_root, worktree }) => (repo_root, worktree),
+            Outcome::Failed { message } => {
+                let pending = std::mem::take(&mut session.pending_sends);
+                self.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
+                for (chat, turn_id, _) in pending {
+                    self.fail_turn(session_uri, &chat, &turn_id, &format!("the worktree could not be made: {message}"));
+                }
+                return;
+            }
+            _ => (None, None),
+        };
+        if repo_root.is_none() && table::worktree_asked(&session.record.config) {
+            // A worktree asked for outside a repository is a folder session.
+            session.record.config.insert(table::ISOLATION.to_owned(), Value::String("folder".to_owned()));
+        }
+        session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0 });
+        let Some(tree) = tree else {
+            self.store_put(session_uri);
+            return self.release_held_sends(session_uri);
+        };
+        // Into the tree: the process root is replaced, and every agent is
+        // started again there before the turn runs.
+        let old = session.record.working_directories.first().cloned();
+        let new = uri_of_path(&tree.path);
+        match session.record.working_directories.first_mut() {
+            Some(first) => *first = new.clone(),
+            None => session.record.working_directories.push(new.clone()),
+        }
+        for chat in &mut session.record.chats {
+            chat.fresh = true;
+        }
+        if let Some(old) = old {
+            let action = StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction { directory: old, replacement: new });
+            self.emit(session_uri, action, None);
+        }
+        self.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
+        self.store_put(session_uri);
+        self.summary_changed(session_uri);
+        let phase = self.sessions.get(session_uri).map(|s| s.phase.clone());
+        if phase == Some(Phase::Live) {
+            self.let_agents_go(session_uri);
+        }
+        if self.sessions.get(session_uri).is_some_and(|s| s.phase == Phase::Asleep) {
+            self.wake(session_uri);
+        }
+    }
+
+    /// Hands the turns held for git to their agents (waking the session
+    /// when its agents are not running).
+    fn release_held_sends(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.phase != Phase::Live || session.start_owed {
+            if session.phase == Phase::Asleep {
+                self.wake(session_uri);
+            }
+            return;
+        }
+        let pending = std::mem::take(&mut session.pending_sends);
+        let provider = session.record.provider.clone();
+        for (chat, turn_id, message) in pending {
+            let op = self.backend(Op::Send { session: session_uri.clone() }, provider.clone(), chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+            if let Some(s) = self.sessions.get_mut(session_uri) {
+                s.sends_in_flight.insert(op, (chat, turn_id));
+            }
+        }
+    }
+}

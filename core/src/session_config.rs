@@ -1,0 +1,448 @@
+//! The session config table this host answers (Sessions page,
+//! "Configuration keys"): which properties `resolveSessionConfig` offers
+//! and in what order, their defaults, the shape each value is taken in,
+//! what `sessionConfigCompletions` answers, and which changes are refused.
+//!
+//! The schema is emitted through an order-preserving JSON map, because
+//! `ahp_types::state::SessionConfigSchema` keeps its properties in a
+//! `HashMap` (build-notes.md): serialized through that struct, the order a
+//! client draws the controls in would change every run.
+
+use ahp_types::commands::SessionConfigValueItem;
+use ahp_types::state::SessionConfigPropertySchema as Prop;
+use serde_json::{Map, Value};
+
+use crate::git::RepoFacts;
+use crate::grants::Membership;
+
+/// `isolation`: `folder` or `worktree`.
+pub const ISOLATION: &str = "isolation";
+/// `branch`: the base to work from.
+pub const BRANCH: &str = "branch";
+/// `worktreeBranchPrefix`: prepended to the branch a worktree creates.
+pub const BRANCH_PREFIX: &str = "worktreeBranchPrefix";
+/// `worktreeIncludeFiles`: git-ignored files copied into a worktree.
+pub const INCLUDE_FILES: &str = "worktreeIncludeFiles";
+/// `worktreeSymlinkFolders`: git-ignored folders linked into a worktree.
+pub const SYMLINK_FOLDERS: &str = "worktreeSymlinkFolders";
+/// `worktreeCreateNewBranch`: make a branch for the worktree.
+pub const CREATE_NEW_BRANCH: &str = "worktreeCreateNewBranch";
+/// `worktreeBranchTrack`: the new branch tracks the base's upstream.
+pub const BRANCH_TRACK: &str = "worktreeBranchTrack";
+/// `scope`: which membership the work is charged to.
+pub const SCOPE: &str = "scope";
+/// `computer`: a computer plugin's key (composed first when contributed).
+pub const COMPUTER: &str = "computer";
+
+/// Every key of the table after the backend's, in the page's order.
+pub const TABLE_AFTER_BACKEND: [&str; 7] =
+    [BRANCH, BRANCH_PREFIX, INCLUDE_FILES, SYMLINK_FOLDERS, CREATE_NEW_BRANCH, BRANCH_TRACK, SCOPE];
+
+/// Whether `key` is one of this host's table keys (all `sessionMutable:
+/// false`, and never a backend's).
+pub fn is_table_key(key: &str) -> bool {
+    key == ISOLATION || TABLE_AFTER_BACKEND.contains(&key)
+}
+
+/// A schema whose properties keep the order they were composed in.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OrderedSchema {
+    /// The properties, in the order a client draws them.
+    pub properties: Vec<(String, Prop)>,
+}
+
+impl OrderedSchema {
+    /// The schema as JSON (`{type: "object", properties: {...}}`) with the
+    /// properties in order.
+    pub fn to_json(&self) -> Value {
+        let mut props = Map::new();
+        for (key, prop) in &self.properties {
+            props.insert(key.clone(), serde_json::to_value(prop).unwrap_or(Value::Null));
+        }
+        let mut schema = Map::new();
+        schema.insert("type".to_owned(), Value::String("object".to_owned()));
+        schema.insert("properties".to_owned(), Value::Object(props));
+        Value::Object(schema)
+    }
+
+    /// The property named `key`, if offered.
+    pub fn get(&self, key: &str) -> Option<&Prop> {
+        self.properties.iter().find(|(k, _)| k == key).map(|(_, p)| p)
+    }
+}
+
+fn prop(kind: &str, title: &str, description: &str, default: Value) -> Prop {
+    Prop {
+        r#type: kind.to_owned(),
+        title: title.to_owned(),
+        description: Some(description.to_owned()),
+        default: Some(default),
+        r#enum: None,
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+        enum_dynamic: None,
+        session_mutable: Some(false),
+    }
+}
+
+fn string_list_prop(title: &str, description: &str) -> Prop {
+    let mut p = prop("array", title, description, Value::Array(Vec::new()));
+    p.items = Some(ahp_types::state::ConfigPropertySchema {
+        r#type: "string".to_owned(),
+        title: "Pattern".to_owned(),
+        description: None,
+        default: None,
+        r#enum: None,
+        enum_labels: None,
+        enum_descriptions: None,
+        read_only: None,
+        items: None,
+        min_items: None,
+        max_items: None,
+        properties: None,
+        required: None,
+        additional_properties: None,
+    });
+    p
+}
+
+/// The isolations a folder is offered: both in a repository, `folder`
+/// alone (read-only) outside one.
+fn isolation_prop(facts: &RepoFacts) -> Prop {
+    let mut p = prop("string", "Isolation", "Work in the folder itself, or in a git worktree of its own.", Value::String("folder".into()));
+    if facts.is_repo() {
+        p.r#enum = Some(vec![Value::String("folder".into()), Value::String("worktree".into())]);
+        p.enum_labels = Some(vec!["Folder".into(), "Worktree".into()]);
+    } else {
+        p.r#enum = Some(vec![Value::String("folder".into())]);
+        p.enum_labels = Some(vec!["Folder".into()]);
+        p.read_only = Some(true);
+    }
+    p
+}
+
+/// Isolation as chosen: `true` for a worktree.
+fn wants_worktree(asked: &Map<String, Value>, facts: &RepoFacts) -> bool {
+    facts.is_repo() && asked.get(ISOLATION).and_then(Value::as_str) == Some("worktree")
+}
+
+/// The default `branch` (Sessions page): for a folder, the branch checked
+/// out; for a worktree, the repository's default branch (its remote's
+/// HEAD), else the one checked out. Never a hard-coded `main`; `None` on a
+/// detached or unborn HEAD with no remote default.
+pub fn default_branch(facts: &RepoFacts, worktree: bool) -> Option<String> {
+    if worktree {
+        facts.default_branch.clone().or_else(|| facts.current_branch.clone())
+    } else {
+        facts.current_branch.clone()
+    }
+}
+
+/// The scope a person is charged to by default: their primary membership,
+/// else their only one.
+pub fn primary_scope(memberships: &[Membership]) -> Option<String> {
+    let primaries: Vec<&Membership> = memberships.iter().filter(|m| m.primary).collect();
+    match (primaries.as_slice(), memberships) {
+        ([one], _) => Some(one.scope()),
+        ([], [only]) => Some(only.scope()),
+        _ => None,
+    }
+}
+
+/// The backend's own properties for `provider`, in its order. The built-in
+/// backends declare none; a backend's property for one of the table's keys
+/// is removed by [`compose`].
+pub fn backend_properties(_provider: &str) -> Vec<(String, Prop)> {
+    Vec::new()
+}
+
+/// Composes the schema in the order VS Code's agent host does (Sessions
+/// page, "Configuration keys"): a computer plugin's `computer` and
+/// `isolation` first, then the backend's keys and the other plugins', then
+/// `branch` … `worktreeBranchTrack`, then `scope` when there is a person to
+/// ask (`memberships` is `Some`). Outside a repository only `isolation`
+/// (read-only `folder`) and `scope` are offered from the table. The
+/// backend's own properties for table keys are dropped.
+pub fn compose(
+    facts: &RepoFacts,
+    memberships: Option<&[Membership]>,
+    computer: Option<Prop>,
+    backend: Vec<(String, Prop)>,
+    asked: &Map<String, Value>,
+) -> OrderedSchema {
+    let mut out = Vec::new();
+    if let Some(c) = computer {
+        out.push((COMPUTER.to_owned(), c));
+    }
+    out.push((ISOLATION.to_owned(), isolation_prop(facts)));
+    out.extend(backend.into_iter().filter(|(k, _)| !is_table_key(k) && k != COMPUTER));
+    if facts.is_repo() {
+        let worktree = wants_worktree(asked, facts);
+        let seed = default_branch(facts, worktree);
+        let mut branch = prop("string", "Branch", "The base to work from.", seed.clone().map(Value::String).unwrap_or(Value::Null));
+        branch.r#enum = Some(seed.into_iter().map(Value::String).collect());
+        branch.enum_dynamic = Some(true);
+        out.push((BRANCH.to_owned(), branch));
+        out.push((BRANCH_PREFIX.to_owned(), prop("string", "Branch prefix", "Prepended to the branch the worktree creates.", Value::String(String::new()))));
+        out.push((INCLUDE_FILES.to_owned(), string_list_prop("Include files", "Git-ignored files to copy into a worktree, in .gitignore syntax (e.g. .env).")));
+        out.push((SYMLINK_FOLDERS.to_owned(), string_list_prop("Symlink folders", "Git-ignored folders to link into a worktree, in .gitignore syntax (e.g. node_modules).")));
+        out.push((CREATE_NEW_BRANCH.to_owned(), prop("boolean", "Create a new branch", "Make a branch for the worktree, or check out the chosen one as it is.", Value::Bool(true))));
+        out.push((BRANCH_TRACK.to_owned(), prop("boolean", "Track the upstream", "Whether the branch the worktree creates tracks the upstream of the one it started from.", Value::Bool(false))));
+    }
+    if let Some(memberships) = memberships {
+        let scopes: Vec<String> = memberships.iter().map(Membership::scope).collect();
+        let default = primary_scope(memberships).map(Value::String).unwrap_or(Value::Null);
+        let mut scope = prop("string", "Scope", "Which team and project the session charges its work to.", default);
+        scope.r#enum = Some(scopes.into_iter().map(Value::String).collect());
+        scope.enum_dynamic = Some(true);
+        out.push((SCOPE.to_owned(), scope));
+    }
+    OrderedSchema { properties: out }
+}
+
+fn string_list(v: &Value) -> Option<Vec<String>> {
+    v.as_array()?.iter().map(|e| e.as_str().map(str::to_owned)).collect()
+}
+
+/// The values for `schema`, each taken from `asked` only in its property's
+/// shape (Sessions page): isolation only as offered, the branch only as one
+/// of the repository's branches, single values as strings or booleans, the
+/// two pattern keys only as lists whose every entry is a string. Anything
+/// else leaves the default. Keys `asked` names that the schema does not
+/// offer are kept only when they are not table keys (a backend takes some
+/// it does not declare).
+pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<String, Value>) -> Map<String, Value> {
+    let mut values = Map::new();
+    for (key, p) in &schema.properties {
+        let default = p.default.clone().unwrap_or(Value::Null);
+        let given = asked.get(key);
+        let taken = match key.as_str() {
+            ISOLATION => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
+            BRANCH => given.filter(|v| v.as_str().is_some_and(|b| facts.branches.iter().any(|x| x == b))).cloned(),
+            BRANCH_PREFIX => given.filter(|v| v.as_str().is_some_and(|s| s.is_empty() || crate::worktree::check_branch_name(&format!("{s}x")).is_ok())).cloned(),
+            INCLUDE_FILES | SYMLINK_FOLDERS => given.and_then(string_list).map(|l| Value::Array(l.into_iter().map(Value::String).collect())),
+            CREATE_NEW_BRANCH | BRANCH_TRACK => given.filter(|v| v.is_boolean()).cloned(),
+            SCOPE => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
+            _ => given.filter(|v| shape_fits(p, v)).cloned(),
+        };
+        values.insert(key.clone(), taken.unwrap_or(default));
+    }
+    for (key, v) in asked {
+        if !values.contains_key(key) && !is_table_key(key) && key != COMPUTER {
+            values.insert(key.clone(), v.clone());
+        }
+    }
+    values
+}
+
+/// Whether `v` fits a backend property's declared type (and enum).
+fn shape_fits(p: &Prop, v: &Value) -> bool {
+    let typed = match p.r#type.as_str() {
+        "string" => v.is_string(),
+        "boolean" => v.is_boolean(),
+        "number" | "integer" => v.is_number(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        _ => true,
+    };
+    typed && p.r#enum.as_ref().is_none_or(|e| e.contains(v) || p.enum_dynamic == Some(true))
+}
+
+/// The config `createSession` stores: the table keys the client sent in
+/// their shapes (isolation `folder`/`worktree`, strings, booleans, lists of
+/// strings; anything else is left out so the default applies), and the
+/// backend's keys as sent. Isolation outside a repository and the branch's
+/// existence are settled at the first send, when git is asked.
+pub fn take_at_creation(asked: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (key, v) in asked {
+        let keep = match key.as_str() {
+            ISOLATION => matches!(v.as_str(), Some("folder" | "worktree")),
+            BRANCH => v.as_str().is_some_and(|b| crate::worktree::check_branch_name(b).is_ok()),
+            BRANCH_PREFIX | SCOPE => v.is_string(),
+            INCLUDE_FILES | SYMLINK_FOLDERS => string_list(v).is_some(),
+            CREATE_NEW_BRANCH | BRANCH_TRACK => v.is_boolean(),
+            _ => true,
+        };
+        if keep {
+            out.insert(key.clone(), v.clone());
+        }
+    }
+    out
+}
+
+/// A session read back from the store (Sessions page, last paragraph of
+/// "Configuration keys"): a stored string for `worktreeIncludeFiles` is
+/// read as the list it spells (entries split on commas and newlines), and a
+/// value whose key neither the table nor the backend offers any more is
+/// left out so the default applies. Returns the values and the keys left
+/// out.
+pub fn restore_values(stored: &Map<String, Value>, backend: &[(String, Prop)]) -> (Map<String, Value>, Vec<String>) {
+    let mut out = Map::new();
+    let mut dropped = Vec::new();
+    for (key, v) in stored {
+        if key == INCLUDE_FILES {
+            if let Some(s) = v.as_str() {
+                let list = s.split([',', '\n']).map(str::trim).filter(|e| !e.is_empty()).map(|e| Value::String(e.to_owned())).collect();
+                out.insert(key.clone(), Value::Array(list));
+                continue;
+            }
+        }
+        if is_table_key(key) || backend.iter().any(|(k, _)| k == key) {
+            out.insert(key.clone(), v.clone());
+        } else {
+            dropped.push(key.clone());
+        }
+    }
+    (out, dropped)
+}
+
+/// Why a `session/configChanged` on a started session is refused, if it
+/// is: every table key is `sessionMutable: false`, as is any backend key
+/// whose property does not say `sessionMutable: true`.
+pub fn refused_change(change: &Map<String, Value>, backend: &[(String, Prop)]) -> Option<String> {
+    for key in change.keys() {
+        let mutable = !is_table_key(key) && backend.iter().any(|(k, p)| k == key && p.session_mutable == Some(true));
+        if !mutable {
+            return Some(format!(
+                "{} is sessionMutable: false: it is decided once, when the session is made",
+                crate::ids::printable(key)
+            ));
+        }
+    }
+    None
+}
+
+/// Most items `sessionConfigCompletions` answers.
+pub const COMPLETIONS_MAX: usize = 100;
+
+/// `sessionConfigCompletions` for `property`: for `branch`, the seed first
+/// (when it matches) and then every branch containing `query`, at most
+/// [`COMPLETIONS_MAX`]; for `scope`, the person's memberships containing
+/// `query` (none when there is no person). `None` for a property this host
+/// does not complete.
+pub fn completions(
+    property: &str,
+    query: &str,
+    facts: &RepoFacts,
+    memberships: Option<&[Membership]>,
+    asked: &Map<String, Value>,
+) -> Option<Vec<SessionConfigValueItem>> {
+    let q = query.to_lowercase();
+    let hit = |s: &str| q.is_empty() || s.to_lowercase().contains(&q);
+    match property {
+        BRANCH => {
+            let seed = default_branch(facts, wants_worktree(asked, facts));
+            let mut items = Vec::new();
+            if let Some(s) = seed.as_ref().filter(|s| hit(s)) {
+                items.push(SessionConfigValueItem { value: s.clone(), label: s.clone(), description: Some("default".to_owned()) });
+            }
+            for b in facts.branches.iter().filter(|b| Some(*b) != seed.as_ref() && hit(b)) {
+                if items.len() >= COMPLETIONS_MAX {
+                    break;
+                }
+                items.push(SessionConfigValueItem { value: b.clone(), label: b.clone(), description: None });
+            }
+            Some(items)
+        }
+        SCOPE => Some(
+            memberships
+                .unwrap_or(&[])
+                .iter()
+                .filter(|m| hit(&m.scope()))
+                .map(|m| SessionConfigValueItem {
+                    value: m.scope(),
+                    label: m.scope(),
+                    description: m.primary.then(|| "primary".to_owned()),
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// The worktree a session's values ask for, or `None` for a folder
+/// session.
+pub fn worktree_asked(values: &Map<String, Value>) -> bool {
+    values.get(ISOLATION).and_then(Value::as_str) == Some("worktree")
+}
+
+/// A string value, or `default`.
+pub fn string_value(values: &Map<String, Value>, key: &str, default: &str) -> String {
+    values.get(key).and_then(Value::as_str).unwrap_or(default).to_owned()
+}
+
+/// A boolean value, or `default`.
+pub fn bool_value(values: &Map<String, Value>, key: &str, default: bool) -> bool {
+    values.get(key).and_then(Value::as_bool).unwrap_or(default)
+}
+
+/// A list-of-strings value, or empty.
+pub fn list_value(values: &Map<String, Value>, key: &str) -> Vec<String> {
+    values.get(key).and_then(string_list).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn repo() -> RepoFacts {
+        RepoFacts {
+            root: Some("/r".into()),
+            current_branch: Some("dev".into()),
+            default_branch: Some("trunk".into()),
+            branches: vec!["dev".into(), "feature/x".into(), "trunk".into()],
+        }
+    }
+
+    #[test]
+    fn order_is_the_pages() {
+        let m = vec![Membership { team: "t".into(), project: "p".into(), primary: true }];
+        let backend = vec![("model".to_owned(), prop("string", "Model", "", json!("a"))), (BRANCH.to_owned(), prop("string", "x", "", json!("y")))];
+        let s = compose(&repo(), Some(&m), None, backend, &Map::new());
+        let keys: Vec<&str> = s.properties.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["isolation", "model", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack", "scope"]);
+        let text = s.to_json().to_string();
+        assert!(text.find("\"isolation\"") < text.find("\"scope\""));
+        assert!(s.properties.iter().filter(|(k, _)| is_table_key(k)).all(|(_, p)| p.session_mutable == Some(false)));
+    }
+
+    #[test]
+    fn shapes_and_defaults() {
+        let f = repo();
+        let asked = json!({"isolation": "worktree", "branch": 3, "worktreeIncludeFiles": [".env", 1], "worktreeSymlinkFolders": ["node_modules"], "worktreeCreateNewBranch": "yes"});
+        let asked = asked.as_object().cloned().unwrap_or_default();
+        let s = compose(&f, None, None, Vec::new(), &asked);
+        let v = resolve_values(&s, &f, &asked);
+        assert_eq!(v["isolation"], "worktree");
+        assert_eq!(v["branch"], "trunk");
+        assert_eq!(v["worktreeIncludeFiles"], json!([]));
+        assert_eq!(v["worktreeSymlinkFolders"], json!(["node_modules"]));
+        assert_eq!(v["worktreeCreateNewBranch"], true);
+        assert!(!v.contains_key("scope"));
+        let folder = resolve_values(&compose(&f, None, None, Vec::new(), &Map::new()), &f, &Map::new());
+        assert_eq!(folder["branch"], "dev");
+        let outside = RepoFacts::not_a_repo();
+        let s = compose(&outside, None, None, Vec::new(), &asked);
+        assert_eq!(s.properties.len(), 1);
+        assert_eq!(s.get("isolation").and_then(|p| p.read_only), Some(true));
+        assert_eq!(resolve_values(&s, &outside, &asked)["isolation"], "folder");
+    }
+
+    #[test]
+    fn stored_values_read_back() {
+        let stored = json!({"worktreeIncludeFiles": ".env, .npmrc\n.secret", "gone": 1, "branch": "dev"});
+        let (v, dropped) = restore_values(stored.as_object().unwrap_or(&Map::new()), &[]);
+        assert_eq!(v["worktreeIncludeFiles"], json!([".env", ".npmrc", ".secret"]));
+        assert_eq!(dropped, ["gone"]);
+        assert!(refused_change(json!({"branch": "x"}).as_object().unwrap_or(&Map::new()), &[]).is_some());
+    }
+}

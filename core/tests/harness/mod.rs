@@ -125,6 +125,19 @@ impl Harness {
         out
     }
 
+    /// Removes and returns the git commands issued so far.
+    pub fn git_cmds(&mut self) -> Vec<(OpId, ahpd_core::git::GitCmd)> {
+        let mut out = Vec::new();
+        self.pending.retain(|e| match e {
+            Effect::Git { op, command } => {
+                out.push((*op, command.clone()));
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
     pub fn done(&mut self, op: OpId, outcome: Outcome) {
         self.input(Input::Done { op, outcome });
     }

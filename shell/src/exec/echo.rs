@@ -27,6 +27,9 @@
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
+//! - `/write <path> <text>`: the agent writes `<text>` and a newline to
+//!   `<path>`, relative to its working directory (no `..`), as a tool of a
+//!   real agent would, and replies `Echo: wrote <path>`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -257,6 +260,14 @@ impl Actor {
         if directive == Directive::Fail {
             return failed("echo: asked to fail".to_owned());
         }
+        let write = if directive == Directive::Write {
+            match write_target(agent.header.working_directory.as_deref(), &message.text) {
+                Ok(target) => Some(target),
+                Err(m) => return failed(m),
+            }
+        } else {
+            None
+        };
         let Some(me) = self.me.upgrade() else {
             return failed("echo: the agent is shutting down".to_owned());
         };
@@ -282,6 +293,7 @@ impl Actor {
             actor: me,
             scratch: scratch.clone(),
             started,
+            write,
         };
         let task = tokio::spawn(ctx.run(directive, confirm_rx));
         agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
@@ -334,6 +346,22 @@ struct TurnCtx {
     actor: mpsc::UnboundedSender<ChatMsg>,
     scratch: Arc<Mutex<ChatState>>,
     started: Instant,
+    /// For `/write`: the file and what to write in it.
+    write: Option<(PathBuf, String)>,
+}
+
+/// Where `/write <path> <text>` writes, under the working directory `wd`.
+fn write_target(wd: Option<&str>, text: &str) -> Result<(PathBuf, String), String> {
+    let dir = wd.and_then(ahpd_core::git::path_of_uri).ok_or("echo: /write needs a local working directory")?;
+    let mut parts = text.trim_start().splitn(3, char::is_whitespace);
+    let _ = parts.next();
+    let rel = parts.next().unwrap_or("");
+    let content = parts.next().unwrap_or("").trim().to_owned();
+    let safe = !rel.is_empty() && !rel.starts_with('/') && rel.split('/').all(|c| !c.is_empty() && c != ".." && c != ".") && !rel.contains('\0');
+    if !safe {
+        return Err(format!("echo: /write needs a relative path inside the working directory, not {rel:?}"));
+    }
+    Ok((PathBuf::from(dir).join(rel), format!("{content}\n")))
 }
 
 impl TurnCtx {
@@ -341,6 +369,17 @@ impl TurnCtx {
         let reply = format!("Echo: {}", self.text);
         match directive {
             Directive::Plain | Directive::Fail => {
+                self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                self.complete().await;
+            }
+            Directive::Write => {
+                let reply = match &self.write {
+                    Some((path, content)) => match tokio::fs::write(path, content).await {
+                        Ok(()) => format!("Echo: wrote {}", path.display()),
+                        Err(e) => format!("Echo: could not write {}: {e}", path.display()),
+                    },
+                    None => "Echo: nothing to write".to_owned(),
+                };
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
                 self.complete().await;
             }
@@ -495,6 +534,7 @@ enum Directive {
     Approve,
     Crash,
     Busy(u64),
+    Write,
 }
 
 impl Directive {
@@ -508,6 +548,7 @@ impl Directive {
             Some("/crash") => Directive::Crash,
             Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
             Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
+            Some("/write") => Directive::Write,
             _ => Directive::Plain,
         }
     }

@@ -1,0 +1,332 @@
+//! The session config table and a session's git work, as a client sees it
+//! (Sessions page, "Configuration keys", "Isolation and worktrees", and
+//! `changes` in "The state a session reports"). Git itself is answered by
+//! hand here; `shell/src/exec/git.rs` tests it on real repositories.
+
+mod harness;
+
+use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreeRecord};
+use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
+use ahpd_core::{BackendCmd, Config, Outcome, StoreCmd};
+use harness::Harness;
+use serde_json::{json, Value};
+
+fn repo_facts() -> RepoFacts {
+    RepoFacts {
+        root: Some("/src/app".into()),
+        current_branch: Some("dev".into()),
+        default_branch: Some("develop".into()),
+        branches: vec!["dev".into(), "develop".into(), "feature/login".into(), "main".into()],
+    }
+}
+
+fn keys(reply: &Value) -> Vec<String> {
+    reply["result"]["schema"]["properties"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// Sends `resolveSessionConfig` for `folder`, answers git's question with
+/// `facts`, and returns the reply.
+fn resolve(h: &mut Harness, conn: u64, folder: &str, config: Value, facts: RepoFacts) -> Value {
+    let id = h.send_request(conn, "resolveSessionConfig", json!({"channel": "ahp-root://", "provider": "echo", "workingDirectory": folder, "config": config}));
+    assert!(h.take_reply(conn, id).is_none(), "answered before git was asked");
+    let cmds = h.git_cmds();
+    assert_eq!(cmds.len(), 1, "{cmds:?}");
+    assert!(matches!(&cmds[0].1, GitCmd::Inspect { folder } if folder == "/src/app"), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
+    h.take_reply(conn, id).expect("reply")
+}
+
+fn people() -> Config {
+    let user = User {
+        id: "ana".into(),
+        token_sha256: token_hash("tok"),
+        role: Role::Member,
+        administrator: false,
+        memberships: vec![
+            Membership { team: "core".into(), project: "ahpd".into(), primary: false },
+            Membership { team: "web".into(), project: "site".into(), primary: true },
+        ],
+    };
+    Config { users: Some(UsersDirectory { users: vec![user] }), ..Config::default() }
+}
+
+#[test]
+fn properties_come_in_the_pages_order_with_its_defaults() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({}), repo_facts());
+    assert_eq!(
+        keys(&r),
+        ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack"],
+        "{r}"
+    );
+    let props = &r["result"]["schema"]["properties"];
+    for (k, p) in props.as_object().expect("props") {
+        assert_eq!(p["sessionMutable"], false, "{k}");
+    }
+    assert_eq!(props["isolation"]["enum"], json!(["folder", "worktree"]));
+    assert_eq!(props["branch"]["enumDynamic"], true);
+    let v = &r["result"]["values"];
+    assert_eq!(
+        *v,
+        json!({"isolation": "folder", "branch": "dev", "worktreeBranchPrefix": "", "worktreeIncludeFiles": [],
+               "worktreeSymlinkFolders": [], "worktreeCreateNewBranch": true, "worktreeBranchTrack": false})
+    );
+    // A worktree's branch defaults to the one the remote's HEAD names.
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"isolation": "worktree"}), repo_facts());
+    assert_eq!(r["result"]["values"]["branch"], "develop");
+    // No remote HEAD: the branch checked out, never a hard-coded main.
+    let facts = RepoFacts { default_branch: None, ..repo_facts() };
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"isolation": "worktree"}), facts);
+    assert_eq!(r["result"]["values"]["branch"], "dev");
+}
+
+#[test]
+fn values_are_taken_only_in_their_shape() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let asked = json!({"isolation": "sandbox", "branch": ["main"], "worktreeBranchPrefix": 7,
+        "worktreeIncludeFiles": ".env", "worktreeSymlinkFolders": ["node_modules", 3], "worktreeCreateNewBranch": "false",
+        "worktreeBranchTrack": true});
+    let r = resolve(&mut h, 1, "file:///src/app", asked, repo_facts());
+    let v = &r["result"]["values"];
+    assert_eq!(v["isolation"], "folder");
+    assert_eq!(v["branch"], "dev");
+    assert_eq!(v["worktreeBranchPrefix"], "");
+    assert_eq!(v["worktreeIncludeFiles"], json!([]));
+    assert_eq!(v["worktreeSymlinkFolders"], json!([]));
+    assert_eq!(v["worktreeCreateNewBranch"], true);
+    assert_eq!(v["worktreeBranchTrack"], true);
+    // A branch that is not one of the repository's leaves the default.
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"branch": "nope"}), repo_facts());
+    assert_eq!(r["result"]["values"]["branch"], "dev");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"branch": "feature/login"}), repo_facts());
+    assert_eq!(r["result"]["values"]["branch"], "feature/login");
+}
+
+#[test]
+fn outside_a_repository_a_folder_is_all_there_is() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"isolation": "worktree"}), RepoFacts::not_a_repo());
+    assert_eq!(keys(&r), ["isolation"]);
+    assert_eq!(r["result"]["schema"]["properties"]["isolation"]["readOnly"], true);
+    assert_eq!(r["result"]["schema"]["properties"]["isolation"]["enum"], json!(["folder"]));
+    assert_eq!(r["result"]["values"]["isolation"], "folder");
+    // No folder at all: answered at once, without asking git.
+    let r = h.request(1, "resolveSessionConfig", json!({"channel": "ahp-root://", "provider": "echo"}));
+    assert_eq!(keys(&r), ["isolation"]);
+    assert!(h.git_cmds().is_empty());
+}
+
+#[test]
+fn scope_is_offered_only_to_a_person_and_completes_their_memberships() {
+    let mut h = Harness::new(people());
+    h.connect(1, "c");
+    let a = h.request(1, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": "tok"}));
+    assert_eq!(a["result"], json!({}), "{a}");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({}), repo_facts());
+    assert_eq!(keys(&r).last().map(String::as_str), Some("scope"));
+    assert_eq!(r["result"]["values"]["scope"], "web/site", "the primary membership");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({"scope": "core/ahpd"}), repo_facts());
+    assert_eq!(r["result"]["values"]["scope"], "core/ahpd");
+    let id = h.send_request(1, "sessionConfigCompletions", json!({"channel": "ahp-root://", "workingDirectory": "file:///src/app", "property": "scope", "query": ""}));
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::Repo(repo_facts())));
+    let c = h.take_reply(1, id).expect("reply");
+    let values: Vec<&str> = c["result"]["items"].as_array().expect("items").iter().filter_map(|i| i["value"].as_str()).collect();
+    assert_eq!(values, ["core/ahpd", "web/site"]);
+    // Nobody to ask: no scope.
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let r = resolve(&mut h, 1, "file:///src/app", json!({}), repo_facts());
+    assert!(!keys(&r).contains(&"scope".to_owned()));
+}
+
+#[test]
+fn branch_completions_seed_then_match_what_is_typed() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let mut ask = |h: &mut Harness, query: &str| -> Vec<String> {
+        let id = h.send_request(1, "sessionConfigCompletions", json!({"channel": "ahp-root://", "workingDirectory": "file:///src/app",
+            "property": "branch", "query": query, "config": {"isolation": "worktree"}}));
+        let cmds = h.git_cmds();
+        h.done(cmds[0].0, Outcome::Git(GitResult::Repo(repo_facts())));
+        let c = h.take_reply(1, id).expect("reply");
+        c["result"]["items"].as_array().expect("items").iter().filter_map(|i| i["value"].as_str().map(str::to_owned)).collect()
+    };
+    assert_eq!(ask(&mut h, ""), ["develop", "dev", "feature/login", "main"]);
+    assert_eq!(ask(&mut h, "log"), ["feature/login"]);
+    let id = h.send_request(1, "sessionConfigCompletions", json!({"channel": "ahp-root://", "property": "model"}));
+    let e = h.take_reply(1, id).expect("reply");
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+}
+
+/// Creates a session in `/src/app` with `config`, answering its start.
+fn create_in_repo(h: &mut Harness, id: &str, config: Value) -> (String, String) {
+    let uri = format!("ahp-session:/{id}");
+    let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": ["file:///src/app"], "config": config}));
+    h.settle_backend();
+    let reply = h.take_reply(1, rid).expect("createSession reply");
+    assert_eq!(reply["result"], Value::Null, "{reply}");
+    let chat = format!("ahp-chat:/ahp-session@{id}");
+    for channel in [&uri, &chat] {
+        let r = h.request(1, "subscribe", json!({"channel": channel}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    (uri, chat)
+}
+
+fn last_record(ops: &[(ahpd_core::OpId, StoreCmd)]) -> Option<ahpd_core::SessionRecord> {
+    ops.iter().rev().find_map(|(_, c)| match c {
+        StoreCmd::Put { record } => Some((**record).clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_config_change_on_a_started_session_is_refused() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, _) = create_in_repo(&mut h, "s", json!({"isolation": "folder"}));
+    h.frames(1);
+    h.dispatch(1, &uri, 1, json!({"type": "session/configChanged", "config": {"isolation": "worktree"}}));
+    let frames = h.frames(1);
+    let echo = frames.iter().find(|f| f["params"]["action"]["type"] == "session/configChanged").expect("echo");
+    let reason = echo["params"]["rejectionReason"].as_str().expect("rejected");
+    assert!(reason.contains("isolation") && reason.contains("sessionMutable: false"), "{reason}");
+}
+
+#[test]
+fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branch() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "w", json!({"isolation": "worktree", "branch": "develop", "worktreeSymlinkFolders": ["node_modules"], "bogus": 1}));
+    h.frames(1);
+    h.dispatch(1, &chat, 1, json!({"type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "hi", "origin": {"kind": "user"}}}));
+    h.settle_store();
+    // Nothing reaches the agent before the tree is made.
+    assert!(h.backend_cmds().is_empty());
+    let cmds = h.git_cmds();
+    let (op, plan) = match &cmds[..] {
+        [(op, GitCmd::Begin { folder, checkpoint_ref, worktree: Some(plan) })] => {
+            assert_eq!(folder, "/src/app");
+            assert_eq!(checkpoint_ref, &ahpd_core::worktree::checkpoint_ref("ahp-session@w", 0));
+            (*op, plan.clone())
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(plan.base, "develop");
+    assert_eq!(plan.symlink_folders, ["node_modules"]);
+    assert!(plan.create_new_branch);
+    let tree = WorktreeRecord {
+        path: "/src/app.worktrees/agents-w".into(),
+        branch: "agents/w".into(),
+        base_commit: "abc123".into(),
+        name: "agents-w".into(),
+        placed: vec!["node_modules".into()],
+    };
+    h.done(op, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree.clone()) }));
+    let seen = h.settle();
+    let starts: Vec<&BackendCmd> = seen.iter().map(|(_, c)| c).filter(|c| matches!(c, BackendCmd::Start { .. })).collect();
+    assert!(matches!(starts.as_slice(), [BackendCmd::Start { working_directory: Some(wd), resume: false, .. }] if wd == "file:///src/app.worktrees/agents-w"), "{seen:?}");
+    let close_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Close)).expect("closed first");
+    let start_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Start { .. })).expect("started");
+    let send_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Send { .. })).expect("sent");
+    assert!(close_at < start_at && start_at < send_at, "{seen:?}");
+    let frames = h.frames(1);
+    assert!(frames.iter().any(|f| f["params"]["action"]["type"] == "session/workingDirectoryReplaced"
+        && f["params"]["action"]["replacement"] == "file:///src/app.worktrees/agents-w"));
+    // The turn ends: a checkpoint, counted from the base the tree was cut from.
+    h.agent_reply(&chat, "t1", "hello");
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::Checkpoint { workdir, checkpoint_ref, base, exclude })] => {
+            assert_eq!(workdir, &tree.path);
+            assert!(checkpoint_ref.ends_with("/checkpoints/turn/1"));
+            assert_eq!(base, "abc123");
+            assert_eq!(exclude, &tree.placed);
+            *op
+        }
+        other => panic!("{other:?}"),
+    };
+    h.done(op, Outcome::Git(GitResult::Checkpointed { changes: Changes { files: 2, additions: 5, deletions: 1 } }));
+    let row = h.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row");
+    assert_eq!(row["changes"], json!({"files": 2, "additions": 5, "deletions": 1}));
+    let record = last_record(&h.store_ops()).expect("record written");
+    assert_eq!(record.changes.as_ref().and_then(|c| c.files), Some(2));
+    assert_eq!(record.git.as_ref().and_then(|g| g.worktree.clone()), Some(tree.clone()));
+    assert!(record.config.contains_key("bogus"), "a backend takes keys it does not declare");
+    // After a restart the row still says the counts; a stored value the
+    // backend does not offer is left out, said once in the log.
+    let mut again = Harness::with_records(Config::default(), vec![record.clone()]);
+    again.connect(1, "c");
+    let dropped: Vec<String> = again
+        .pending
+        .iter()
+        .filter_map(|e| match e {
+            ahpd_core::Effect::Log(l) if l.event == "config.value_dropped" => Some(l.detail.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert!(dropped[0].contains("bogus"));
+    let row = again.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row after restart");
+    assert_eq!(row["changes"], json!({"files": 2, "additions": 5, "deletions": 1}));
+    // disposeSession removes the checkpoints and the tree before it answers.
+    let id = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    h.settle_backend();
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::Dispose { repo, refs_prefix, worktree: Some(w) })] => {
+            assert_eq!(repo, "/src/app");
+            assert!(refs_prefix.starts_with("refs/agents/") && refs_prefix.ends_with("/checkpoints/"));
+            assert_eq!(w, &tree);
+            *op
+        }
+        other => panic!("{other:?}"),
+    };
+    h.settle_store();
+    assert!(h.take_reply(1, id).is_none(), "answered before the tree went");
+    h.done(op, Outcome::Git(GitResult::Disposed { kept_tree: false }));
+    h.settle_store();
+    assert_eq!(h.take_reply(1, id).expect("reply")["result"], Value::Null);
+}
+
+#[test]
+fn a_tree_git_cannot_make_fails_that_send_clearly() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "f", json!({"isolation": "worktree"}));
+    h.frames(1);
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Failed { message: "the repository has no commits yet".to_owned() });
+    assert!(h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Send { .. })), "no silent fallback to the folder");
+    let frames = h.frames(1);
+    let err = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/error").expect("chat/error");
+    let message = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("worktree could not be made") && message.contains("no commits yet"), "{err}");
+    assert!(frames.iter().any(|f| f["params"]["action"]["type"] == "session/creationFailed"), "{frames:?}");
+    let _ = uri;
+}
+
+#[test]
+fn a_worktree_asked_for_outside_a_repository_is_a_folder_session() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "n", json!({"isolation": "worktree"}));
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: None, worktree: None }));
+    let seen = h.settle();
+    assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
+    assert!(!seen.iter().any(|(_, c)| matches!(c, BackendCmd::Start { .. })), "not started again: {seen:?}");
+    let record = h.host.view().sessions[&uri].record.clone();
+    assert_eq!(record.config.get("isolation"), Some(&json!("folder")));
+    assert_eq!(record.git.as_ref().map(|g| g.repo_root.clone()), Some(None));
+    // In no repository there is nothing to checkpoint.
+    h.agent_reply(&chat, "t1", "ok");
+    assert!(h.git_cmds().is_empty());
+}

@@ -1,0 +1,159 @@
+//! Worktrees end to end (issue 6; Sessions page, "Configuration keys" and
+//! "Isolation and worktrees"): the real daemon, the official client, and a
+//! real git repository made with git2 in a temporary folder.
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+
+use ahp::ahp_types::actions::StateAction;
+use ahp::ahp_types::commands::{CreateSessionParams, DisposeSessionParams};
+use ahp::ahp_types::ROOT_RESOURCE_URI;
+use ahp::SubscriptionEvent;
+use common::*;
+use git2::{Repository, RepositoryInitOptions, Signature};
+use serde_json::{json, Value};
+
+/// A repository on `main` with one commit, an ignored `node_modules` and
+/// an ignored `.env`.
+fn make_repo(dir: &Path) -> Repository {
+    let mut opts = RepositoryInitOptions::new();
+    opts.initial_head("main");
+    let repo = Repository::init_opts(dir, &opts).expect("init");
+    fs::write(dir.join(".gitignore"), "node_modules/\n.env\n").expect("write");
+    fs::write(dir.join("README.md"), "hello\n").expect("write");
+    {
+        let mut index = repo.index().expect("index");
+        index.add_path(Path::new(".gitignore")).expect("add");
+        index.add_path(Path::new("README.md")).expect("add");
+        index.write().expect("write index");
+        let tree = repo.find_tree(index.write_tree().expect("tree")).expect("tree");
+        let sig = Signature::now("Test", "test@example.com").expect("sig");
+        repo.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[]).expect("commit");
+    }
+    fs::create_dir_all(dir.join("node_modules/pkg")).expect("mkdir");
+    fs::write(dir.join("node_modules/pkg/index.js"), "module.exports = 1;\n").expect("write");
+    fs::write(dir.join(".env"), "SECRET=1\n").expect("write");
+    repo
+}
+
+fn file_uri(p: &Path) -> String {
+    ahpd_core::git::uri_of_path(p.to_str().expect("utf-8 path"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let repo_dir = tmp.path().join("app");
+    let repo = make_repo(&repo_dir);
+    let daemon = Daemon::start(&data);
+    let (c, _init, mut root) = connect_init(&daemon.url, "e2e-git").await;
+
+    // resolveSessionConfig on the repository's folder: the table in the
+    // page's order, with its defaults.
+    let resolved: Value = within(
+        "resolveSessionConfig",
+        c.request("resolveSessionConfig", json!({"channel": ROOT_RESOURCE_URI, "provider": "echo", "workingDirectory": file_uri(&repo_dir)})),
+    )
+    .await
+    .expect("resolveSessionConfig");
+    let keys: Vec<&str> = resolved["schema"]["properties"].as_object().expect("properties").keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack"],
+        "{resolved}"
+    );
+    assert_eq!(resolved["values"]["isolation"], "folder");
+    assert_eq!(resolved["values"]["branch"], "main");
+
+    // A worktree session: created in the folder the client picked.
+    let sid = format!("ahp-session:/{}", fresh_id());
+    let mut config = resolved["values"].as_object().cloned().expect("values");
+    config.insert("isolation".into(), json!("worktree"));
+    config.insert("worktreeSymlinkFolders".into(), json!(["node_modules"]));
+    config.insert("worktreeIncludeFiles".into(), json!([".env"]));
+    let params = CreateSessionParams {
+        channel: sid.clone(),
+        meta: None,
+        provider: Some("echo".to_owned()),
+        working_directories: Some(vec![file_uri(&repo_dir)]),
+        config: Some(config),
+        active_client: None,
+        progress_token: None,
+    };
+    let created: Value = within("createSession", c.request("createSession", params)).await.expect("createSession");
+    assert_eq!(created, Value::Null);
+    let (state, mut ssub) = subscribe_session(&c, &sid).await;
+    assert_eq!(state.working_directories.as_deref(), Some(&[file_uri(&repo_dir)][..]), "the picked folder until the first send");
+    let chat = default_chat(&state);
+    let (mut chat_state, mut csub) = subscribe_chat(&c, &chat).await;
+
+    // The first send makes the tree, and the turn runs there: the agent
+    // writes a file into its working directory.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/write notes.txt from the agent"))).await.expect("dispatch");
+    let replaced = wait_for(&mut ssub, "session/workingDirectoryReplaced", |e| match e {
+        SubscriptionEvent::Action(env) => match env.action {
+            StateAction::SessionWorkingDirectoryReplaced(a) => Some(a),
+            _ => None,
+        },
+        _ => None,
+    })
+    .await;
+    assert_eq!(replaced.directory, file_uri(&repo_dir));
+    let tree_path = ahpd_core::git::path_of_uri(&replaced.replacement).expect("a file URI");
+    let tree = Path::new(&tree_path);
+    assert!(tree_path.starts_with(&format!("{}.worktrees/", repo_dir.display())), "{tree_path}");
+    follow_chat(&mut csub, &mut chat_state, "the /write turn", |env, _| is_turn_complete(env)).await;
+    let reply = markdown(chat_state.turns.last().expect("a turn"));
+    assert!(reply.contains(&format!("wrote {tree_path}/notes.txt")), "{reply}");
+    assert_eq!(fs::read_to_string(tree.join("notes.txt")).expect("in the tree"), "from the agent\n");
+    assert!(!repo_dir.join("notes.txt").exists(), "the picked folder is untouched");
+    assert!(fs::symlink_metadata(tree.join("node_modules")).expect("linked").file_type().is_symlink());
+    assert_eq!(fs::read_to_string(tree.join(".env")).expect("copied"), "SECRET=1\n");
+
+    // The row's changes: the tree's Branch Changes, the copy and the link not
+    // among them.
+    let changes = wait_for(&mut root, "the row's changes", |e| match e {
+        SubscriptionEvent::SessionSummaryChanged(p) if p.session == sid => p.changes.changes,
+        _ => None,
+    })
+    .await;
+    assert_eq!((changes.files, changes.additions, changes.deletions), (Some(1), Some(1), Some(0)), "{changes:?}");
+    let row = list(&c).await.into_iter().find(|s| s.resource == sid).expect("listed");
+    assert_eq!(row.changes.and_then(|c| c.files), Some(1));
+
+    // The person commits the agent's work on the tree's branch (a tree
+    // with work nobody committed would stay on disk after a dispose).
+    let tree_repo = Repository::open(tree).expect("open the tree");
+    let branch = tree_repo.head().expect("head").shorthand().expect("branch").to_owned();
+    {
+        let mut index = tree_repo.index().expect("index");
+        index.add_path(Path::new("notes.txt")).expect("add");
+        index.write().expect("write index");
+        let t = tree_repo.find_tree(index.write_tree().expect("tree")).expect("tree");
+        let sig = Signature::now("Test", "test@example.com").expect("sig");
+        let parent = tree_repo.head().expect("head").peel_to_commit().expect("parent");
+        tree_repo.commit(Some("HEAD"), &sig, &sig, "the agent's notes", &t, &[&parent]).expect("commit");
+    }
+
+    // disposeSession removes the tree and the checkpoints; the originals
+    // and the branch stay.
+    let disposed: Value = within(
+        "disposeSession",
+        c.request("disposeSession", DisposeSessionParams { channel: sid.clone(), meta: None }),
+    )
+    .await
+    .expect("disposeSession");
+    assert_eq!(disposed, Value::Null);
+    assert!(!tree.exists(), "the tree is gone");
+    assert!(repo_dir.join("node_modules/pkg/index.js").exists());
+    assert_eq!(fs::read_to_string(repo_dir.join(".env")).expect("original"), "SECRET=1\n");
+    let repo = Repository::open(repo.path()).expect("reopen");
+    assert!(repo.worktrees().expect("worktrees").is_empty(), "gone from the worktree list");
+    assert!(repo.references_glob("refs/agents/*").expect("glob").next().is_none(), "checkpoints removed");
+    let kept = repo.find_branch(&branch, git2::BranchType::Local).expect("the branch stays");
+    let tip = kept.get().peel_to_tree().expect("tree");
+    assert!(tip.get_path(Path::new("notes.txt")).is_ok(), "with the committed work");
+}

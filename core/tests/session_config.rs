@@ -147,7 +147,7 @@ fn scope_is_offered_only_to_a_person_and_completes_their_memberships() {
 fn branch_completions_seed_then_match_what_is_typed() {
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
-    let mut ask = |h: &mut Harness, query: &str| -> Vec<String> {
+    let ask = |h: &mut Harness, query: &str| -> Vec<String> {
         let id = h.send_request(1, "sessionConfigCompletions", json!({"channel": "ahp-root://", "workingDirectory": "file:///src/app",
             "property": "branch", "query": query, "config": {"isolation": "worktree"}}));
         let cmds = h.git_cmds();

@@ -60,10 +60,7 @@ pub enum GitOp {
 
 impl Host {
     fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
-        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
-            Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
-            None => None,
-        }
+        self.conns.get(&conn).and_then(|c| c.principal.as_ref()).map(|Principal::User { memberships, .. }| memberships.clone())
     }
 
     pub(crate) fn git(&mut self, op: Op, command: GitCmd) -> OpId {

@@ -688,7 +688,7 @@ mod tests {
         assert_ne!(second.branch, first.branch, "the branch name is taken");
         assert_ne!(second.path, first.path);
         let names: Vec<String> = repo.worktrees().expect("list").iter().filter_map(|n| n.ok().flatten().map(str::to_owned)).collect();
-        assert_eq!(names, [second.name.clone()], "the stale entry was pruned");
+        assert_eq!(names, std::slice::from_ref(&second.name), "the stale entry was pruned");
     }
 
     #[test]

@@ -330,3 +330,44 @@ fn a_worktree_asked_for_outside_a_repository_is_a_folder_session() {
     h.agent_reply(&chat, "t1", "ok");
     assert!(h.git_cmds().is_empty());
 }
+
+#[test]
+fn a_branch_name_git_would_refuse_fails_the_send_before_git_is_asked() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (_, chat) = create_in_repo(&mut h, "p", json!({"isolation": "worktree", "worktreeBranchPrefix": "a..b/"}));
+    h.frames(1);
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    assert!(h.git_cmds().is_empty(), "git was asked about a name it would refuse");
+    let frames = h.frames(1);
+    let err = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/error").expect("chat/error");
+    let message = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not a valid branch name") && message.contains(".."), "{message}");
+}
+
+#[test]
+fn a_cancelled_turn_gets_no_checkpoint_and_the_next_one_counts_from_turn_0() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (_, chat) = create_in_repo(&mut h, "k", json!({}));
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { worktree: None, .. })]), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: None }));
+    h.settle();
+    h.dispatch(1, &chat, 2, json!({"type": "chat/turnCancelled", "turnId": "t1", "duration": 0}));
+    h.settle();
+    assert!(h.git_cmds().is_empty(), "a cancelled turn has no checkpoint of its own");
+    h.start_turn(1, &chat, 3, "t2", "again");
+    h.settle();
+    h.agent_reply(&chat, "t2", "ok");
+    let cmds = h.git_cmds();
+    match &cmds[..] {
+        [(_, GitCmd::Checkpoint { workdir, checkpoint_ref, base, .. })] => {
+            assert_eq!(workdir, "/src/app");
+            assert_eq!(checkpoint_ref, &ahpd_core::worktree::checkpoint_ref("ahp-session@k", 1));
+            assert_eq!(base, &ahpd_core::worktree::checkpoint_ref("ahp-session@k", 0));
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -692,6 +692,25 @@ mod tests {
     }
 
     #[test]
+    fn trees_made_at_once_in_one_repository_get_distinct_names() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("busy");
+        let repo = init(&dir, "main");
+        commit(&repo, &[("a.txt", "a\n")], "one");
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let dir = dir.clone();
+                std::thread::spawn(move || begin_tree(&dir, &plan("main")))
+            })
+            .collect();
+        let mut paths: Vec<String> = threads.into_iter().map(|t| t.join().expect("thread").expect("tree").path).collect();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), 4, "{paths:?}");
+        assert_eq!(repo.worktrees().expect("list").len(), 4);
+    }
+
+    #[test]
     fn checkpoints_need_no_identity_and_survive_gc() {
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().join("noid");

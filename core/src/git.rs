@@ -117,6 +117,10 @@ pub struct WorktreeRecord {
     pub branch: String,
     /// The commit the tree was cut from (what Branch Changes count from).
     pub base_commit: String,
+    /// The branch the tree was cut from; empty when it was cut from a
+    /// detached HEAD.
+    #[serde(default)]
+    pub base_branch: String,
     /// Git's name for the worktree entry.
     pub name: String,
     /// Paths (relative to the tree) the host linked or copied in.

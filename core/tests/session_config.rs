@@ -224,6 +224,7 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
         path: "/src/app.worktrees/agents-w".into(),
         branch: "agents/w".into(),
         base_commit: "abc123".into(),
+        base_branch: "develop".into(),
         name: "agents-w".into(),
         placed: vec!["node_modules".into()],
     };
@@ -258,6 +259,8 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
     assert_eq!(record.changes.as_ref().and_then(|c| c.files), Some(2));
     assert_eq!(record.git.as_ref().and_then(|g| g.worktree.clone()), Some(tree.clone()));
     assert!(record.config.contains_key("bogus"), "a backend takes keys it does not declare");
+    assert_eq!(record.config.get("isolation"), Some(&json!("worktree")));
+    assert_eq!(record.config.get("branch"), Some(&json!("develop")), "on the branch the tree was cut from");
     // After a restart the row still says the counts; a stored value the
     // backend does not offer is left out, said once in the log.
     let mut again = Harness::with_records(Config::default(), vec![record.clone()]);

@@ -332,6 +332,11 @@ impl Host {
             self.store_put(session_uri);
             return self.release_held_sends(session_uri);
         };
+        // Read back, the session is a worktree session on the branch its
+        // tree was cut from (Sessions page, "Configuration keys").
+        if !tree.base_branch.is_empty() {
+            session.record.config.insert(table::BRANCH.to_owned(), Value::String(tree.base_branch.clone()));
+        }
         // Into the tree: the process root is replaced, and every agent is
         // started again there before the turn runs.
         let old = session.record.working_directories.first().cloned();

@@ -258,7 +258,7 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
     opts.reference(Some(&reference));
     repo.worktree(&folder, Path::new(&path), Some(&opts)).map_err(|e| err(&format!("git could not make the worktree at {path} on {branch}"), e))?;
     let placed = place_ignored(repo, Path::new(&root), Path::new(&path), &plan.symlink_folders, &plan.include_files);
-    Ok(WorktreeRecord { path, branch, base_commit: commit.id().to_string(), name: folder, placed })
+    Ok(WorktreeRecord { path, branch, base_commit: commit.id().to_string(), base_branch: base.unwrap_or_default(), name: folder, placed })
 }
 
 /// Prunes worktree entries whose folder was deleted by hand.
@@ -581,6 +581,7 @@ mod tests {
         p.track = true;
         let w = begin_tree(&dir, &p).expect("tree");
         assert_eq!(w.base_commit, develop.to_string());
+        assert_eq!(w.base_branch, "develop");
         assert_eq!(head_of(&w.path), develop);
         let b = repo.find_branch(&w.branch, BranchType::Local).expect("branch");
         assert_eq!(b.upstream().expect("upstream").name().ok().flatten(), Some("origin/develop"));
@@ -613,6 +614,7 @@ mod tests {
         assert_eq!(facts.current_branch, None);
         let w = begin_tree(&dir, &plan("")).expect("tree");
         assert_eq!(w.base_commit, first.to_string());
+        assert_eq!(w.base_branch, "", "cut from a detached HEAD");
         assert_eq!(head_of(&w.path), first);
         // Naming no branch to check out as it is, on a detached HEAD, is a
         // clear error.

@@ -374,3 +374,15 @@ fn a_cancelled_turn_gets_no_checkpoint_and_the_next_one_counts_from_turn_0() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_folder_session_runs_its_turn_even_when_git_fails() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (_, chat) = create_in_repo(&mut h, "g", json!({}));
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Failed { message: "could not open the repository".to_owned() });
+    let seen = h.settle();
+    assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
+}

@@ -311,8 +311,15 @@ impl Host {
             }
             return;
         }
+        let mut git_warning = None;
         let (repo_root, tree) = match outcome {
             Outcome::Git(GitResult::Begun { repo_root, worktree }) => (repo_root, worktree),
+            Outcome::Failed { message } if !table::worktree_asked(&session.record.config) => {
+                // A folder session's turn runs whatever git says: it only
+                // goes without checkpoints (and so without counts).
+                git_warning = Some(message);
+                (None, None)
+            }
             Outcome::Failed { message } => {
                 let pending = std::mem::take(&mut session.pending_sends);
                 self.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
@@ -328,6 +335,10 @@ impl Host {
             session.record.config.insert(table::ISOLATION.to_owned(), Value::String("folder".to_owned()));
         }
         session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0 });
+        if let Some(message) = git_warning {
+            self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
+        }
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(tree) = tree else {
             self.store_put(session_uri);
             return self.release_held_sends(session_uri);

@@ -771,6 +771,7 @@ mod tests {
     fn a_folder_in_no_repository_is_answered_as_such() {
         let tmp = tempfile::tempdir().expect("tmp");
         assert_eq!(inspect(tmp.path()).expect("facts"), RepoFacts::not_a_repo());
+        assert_eq!(inspect(&tmp.path().join("gone")).expect("a missing folder"), RepoFacts::not_a_repo());
         let r = begin(tmp.path(), "refs/agents/x/checkpoints/turn/0", Some(&plan("")), None).expect("begin");
         assert_eq!(r, GitResult::Begun { repo_root: None, worktree: None });
     }

@@ -48,7 +48,7 @@ async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
     let data = tmp.path().join("data");
     let repo_dir = tmp.path().join("app");
     let repo = make_repo(&repo_dir);
-    let daemon = Daemon::start(&data);
+    let mut daemon = Daemon::start(&data);
     let (c, _init, mut root) = connect_init(&daemon.url, "e2e-git").await;
 
     // resolveSessionConfig on the repository's folder: the table in the
@@ -137,6 +137,15 @@ async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
         let parent = tree_repo.head().expect("head").peel_to_commit().expect("parent");
         tree_repo.commit(Some("HEAD"), &sig, &sig, "the agent's notes", &t, &[&parent]).expect("commit");
     }
+
+    // After a restart the row still says its counts, with nothing running.
+    drop((c, root, ssub, csub));
+    daemon.terminate();
+    let daemon = Daemon::start(&data);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-git-2").await;
+    let row = list(&c).await.into_iter().find(|s| s.resource == sid).expect("listed after a restart");
+    assert_eq!(row.changes.as_ref().and_then(|c| c.files), Some(1), "{row:?}");
+    assert_eq!(row.working_directories.as_deref(), Some(&[replaced.replacement.clone()][..]), "it works in its tree");
 
     // disposeSession removes the tree and the checkpoints; the originals
     // and the branch stay.

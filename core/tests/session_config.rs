@@ -386,3 +386,35 @@ fn a_folder_session_runs_its_turn_even_when_git_fails() {
     let seen = h.settle();
     assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
 }
+
+#[test]
+fn a_first_send_to_a_sleeping_session_wakes_it_then_makes_its_tree() {
+    let mut h = Harness::new(Config { sleep_after_ms: 1000, ..Config::default() });
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "z", json!({"isolation": "worktree"}));
+    h.request(1, "unsubscribe", json!({"channel": uri}));
+    h.request(1, "unsubscribe", json!({"channel": chat}));
+    h.advance(2000);
+    h.settle();
+    assert_eq!(h.host.view().sessions[&uri].phase.name(), "asleep");
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    // The wake runs first; git is asked once the session is live, before
+    // the turn reaches the agent.
+    let seen = h.settle();
+    assert!(!seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { worktree: Some(_), .. })]), "{cmds:?}");
+    let tree = WorktreeRecord {
+        path: "/src/app.worktrees/z".into(),
+        branch: "agents/z".into(),
+        base_commit: "abc".into(),
+        base_branch: "dev".into(),
+        name: "z".into(),
+        placed: Vec::new(),
+    };
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree) }));
+    let seen = h.settle();
+    let start_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Start { working_directory: Some(wd), .. } if wd == "file:///src/app.worktrees/z"));
+    let send_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Send { .. }));
+    assert!(start_at.is_some() && start_at < send_at, "{seen:?}");
+}

@@ -391,7 +391,10 @@ impl Host {
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
     fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
-        if self.hold_for_git(session_uri, &chat, &turn_id, &message) {
+        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase == Phase::Live && !s.start_owed);
+        // A session's first send asks git first (its tree and `turn/0`);
+        // a sleeping session is woken first and asks once it is live.
+        if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {
             return;
         }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };

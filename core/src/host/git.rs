@@ -380,6 +380,7 @@ impl Host {
     fn release_held_sends(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if session.phase != Phase::Live || session.start_owed {
+            // Asleep meanwhile (its agent exited): the wake hands them over.
             if session.phase == Phase::Asleep {
                 self.wake(session_uri);
             }

@@ -116,6 +116,7 @@ impl ChatActor {
     }
 
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Msg>) {
+        #[allow(clippy::large_enum_variant)] // one value on the stack per event
         enum Next {
             Command(Msg),
             Agent(FromAgent),

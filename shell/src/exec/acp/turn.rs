@@ -252,11 +252,8 @@ impl TurnMap {
         let mut out = Vec::new();
         match status {
             ToolCallStatus::Pending => {}
-            ToolCallStatus::InProgress => {
-                if now == Tool::Started {
-                    out.push(self.ready(id, title));
-                }
-            }
+            ToolCallStatus::InProgress if now == Tool::Started => out.push(self.ready(id, title)),
+            ToolCallStatus::InProgress => {}
             ToolCallStatus::Completed | ToolCallStatus::Failed => {
                 if now == Tool::Done || now == Tool::Waiting {
                     return out;

@@ -5,20 +5,24 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
-use ahp_types::commands::{ListSessionsParams, ListSessionsResult};
+use ahp_types::commands::ListSessionsParams;
 use ahp_types::messages::JsonRpcError;
 use ahp_types::Uri;
 
 use crate::config::Config;
 use crate::cursor::{self, RowKey};
 use crate::protocol::error::{error, INVALID_PARAMS};
+use crate::session::row::PageRef;
 use crate::session::Session;
 
 /// One page and whether an unlimited listing was cut at the default cap.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Listing {
-    /// The page to answer.
-    pub page: ListSessionsResult,
+    /// The page to answer: a `ListSessionsResult`, already encoded as JSON
+    /// text straight from the sessions (see `session::row`).
+    pub page: Box<serde_json::value::RawValue>,
+    /// How many rows the page holds.
+    pub rows: usize,
     /// True when no limit was named and the catalogue held more rows than
     /// `list_default_max` (written to the log: the one case a client cannot
     /// see for itself).
@@ -31,27 +35,67 @@ pub struct Listing {
 /// The catalogue's order, kept as sessions are announced, move and go:
 /// most recently modified first, then URI ascending. Paging walks it from a
 /// cursor in O(log n + page) rather than sorting the catalogue per call.
+///
+/// The external rows are also kept in an order of their own, so the
+/// `recent` mode's "two updated most recently" is read in O(log n) instead
+/// of a walk over every session (a scan merging 100k rows asks it per row).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Index {
     rows: BTreeSet<(Reverse<i64>, Uri)>,
+    externals: BTreeSet<(Reverse<i64>, Uri)>,
 }
 
 impl Index {
-    /// Adds an announced session's row at `modified_ms`.
-    pub fn insert(&mut self, modified_ms: i64, uri: &Uri) {
+    /// Adds an announced session's row at `modified_ms`; `external` marks a
+    /// session a CLI wrote outside this host.
+    pub fn insert(&mut self, modified_ms: i64, uri: &Uri, external: bool) {
         self.rows.insert((Reverse(modified_ms), uri.clone()));
+        if external {
+            self.externals.insert((Reverse(modified_ms), uri.clone()));
+        }
     }
 
     /// Removes a row.
     pub fn remove(&mut self, modified_ms: i64, uri: &Uri) {
-        self.rows.remove(&(Reverse(modified_ms), uri.clone()));
+        let key = (Reverse(modified_ms), uri.clone());
+        self.rows.remove(&key);
+        self.externals.remove(&key);
     }
 
     /// Moves a row when its `modifiedAt` moved.
     pub fn moved(&mut self, from_ms: i64, to_ms: i64, uri: &Uri) {
-        if from_ms != to_ms && self.rows.remove(&(Reverse(from_ms), uri.clone())) {
+        if from_ms == to_ms {
+            return;
+        }
+        let from = (Reverse(from_ms), uri.clone());
+        if self.rows.remove(&from) {
             self.rows.insert((Reverse(to_ms), uri.clone()));
         }
+        if self.externals.remove(&from) {
+            self.externals.insert((Reverse(to_ms), uri.clone()));
+        }
+    }
+
+    /// An external row became the host's own (adopted): it stays listed
+    /// and leaves the external order.
+    pub fn adopted(&mut self, modified_ms: i64, uri: &Uri) {
+        self.externals.remove(&(Reverse(modified_ms), uri.clone()));
+    }
+
+    /// The external rows updated at or after `floor_ms`, newest first (ties
+    /// by URI ascending), at most `n`.
+    pub fn newest_externals(&self, floor_ms: i64, n: usize) -> Vec<(i64, Uri)> {
+        self.externals
+            .iter()
+            .take_while(|(Reverse(ms), _)| *ms >= floor_ms)
+            .take(n)
+            .map(|(Reverse(ms), uri)| (*ms, uri.clone()))
+            .collect()
+    }
+
+    /// How many external rows.
+    pub fn externals_len(&self) -> usize {
+        self.externals.len()
     }
 
     /// How many rows.
@@ -88,7 +132,8 @@ pub fn sorts_before(a: &RowKey, b: &RowKey) -> bool {
 /// limit apply, so a page is a page of the caller's own; `Some(None)` (a
 /// connection with no principal) keeps nothing.
 ///
-/// Errors (-32602): a limit below 1, a cursor this host did not issue.
+/// Errors (-32602): a limit below 1, a cursor this host did not issue;
+/// (-32603) the page could not be encoded (not seen in practice).
 pub fn list(
     index: &Index,
     sessions: &BTreeMap<Uri, Session>,
@@ -133,6 +178,9 @@ pub fn list(
     rows.truncate(limit);
     let next_cursor = if more { rows.last().map(|(k, _)| cursor::encode(k, &config.cursor_secret)) } else { None };
     let overflowed = more && params.limit.is_none();
-    let items = rows.into_iter().map(|(_, s)| s.summary()).collect();
-    Ok(Listing { page: ListSessionsResult { next_cursor, items }, overflowed, hidden_external: hidden })
+    let count = rows.len();
+    let page = PageRef { next_cursor, items: rows.into_iter().map(|(_, s)| s.row()).collect() };
+    let page = serde_json::value::to_raw_value(&page)
+        .map_err(|e| error(crate::protocol::error::INTERNAL_ERROR, format!("the page could not be encoded: {e}")))?;
+    Ok(Listing { page, rows: count, overflowed, hidden_external: hidden })
 }

@@ -180,7 +180,7 @@ pub enum Outbound {
         /// The request's id.
         id: u64,
         /// The result (`null` for the null-typed commands).
-        result: serde_json::Value,
+        result: ResultBody,
     },
     /// An error reply; `id` is `None` when the request's id could not be read
     /// (e.g. -32700 ParseError), which goes out as `"id": null`.
@@ -202,6 +202,47 @@ pub enum Outbound {
     },
 }
 
+/// The `result` of a successful reply: a JSON value, or JSON text already
+/// encoded straight from the wire type (a `listSessions` page of 500 rows is
+/// encoded once, never built as a `Value` tree first: issue 4's page
+/// benchmark).
+#[derive(Debug, Clone)]
+pub enum ResultBody {
+    /// A JSON value.
+    Value(serde_json::Value),
+    /// Valid JSON text, written into the frame as it is.
+    Encoded(Box<serde_json::value::RawValue>),
+}
+
+impl ResultBody {
+    /// The result as a JSON value (parsing encoded text; for tests and
+    /// checkers, never on the hot path).
+    pub fn to_value(&self) -> serde_json::Value {
+        match self {
+            ResultBody::Value(v) => v.clone(),
+            ResultBody::Encoded(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),
+        }
+    }
+}
+
+impl PartialEq for ResultBody {
+    fn eq(&self, other: &ResultBody) -> bool {
+        match (self, other) {
+            (ResultBody::Value(a), ResultBody::Value(b)) => a == b,
+            _ => self.to_value() == other.to_value(),
+        }
+    }
+}
+
+impl Serialize for ResultBody {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ResultBody::Value(v) => v.serialize(s),
+            ResultBody::Encoded(raw) => raw.serialize(s),
+        }
+    }
+}
+
 impl Outbound {
     /// The frame's text. Serializing these shapes cannot fail in practice
     /// (every map key is a string); should it ever, an internal-error frame
@@ -212,7 +253,7 @@ impl Outbound {
             jsonrpc: &'static str,
             id: Option<u64>,
             #[serde(skip_serializing_if = "Option::is_none")]
-            result: Option<&'a serde_json::Value>,
+            result: Option<&'a ResultBody>,
             #[serde(skip_serializing_if = "Option::is_none")]
             error: Option<&'a JsonRpcError>,
         }

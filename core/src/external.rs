@@ -81,12 +81,18 @@ impl ExternalFilter {
             ExternalMode::Last7Days => ExternalFilter::Since(WallTime(now.0 - 7 * DAY_MS)),
             ExternalMode::Last30Days => ExternalFilter::Since(WallTime(now.0 - 30 * DAY_MS)),
             ExternalMode::Recent => {
-                let floor = WallTime(now.0 - 7 * DAY_MS).max(recent_cutoff.unwrap_or(WallTime(i64::MIN)));
+                let floor = ExternalFilter::recent_floor(now, recent_cutoff);
                 let mut candidates: Vec<&(WallTime, Uri)> = externals.iter().filter(|(t, _)| *t >= floor).collect();
                 candidates.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
                 ExternalFilter::Only(candidates.into_iter().take(2).map(|(_, u)| u.clone()).collect())
             }
         }
+    }
+
+    /// The oldest update the `recent` mode shows at `now`: seven days back,
+    /// or the cutoff fixed at the first listing when that is later.
+    pub fn recent_floor(now: WallTime, recent_cutoff: Option<WallTime>) -> WallTime {
+        WallTime(now.0 - 7 * DAY_MS).max(recent_cutoff.unwrap_or(WallTime(i64::MIN)))
     }
 
     /// Whether an external session with this row is shown.

@@ -132,6 +132,13 @@ pub struct Host {
     pub(crate) root: RootState,
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     pub(crate) sessions: BTreeMap<Uri, Session>,
+    /// The sessions whose protocol state is held (`resident` is `Some`),
+    /// kept with `sessions` by [`Host::add_session`], [`Host::drop_session`]
+    /// and the residency code. Only these can be live, run a turn, fall
+    /// asleep or be evicted, so the per-input work (idle sleeps, the
+    /// residency limit, the next deadline) walks them and not the whole
+    /// catalogue (issue 4: a 100k-row catalogue must not tax every input).
+    pub(crate) held: BTreeSet<Uri>,
     /// Chat URI to its session's URI.
     pub(crate) chats: BTreeMap<Uri, Uri>,
     /// The catalogue's order over announced sessions.
@@ -169,6 +176,9 @@ pub struct HostView<'a> {
     pub root: &'a RootState,
     /// Every known session, by URI.
     pub sessions: &'a BTreeMap<Uri, Session>,
+    /// The sessions whose state the host says it holds (must equal those
+    /// with `resident` set; checked by the invariants).
+    pub held: &'a BTreeSet<Uri>,
     /// Every connection, by id.
     pub conns: &'a BTreeMap<ConnId, Conn>,
     /// Chat URI to session URI.
@@ -217,12 +227,13 @@ impl Host {
             config,
             rng: Rng::new(seed),
             now,
-            server_seq: 0,
+            server_seq: server_seq_origin(now.wall),
             next_op: 0,
             lru_clock: 0,
             root,
             conns: BTreeMap::new(),
             sessions: BTreeMap::new(),
+            held: BTreeSet::new(),
             chats: BTreeMap::new(),
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
@@ -275,8 +286,30 @@ impl Host {
         let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
         session.announced = true;
         let modified_at = session.modified_at;
-        self.catalogue.insert(modified_at.0, &uri);
+        self.catalogue.insert(modified_at.0, &uri, session.record.external);
+        self.add_session(uri, session);
+    }
+
+    /// Adds a session to the host's map, noting it in `held` when its
+    /// state is held.
+    pub(crate) fn add_session(&mut self, uri: Uri, session: Session) {
+        if session.resident.is_some() {
+            self.held.insert(uri.clone());
+        } else {
+            self.held.remove(&uri);
+        }
         self.sessions.insert(uri, session);
+    }
+
+    /// Removes a session from the host's map and from `held`.
+    pub(crate) fn drop_session(&mut self, uri: &Uri) -> Option<Session> {
+        self.held.remove(uri);
+        self.sessions.remove(uri)
+    }
+
+    /// The held sessions, in URI order (see `held`).
+    pub(crate) fn held_sessions(&self) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
+        self.held.iter().filter_map(|u| self.sessions.get_key_value(u))
     }
 
     /// Applies one input at time `now` and returns the effects to execute,
@@ -316,7 +349,7 @@ impl Host {
     /// idle session falls asleep, the residency sweep runs), or `None`.
     /// Derived from state, never stored (style guide 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
-        let sleep = self.sessions.values().filter_map(|s| self.sleep_due_at(s)).min();
+        let sleep = self.held_sessions().filter_map(|(_, s)| self.sleep_due_at(s)).min();
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
         [sleep, sweep].into_iter().flatten().min()
@@ -330,6 +363,7 @@ impl Host {
             server_seq: self.server_seq,
             root: &self.root,
             sessions: &self.sessions,
+            held: &self.held,
             conns: &self.conns,
             chats: &self.chats,
             catalogue: &self.catalogue,
@@ -449,7 +483,7 @@ impl Host {
     }
 
     pub(crate) fn reply(&mut self, conn: ConnId, id: u64, result: serde_json::Value) {
-        self.send(conn, Outbound::Result { id, result });
+        self.send(conn, Outbound::Result { id, result: crate::effect::ResultBody::Value(result) });
     }
 
     pub(crate) fn reply_error(&mut self, conn: ConnId, id: u64, error: ahp_types::messages::JsonRpcError) {
@@ -558,4 +592,15 @@ impl Host {
         }
     }
 
+}
+
+/// Where a process's `serverSeq` starts: the wall clock in ms times 1,000.
+/// A restarted host so continues above every number the last process
+/// stamped (unless it stamped more than 1,000 envelopes per ms of its life,
+/// or the clock went back across the restart), and a client reconnecting
+/// with a `lastSeenServerSeq` from before the restart is never replayed
+/// another process's envelopes under numbers it already saw. Stays below
+/// 2^53 (exact in a JavaScript client) until the year 2255.
+fn server_seq_origin(wall: WallTime) -> u64 {
+    u64::try_from(wall.0).unwrap_or(0).saturating_mul(1000)
 }

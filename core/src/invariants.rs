@@ -30,6 +30,7 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_deadline_after_now", inv_deadline_after_now),
     ("inv_chat_index_consistent", inv_chat_index_consistent),
     ("inv_catalogue_lists_announced", inv_catalogue_lists_announced),
+    ("inv_held_index_consistent", inv_held_index_consistent),
 ];
 
 /// Runs every rule; the first violation wins.
@@ -188,6 +189,32 @@ pub fn inv_catalogue_lists_announced(view: &HostView<'_>) -> Result<(), Violatio
             Some(s) if s.announced && s.modified_at.0 == row.modified_ms => {}
             _ => return fail("inv_catalogue_lists_announced", format!("row {} is stale", row.uri)),
         }
+    }
+    // The external order lists exactly the announced external sessions.
+    let externals = view.catalogue.newest_externals(i64::MIN, usize::MAX);
+    let announced_external = view.sessions.values().filter(|s| s.announced && s.record.external).count();
+    if externals.len() != announced_external {
+        return fail("inv_catalogue_lists_announced", format!("{} external rows for {announced_external} announced external sessions", externals.len()));
+    }
+    for (ms, uri) in externals {
+        match view.sessions.get(&uri) {
+            Some(s) if s.record.external && s.modified_at.0 == ms => {}
+            _ => return fail("inv_catalogue_lists_announced", format!("external row {uri} is stale")),
+        }
+    }
+    Ok(())
+}
+
+/// The index of held sessions the per-input work walks names exactly the
+/// sessions whose state is held: a session missing from it could never
+/// sleep or be evicted (Sessions page, "Sleep and wake"), one left in it
+/// after its state went would be counted against the residency limit.
+pub fn inv_held_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    let held: std::collections::BTreeSet<&String> = view.sessions.iter().filter(|(_, s)| s.resident.is_some()).map(|(u, _)| u).collect();
+    if held.len() != view.held.len() || !view.held.iter().all(|u| held.contains(u)) {
+        let extra: Vec<_> = view.held.iter().filter(|u| !held.contains(u)).collect();
+        let missing: Vec<_> = held.iter().filter(|u| !view.held.contains(**u)).collect();
+        return fail("inv_held_index_consistent", format!("held index has extra {extra:?}, misses {missing:?}"));
     }
     Ok(())
 }

@@ -47,7 +47,7 @@ pub mod transcript;
 pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};
-pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
+pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, ResultBody, StoreCmd};
 pub use host::{Host, HostView};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};

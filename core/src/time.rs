@@ -29,18 +29,41 @@ impl WallTime {
     /// ISO-8601 / RFC 3339 text with millisecond precision, e.g.
     /// `2026-01-01T00:00:01.500Z`, the wire form of every AHP timestamp.
     pub fn to_iso(self) -> String {
-        match jiff::Timestamp::from_millisecond(self.0) {
-            Ok(ts) => format!("{}", ts.strftime("%Y-%m-%dT%H:%M:%S%.3fZ")),
-            // Outside jiff's range (years beyond +-9999): clamp to the epoch
-            // rather than emit text no client can parse.
-            Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
-        }
+        self.iso().to_string()
+    }
+
+    /// The same text as [`WallTime::to_iso`], written straight into a
+    /// formatter or serializer without a `String` of its own (a catalogue
+    /// page writes two per row).
+    pub fn iso(self) -> Iso {
+        Iso(self)
     }
 
     /// Parses an RFC 3339 timestamp back into milliseconds since the epoch;
     /// `None` when the text is not a timestamp.
     pub fn parse_iso(text: &str) -> Option<WallTime> {
         text.parse::<jiff::Timestamp>().ok().map(|ts| WallTime(ts.as_millisecond()))
+    }
+}
+
+/// A [`WallTime`] displayed (and serialized) as its ISO-8601 text with
+/// millisecond precision. Times outside jiff's range (years beyond +-9999)
+/// show as the epoch rather than text no client can parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Iso(pub WallTime);
+
+impl std::fmt::Display for Iso {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match jiff::Timestamp::from_millisecond(self.0 .0) {
+            Ok(ts) => write!(f, "{ts:.3}"),
+            Err(_) => f.write_str("1970-01-01T00:00:00.000Z"),
+        }
+    }
+}
+
+impl Serialize for Iso {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -64,5 +87,11 @@ mod tests {
         assert_eq!(t.to_iso(), "2026-01-01T00:00:01.500Z");
         assert_eq!(WallTime::parse_iso(&t.to_iso()), Some(t));
         assert_eq!(WallTime::parse_iso("yesterday"), None);
+        // Whole seconds keep their three digits; times before the epoch and
+        // beyond jiff's range stay parseable.
+        assert_eq!(WallTime(1_767_225_600_000).to_iso(), "2026-01-01T00:00:00.000Z");
+        assert_eq!(WallTime(-1).to_iso(), "1969-12-31T23:59:59.999Z");
+        assert_eq!(WallTime(i64::MAX).to_iso(), "1970-01-01T00:00:00.000Z");
+        assert_eq!(serde_json::to_string(&WallTime(1_767_225_601_007).iso()).ok().as_deref(), Some("\"2026-01-01T00:00:01.007Z\""));
     }
 }

@@ -154,3 +154,67 @@ fn a_vanished_external_transcript_goes_and_hostile_ids_are_skipped() {
     assert_eq!(notifications(&frames, "root/sessionRemoved"), ["claude:/gone"]);
 }
 
+
+fn own_row(session: &str, chat: &str, conversation: &str, modified: i64) -> ScannedRow {
+    ScannedRow {
+        conversation_id: conversation.into(),
+        session: Some(format!("ahp-session:/{session}")),
+        chat: Some(chat.into()),
+        title: format!("title of {conversation}"),
+        working_directory: None,
+        created_at: WallTime(modified - 5000),
+        modified_at: WallTime(modified),
+    }
+}
+
+#[test]
+fn every_chat_of_a_lost_session_comes_back_whatever_order_the_scan_found_them() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    // The side chat's transcript is listed before the default chat's.
+    let side = own_row("multi", "ahp-chat:/side-1", "conv-side", now - 500);
+    let default = own_row("multi", "ahp-chat:/ahp-session@multi", "ahp-session@multi", now - 1000);
+    answer_scan(&mut h, "echo", vec![side, default]);
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 1, "one session, not one per chat: {rows:?}");
+    assert_eq!(rows[0]["resource"], "ahp-session:/multi");
+    assert_eq!(rows[0]["title"], "title of ahp-session@multi", "the default chat names the session");
+    assert_eq!(rows[0]["defaultChat"], "ahp-chat:/ahp-session@multi");
+    let chats: Vec<&str> = rows[0]["chats"].as_array().expect("chats").iter().filter_map(|c| c["resource"].as_str()).collect();
+    assert!(chats.contains(&"ahp-chat:/ahp-session@multi") && chats.contains(&"ahp-chat:/side-1"), "{chats:?}");
+    // The side chat is a chat of the session: subscribing to it wakes the
+    // session and resumes both conversations.
+    let rid = h.send_request(1, "subscribe", json!({"channel": "ahp-chat:/side-1"}));
+    let cmds = h.settle();
+    let resumed: Vec<String> = cmds
+        .iter()
+        .filter_map(|(_, c)| match c {
+            ahpd_core::BackendCmd::Start { conversation_id, resume: true, .. } => Some(conversation_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(resumed.contains(&"conv-side".to_owned()) && resumed.contains(&"ahp-session@multi".to_owned()), "{resumed:?}");
+    assert!(h.take_reply(1, rid).expect("reply")["result"]["snapshot"].is_object());
+}
+
+#[test]
+fn a_scan_answering_after_a_dispose_does_not_bring_the_session_back() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![]);
+    let (uri, chat) = h.create(1, "gone");
+    h.start_turn(1, &chat, 1, "t1", "hello");
+    h.agent_reply(&chat, "t1", "hi");
+    // A listing long after the first pass starts another scan; the session
+    // is disposed while that scan is still out.
+    h.advance(10 * 60 * 1000);
+    h.list(1);
+    let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    h.settle();
+    assert!(h.take_reply(1, rid).expect("dispose reply")["error"].is_null());
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![own_row("gone", &chat, "ahp-session@gone", now - 1000)]);
+    assert!(h.list(1).is_empty(), "the disposed session stays gone");
+}

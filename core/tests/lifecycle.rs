@@ -176,3 +176,54 @@ fn a_turn_is_echoed_only_after_its_store_write_is_durable() {
     assert!(f[0]["params"]["rejectionReason"].as_str().unwrap_or("").contains("disk full"));
     assert!(h.backend_cmds().is_empty(), "a turn that was not saved never reaches the agent");
 }
+
+/// Makes every pending store write durable and returns the records
+/// written, as a restarted host would read them.
+fn stored_records(h: &mut Harness) -> Vec<ahpd_core::SessionRecord> {
+    let mut latest = std::collections::BTreeMap::new();
+    loop {
+        let ops = h.store_ops();
+        if ops.is_empty() {
+            return latest.into_values().collect();
+        }
+        for (op, cmd) in ops {
+            if let ahpd_core::StoreCmd::Put { record } = cmd {
+                latest.insert(record.key.clone(), *record);
+            }
+            h.done(op, ahpd_core::Outcome::Ok);
+        }
+    }
+}
+
+#[test]
+fn a_restarted_host_numbers_its_envelopes_above_the_last_process_and_a_reconnect_gets_snapshots() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "s1");
+    let r = h.request(1, "subscribe", json!({"channel": chat}));
+    assert!(r["result"]["snapshot"].is_object(), "{r}");
+    h.dispatch(1, &chat, 1, json!({
+        "type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "hi", "origin": {"kind": "user"}}
+    }));
+    let records = stored_records(&mut h);
+    h.settle();
+    h.agent_reply(&chat, "t1", "hello");
+    let frames = h.frames(1);
+    let last_seen = frames
+        .iter()
+        .filter_map(|f| f["params"]["serverSeq"].as_u64())
+        .max()
+        .expect("the client saw envelopes");
+    // The daemon restarts a second later from what the store holds.
+    let mut now = h.now;
+    now.wall.0 += 1000;
+    let mut h2 = Harness::with_records_at(Config::default(), records, now);
+    h2.input(ahpd_core::Input::Connected { conn: ahpd_core::ConnId(1) });
+    let r = h2.request(1, "reconnect", json!({
+        "channel": "ahp-root://", "clientId": "c1", "lastSeenServerSeq": last_seen, "subscriptions": ["ahp-root://", uri]
+    }));
+    assert_eq!(r["result"]["type"], "snapshot", "another process's envelopes are never replayed: {r}");
+    let seqs: Vec<u64> = r["result"]["snapshots"].as_array().expect("snapshots").iter().filter_map(|s| s["fromSeq"].as_u64()).collect();
+    assert!(!seqs.is_empty() && seqs.iter().all(|s| *s > last_seen), "new numbers start above the old ones: {seqs:?} vs {last_seen}");
+}

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod agents;
 mod cli;
 mod driver;
 mod exec;
@@ -136,6 +137,10 @@ struct ServeArgs {
     /// [default: text].
     #[arg(long, env = "AHPD_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// An ACP agent clients may name as `provider`: NAME='command args'
+    /// (repeatable; replaces the config file's `[agents.NAME]`).
+    #[arg(long = "agent", value_name = "NAME=COMMAND")]
+    agent: Vec<String>,
     /// Largest frame decoded, in bytes.
     #[arg(long, env = "AHPD_LIMIT_FRAME_MAX_BYTES", value_name = "BYTES")]
     limit_frame_max_bytes: Option<usize>,
@@ -172,6 +177,7 @@ impl ServeArgs {
             users: self.users,
             policy: self.policy,
             log_format: self.log_format,
+            agents: self.agent,
             limits: settings::FileLimits {
                 frame_max_bytes: self.limit_frame_max_bytes,
                 subscriptions_per_conn: self.limit_subscriptions_per_conn,
@@ -324,10 +330,10 @@ async fn serve(settings: Settings) -> Result<(), String> {
     for dir in [&data_dir, &sessions_dir, &echo_dir] {
         create_dir(dir)?;
     }
-    for (name, command) in &settings.agents {
-        if name != "echo" {
-            tracing::warn!(agent = %name, command = %command, "agent {name} is configured but has no executor yet; it is not offered to clients");
-        }
+    let acp_home = data_dir.join("acp");
+    create_dir(&acp_home)?;
+    for agent in &settings.agents {
+        tracing::info!(agent = %agent.name, command = %agent.command_line(), can_resume = agent.can_resume, "ACP agent offered to clients");
     }
     if let Some(root) = &settings.worktrees_root {
         tracing::info!(worktrees_root = %root.display(), "worktrees are made under this root");
@@ -345,6 +351,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         limits: settings.limits.clone(),
         users: settings.users.clone(),
         policy: settings.policy.clone(),
+        agents: std::iter::once(ahpd_core::AgentSpec::echo()).chain(settings.agents.iter().map(|a| a.spec())).collect(),
         ..Config::default()
     };
     let now = clock.now();
@@ -381,7 +388,8 @@ async fn serve(settings: Settings) -> Result<(), String> {
     };
     let backends = Backends::new(echo_dir, events.clone())
         .with_claude_projects(claude_projects)
-        .with_worktrees_root(settings.worktrees_root.clone());
+        .with_worktrees_root(settings.worktrees_root.clone())
+        .with_acp_agents(settings.agents.clone(), acp_home);
     let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     drop(events);

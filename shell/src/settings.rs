@@ -82,8 +82,10 @@ pub struct FileConfig {
     claude_projects: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_external_mode")]
     show_external_sessions: Option<ExternalMode>,
+    /// `[agents]`: `NAME = "command args"` or an `[agents.NAME]` table
+    /// (checked by [`crate::agents::from_file`]).
     #[serde(default)]
-    agents: BTreeMap<String, String>,
+    agents: BTreeMap<String, toml::Value>,
     #[serde(default)]
     limits: FileLimits,
     users: Option<PathBuf>,
@@ -175,10 +177,8 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
         *p = base.join(&*p);
     }
-    for (name, command) in &file.agents {
-        if name.trim().is_empty() || command.trim().is_empty() {
-            return Err(format!("{}: [agents]: every agent needs a name and a command", path.display()));
-        }
+    for (name, value) in &file.agents {
+        crate::agents::from_file(name, value).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok((Some(path), file))
 }
@@ -319,6 +319,8 @@ pub struct Given {
     pub policy: Option<PathBuf>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--agent NAME='command args'` flags, in order given.
+    pub agents: Vec<String>,
     /// `--limit-*` flags.
     pub limits: FileLimits,
 }
@@ -345,9 +347,10 @@ pub struct Settings {
     pub claude_projects: Option<PathBuf>,
     /// The root config's initial `showExternalSessions`.
     pub show_external_sessions: ExternalMode,
-    /// Agents by name: the command that runs each (only `echo` has an
-    /// executor today).
-    pub agents: BTreeMap<String, String>,
+    /// The ACP agents besides the built-in `echo`, in name order: the
+    /// config file's `[agents]`, each replaced by a `--agent` of the same
+    /// name.
+    pub agents: Vec<crate::exec::acp::AgentConfig>,
     /// The core's limits.
     pub limits: Limits,
     /// The users directory file, if any.
@@ -408,7 +411,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
         claude_projects: given.claude_projects.or(file.claude_projects),
         show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
-        agents: file.agents,
+        agents: crate::agents::settle(&file.agents, &given.agents)?,
         limits,
         users_file,
         users,
@@ -468,10 +471,19 @@ impl Settings {
         let _ = writeln!(o, "frames_per_second = {}", l.frames_per_second);
         let _ = writeln!(o, "frames_burst = {}", l.frames_burst);
         let _ = writeln!(o, "pending_requests_per_conn = {}", l.pending_requests_per_conn);
-        let _ = writeln!(o, "\n[agents]\n# echo is built in");
-        for (name, command) in &self.agents {
-            let note = if name == "echo" { "  # built in; the command is not used" } else { "  # no executor yet: not offered to clients" };
-            let _ = writeln!(o, "{} = {}{note}", quoted(name), quoted(command));
+        let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
+        for a in &self.agents {
+            let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");
+            let _ = writeln!(
+                o,
+                "[agents.{}]\ncommand = {}\nargs = [{args}]\ndisplay_name = {}\ndescription = {}\ncan_resume = {}\nstartup_timeout_seconds = {}",
+                quoted(&a.name),
+                quoted(&a.program),
+                quoted(&a.display_name),
+                quoted(&a.description),
+                a.can_resume,
+                a.startup_timeout_ms as f64 / 1000.0
+            );
         }
         if let Some(users) = &self.users {
             let _ = writeln!(o, "\n# users directory: {} users", users.users.len());

@@ -133,7 +133,7 @@ impl Host {
 
     /// Removes a session whose creation was refused: it never existed.
     fn forget_unborn(&mut self, session_uri: &Uri) {
-        if let Some(s) = self.sessions.remove(session_uri) {
+        if let Some(s) = self.drop_session(session_uri) {
             self.retired.insert(session_uri.clone());
             for chat in &s.record.chats {
                 self.chats.remove(&chat.resource);

@@ -156,7 +156,7 @@ impl Host {
             return;
         }
         let fresh = session.summary();
-        let Some(old) = session.sent_summary.replace(fresh.clone()) else { return };
+        let Some(old) = session.sent_summary.replace(Box::new(fresh.clone())) else { return };
         if !self.shown_to_clients(session_uri) {
             return;
         }
@@ -250,10 +250,11 @@ impl Host {
         }
         session.announced = true;
         let modified = session.modified_at.0;
+        let external = session.record.external;
         let summary = session.summary();
-        self.catalogue.insert(modified, session_uri);
+        self.catalogue.insert(modified, session_uri, external);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.sent_summary = Some(summary.clone());
+        session.sent_summary = Some(Box::new(summary.clone()));
         if !self.shown_to_clients(session_uri) {
             return;
         }
@@ -269,7 +270,7 @@ impl Host {
     /// number moved (Sessions page: "that number counts the sessions
     /// running a turn").
     pub(crate) fn recount_active(&mut self) {
-        let count = self.sessions.values().filter(|s| s.has_active_turn()).count() as i64;
+        let count = self.held_sessions().filter(|(_, s)| s.has_active_turn()).count() as i64;
         if self.root.active_sessions != Some(count) {
             let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
             self.emit(&ROOT_RESOURCE_URI.to_owned(), action, None);

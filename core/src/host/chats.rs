@@ -103,10 +103,10 @@ impl Host {
         let op = self.store_put(&session_uri);
         if let (Some(session), Some(op)) = (self.sessions.get_mut(&session_uri), op) {
             session.record = saved;
-            session.parked = Some(Parked {
+            session.parked = Some(Box::new(Parked {
                 op,
                 work: ParkedWork::CreateChat { conn, id, chat: Box::new(record), initial_message: params.initial_message.map(Box::new) },
-            });
+            }));
         }
     }
 
@@ -205,7 +205,7 @@ impl Host {
         let op = self.store_put(&session_uri);
         if let (Some(session), Some(op)) = (self.sessions.get_mut(&session_uri), op) {
             session.record = saved;
-            session.parked = Some(Parked { op, work: ParkedWork::DisposeChat { conn, id, chat: params.channel } });
+            session.parked = Some(Box::new(Parked { op, work: ParkedWork::DisposeChat { conn, id, chat: params.channel } }));
         }
     }
 

@@ -112,7 +112,7 @@ impl Host {
         };
         let can_resume = self.agent_can_resume(&provider);
         let session = Session::new(rid.clone(), record, Phase::Starting { conn, id }, Some(resident), can_resume, self.now.mono);
-        self.sessions.insert(uri.clone(), session);
+        self.add_session(uri.clone(), session);
         self.chats.insert(default_chat.clone(), uri.clone());
         let op = self.backend(
             Op::Start { session: uri.clone(), chat: default_chat.clone() },
@@ -227,7 +227,7 @@ impl Host {
             }
             return;
         }
-        let Some(session) = self.sessions.remove(uri) else { return };
+        let Some(session) = self.drop_session(uri) else { return };
         self.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {
@@ -282,10 +282,10 @@ impl Host {
                 }
                 if result.overflowed {
                     self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
-                        "listSessions without a limit answered {} rows of a larger catalogue", result.page.items.len()
+                        "listSessions without a limit answered {} rows of a larger catalogue", result.rows
                     ));
                 }
-                self.reply(conn, id, serde_json::to_value(result.page).unwrap_or_default());
+                self.send(conn, crate::effect::Outbound::Result { id, result: crate::effect::ResultBody::Encoded(result.page) });
                 self.refresh_if_stale();
             }
             Err(e) => self.reply_error(conn, id, e),

@@ -67,14 +67,21 @@ impl Host {
     }
 
     /// Which external sessions are shown now.
+    /// Reads the catalogue's own order of external rows, so it costs
+    /// O(log n) whatever the catalogue's size.
     pub(crate) fn external_filter(&self) -> ExternalFilter {
-        let externals: Vec<(WallTime, Uri)> = self
-            .sessions
-            .values()
-            .filter(|s| s.record.external && s.announced)
-            .map(|s| (s.modified_at, s.record.resource.clone()))
-            .collect();
-        ExternalFilter::new(self.external_mode(), self.now.wall, &externals, self.recent_cutoff.flatten())
+        let mode = self.external_mode();
+        let cutoff = self.recent_cutoff.flatten();
+        let externals: Vec<(WallTime, Uri)> = match mode {
+            ExternalMode::Recent => self
+                .catalogue
+                .newest_externals(ExternalFilter::recent_floor(self.now.wall, cutoff).0, 2)
+                .into_iter()
+                .map(|(ms, uri)| (WallTime(ms), uri))
+                .collect(),
+            _ => Vec::new(),
+        };
+        ExternalFilter::new(mode, self.now.wall, &externals, cutoff)
     }
 
     /// Whether root subscribers are told about this session: every session
@@ -145,7 +152,7 @@ impl Host {
         }
         let mut seen = BTreeSet::new();
         let mut skipped = 0usize;
-        for row in rows {
+        for row in default_chats_first(rows) {
             if ids::validate_conversation_id(&row.conversation_id).is_err() {
                 skipped += 1;
                 continue;
@@ -205,7 +212,7 @@ impl Host {
         }
         let can_resume = self.agent_can_resume(&record.provider);
         let session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
-        self.sessions.insert(uri.clone(), session);
+        self.add_session(uri.clone(), session);
         self.announce(&uri);
     }
 
@@ -226,15 +233,7 @@ impl Host {
             owner: None,
             scope: None,
             default_chat: chat.clone(),
-            chats: vec![ChatRecord {
-                resource: chat,
-                title: String::new(),
-                conversation_id: row.conversation_id.clone(),
-                modified_at: row.modified_at.to_iso(),
-                status: 1,
-                fresh: false,
-                senders: Default::default(),
-            }],
+            chats: vec![chat_from_row(chat, row)],
             changes: None,
             external,
             git: None,
@@ -243,18 +242,54 @@ impl Host {
 
     /// A conversation this host ran whose record the store does not hold:
     /// listed again, under the URI the backend wrote down.
+    ///
+    /// Every chat of it comes back: rows are merged default chats first (see
+    /// [`default_chats_first`]), so a later chat joins the session its
+    /// default chat made; a session whose default chat's transcript is gone
+    /// is listed with that chat under the id the host gives it. A session
+    /// or chat disposed in this process stays gone, even when a pass that
+    /// began before the dispose still found its transcript.
     fn rediscover(&mut self, provider: &str, session: &Uri, row: ScannedRow) {
         let Ok(id) = ResourceId::parse(session) else { return };
-        let default_chat = format!("ahp-chat:/{}", id.store_key());
-        let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or(default_chat);
-        if self.sessions.contains_key(&id.uri()) || self.chats.contains_key(&chat) {
+        let uri = id.uri();
+        let default_chat = default_chat_of(&id);
+        let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or_else(|| default_chat.clone());
+        if self.retired.contains(&uri) || self.retired.contains(&chat) || self.chats.contains_key(&chat) {
             return;
         }
-        let record = self.record_from_row(provider, &id, chat, &row, false);
-        let uri = id.uri();
+        if self.sessions.contains_key(&uri) {
+            return self.rediscover_chat(&uri, chat, &row);
+        }
+        let mut record = self.record_from_row(provider, &id, default_chat.clone(), &row, false);
+        if chat != default_chat {
+            record.title = String::new();
+            record.chats[0].conversation_id = id.store_key();
+            record.chats.push(chat_from_row(chat, &row));
+        }
         self.insert_listed(record, id);
         self.store_put(&uri);
         self.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
+    }
+
+    /// One more chat of a session this host ran, found in its backend's
+    /// transcripts after the session itself was listed again: it joins the
+    /// session (asleep, as every rediscovered session is).
+    fn rediscover_chat(&mut self, uri: &Uri, chat: Uri, row: &ScannedRow) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        if session.record.external || session.resident.is_some() || session.phase != Phase::Asleep {
+            return;
+        }
+        session.record.chats.push(chat_from_row(chat.clone(), row));
+        let was = session.modified_at;
+        session.modified_at = session.modified_at.max(row.modified_at);
+        session.record.modified_at = session.modified_at.to_iso();
+        let (now, announced) = (session.modified_at, session.announced);
+        self.chats.insert(chat, uri.clone());
+        if announced {
+            self.catalogue.moved(was.0, now.0, uri);
+        }
+        self.store_put(uri);
+        self.summary_changed(uri);
     }
 
     /// A conversation a CLI wrote outside this host: listed as external
@@ -273,7 +308,7 @@ impl Host {
     /// subscribers that were shown it.
     fn forget_listed(&mut self, uri: &Uri) {
         let shown = self.shown_to_clients(uri);
-        let Some(session) = self.sessions.remove(uri) else { return };
+        let Some(session) = self.drop_session(uri) else { return };
         if session.announced {
             self.catalogue.remove(session.modified_at.0, uri);
         }
@@ -296,9 +331,11 @@ impl Host {
             return;
         }
         session.record.external = false;
+        let modified = session.modified_at.0;
         let summary = session.summary();
-        session.sent_summary = Some(summary.clone());
+        session.sent_summary = Some(Box::new(summary.clone()));
         self.store_put(uri);
+        self.catalogue.adopted(modified, uri);
         if !was_shown {
             let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
             self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
@@ -344,7 +381,7 @@ impl Host {
                     added += 1;
                     let Some(session) = self.sessions.get_mut(&uri) else { continue };
                     let summary = session.summary();
-                    session.sent_summary = Some(summary.clone());
+                    session.sent_summary = Some(Box::new(summary.clone()));
                     let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
                     self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
                 }
@@ -360,4 +397,37 @@ impl Host {
             "{} now: {added} external sessions shown, {removed} no longer shown", self.external_mode().name()
         ));
     }
+}
+
+/// The URI of a session's default chat: the host names it after the
+/// session's store key when the session is created.
+fn default_chat_of(id: &ResourceId) -> Uri {
+    format!("ahp-chat:/{}", id.store_key())
+}
+
+/// A chat's record as a scan row describes it.
+fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
+    ChatRecord {
+        resource: chat,
+        title: String::new(),
+        conversation_id: row.conversation_id.clone(),
+        modified_at: row.modified_at.to_iso(),
+        status: 1,
+        fresh: false,
+        senders: Default::default(),
+    }
+}
+
+/// The rows in merge order: every row that names no chat or its session's
+/// default chat first, then the rest, each group in the order given (a
+/// stable partition), so a session's default chat is listed before its
+/// other chats join it.
+fn default_chats_first(rows: Vec<ScannedRow>) -> Vec<ScannedRow> {
+    let is_default = |r: &ScannedRow| match (&r.session, &r.chat) {
+        (_, None) | (None, _) => true,
+        (Some(s), Some(c)) => ResourceId::parse(s).is_ok_and(|id| default_chat_of(&id) == *c),
+    };
+    let (mut first, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(is_default);
+    first.extend(rest);
+    first
 }

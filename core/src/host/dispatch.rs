@@ -180,7 +180,7 @@ impl Host {
                     // write is durable; the store holds the new ones.
                     session.record = saved;
                     if let Some(op) = op {
-                        session.parked = Some(Parked { op, work: ParkedWork::Action(q) });
+                        session.parked = Some(Box::new(Parked { op, work: ParkedWork::Action(q) }));
                     }
                 }
             }

@@ -34,8 +34,7 @@ impl Host {
     pub(crate) fn fire_due(&mut self) {
         let now = self.now.mono;
         let due: Vec<Uri> = self
-            .sessions
-            .iter()
+            .held_sessions()
             .filter(|(_, s)| self.sleep_due_at(s).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
@@ -94,7 +93,7 @@ impl Host {
 
     /// Sessions that count against the limit: state held and something said.
     pub(crate) fn resident_count(&self) -> usize {
-        self.sessions.values().filter(|s| s.resident.is_some() && s.has_turns()).count()
+        self.held_sessions().filter(|(_, s)| s.has_turns()).count()
     }
 
     /// Applies the residency limit: archived sessions go at once, then the
@@ -105,8 +104,7 @@ impl Host {
             return;
         }
         let archived: Vec<Uri> = self
-            .sessions
-            .iter()
+            .held_sessions()
             .filter(|(_, s)| s.record.is_archived && self.evictable(s))
             .map(|(u, _)| u.clone())
             .collect();
@@ -115,8 +113,7 @@ impl Host {
         }
         while self.resident_count() > self.config.residency_limit {
             let victim = self
-                .sessions
-                .iter()
+                .held_sessions()
                 .filter(|(_, s)| self.evictable(s))
                 .min_by(|(ua, a), (ub, b)| (a.last_used, ua).cmp(&(b.last_used, ub)))
                 .map(|(u, _)| u.clone());
@@ -134,6 +131,7 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(uri) {
             s.resident = None;
         }
+        self.held.remove(uri);
         self.stats.evictions += 1;
         self.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
     }
@@ -211,15 +209,16 @@ impl Host {
                 .collect();
             let lifecycle = if session.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
             let state = session_state(&session.record, lifecycle, chats.iter().map(chat_summary).collect());
-            session.resident = Some(Resident {
+            session.resident = Some(Box::new(Resident {
                 session: state,
                 chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
                 turn_started_mono: Default::default(),
                 born_seq: self.server_seq,
-            });
+            }));
         }
         session.wake_history.clear();
         let pending = std::mem::take(&mut session.pending_sends);
+        self.held.insert(uri.clone());
         self.set_phase(uri, Phase::Live);
         if let Some(s) = self.sessions.get_mut(uri) {
             s.start_owed = false;

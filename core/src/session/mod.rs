@@ -2,6 +2,7 @@
 //! it holds in memory while resident, its agents, and what waits on it.
 
 pub mod lifecycle;
+pub mod row;
 pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -139,13 +140,14 @@ pub struct Session {
     pub announced: bool,
     /// The row last announced to root subscribers, for
     /// `root/sessionSummaryChanged` deltas.
-    pub sent_summary: Option<SessionSummary>,
+    pub sent_summary: Option<Box<SessionSummary>>,
     /// Whether its creation failed and its start is owed to the next send.
     pub start_owed: bool,
     /// What the host is doing with it.
     pub phase: Phase,
-    /// The protocol state, while resident.
-    pub resident: Option<Resident>,
+    /// The protocol state, while resident (boxed: a catalogue row that is
+    /// not resident pays one pointer for it).
+    pub resident: Option<Box<Resident>>,
     /// Whether its backend can resume it (else it never sleeps).
     pub can_resume: bool,
     /// Background work the backend reported (`Session.busy()`).
@@ -168,7 +170,7 @@ pub struct Session {
     /// Requests and actions waiting for a wake.
     pub waiters: Vec<Waiter>,
     /// A client action waiting for its store write.
-    pub parked: Option<Parked>,
+    pub parked: Option<Box<Parked>>,
     /// A record write held back while `parked` is in flight: the in-memory
     /// record lacks the parked change until it is durable, so writing it
     /// then would land after the parked write and undo it on disk. It is
@@ -201,7 +203,7 @@ impl Session {
             sent_summary: None,
             start_owed: false,
             phase,
-            resident,
+            resident: resident.map(Box::new),
             can_resume,
             busy: false,
             last_activity: now,

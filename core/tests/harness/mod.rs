@@ -21,6 +21,11 @@ impl Harness {
 
     pub fn with_records(config: Config, records: Vec<ahpd_core::SessionRecord>) -> Harness {
         let now = Now { mono: MonoTime(0), wall: WallTime(1_767_225_600_000) };
+        Harness::with_records_at(config, records, now)
+    }
+
+    /// A host built from `records` at `now` (a restart at that time).
+    pub fn with_records_at(config: Config, records: Vec<ahpd_core::SessionRecord>, now: Now) -> Harness {
         Harness { host: Host::new(config, 1, records, now), now, pending: Vec::new(), next_id: 100 }
     }
 

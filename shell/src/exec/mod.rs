@@ -2,6 +2,7 @@
 //! the result back to the driver as an `Input`. They do not retry or time
 //! out by policy; they report.
 
+pub mod acp;
 pub mod backend;
 pub mod claude;
 pub mod echo;

@@ -91,6 +91,9 @@ pub enum BackendCmd {
         conversation_id: String,
         /// The folder the agent works in (the process root), if any.
         working_directory: Option<Uri>,
+        /// The session's other working directories, in order; always empty
+        /// for a backend that cannot take peers (`AgentSpec::peer_directories`).
+        peer_directories: Vec<Uri>,
         /// Resume an existing conversation rather than start a new one.
         resume: bool,
     },

@@ -154,6 +154,14 @@ struct ServeArgs {
     /// Most requests of one connection waiting for a wake at once.
     #[arg(long, env = "AHPD_LIMIT_PENDING_REQUESTS_PER_CONN", value_name = "N")]
     limit_pending_requests_per_conn: Option<usize>,
+    /// Most client connections open at once; one over it reads a -32600
+    /// error frame and is closed [default: 256].
+    #[arg(long, env = "AHPD_LIMIT_CONNECTIONS_MAX", value_name = "N")]
+    limit_connections_max: Option<usize>,
+    /// Most bytes queued for one client that it has not read; a client over
+    /// it is dropped [default: 8388608].
+    #[arg(long, env = "AHPD_LIMIT_OUTGOING_BUFFER_MAX_BYTES", value_name = "BYTES")]
+    limit_outgoing_buffer_max_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -179,6 +187,8 @@ impl ServeArgs {
                 frames_per_second: self.limit_frames_per_second,
                 frames_burst: self.limit_frames_burst,
                 pending_requests_per_conn: self.limit_pending_requests_per_conn,
+                connections_max: self.limit_connections_max,
+                outgoing_buffer_max_bytes: self.limit_outgoing_buffer_max_bytes,
             },
         }
     }
@@ -380,7 +390,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         StoreKind::Memory => Store::memory(events.clone()),
     };
     let backends = Backends::new(echo_dir, events.clone()).with_claude_projects(claude_projects);
-    let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
+    let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     drop(events);
 

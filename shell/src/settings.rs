@@ -66,6 +66,11 @@ pub struct FileLimits {
     pub frames_burst: Option<u32>,
     /// Most requests of one connection waiting for a wake at once.
     pub pending_requests_per_conn: Option<usize>,
+    /// Most client connections open at once.
+    pub connections_max: Option<usize>,
+    /// Most bytes queued for one client that it has not read; over it the
+    /// client is dropped.
+    pub outgoing_buffer_max_bytes: Option<usize>,
 }
 
 /// The config file as written; every key optional.
@@ -390,9 +395,11 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         frames_per_second: g.frames_per_second.or(f.frames_per_second).unwrap_or(d.frames_per_second),
         frames_burst: g.frames_burst.or(f.frames_burst).unwrap_or(d.frames_burst),
         pending_requests_per_conn: g.pending_requests_per_conn.or(f.pending_requests_per_conn).unwrap_or(d.pending_requests_per_conn),
+        connections_max: g.connections_max.or(f.connections_max).unwrap_or(d.connections_max),
+        outgoing_buffer_max_bytes: g.outgoing_buffer_max_bytes.or(f.outgoing_buffer_max_bytes).unwrap_or(d.outgoing_buffer_max_bytes),
     };
-    if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 {
-        return Err("limits: frame_max_bytes and frames_per_second must be above 0".to_owned());
+    if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 || limits.connections_max == 0 || limits.outgoing_buffer_max_bytes == 0 {
+        return Err("limits: frame_max_bytes, frames_per_second, connections_max and outgoing_buffer_max_bytes must be above 0".to_owned());
     }
     let users_file = given.users.or(file.users);
     let users = users_file.as_deref().map(load_users).transpose()?;
@@ -468,6 +475,8 @@ impl Settings {
         let _ = writeln!(o, "frames_per_second = {}", l.frames_per_second);
         let _ = writeln!(o, "frames_burst = {}", l.frames_burst);
         let _ = writeln!(o, "pending_requests_per_conn = {}", l.pending_requests_per_conn);
+        let _ = writeln!(o, "connections_max = {}", l.connections_max);
+        let _ = writeln!(o, "outgoing_buffer_max_bytes = {}", l.outgoing_buffer_max_bytes);
         let _ = writeln!(o, "\n[agents]\n# echo is built in");
         for (name, command) in &self.agents {
             let note = if name == "echo" { "  # built in; the command is not used" } else { "  # no executor yet: not offered to clients" };

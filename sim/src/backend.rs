@@ -141,7 +141,7 @@ impl Backend {
     pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
         let latency = cx.world.exp_ms(cx.options.backend_ms);
         match command {
-            BackendCmd::Start { session, conversation_id, resume, working_directory } => {
+            BackendCmd::Start { session, conversation_id, resume, working_directory, .. } => {
                 let known_provider = provider == "echo" || (provider == "oneshot" && cx.options.non_resumable_agent);
                 let fail = !known_provider
                     || if resume { cx.faults_rng.chance(cx.faults.resume_fail) } else { cx.faults_rng.chance(cx.faults.start_fail) };

@@ -114,12 +114,8 @@ impl Host {
             self.evict(&uri);
         }
         while self.resident_count() > self.config.residency_limit {
-            let victim = self
-                .sessions
-                .iter()
-                .filter(|(_, s)| self.evictable(s))
-                .min_by(|(ua, a), (ub, b)| (a.last_used, ua).cmp(&(b.last_used, ub)))
-                .map(|(u, _)| u.clone());
+            let candidates = self.sessions.iter().filter(|(_, s)| self.evictable(s)).map(|(u, s)| (u, s.last_used));
+            let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
                 Some(uri) => self.evict(&uri),
                 None => break,
@@ -149,6 +145,7 @@ impl Host {
         let provider = session.record.provider.clone();
         let owed = session.start_owed;
         let working_directory = session.record.working_directories.first().cloned();
+        let peer_directories = self.peers_for(session);
         let chats: Vec<(Uri, String, bool)> = session
             .record
             .chats
@@ -162,7 +159,13 @@ impl Host {
                 Op::Start { session: uri.clone(), chat: chat.clone() },
                 provider.clone(),
                 chat,
-                BackendCmd::Start { session: uri.clone(), conversation_id, working_directory: working_directory.clone(), resume },
+                BackendCmd::Start {
+                    session: uri.clone(),
+                    conversation_id,
+                    working_directory: working_directory.clone(),
+                    peer_directories: peer_directories.clone(),
+                    resume,
+                },
             );
             ops.insert(op);
         }

@@ -167,7 +167,7 @@ impl Actor {
 
     async fn command(&mut self, command: BackendCmd) -> Outcome {
         match command {
-            BackendCmd::Start { conversation_id, working_directory, resume, session } => {
+            BackendCmd::Start { conversation_id, working_directory, resume, session, .. } => {
                 self.stop_turn(false).await;
                 self.agent = None;
                 if !fsutil::is_safe_component(&conversation_id) {

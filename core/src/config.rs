@@ -70,6 +70,12 @@ pub struct Config {
     /// The host secret that authenticates paging cursors (decisions.md, 4),
     /// kept in the data dir by the shell so cursors outlive restarts.
     pub cursor_secret: Vec<u8>,
+    /// Lowercase hex SHA-256 of the host's own token (the shell keeps the
+    /// token in `<data-dir>/host-token`, mode 0600): a connection that
+    /// authenticates with it is this host itself, `root:<host_name>`
+    /// (issue 7). `None`: no connection can be root.
+    #[serde(default)]
+    pub host_token_sha256: Option<String>,
     /// The users directory, or `None` for a single-user host that has
     /// nobody to name: no owners recorded, nobody refused (Sessions page,
     /// "Whose it is").
@@ -162,6 +168,7 @@ impl Default for Config {
             list_default_max: 1000,
             turns_page_len: 50,
             cursor_secret: b"ahpd-default-cursor-secret".to_vec(),
+            host_token_sha256: None,
             users: None,
             external_sources: Vec::new(),
             scan_interval_ms: 30_000,

@@ -217,7 +217,7 @@ mod owner_filter {
             limit in 1i64..5,
         ) {
             let mut h = Harness::new(Config {
-                users: Some(UsersDirectory { users: vec![user("me"), user("other")] }),
+                users: Some(UsersDirectory { users: vec![user("me"), user("other")], plugins: Vec::new() }),
                 residency_limit: 0,
                 ..Config::default()
             });

@@ -88,14 +88,11 @@ impl Clock {
     }
 
     /// Monotonic ms since start, and wall-clock ms since the Unix epoch (0
-    /// when the system clock reads before 1970).
+    /// when the system clock reads before 1970), shifted by
+    /// [`wall_offset_ms`].
     pub fn now(&self) -> Now {
         let mono = MonoTime(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Now { mono, wall: WallTime(wall) }
+        Now { mono, wall: WallTime(wall_ms()) }
     }
 
     /// The instant monotonic time `t` falls on.
@@ -103,6 +100,24 @@ impl Clock {
         let at = self.start.checked_add(Duration::from_millis(t.0)).unwrap_or_else(|| self.start + Duration::from_secs(86_400 * 365));
         tokio::time::Instant::from_std(at)
     }
+}
+
+/// For tests only: `AHPD_TEST_WALL_OFFSET_MS` (a signed number of ms, read
+/// once) shifts the daemon's wall clock, so an end-to-end test can show
+/// what a wall clock set back (or forward) does without changing the
+/// machine's clock. Unset or unparsable: 0. The monotonic clock is never
+/// shifted. Not a setting: do not use it to run a real host.
+pub fn wall_offset_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| std::env::var("AHPD_TEST_WALL_OFFSET_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+}
+
+/// Wall-clock ms since the Unix epoch (0 before 1970), shifted by
+/// [`wall_offset_ms`]; every wall-clock reading of the daemon goes through
+/// here.
+pub fn wall_ms() -> i64 {
+    let real = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0);
+    real.saturating_add(wall_offset_ms())
 }
 
 /// Everything the loop drives.

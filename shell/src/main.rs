@@ -315,6 +315,29 @@ fn cursor_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
     Ok(secret)
 }
 
+/// The host's own token, `<data-dir>/host-token` (64 hex digits, mode
+/// 0600), made on first start. A local program that can read it (the
+/// daemon's own user) proves it is this host and authenticates as
+/// `root:<host>`, with `authenticate` or an `Authorization: Bearer` header
+/// (docs/USER-GUIDE.md). Returns its SHA-256 for the core; the token itself
+/// never leaves this function.
+fn host_token_hash(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join("host-token");
+    let token = match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => text.trim().to_owned(),
+        Ok(_) => return Err(format!("{} is empty; delete it to make a new one", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let token: String = fsutil::random_bytes(32).iter().map(|b| format!("{b:02x}")).collect();
+            fsutil::write_durable(data_dir, "host-token", token.as_bytes(), Some(0o600))
+                .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+            tracing::info!(file = %path.display(), "created the host token (root:<host> for local tools)");
+            token
+        }
+        Err(e) => return Err(format!("could not read {}: {e}", path.display())),
+    };
+    Ok(ahpd_core::grants::token_hash(&token))
+}
+
 /// This machine's name for `serverInfo` and `root:<host>` owners.
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -350,6 +373,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         sleep_after_ms: (settings.sleep_after_minutes * 60_000.0).round() as u64,
         residency_limit: settings.residency_limit,
         cursor_secret: cursor_secret(&data_dir)?,
+        host_token_sha256: Some(host_token_hash(&data_dir)?),
         external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
         show_external_sessions: settings.show_external_sessions,
         limits: settings.limits.clone(),

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ahpd_core::external::ExternalMode;
-use ahpd_core::grants::{Membership, Role, User, UsersDirectory};
+use ahpd_core::grants::{Membership, Plugin, Role, User, UsersDirectory};
 use ahpd_core::policy::{Effect, Policy, Rule};
 use ahpd_core::Limits;
 use serde::{Deserialize, Deserializer};
@@ -193,6 +193,16 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
 struct UsersFile {
     #[serde(default)]
     users: Vec<UserEntry>,
+    #[serde(default)]
+    plugins: Vec<PluginEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginEntry {
+    name: String,
+    token_sha256: String,
+    role: Role,
 }
 
 #[derive(Deserialize)]
@@ -249,7 +259,25 @@ pub fn load_users(path: &Path) -> Result<UsersDirectory, String> {
             memberships: u.memberships.into_iter().map(|m| Membership { team: m.team, project: m.project, primary: m.primary }).collect(),
         });
     }
-    Ok(UsersDirectory { users })
+    let mut plugins: Vec<Plugin> = Vec::with_capacity(file.plugins.len());
+    for p in file.plugins {
+        let at = |m: &str| format!("{}: plugin {:?}: {m}", path.display(), p.name);
+        if p.name.is_empty() || p.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(at("the name must be non-empty, without spaces"));
+        }
+        if plugins.iter().any(|o| o.name == p.name) {
+            return Err(at("this name is listed twice"));
+        }
+        let hash = p.token_sha256.to_ascii_lowercase();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(at("token_sha256 must be 64 hex digits: the SHA-256 of the token (printf %s \"$TOKEN\" | sha256sum)"));
+        }
+        if users.iter().any(|u| u.token_sha256 == hash) || plugins.iter().any(|o| o.token_sha256 == hash) {
+            return Err(at("this token_sha256 is also another user's or plugin's; each needs its own token"));
+        }
+        plugins.push(Plugin { name: p.name, token_sha256: hash, role: p.role });
+    }
+    Ok(UsersDirectory { users, plugins })
 }
 
 #[derive(Deserialize)]

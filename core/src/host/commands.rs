@@ -154,7 +154,7 @@ impl Host {
         // "Whose it is"); a host with no users directory refuses nobody.
         if self.config.users.is_some() {
             let principal = self.conns.get(&conn).and_then(|c| c.principal.as_ref());
-            let admin = matches!(principal, Some(crate::grants::Principal::User { administrator: true, .. }));
+            let admin = principal.is_some_and(|p| p.is_administrator());
             if !admin && session.record.owner != principal.map(|p| p.owner()) {
                 self.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));

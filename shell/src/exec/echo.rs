@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use ahp::reducers::apply_action_to_chat;
 use ahp_types::actions::{
@@ -545,7 +545,7 @@ fn elapsed_ms(since: Instant) -> i64 {
 }
 
 fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+    crate::driver::wall_ms()
 }
 
 /// An empty chat the turn task applies its own actions to, so the finished

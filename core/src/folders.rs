@@ -94,11 +94,7 @@ pub fn check(list: &[Uri], action: &StateAction, peers: bool) -> Result<(), Stri
 /// (add if absent; remove; compare-and-swap with de-duplication).
 pub fn apply(list: &mut Vec<Uri>, action: &StateAction) {
     match action {
-        StateAction::SessionWorkingDirectorySet(a) => {
-            if !list.contains(&a.directory) {
-                list.push(a.directory.clone());
-            }
-        }
+        StateAction::SessionWorkingDirectorySet(a) if !list.contains(&a.directory) => list.push(a.directory.clone()),
         StateAction::SessionWorkingDirectoryRemoved(a) => list.retain(|d| *d != a.directory),
         StateAction::SessionWorkingDirectoryReplaced(a) => {
             let Some(idx) = list.iter().position(|d| *d == a.directory) else { return };

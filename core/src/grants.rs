@@ -123,6 +123,8 @@ pub enum Operation {
     ChatDraft,
     /// Rewind a chat.
     ChatTruncate,
+    /// See a session's peers in its workspace (`ahpd/listPeers`; issue 10).
+    SessionPeers,
 }
 
 impl Operation {
@@ -149,6 +151,7 @@ impl Operation {
             ChatTool => "chat:tool",
             ChatDraft => "chat:draft",
             ChatTruncate => "chat:truncate",
+            SessionPeers => "session:peers",
         }
     }
 
@@ -156,7 +159,7 @@ impl Operation {
     /// `session:list`, `session:state` and `chat:turns`); every other one is
     /// in the write group.
     pub fn is_read(self) -> bool {
-        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns)
+        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns | Operation::SessionPeers)
     }
 }
 

@@ -115,6 +115,11 @@ struct ServeArgs {
     /// are not implemented yet).
     #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
     worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry: one record per live session of
+    /// every process on this machine [default: $AHPD_HOME/active-agents,
+    /// else <data-dir>/active-agents]; an empty value turns awareness off.
+    #[arg(long, env = "AHPD_AWARENESS_DIR", value_name = "DIR", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
+    awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder, listed as external sessions
     /// (`claude:/<id>`) [default: ~/.claude/projects when it exists]; an
     /// empty value or a missing folder lists none. Only read, never written.
@@ -172,6 +177,7 @@ impl ServeArgs {
             sleep_after_minutes: self.sleep_after_minutes,
             residency_limit: self.residency_limit,
             worktrees_root: self.worktrees_root,
+            awareness_dir: self.awareness_dir,
             claude_projects: self.claude_projects,
             show_external_sessions: self.show_external_sessions,
             users: self.users,
@@ -288,6 +294,19 @@ fn default_data_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// The awareness registry directory: the one given (empty: none), else
+/// `$AHPD_HOME/active-agents`, else `<data-dir>/active-agents`.
+fn awareness_dir(given: Option<&Path>, data_dir: &Path) -> Option<PathBuf> {
+    match given {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.to_owned()),
+        None => match std::env::var_os("AHPD_HOME").filter(|v| !v.is_empty()) {
+            Some(home) => Some(PathBuf::from(home).join("active-agents")),
+            None => Some(data_dir.join("active-agents")),
+        },
+    }
+}
+
 fn create_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))
 }
@@ -339,6 +358,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         tracing::info!(worktrees_root = %root.display(), "worktrees root stored (worktrees are not implemented yet)");
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
+    let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
@@ -352,6 +372,12 @@ async fn serve(settings: Settings) -> Result<(), String> {
         users: settings.users.clone(),
         policy: settings.policy.clone(),
         agents: std::iter::once(ahpd_core::AgentSpec::echo()).chain(settings.agents.iter().map(|a| a.spec())).collect(),
+        awareness: ahpd_core::awareness::AwarenessConfig {
+            enabled: awareness_dir.is_some(),
+            pid: std::process::id(),
+            pid_start: exec::registry::own_start(),
+            ..Default::default()
+        },
         ..Config::default()
     };
     let now = clock.now();
@@ -391,6 +417,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         .with_acp_agents(settings.agents.clone(), acp_home);
     let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
+    let driver_events = events.clone();
     drop(events);
 
     let mut stdout = std::io::stdout().lock();
@@ -398,7 +425,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
-    let driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    if let Some(dir) = awareness_dir {
+        tracing::info!(dir = %dir.display(), "workspace awareness: publishing live sessions");
+        driver = driver.with_registry(exec::registry::Registry::new(dir, driver_events));
+    }
     let ended = driver.run(rx, shutdown_signal(accept)).await;
     reload.abort();
     match ended {

@@ -79,6 +79,7 @@ pub struct FileConfig {
     sleep_after_minutes: Option<f64>,
     residency_limit: Option<usize>,
     worktrees_root: Option<PathBuf>,
+    awareness_dir: Option<PathBuf>,
     claude_projects: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_external_mode")]
     show_external_sessions: Option<ExternalMode>,
@@ -173,6 +174,9 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
         if p.is_relative() {
             *p = base.join(&*p);
         }
+    }
+    if let Some(p) = file.awareness_dir.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
+        *p = base.join(&*p);
     }
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
         *p = base.join(&*p);
@@ -309,6 +313,8 @@ pub struct Given {
     pub residency_limit: Option<usize>,
     /// `--worktrees-root`.
     pub worktrees_root: Option<PathBuf>,
+    /// `--awareness-dir` (empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// `--claude-projects` (empty: none).
     pub claude_projects: Option<PathBuf>,
     /// `--show-external-sessions`.
@@ -342,6 +348,10 @@ pub struct Settings {
     pub residency_limit: usize,
     /// Where worktrees will go (accepted and stored; not used yet).
     pub worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry directory as given (`None`: the
+    /// default, `$AHPD_HOME/active-agents` or `<data-dir>/active-agents`;
+    /// empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder as given (`None`: the default
     /// lookup; empty: none).
     pub claude_projects: Option<PathBuf>,
@@ -409,6 +419,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
         residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
+        awareness_dir: given.awareness_dir.or(file.awareness_dir),
         claude_projects: given.claude_projects.or(file.claude_projects),
         show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
         agents: crate::agents::settle(&file.agents, &given.agents)?,
@@ -448,6 +459,11 @@ impl Settings {
         match &self.worktrees_root {
             Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # stored; worktrees are not implemented yet", path_str(p)); }
             None => { let _ = writeln!(o, "# worktrees_root: not set (worktrees are not implemented yet)"); }
+        }
+        match &self.awareness_dir {
+            Some(p) if p.as_os_str().is_empty() => { let _ = writeln!(o, "awareness_dir = \"\"  # workspace awareness off"); }
+            Some(p) => { let _ = writeln!(o, "awareness_dir = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# awareness_dir: default ($AHPD_HOME/active-agents, else <data_dir>/active-agents)"); }
         }
         match &self.claude_projects {
             Some(p) => { let _ = writeln!(o, "claude_projects = {}", path_str(p)); }

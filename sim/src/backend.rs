@@ -488,6 +488,7 @@ impl Backend {
             BackendEvent::Action(a) => format!("agent {}", action_name(a)),
             BackendEvent::Busy(b) => format!("agent busy={b}"),
             BackendEvent::Exited { .. } => "agent exited".to_owned(),
+            BackendEvent::Wrote { .. } => "agent wrote".to_owned(),
         };
         Some((Input::Backend { chat: chat.clone(), event }, label))
     }
@@ -547,6 +548,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Failed { .. } => "failed",
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
+        Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }
 

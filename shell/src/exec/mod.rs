@@ -8,4 +8,5 @@ pub mod claude;
 pub mod echo;
 pub mod fsutil;
 pub mod net;
+pub mod registry;
 pub mod store;

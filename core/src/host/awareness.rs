@@ -84,7 +84,7 @@ impl Host {
             return None;
         }
         let period = self.config.awareness.heartbeat_ms.max(1);
-        Some(self.awareness.last_heartbeat.map_or(self.now.mono, |t| t.plus_ms(period)))
+        self.awareness.last_heartbeat.map(|t| t.plus_ms(period))
     }
 
     /// Publishes what changed, removes what is no longer live, runs the
@@ -123,8 +123,13 @@ impl Host {
             self.awareness.warnings.remove(&uri);
             self.expose(&uri);
         }
-        if heartbeat {
+        // The heartbeat's period runs from the first publish, and stops while
+        // nothing is published.
+        if heartbeat || (self.awareness.last_heartbeat.is_none() && !self.awareness.published.is_empty()) {
             self.awareness.last_heartbeat = Some(self.now.mono);
+        }
+        if self.awareness.published.is_empty() {
+            self.awareness.last_heartbeat = None;
         }
         if changed || heartbeat {
             self.request_scan();

@@ -98,7 +98,7 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
         "residency_limit = 3",
         "show_external_sessions = \"last7Days\"",
         "frames_burst = 77",
-        "\"claude\" = \"claude-code-acp\"",
+        "[agents.\"claude\"]\ncommand = \"claude-code-acp\"",
         "id = \"alice\"",
         "who = \"user:bob\"",
         "token_sha256 = \"<elided>\"",

@@ -95,6 +95,9 @@ pub struct Config {
     /// role may use (default: allow everything). Replaced at run time by
     /// `Input::PolicyChanged` (SIGHUP).
     pub policy: crate::policy::Policy,
+    /// Workspace awareness (issue 10): off unless the shell turns it on.
+    #[serde(default)]
+    pub awareness: crate::awareness::AwarenessConfig,
 }
 
 /// Bounds on what one client may ask of the host; each refusal is a clear
@@ -175,6 +178,7 @@ impl Default for Config {
             show_external_sessions: crate::external::ExternalMode::None,
             limits: Limits::default(),
             policy: crate::policy::Policy::default(),
+            awareness: crate::awareness::AwarenessConfig::default(),
         }
     }
 }

@@ -157,6 +157,8 @@ pub enum Operation {
     ChatDraft,
     /// Rewind a chat.
     ChatTruncate,
+    /// See a session's peers in its workspace (`ahpd/listPeers`; issue 10).
+    SessionPeers,
 }
 
 impl Operation {
@@ -183,6 +185,7 @@ impl Operation {
             ChatTool => "chat:tool",
             ChatDraft => "chat:draft",
             ChatTruncate => "chat:truncate",
+            SessionPeers => "session:peers",
         }
     }
 
@@ -190,7 +193,7 @@ impl Operation {
     /// `session:list`, `session:state` and `chat:turns`); every other one is
     /// in the write group.
     pub fn is_read(self) -> bool {
-        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns)
+        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns | Operation::SessionPeers)
     }
 }
 

@@ -15,6 +15,7 @@
 //! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
 
 mod admission;
+mod awareness;
 mod backend;
 mod broadcast;
 mod chats;
@@ -95,6 +96,11 @@ pub enum Op {
         /// The session.
         session: Uri,
     },
+    /// A command for the awareness registry (`scan`: a registry scan).
+    Registry {
+        /// Whether it is a scan.
+        scan: bool,
+    },
 }
 
 /// Counters the simulator and `/metrics` read.
@@ -155,6 +161,8 @@ pub struct Host {
     /// (`Some(None)`: fewer than two sessions of this host's own then).
     pub(crate) recent_cutoff: Option<Option<WallTime>>,
     pub(crate) stats: Stats,
+    /// Workspace awareness (issue 10).
+    pub(crate) awareness: awareness::Awareness,
     pub(crate) effects: Vec<Effect>,
 }
 
@@ -239,6 +247,7 @@ impl Host {
             last_scan_at: None,
             recent_cutoff: None,
             stats: Stats::default(),
+            awareness: awareness::Awareness::default(),
             effects: Vec::new(),
         };
         for record in restored {
@@ -306,6 +315,7 @@ impl Host {
             Input::Tick => {}
         }
         self.fire_due();
+        self.awareness_tick();
         std::mem::take(&mut self.effects)
     }
 
@@ -316,7 +326,7 @@ impl Host {
         let sleep = self.sessions.values().filter_map(|s| self.sleep_due_at(s)).min();
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
-        [sleep, sweep].into_iter().flatten().min()
+        [sleep, sweep, self.awareness_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -378,7 +388,7 @@ impl Host {
         let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
-            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat",
+            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "ahpd/listPeers",
         ];
         if !METHODS.contains(&method) {
             return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
@@ -396,6 +406,7 @@ impl Host {
             "fetchTurns" => self.on_fetch_turns(conn, id, params),
             "createChat" => self.on_create_chat(conn, id, params),
             "disposeChat" => self.on_dispose_chat(conn, id, params),
+            "ahpd/listPeers" => self.on_list_peers(conn, id, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.reply(conn, id, serde_json::Value::Null);

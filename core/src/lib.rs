@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod awareness;
 pub mod catalogue;
 pub mod config;
 pub mod cursor;
@@ -46,7 +47,7 @@ pub mod time;
 pub mod transcript;
 
 pub use config::{AgentSpec, Config, Limits};
-pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
+pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, RegistryCmd, StoreCmd};
 pub use host::{Host, HostView};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};

@@ -141,6 +141,8 @@ pub struct Driver {
     /// Connections whose handshake `authenticate` reply is owed (and is to
     /// be swallowed).
     swallow: HashSet<ConnId>,
+    /// The workspace-awareness registry executor, if awareness is on.
+    registry: Option<crate::exec::registry::Registry>,
 }
 
 /// How the loop ended.
@@ -165,7 +167,14 @@ impl Driver {
             metrics: Metrics::default(),
             bearers: HashMap::new(),
             swallow: HashSet::new(),
+            registry: None,
         }
+    }
+
+    /// Executes `Effect::Registry` with `registry` (workspace awareness).
+    pub fn with_registry(mut self, registry: crate::exec::registry::Registry) -> Driver {
+        self.registry = Some(registry);
+        self
     }
 
     /// Runs until `shutdown` resolves (SIGINT/SIGTERM) or every event sender
@@ -228,6 +237,10 @@ impl Driver {
             Ok(()) => Ended::Clean,
             Err(_) => Ended::StoreTimedOut,
         };
+        // Remove this process's awareness records (graceful shutdown).
+        if let Some(registry) = self.registry.take() {
+            let _ = tokio::time::timeout(self.grace, registry.finish()).await;
+        }
         // Let the agents go (the echo agent keeps nothing running; dropping
         // the executors ends whatever tasks they hold).
         drop(self.backends);
@@ -303,6 +316,10 @@ impl Driver {
             Effect::Backend { op, provider, chat, command } => self.backends.execute(op, &provider, chat, command),
             Effect::Store { op, command } => self.store.submit(op, command),
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
+            Effect::Registry { op, command } => match &self.registry {
+                Some(registry) => registry.submit(op, command),
+                None => tracing::debug!(op = op.0, "registry command with no registry"),
+            },
             Effect::Log(event) => log(&event),
         }
     }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod agents;
 mod cli;
 mod driver;
 mod exec;
@@ -114,6 +115,11 @@ struct ServeArgs {
     /// are not implemented yet).
     #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
     worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry: one record per live session of
+    /// every process on this machine [default: $AHPD_HOME/active-agents,
+    /// else <data-dir>/active-agents]; an empty value turns awareness off.
+    #[arg(long, env = "AHPD_AWARENESS_DIR", value_name = "DIR", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
+    awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder, listed as external sessions
     /// (`claude:/<id>`) [default: ~/.claude/projects when it exists]; an
     /// empty value or a missing folder lists none. Only read, never written.
@@ -136,6 +142,10 @@ struct ServeArgs {
     /// [default: text].
     #[arg(long, env = "AHPD_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// An ACP agent clients may name as `provider`: NAME='command args'
+    /// (repeatable; replaces the config file's `[agents.NAME]`).
+    #[arg(long = "agent", value_name = "NAME=COMMAND")]
+    agent: Vec<String>,
     /// Largest frame decoded, in bytes.
     #[arg(long, env = "AHPD_LIMIT_FRAME_MAX_BYTES", value_name = "BYTES")]
     limit_frame_max_bytes: Option<usize>,
@@ -175,11 +185,13 @@ impl ServeArgs {
             sleep_after_minutes: self.sleep_after_minutes,
             residency_limit: self.residency_limit,
             worktrees_root: self.worktrees_root,
+            awareness_dir: self.awareness_dir,
             claude_projects: self.claude_projects,
             show_external_sessions: self.show_external_sessions,
             users: self.users,
             policy: self.policy,
             log_format: self.log_format,
+            agents: self.agent,
             limits: settings::FileLimits {
                 frame_max_bytes: self.limit_frame_max_bytes,
                 subscriptions_per_conn: self.limit_subscriptions_per_conn,
@@ -292,6 +304,19 @@ fn default_data_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// The awareness registry directory: the one given (empty: none), else
+/// `$AHPD_HOME/active-agents`, else `<data-dir>/active-agents`.
+fn awareness_dir(given: Option<&Path>, data_dir: &Path) -> Option<PathBuf> {
+    match given {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.to_owned()),
+        None => match std::env::var_os("AHPD_HOME").filter(|v| !v.is_empty()) {
+            Some(home) => Some(PathBuf::from(home).join("active-agents")),
+            None => Some(data_dir.join("active-agents")),
+        },
+    }
+}
+
 fn create_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))
 }
@@ -357,15 +382,16 @@ async fn serve(settings: Settings) -> Result<(), String> {
     for dir in [&data_dir, &sessions_dir, &echo_dir] {
         create_dir(dir)?;
     }
-    for (name, command) in &settings.agents {
-        if name != "echo" {
-            tracing::warn!(agent = %name, command = %command, "agent {name} is configured but has no executor yet; it is not offered to clients");
-        }
+    let acp_home = data_dir.join("acp");
+    create_dir(&acp_home)?;
+    for agent in &settings.agents {
+        tracing::info!(agent = %agent.name, command = %agent.command_line(), can_resume = agent.can_resume, "ACP agent offered to clients");
     }
     if let Some(root) = &settings.worktrees_root {
         tracing::info!(worktrees_root = %root.display(), "worktrees root stored (worktrees are not implemented yet)");
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
+    let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
@@ -379,6 +405,13 @@ async fn serve(settings: Settings) -> Result<(), String> {
         limits: settings.limits.clone(),
         users: settings.users.clone(),
         policy: settings.policy.clone(),
+        agents: std::iter::once(ahpd_core::AgentSpec::echo()).chain(settings.agents.iter().map(|a| a.spec())).collect(),
+        awareness: ahpd_core::awareness::AwarenessConfig {
+            enabled: awareness_dir.is_some(),
+            pid: std::process::id(),
+            pid_start: exec::registry::own_start(),
+            ..Default::default()
+        },
         ..Config::default()
     };
     let now = clock.now();
@@ -413,9 +446,12 @@ async fn serve(settings: Settings) -> Result<(), String> {
         StoreKind::File => Store::file(sessions_dir, events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
-    let backends = Backends::new(echo_dir, events.clone()).with_claude_projects(claude_projects);
+    let backends = Backends::new(echo_dir, events.clone())
+        .with_claude_projects(claude_projects)
+        .with_acp_agents(settings.agents.clone(), acp_home);
     let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
+    let driver_events = events.clone();
     drop(events);
 
     let mut stdout = std::io::stdout().lock();
@@ -423,7 +459,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
-    let driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    if let Some(dir) = awareness_dir {
+        tracing::info!(dir = %dir.display(), "workspace awareness: publishing live sessions");
+        driver = driver.with_registry(exec::registry::Registry::new(dir, driver_events));
+    }
     let ended = driver.run(rx, shutdown_signal(accept)).await;
     reload.abort();
     match ended {

@@ -84,11 +84,14 @@ pub struct FileConfig {
     sleep_after_minutes: Option<f64>,
     residency_limit: Option<usize>,
     worktrees_root: Option<PathBuf>,
+    awareness_dir: Option<PathBuf>,
     claude_projects: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_external_mode")]
     show_external_sessions: Option<ExternalMode>,
+    /// `[agents]`: `NAME = "command args"` or an `[agents.NAME]` table
+    /// (checked by [`crate::agents::from_file`]).
     #[serde(default)]
-    agents: BTreeMap<String, String>,
+    agents: BTreeMap<String, toml::Value>,
     #[serde(default)]
     limits: FileLimits,
     users: Option<PathBuf>,
@@ -177,13 +180,14 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
             *p = base.join(&*p);
         }
     }
+    if let Some(p) = file.awareness_dir.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
+        *p = base.join(&*p);
+    }
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
         *p = base.join(&*p);
     }
-    for (name, command) in &file.agents {
-        if name.trim().is_empty() || command.trim().is_empty() {
-            return Err(format!("{}: [agents]: every agent needs a name and a command", path.display()));
-        }
+    for (name, value) in &file.agents {
+        crate::agents::from_file(name, value).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok((Some(path), file))
 }
@@ -342,6 +346,8 @@ pub struct Given {
     pub residency_limit: Option<usize>,
     /// `--worktrees-root`.
     pub worktrees_root: Option<PathBuf>,
+    /// `--awareness-dir` (empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// `--claude-projects` (empty: none).
     pub claude_projects: Option<PathBuf>,
     /// `--show-external-sessions`.
@@ -352,6 +358,8 @@ pub struct Given {
     pub policy: Option<PathBuf>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
+    /// `--agent NAME='command args'` flags, in order given.
+    pub agents: Vec<String>,
     /// `--limit-*` flags.
     pub limits: FileLimits,
 }
@@ -373,14 +381,19 @@ pub struct Settings {
     pub residency_limit: usize,
     /// Where worktrees will go (accepted and stored; not used yet).
     pub worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry directory as given (`None`: the
+    /// default, `$AHPD_HOME/active-agents` or `<data-dir>/active-agents`;
+    /// empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder as given (`None`: the default
     /// lookup; empty: none).
     pub claude_projects: Option<PathBuf>,
     /// The root config's initial `showExternalSessions`.
     pub show_external_sessions: ExternalMode,
-    /// Agents by name: the command that runs each (only `echo` has an
-    /// executor today).
-    pub agents: BTreeMap<String, String>,
+    /// The ACP agents besides the built-in `echo`, in name order: the
+    /// config file's `[agents]`, each replaced by a `--agent` of the same
+    /// name.
+    pub agents: Vec<crate::exec::acp::AgentConfig>,
     /// The core's limits.
     pub limits: Limits,
     /// The users directory file, if any.
@@ -441,9 +454,10 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
         residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
+        awareness_dir: given.awareness_dir.or(file.awareness_dir),
         claude_projects: given.claude_projects.or(file.claude_projects),
         show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
-        agents: file.agents,
+        agents: crate::agents::settle(&file.agents, &given.agents)?,
         limits,
         users_file,
         users,
@@ -481,6 +495,11 @@ impl Settings {
             Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # stored; worktrees are not implemented yet", path_str(p)); }
             None => { let _ = writeln!(o, "# worktrees_root: not set (worktrees are not implemented yet)"); }
         }
+        match &self.awareness_dir {
+            Some(p) if p.as_os_str().is_empty() => { let _ = writeln!(o, "awareness_dir = \"\"  # workspace awareness off"); }
+            Some(p) => { let _ = writeln!(o, "awareness_dir = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# awareness_dir: default ($AHPD_HOME/active-agents, else <data_dir>/active-agents)"); }
+        }
         match &self.claude_projects {
             Some(p) => { let _ = writeln!(o, "claude_projects = {}", path_str(p)); }
             None => { let _ = writeln!(o, "# claude_projects: default (~/.claude/projects when it exists)"); }
@@ -505,10 +524,19 @@ impl Settings {
         let _ = writeln!(o, "pending_requests_per_conn = {}", l.pending_requests_per_conn);
         let _ = writeln!(o, "connections_max = {}", l.connections_max);
         let _ = writeln!(o, "outgoing_buffer_max_bytes = {}", l.outgoing_buffer_max_bytes);
-        let _ = writeln!(o, "\n[agents]\n# echo is built in");
-        for (name, command) in &self.agents {
-            let note = if name == "echo" { "  # built in; the command is not used" } else { "  # no executor yet: not offered to clients" };
-            let _ = writeln!(o, "{} = {}{note}", quoted(name), quoted(command));
+        let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
+        for a in &self.agents {
+            let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");
+            let _ = writeln!(
+                o,
+                "[agents.{}]\ncommand = {}\nargs = [{args}]\ndisplay_name = {}\ndescription = {}\ncan_resume = {}\nstartup_timeout_seconds = {}",
+                quoted(&a.name),
+                quoted(&a.program),
+                quoted(&a.display_name),
+                quoted(&a.description),
+                a.can_resume,
+                a.startup_timeout_ms as f64 / 1000.0
+            );
         }
         if let Some(users) = &self.users {
             let _ = writeln!(o, "\n# users directory: {} users", users.users.len());

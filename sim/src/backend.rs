@@ -216,6 +216,16 @@ impl Backend {
             BackendCmd::Cancel { turn_id } => {
                 if let Some(agent) = self.agents.get_mut(chat) {
                     if agent.turn.as_ref().is_some_and(|t| t.turn_id == turn_id) {
+                        if cx.faults_rng.chance(cx.faults.stale_event) {
+                            // Output already on its way when the cancel
+                            // landed: the host must ignore it.
+                            let part_id = agent.turn.as_ref().and_then(|t| t.open_part.clone()).unwrap_or_else(|| "md-0".to_owned());
+                            let event = BackendEvent::Action(action(json!({
+                                "type": "chat/delta", "turnId": turn_id, "partId": part_id, "content": "late words. "
+                            })));
+                            let delay = cx.world.exp_ms(cx.options.backend_ms);
+                            cx.q.to_host(Some(Lane::FromChat(chat.clone())), delay, Input::Backend { chat: chat.clone(), event }, "agent late chat/delta".to_owned());
+                        }
                         let turn = agent.turn.take();
                         agent.script.retain(|s| !s.is_turn());
                         let conversation = agent.conversation.clone();
@@ -478,6 +488,7 @@ impl Backend {
             BackendEvent::Action(a) => format!("agent {}", action_name(a)),
             BackendEvent::Busy(b) => format!("agent busy={b}"),
             BackendEvent::Exited { .. } => "agent exited".to_owned(),
+            BackendEvent::Wrote { .. } => "agent wrote".to_owned(),
         };
         Some((Input::Backend { chat: chat.clone(), event }, label))
     }
@@ -537,6 +548,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Failed { .. } => "failed",
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
+        Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }
 

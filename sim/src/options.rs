@@ -31,6 +31,9 @@ pub struct Faults {
     pub store_fail: f64,
     /// A backend `Send` fails.
     pub send_fail: f64,
+    /// An agent's output for a turn is still in flight when the turn is
+    /// cancelled: one more event for the finished turn arrives.
+    pub stale_event: f64,
     /// Mean sim time between host crashes, in ms (`None` = no crashes).
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
@@ -51,6 +54,7 @@ impl Faults {
             client_disconnect: 0.0,
             store_fail: 0.0,
             send_fail: 0.0,
+            stale_event: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
         }
@@ -131,6 +135,7 @@ impl Options {
             client_disconnect: fault(&mut rng, 0.005, 0.05),
             store_fail: fault(&mut rng, 0.01, 0.2),
             send_fail: fault(&mut rng, 0.01, 0.1),
+            stale_event: fault(&mut rng, 0.1, 0.8),
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
         };
@@ -214,7 +219,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} host_crash={} wall_jump={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} host_crash={} wall_jump={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -225,6 +230,7 @@ impl fmt::Display for Options {
             p(x.client_disconnect),
             p(x.store_fail),
             p(x.send_fail),
+            p(x.stale_event),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
         )

@@ -283,7 +283,7 @@ fn bench_scan(args: &Args, runs: usize) -> Result<(), String> {
     }
     let hwm_before = status_kb("VmHWM:");
     let mut cold = true;
-    let (mut plain, mut scan) = (Vec::new(), Vec::new());
+    let (mut plain, mut scan, mut single) = (Vec::new(), Vec::new(), Vec::new());
     let mut plain_bytes = 0;
     let mut rows = 0;
     let mut big_title = String::new();
@@ -303,13 +303,31 @@ fn bench_scan(args: &Args, runs: usize) -> Result<(), String> {
             return Err(format!("passes disagree: plain saw {files} files, the scan {} ({} refused, {} unreadable)", report.files, report.refused, report.unreadable));
         }
         big_title = report.rows.iter().find(|r| r.conversation_id.starts_with("ffffffff")).map(|r| r.title.clone()).unwrap_or_default();
+        cold &= drop();
+        let t = Instant::now();
+        let report = claude::scan_on_one_thread(&generated)?;
+        single.push(t.elapsed());
+        if report.rows.len() != rows {
+            return Err(format!("the one-thread pass found {} rows, the scan {rows}", report.rows.len()));
+        }
     }
     let hwm = status_kb("VmHWM:");
-    let (p, s) = (median(plain), median(scan));
+    let spread = |xs: &[Duration]| {
+        let lo = xs.iter().min().copied().unwrap_or_default();
+        let hi = xs.iter().max().copied().unwrap_or_default();
+        format!("{:.0}..{:.0} ms", ms(lo), ms(hi))
+    };
+    let (p_spread, s_spread, one_spread) = (spread(&plain), spread(&scan), spread(&single));
+    let (p, s, one) = (median(plain), median(scan), median(single));
     println!("scan: {} passes each, page cache {}", runs, if cold { "dropped before every pass (cold)" } else { "NOT dropped (warm: --warm, or not root)" });
-    println!("scan: plain head+tail reads: {:.1} ms median ({:.1} MB read)", ms(p), plain_bytes as f64 / 1e6);
-    println!("scan: ahpd claude scan:      {:.1} ms median ({rows} rows; the big one titled {big_title:?})", ms(s));
-    println!("scan: ratio scan/plain = {:.2}x (goal <= 2x)", s.as_secs_f64() / p.as_secs_f64().max(1e-9));
+    println!("scan: plain head+tail reads:      {:.1} ms median ({p_spread}; {:.1} MB read)", ms(p), plain_bytes as f64 / 1e6);
+    println!("scan: ahpd claude scan:           {:.1} ms median ({s_spread}; {rows} rows; the big one titled {big_title:?})", ms(s));
+    println!("scan: the same, on one thread:    {:.1} ms median ({one_spread})", ms(one));
+    println!(
+        "scan: ratio scan/plain = {:.2}x (goal <= 2x); one thread/plain = {:.2}x",
+        s.as_secs_f64() / p.as_secs_f64().max(1e-9),
+        one.as_secs_f64() / p.as_secs_f64().max(1e-9)
+    );
     println!("scan: peak RSS (VmHWM) {:.1} MB (before the passes {:.1} MB; goal <= 100 MB)", hwm as f64 / 1024.0, hwm_before as f64 / 1024.0);
     if !keep {
         let _ = fs::remove_dir_all(&root);

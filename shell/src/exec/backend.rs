@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use ahp_types::Uri;
 use ahpd_core::{BackendCmd, Input, OpId, Outcome, ScannedRow};
 
+use super::acp::{Acp, AgentConfig};
 use super::claude;
 use super::echo::{self, Echo};
 use crate::driver::EventSink;
@@ -15,6 +16,7 @@ use crate::driver::EventSink;
 /// Every backend this daemon can drive, and the transcript sources it scans.
 pub struct Backends {
     echo: Echo,
+    acp: Acp,
     echo_dir: PathBuf,
     claude_projects: Option<PathBuf>,
     events: EventSink,
@@ -25,7 +27,20 @@ impl Backends {
     /// (which must exist). No external source is scanned until
     /// [`Backends::with_claude_projects`] names one.
     pub fn new(echo_dir: PathBuf, events: EventSink) -> Backends {
-        Backends { echo: Echo::new(echo_dir.clone(), events.clone()), echo_dir, claude_projects: None, events }
+        Backends {
+            echo: Echo::new(echo_dir.clone(), events.clone()),
+            acp: Acp::new(Vec::new(), echo_dir.clone(), events.clone()),
+            echo_dir,
+            claude_projects: None,
+            events,
+        }
+    }
+
+    /// Drives each of `agents` over ACP under its name; a chat with no
+    /// working directory runs its agent in `home` (which must exist).
+    pub fn with_acp_agents(mut self, agents: Vec<AgentConfig>, home: PathBuf) -> Backends {
+        self.acp = Acp::new(agents, home, self.events.clone());
+        self
     }
 
     /// Scans Claude Code's transcripts under `root` (`~/.claude/projects`)
@@ -75,6 +90,7 @@ impl Backends {
     pub fn execute(&mut self, op: OpId, provider: &str, chat: Uri, command: BackendCmd) {
         match provider {
             "echo" => self.echo.execute(op, chat, command),
+            acp if self.acp.has(acp) => self.acp.execute(op, acp, chat, command),
             other => {
                 tracing::warn!(provider = other, "no backend for provider");
                 self.events.input(Input::Done {

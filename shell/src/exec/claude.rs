@@ -20,6 +20,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::UNIX_EPOCH;
 
 use ahpd_core::transcript::{self, HEAD_BYTES, TAIL_BYTES};
@@ -49,7 +50,8 @@ pub struct ScanReport {
     /// Files the reader refused (a name that is not a safe id).
     pub refused: usize,
     /// Files that could not be opened or read (or changed identity between
-    /// listing and opening, e.g. swapped for a symlink).
+    /// listing and opening, e.g. swapped for a symlink), and slug folders
+    /// that could not be listed.
     pub unreadable: usize,
     /// Symlinks met and not followed.
     pub symlinks: usize,
@@ -57,72 +59,205 @@ pub struct ScanReport {
     pub bad_lines: u64,
 }
 
-/// Reusable read buffers, so a pass over many files allocates once.
-#[derive(Debug, Default)]
-pub struct Buffers {
-    head: Vec<u8>,
-    tail: Vec<u8>,
+/// Transcripts handed from the reader to the parser at once (one wake-up
+/// per batch rather than per file).
+const BATCH: usize = 16;
+/// Batches read ahead of the parser, at most: a pass holds at most about
+/// `(READ_AHEAD + 2) * BATCH` heads and tails (a few MB).
+const READ_AHEAD: usize = 2;
+
+/// The bounded parts of one transcript, read and waiting to be summarized.
+#[derive(Debug)]
+pub struct ReadTranscript {
+    /// The file name's stem: the conversation id, unvalidated.
+    pub stem: String,
+    /// Up to [`HEAD_BYTES`] from the start.
+    pub head: Vec<u8>,
+    /// Up to [`TAIL_BYTES`] from the end, past the head; `None` when the
+    /// file fits in the head.
+    pub tail: Option<Vec<u8>>,
+    /// The file's length when it was opened.
+    pub len: u64,
+    /// Its modification time.
+    pub mtime: WallTime,
 }
 
-/// One pass over the transcripts under `root`.
+/// What the walk hands the parser for one file.
+enum Item {
+    Read(ReadTranscript),
+    Unreadable,
+}
+
+/// One pass over the transcripts under `root`. One thread walks the tree
+/// and reads each file's bounded parts while this one summarizes them, so
+/// the parsing overlaps the reading (handed over in batches of [`BATCH`],
+/// at most [`READ_AHEAD`] batches ahead);
+/// where no thread can be started, the pass runs on this thread alone.
 ///
 /// Errors: the root itself cannot be listed. Anything wrong with one slug
 /// folder or one file is counted in the report and skipped.
 pub fn scan(root: &Path) -> Result<ScanReport, String> {
-    let mut report = ScanReport::default();
-    let mut buffers = Buffers::default();
+    scan_with(root, true)
+}
+
+/// The same pass as [`scan`] with no reader thread: each file is read and
+/// then summarized on this thread (the benchmark's comparison).
+///
+/// Errors: the root itself cannot be listed.
+#[cfg_attr(not(test), allow(dead_code))] // the benchmark's and the tests' only
+pub fn scan_on_one_thread(root: &Path) -> Result<ScanReport, String> {
+    scan_with(root, false)
+}
+
+fn scan_with(root: &Path, read_ahead: bool) -> Result<ScanReport, String> {
     let slugs = fs::read_dir(root).map_err(|e| format!("could not list {}: {e}", root.display()))?;
-    for slug in slugs.flatten() {
-        let Ok(kind) = slug.file_type() else { continue };
-        if kind.is_symlink() {
-            report.symlinks += 1;
-            continue;
-        }
-        if !kind.is_dir() {
-            continue;
-        }
-        let Ok(entries) = fs::read_dir(slug.path()) else {
-            report.unreadable += 1;
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
-                continue;
-            }
-            let Ok(kind) = entry.file_type() else { continue };
-            if kind.is_symlink() {
-                report.symlinks += 1;
-                continue;
-            }
-            if !kind.is_file() {
-                continue;
-            }
-            report.files += 1;
-            match scan_file(&path, &mut buffers) {
-                Ok(Some((row, bad_lines))) => {
-                    report.bad_lines += bad_lines;
-                    report.rows.push(row);
+    let mut report = ScanReport::default();
+    if !read_ahead {
+        let mut walk = Walk::default();
+        walk.run(slugs, &mut |path| {
+            report.take(read_item(path, Vec::new(), Vec::new()), None);
+            true
+        });
+        report.add(&walk);
+        return Ok(report);
+    }
+    let (tx, rx) = mpsc::sync_channel::<Vec<Item>>(READ_AHEAD);
+    let (free_tx, free_rx) = mpsc::channel::<(Vec<u8>, Vec<u8>)>();
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new().name("claude-scan".to_owned()).spawn_scoped(scope, move || {
+            let mut walk = Walk::default();
+            let mut batch = Vec::with_capacity(BATCH);
+            let mut open = true;
+            walk.run(slugs, &mut |path| {
+                let (head, tail) = free_rx.try_recv().unwrap_or_default();
+                batch.push(read_item(path, head, tail));
+                if batch.len() == BATCH {
+                    open = tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_ok();
                 }
-                Ok(None) => report.refused += 1,
-                Err(e) => {
-                    tracing::debug!(file = %path.display(), "claude transcript unreadable: {e}");
-                    report.unreadable += 1;
+                open
+            });
+            if open && !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            walk
+        });
+        match reader {
+            Ok(reader) => {
+                for item in rx.into_iter().flatten() {
+                    report.take(item, Some(&free_tx));
+                }
+                let walk = reader.join().unwrap_or_default();
+                report.add(&walk);
+            }
+            Err(e) => {
+                tracing::debug!("claude scan: no reader thread ({e}); reading and parsing on one thread");
+                // The closure that owned the walk's ends was dropped with
+                // the failed spawn: list the root again.
+                let Ok(slugs) = fs::read_dir(root) else { return };
+                let mut walk = Walk::default();
+                walk.run(slugs, &mut |path| {
+                    report.take(read_item(path, Vec::new(), Vec::new()), None);
+                    true
+                });
+                report.add(&walk);
+            }
+        }
+    });
+    Ok(report)
+}
+
+/// Reads one file for the parser; a failure is logged and counted.
+fn read_item(path: &Path, head: Vec<u8>, tail: Vec<u8>) -> Item {
+    match read_transcript(path, head, tail) {
+        Ok(read) => Item::Read(read),
+        Err(e) => {
+            tracing::debug!(file = %path.display(), "claude transcript unreadable: {e}");
+            Item::Unreadable
+        }
+    }
+}
+
+impl ScanReport {
+    /// Summarizes one file's parts into a row (or counts why not), handing
+    /// its buffers back for reuse.
+    fn take(&mut self, item: Item, free: Option<&mpsc::Sender<(Vec<u8>, Vec<u8>)>>) {
+        self.files += 1;
+        let read = match item {
+            Item::Read(read) => read,
+            Item::Unreadable => {
+                self.unreadable += 1;
+                return;
+            }
+        };
+        match row_of(&read) {
+            Some((row, bad_lines)) => {
+                self.bad_lines += bad_lines;
+                self.rows.push(row);
+            }
+            None => self.refused += 1,
+        }
+        if let Some(free) = free {
+            let _ = free.send((read.head, read.tail.unwrap_or_default()));
+        }
+    }
+
+    fn add(&mut self, walk: &Walk) {
+        self.symlinks += walk.symlinks;
+        self.unreadable += walk.unlistable;
+    }
+}
+
+/// The walk over `<root>/<slug>/<id>.jsonl`, and what it skipped.
+#[derive(Debug, Default)]
+struct Walk {
+    symlinks: usize,
+    unlistable: usize,
+}
+
+impl Walk {
+    /// Calls `visit` with every regular `*.jsonl` file directly inside a
+    /// slug folder (a real directory directly under the root), never
+    /// following a symlink; stops when `visit` says so.
+    fn run(&mut self, slugs: fs::ReadDir, visit: &mut dyn FnMut(&Path) -> bool) {
+        for slug in slugs.flatten() {
+            let Ok(kind) = slug.file_type() else { continue };
+            if kind.is_symlink() {
+                self.symlinks += 1;
+                continue;
+            }
+            if !kind.is_dir() {
+                continue;
+            }
+            let Ok(entries) = fs::read_dir(slug.path()) else {
+                self.unlistable += 1;
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.extension().and_then(|e| e.to_str()) != Some(EXTENSION) {
+                    continue;
+                }
+                let Ok(kind) = entry.file_type() else { continue };
+                if kind.is_symlink() {
+                    self.symlinks += 1;
+                    continue;
+                }
+                if kind.is_file() && !visit(&path) {
+                    return;
                 }
             }
         }
     }
-    Ok(report)
 }
 
-/// Reads one transcript's bounded head and tail and turns them into a row,
-/// with the count of bad lines seen. `Ok(None)`: the reader refused it (its
-/// name is not a safe id).
+/// Reads one transcript's bounded parts into `head` and `tail` (reused
+/// buffers).
 ///
-/// Errors: the file cannot be opened or read, or is not the regular file the
-/// directory listing named (it was swapped, e.g. for a symlink, meanwhile).
-pub fn scan_file(path: &Path, buffers: &mut Buffers) -> io::Result<Option<(ScannedRow, u64)>> {
-    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { return Ok(None) };
+/// Errors: the file cannot be opened or read, has no UTF-8 name, or is not
+/// the regular file the directory listing named (it was swapped, e.g. for a
+/// symlink, meanwhile).
+pub fn read_transcript(path: &Path, mut head: Vec<u8>, mut tail: Vec<u8>) -> io::Result<ReadTranscript> {
+    let stem = path.file_stem().and_then(|s| s.to_str()).ok_or_else(|| io::Error::other("a name that is not UTF-8"))?;
     let listed = fs::symlink_metadata(path)?;
     if !listed.file_type().is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -133,17 +268,22 @@ pub fn scan_file(path: &Path, buffers: &mut Buffers) -> io::Result<Option<(Scann
         return Err(io::Error::other("replaced while being read"));
     }
     let len = meta.len();
-    let has_tail = read_head_tail(&mut file, len, buffers)?;
-    let tail = has_tail.then_some(buffers.tail.as_slice());
-    let Ok(summary) = transcript::summarize(stem, &buffers.head, tail, len) else { return Ok(None) };
+    let has_tail = read_head_tail(&mut file, len, &mut head, &mut tail)?;
     let mtime = meta
         .modified()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map(|d| WallTime(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
         .unwrap_or_default();
-    let created_at = summary.first_timestamp.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
-    let modified_at = summary.last_timestamp.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
+    Ok(ReadTranscript { stem: stem.to_owned(), head, tail: has_tail.then_some(tail), len, mtime })
+}
+
+/// The row for one read transcript, with the count of bad lines seen;
+/// `None` when the core's reader refuses it (its name is not a safe id).
+pub fn row_of(read: &ReadTranscript) -> Option<(ScannedRow, u64)> {
+    let summary = transcript::summarize(&read.stem, &read.head, read.tail.as_deref(), read.len).ok()?;
+    let created_at = summary.first_timestamp.as_deref().and_then(WallTime::parse_iso).unwrap_or(read.mtime);
+    let modified_at = summary.last_timestamp.as_deref().and_then(WallTime::parse_iso).unwrap_or(read.mtime);
     let row = ScannedRow {
         conversation_id: summary.session_id,
         session: None,
@@ -153,7 +293,7 @@ pub fn scan_file(path: &Path, buffers: &mut Buffers) -> io::Result<Option<(Scann
         created_at,
         modified_at,
     };
-    Ok(Some((row, summary.bad_lines)))
+    Some((row, summary.bad_lines))
 }
 
 #[cfg(unix)]
@@ -168,26 +308,26 @@ fn same_file(_: &fs::Metadata, b: &fs::Metadata) -> bool {
 }
 
 /// Reads at most [`HEAD_BYTES`] from the start of `file` (`len` bytes long)
-/// into `buffers.head` and, when the file is longer than that, the last
-/// bytes past the head, at most [`TAIL_BYTES`], into `buffers.tail`. Returns
-/// whether there is a tail. A file that shrank meanwhile gives short parts.
+/// into `head` and, when the file is longer than that, the last bytes past
+/// the head, at most [`TAIL_BYTES`], into `tail`. Returns whether there is
+/// a tail. A file that shrank meanwhile gives short parts.
 ///
 /// Errors: any read or seek error.
-pub fn read_head_tail(file: &mut File, len: u64, buffers: &mut Buffers) -> io::Result<bool> {
-    let head_len = len.min(HEAD_BYTES as u64);
-    read_up_to(file, head_len, &mut buffers.head)?;
+pub fn read_head_tail(file: &mut File, len: u64, head: &mut Vec<u8>, tail: &mut Vec<u8>) -> io::Result<bool> {
+    read_up_to(file, len.min(HEAD_BYTES as u64), head)?;
     if len <= HEAD_BYTES as u64 {
         return Ok(false);
     }
     let start = len.saturating_sub(TAIL_BYTES as u64).max(HEAD_BYTES as u64);
     file.seek(SeekFrom::Start(start))?;
-    read_up_to(file, len - start, &mut buffers.tail)?;
+    read_up_to(file, len - start, tail)?;
     Ok(true)
 }
 
 /// Replaces `buf` with up to `n` bytes read from `file`'s current position.
 fn read_up_to(file: &mut File, n: u64, buf: &mut Vec<u8>) -> io::Result<()> {
     buf.clear();
+    buf.reserve(usize::try_from(n).unwrap_or(0));
     file.take(n).read_to_end(buf)?;
     Ok(())
 }
@@ -275,6 +415,28 @@ mod tests {
     }
 
     #[test]
+    fn the_read_ahead_pass_and_the_one_thread_pass_agree() {
+        let root = tempfile::tempdir().expect("tempdir");
+        for n in 0..(3 * BATCH + 5) {
+            let slug = root.path().join(format!("-w-{}", n % 4));
+            fs::create_dir_all(&slug).expect("mkdir");
+            let line = format!(r#"{{"type":"user","cwd":"/w/{n}","timestamp":"2026-01-01T00:00:00Z","message":{{"content":"task {n}"}}}}"#);
+            write(&slug.join(format!("id-{n}.jsonl")), &format!("{line}\n"));
+        }
+        write(&root.path().join("-w-0").join("bad name!.jsonl"), "{}\n");
+        let key = |r: &ScannedRow| (r.conversation_id.clone(), r.title.clone(), r.working_directory.clone());
+        let mut ahead: Vec<_> = scan(root.path()).expect("scan").rows.iter().map(key).collect();
+        let one = scan_on_one_thread(root.path()).expect("scan");
+        let mut single: Vec<_> = one.rows.iter().map(key).collect();
+        ahead.sort();
+        single.sort();
+        assert_eq!(ahead.len(), 3 * BATCH + 5);
+        assert_eq!(ahead, single);
+        assert_eq!((one.files, one.refused), (3 * BATCH + 6, 1));
+        assert!(ahead.contains(&("id-7".to_owned(), "task 7".to_owned(), Some("file:///w/7".to_owned()))));
+    }
+
+    #[test]
     fn a_file_longer_than_the_head_is_read_in_two_bounded_parts() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("big.jsonl");
@@ -285,10 +447,11 @@ mod tests {
         }
         text.push_str("{\"type\":\"custom-title\",\"customTitle\":\"Named\"}\n");
         write(&path, &text);
-        let mut buffers = Buffers::default();
-        let (row, _) = scan_file(&path, &mut buffers).expect("read").expect("a row");
+        let read = read_transcript(&path, Vec::new(), Vec::new()).expect("read");
+        assert!(read.head.len() <= HEAD_BYTES && read.tail.as_ref().is_some_and(|t| t.len() <= TAIL_BYTES));
+        assert_eq!(read.head.len() + read.tail.as_ref().map_or(0, Vec::len), HEAD_BYTES + TAIL_BYTES);
+        let (row, _) = row_of(&read).expect("a row");
         assert_eq!(row.title, "Named");
-        assert!(buffers.head.len() <= HEAD_BYTES && buffers.tail.len() <= TAIL_BYTES);
         // An mtime stands in for missing timestamps.
         assert!(row.modified_at.0 > 0);
     }

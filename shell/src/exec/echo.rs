@@ -27,6 +27,13 @@
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
+//! - `/write <relative path>`: a `write_file` tool call that declares the
+//!   path it writes (`_meta["ahpd.writes"]`, workspace awareness) and waits
+//!   for the host's word (`ConfirmTool`): approved, it writes a line to that
+//!   file under the chat's working directory, reports it
+//!   (`BackendEvent::Wrote`, the session's claim) and completes; denied, the
+//!   reply is `Echo: tool denied`. A path that is absolute, names `..`, or
+//!   a chat with no working directory gets `Echo: cannot write: ...`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -282,6 +289,7 @@ impl Actor {
             actor: me,
             scratch: scratch.clone(),
             started,
+            workdir: agent.header.working_directory.as_deref().and_then(ahpd_core::awareness::uri_to_path).map(PathBuf::from),
         };
         let task = tokio::spawn(ctx.run(directive, confirm_rx));
         agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
@@ -334,6 +342,8 @@ struct TurnCtx {
     actor: mpsc::UnboundedSender<ChatMsg>,
     scratch: Arc<Mutex<ChatState>>,
     started: Instant,
+    /// The chat's working directory, if any (for `/write`).
+    workdir: Option<PathBuf>,
 }
 
 impl TurnCtx {
@@ -378,6 +388,7 @@ impl TurnCtx {
                 let _ = self.actor.send(ChatMsg::Crashed { turn_id: self.turn_id.clone() });
                 self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
             }
+            Directive::Write => self.write_file(confirm).await,
             Directive::Approve => {
                 let tool_call_id = format!("{}.tool", self.turn_id);
                 self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
@@ -428,6 +439,75 @@ impl TurnCtx {
                 self.complete().await;
             }
         }
+    }
+
+    /// `/write <path>`: a declared write that waits for the host's word.
+    async fn write_file(&self, confirm: oneshot::Receiver<bool>) {
+        let rel = self.text.split_whitespace().nth(1).unwrap_or_default().to_owned();
+        let target = match write_target(self.workdir.as_deref(), &rel) {
+            Ok(t) => t,
+            Err(message) => {
+                self.stream(&format!("Echo: cannot write: {message}"), CHUNK_DELAY_MS).await;
+                return self.complete().await;
+            }
+        };
+        let tool_call_id = format!("{}.write", self.turn_id);
+        let mut meta = serde_json::Map::new();
+        meta.insert(ahpd_core::awareness::WRITES_META_KEY.to_owned(), serde_json::json!([target.display().to_string()]));
+        self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: None,
+            tool_name: "write_file".to_owned(),
+            display_name: "Write file".to_owned(),
+            intention: Some(format!("Write {rel}")),
+            contributor: None,
+        }));
+        self.emit(StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: Some(meta),
+            contributor: None,
+            intention: None,
+            invocation_message: StringOrMarkdown::Plain(format!("Write {rel}")),
+            tool_input: None,
+            confirmation_title: None,
+            risk_assessment: None,
+            edits: None,
+            editable: None,
+            confirmed: Some(ahp_types::state::ToolCallConfirmationReason::NotNeeded),
+            options: None,
+        }));
+        let Ok(approved) = confirm.await else { return };
+        if !approved {
+            self.stream("Echo: tool denied", CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+            return self.complete().await;
+        }
+        let written = match self.workdir.as_deref() {
+            Some(workdir) => write_line(workdir, &target).await,
+            None => Err("the chat has no working directory".to_owned()),
+        };
+        if written.is_ok() {
+            self.event(BackendEvent::Wrote { paths: vec![target.display().to_string()] });
+        }
+        self.emit(StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id,
+            meta: None,
+            result: ToolCallResult {
+                success: written.is_ok(),
+                past_tense_message: StringOrMarkdown::Plain(match &written {
+                    Ok(()) => format!("Wrote {rel}"),
+                    Err(e) => format!("Could not write {rel}: {e}"),
+                }),
+                content: None,
+                structured_content: None,
+                error: None,
+            },
+            requires_result_confirmation: None,
+        }));
+        self.stream(&format!("Echo: wrote {rel}"), CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+        self.complete().await;
     }
 
     /// Applies `action` to the turn's own copy and sends it to the host.
@@ -495,6 +575,7 @@ enum Directive {
     Approve,
     Crash,
     Busy(u64),
+    Write,
 }
 
 impl Directive {
@@ -505,12 +586,39 @@ impl Directive {
             Some("/fail") => Directive::Fail,
             Some("/error") => Directive::Error,
             Some("/approve") => Directive::Approve,
+            Some("/write") => Directive::Write,
             Some("/crash") => Directive::Crash,
             Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
             Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
             _ => Directive::Plain,
         }
     }
+}
+
+/// Where `/write <rel>` writes: `rel` under `workdir`, made only of plain
+/// components.
+///
+/// Errors: no working directory, an empty, absolute or `..` path.
+fn write_target(workdir: Option<&Path>, rel: &str) -> Result<PathBuf, String> {
+    let workdir = workdir.ok_or("the chat has no working directory")?;
+    let path = Path::new(rel);
+    if rel.is_empty() || !path.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Err(format!("{rel:?} is not a plain relative path"));
+    }
+    Ok(workdir.join(path))
+}
+
+/// Writes one line to `target`, creating its folders; refuses a target
+/// whose folder resolves outside `workdir` (a symlink).
+async fn write_line(workdir: &Path, target: &Path) -> Result<(), String> {
+    let parent = target.parent().ok_or("no parent folder")?;
+    tokio::fs::create_dir_all(parent).await.map_err(|e| e.to_string())?;
+    let resolved = tokio::fs::canonicalize(parent).await.map_err(|e| e.to_string())?;
+    let root = tokio::fs::canonicalize(workdir).await.map_err(|e| e.to_string())?;
+    if !resolved.starts_with(&root) {
+        return Err(format!("{} resolves outside the working directory", parent.display()));
+    }
+    tokio::fs::write(target, b"written by the echo agent\n").await.map_err(|e| e.to_string())
 }
 
 /// `text` cut into at most `max` non-empty pieces on character boundaries.

@@ -2,9 +2,11 @@
 //! the result back to the driver as an `Input`. They do not retry or time
 //! out by policy; they report.
 
+pub mod acp;
 pub mod backend;
 pub mod claude;
 pub mod echo;
 pub mod fsutil;
 pub mod net;
+pub mod registry;
 pub mod store;

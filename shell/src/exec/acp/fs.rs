@@ -1,0 +1,202 @@
+//! File reads and writes an ACP agent asks of the host (`fs/read_text_file`,
+//! `fs/write_text_file`), confined to the chat's working directory, and the
+//! set of paths each chat wrote (for change counts).
+//!
+//! A path is inside the root when its canonical form is (symlinks resolved):
+//! a read resolves the file itself; a write resolves its parent folder (the
+//! file may not exist yet) and, when the file exists, the file too, so a
+//! symlink inside the root cannot point a write outside it. Relative paths
+//! are refused (ACP requires absolute paths).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ahp_types::Uri;
+
+/// Paths written by each chat's agent, shared by every chat of the backend.
+#[derive(Clone, Default)]
+pub struct Written(Arc<Mutex<HashMap<Uri, BTreeSet<PathBuf>>>>);
+
+impl Written {
+    /// The paths `chat`'s agent wrote through ACP since the daemon started,
+    /// in path order.
+    pub fn of(&self, chat: &str) -> Vec<PathBuf> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(chat).map(|s| s.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    fn record(&self, chat: &str, path: PathBuf) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.entry(chat.to_owned()).or_default().insert(path);
+    }
+
+    /// Forgets `chat` (its conversation was deleted).
+    pub fn forget(&self, chat: &str) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(chat);
+    }
+}
+
+/// One chat's view of the file system: its root and its written set.
+#[derive(Clone)]
+pub struct Confined {
+    chat: Uri,
+    root: PathBuf,
+    written: Written,
+}
+
+impl Confined {
+    /// Confines `chat`'s agent to `root` (canonicalized here).
+    ///
+    /// Errors: `root` does not exist or cannot be resolved.
+    pub fn new(chat: Uri, root: &Path, written: Written) -> Result<Confined, String> {
+        let root = std::fs::canonicalize(root).map_err(|e| format!("working directory {}: {e}", root.display()))?;
+        Ok(Confined { chat, root, written })
+    }
+
+    /// Reads a text file inside the root; `line` (1-based) and `limit`
+    /// (lines) select part of it.
+    ///
+    /// Errors: outside the root, missing, unreadable or not UTF-8.
+    pub async fn read(&self, path: &Path, line: Option<u32>, limit: Option<u32>) -> Result<String, String> {
+        let target = self.resolve_existing(path)?;
+        let text = tokio::fs::read_to_string(&target).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        if line.is_none() && limit.is_none() {
+            return Ok(text);
+        }
+        let skip = line.map(|l| l.saturating_sub(1) as usize).unwrap_or(0);
+        let take = limit.map(|l| l as usize).unwrap_or(usize::MAX);
+        Ok(text.split_inclusive('\n').skip(skip).take(take).collect())
+    }
+
+    /// Writes (creates or replaces) a text file inside the root and records
+    /// the path.
+    ///
+    /// Errors: outside the root, its folder missing, or the write failed.
+    pub async fn write(&self, path: &Path, content: &str) -> Result<(), String> {
+        let target = self.resolve_for_write(path)?;
+        tokio::fs::write(&target, content.as_bytes()).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        tracing::info!(chat = %self.chat, path = %target.display(), bytes = content.len(), "acp.fs.write: the agent wrote a file");
+        self.written.record(&self.chat, target);
+        Ok(())
+    }
+
+    fn inside(&self, resolved: &Path, asked: &Path) -> Result<(), String> {
+        if resolved.starts_with(&self.root) {
+            Ok(())
+        } else {
+            Err(format!("{} is outside the session's working directory {}", asked.display(), self.root.display()))
+        }
+    }
+
+    fn absolute<'p>(&self, path: &'p Path) -> Result<&'p Path, String> {
+        if !path.is_absolute() {
+            return Err(format!("{} is not an absolute path", path.display()));
+        }
+        if path.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(format!("{} names a parent folder (..)", path.display()));
+        }
+        Ok(path)
+    }
+
+    fn resolve_existing(&self, path: &Path) -> Result<PathBuf, String> {
+        let path = self.absolute(path)?;
+        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        self.inside(&resolved, path)?;
+        Ok(resolved)
+    }
+
+    fn resolve_for_write(&self, path: &Path) -> Result<PathBuf, String> {
+        let path = self.absolute(path)?;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(format!("{} names no file", path.display()));
+        };
+        let parent = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        self.inside(&parent, path)?;
+        let target = parent.join(name);
+        if let Ok(resolved) = std::fs::canonicalize(&target) {
+            self.inside(&resolved, path)?;
+            return Ok(resolved);
+        }
+        Ok(target)
+    }
+}
+
+/// The local path of a `file:` URI (percent-escapes decoded), or `None` for
+/// another scheme or a remote host.
+pub fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+            if let Some(b) = hex {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        Some(PathBuf::from(std::ffi::OsString::from_vec(out)))
+    }
+    #[cfg(not(unix))]
+    {
+        String::from_utf8(out).ok().map(PathBuf::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris() {
+        assert_eq!(path_of_file_uri("file:///tmp/a%20b"), Some(PathBuf::from("/tmp/a b")));
+        assert_eq!(path_of_file_uri("file://localhost/x"), Some(PathBuf::from("/x")));
+        assert_eq!(path_of_file_uri("file:///x%2"), Some(PathBuf::from("/x%2")));
+        assert_eq!(path_of_file_uri("file://host/x"), None);
+        assert_eq!(path_of_file_uri("https://x/y"), None);
+    }
+
+    #[tokio::test]
+    async fn reads_and_writes_stay_inside_the_root() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("root");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::fs::write(tmp.path().join("secret"), "no").expect("write");
+        std::fs::write(root.join("a.txt"), "1\n2\n3\n").expect("write");
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("link")).expect("symlink");
+        let written = Written::default();
+        let fs = Confined::new("ahp-chat:/c".to_owned(), &root, written.clone()).expect("root");
+        let root = std::fs::canonicalize(&root).expect("canon");
+
+        assert_eq!(fs.read(&root.join("a.txt"), None, None).await.unwrap(), "1\n2\n3\n");
+        assert_eq!(fs.read(&root.join("a.txt"), Some(2), Some(1)).await.unwrap(), "2\n");
+        assert!(fs.read(&tmp.path().join("secret"), None, None).await.unwrap_err().contains("outside"));
+        assert!(fs.read(&root.join("../secret"), None, None).await.is_err());
+        assert!(fs.read(Path::new("a.txt"), None, None).await.unwrap_err().contains("absolute"));
+        #[cfg(unix)]
+        {
+            assert!(fs.read(&root.join("link"), None, None).await.unwrap_err().contains("outside"));
+            assert!(fs.write(&root.join("link"), "x").await.unwrap_err().contains("outside"));
+        }
+        assert!(fs.write(&tmp.path().join("out.txt"), "x").await.is_err());
+        fs.write(&root.join("new.txt"), "hello").await.expect("write inside");
+        assert_eq!(std::fs::read_to_string(root.join("new.txt")).unwrap(), "hello");
+        assert_eq!(std::fs::read_to_string(tmp.path().join("secret")).unwrap(), "no");
+        assert_eq!(written.of("ahp-chat:/c"), vec![root.join("new.txt")]);
+        assert!(written.of("ahp-chat:/other").is_empty());
+    }
+}

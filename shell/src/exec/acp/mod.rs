@@ -1,0 +1,144 @@
+//! ACP backends: every configured agent (`--agent NAME='command args'` or
+//! `[agents.NAME]`) is driven over stdio with the Agent Client Protocol,
+//! through the client side of the `agent-client-protocol` crate.
+//!
+//! Each chat gets its own agent process, spawned in the session's working
+//! directory, and one actor task that takes the chat's commands in issue
+//! order (see [`chat`]). A process fault (exit, an `initialize` that never
+//! answers, garbage or a huge line on stdout) ends that chat's agent only:
+//! the daemon and every other chat keep running.
+//!
+//! The crate's futures are `Send` (5.x needs no `LocalSet`), so each
+//! connection runs as ordinary tokio tasks on the daemon's runtime.
+//!
+//! Resuming: the host asks for a resume (`Start { resume: true }`) only for
+//! providers whose config says `can_resume` (the core reads
+//! `AgentSpec.can_resume` at session creation; a backend that cannot resume
+//! never sleeps). Whether the agent really can (`loadSession` in its
+//! `initialize` answer) is known only once it runs, so the config decides;
+//! an agent that turns out not to load sessions fails the resume (the
+//! session stays asleep) and a warning says to set `can_resume = false`.
+
+pub mod chat;
+pub mod fs;
+pub mod process;
+pub mod turn;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ahp_types::Uri;
+use ahpd_core::{AgentSpec, BackendCmd, Input, OpId, Outcome};
+use tokio::sync::mpsc;
+
+use crate::driver::EventSink;
+
+/// How long an agent may take to answer `initialize`, `session/new` or
+/// `session/load` unless its config says otherwise, in ms (30 s).
+pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+
+/// One configured ACP agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// The provider id clients name in `createSession`.
+    pub name: String,
+    /// The program to run (looked up on `PATH` when it has no slash).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Shown in pickers (default: the name).
+    pub display_name: String,
+    /// One line on what it is.
+    pub description: String,
+    /// Whether sessions on it may sleep and be resumed with `session/load`.
+    pub can_resume: bool,
+    /// How long each start-up request may take, in ms.
+    pub startup_timeout_ms: u64,
+}
+
+impl AgentConfig {
+    /// What the core advertises for this agent (`RootState.agents`). Every
+    /// chat has a process of its own, so sessions may hold several chats.
+    pub fn spec(&self) -> AgentSpec {
+        AgentSpec {
+            provider: self.name.clone(),
+            display_name: self.display_name.clone(),
+            description: self.description.clone(),
+            can_resume: self.can_resume,
+            multiple_chats: true,
+            // ACP `session/new` takes one working directory: no peers.
+            peer_directories: false,
+        }
+    }
+
+    /// The command line, for logs and `config check`.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.program.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// The ACP executor: the configured agents and one actor per chat.
+pub struct Acp {
+    agents: HashMap<String, Arc<AgentConfig>>,
+    events: EventSink,
+    home: PathBuf,
+    written: fs::Written,
+    chats: HashMap<Uri, mpsc::UnboundedSender<chat::Msg>>,
+}
+
+impl Acp {
+    /// An executor for `agents`; a chat with no working directory runs in
+    /// `home` (which must exist).
+    pub fn new(agents: Vec<AgentConfig>, home: PathBuf, events: EventSink) -> Acp {
+        Acp {
+            agents: agents.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
+            events,
+            home,
+            written: fs::Written::default(),
+            chats: HashMap::new(),
+        }
+    }
+
+    /// Whether `provider` is one of the configured agents.
+    pub fn has(&self, provider: &str) -> bool {
+        self.agents.contains_key(provider)
+    }
+
+    /// The files `chat`'s agent wrote through ACP (`fs/write_text_file`)
+    /// since the daemon started, for change counts.
+    #[allow(dead_code)] // read by the change-count feature; tested here
+    pub fn written_paths(&self, chat: &str) -> Vec<PathBuf> {
+        self.written.of(chat)
+    }
+
+    /// Hands one command to `chat`'s actor (started on first use); the
+    /// answer comes back as `Input::Done { op, .. }`.
+    pub fn execute(&mut self, op: OpId, provider: &str, chat: Uri, command: BackendCmd) {
+        let Some(agent) = self.agents.get(provider).cloned() else {
+            self.events.input(Input::Done { op, outcome: Outcome::Failed { message: format!("no ACP agent {provider:?}") } });
+            return;
+        };
+        if let BackendCmd::Delete { .. } = &command {
+            self.written.forget(&chat);
+        }
+        let mut msg = chat::Msg { op, command: Box::new(command) };
+        if let Some(tx) = self.chats.get(&chat) {
+            match tx.send(msg) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => msg = back,
+            }
+        }
+        let tx = chat::ChatActor::spawn(chat.clone(), agent, self.home.clone(), self.written.clone(), self.events.clone());
+        if tx.send(msg).is_err() {
+            self.events.input(Input::Done { op, outcome: Outcome::Failed { message: "acp: the chat's actor could not start".to_owned() } });
+        }
+        self.chats.insert(chat, tx);
+    }
+}
+
+/// The start-up timeout as a duration.
+fn startup_timeout(agent: &AgentConfig) -> Duration {
+    Duration::from_millis(agent.startup_timeout_ms.max(1))
+}

@@ -1,0 +1,295 @@
+//! ACP backends end to end (issue 8): the real daemon drives
+//! `acp_test_agent` (tests/acp_agent, built on the agent side of the
+//! `agent-client-protocol` crate) over stdio, observed through the official
+//! AHP client: a streamed reply, a permission asked and answered, a cancel,
+//! file writes confined to the working directory, a sleep and a wake that
+//! loads the conversation, a restart that loads it again, and agent faults
+//! (exit mid-turn, an `initialize` that never answers, garbage and a 10 MB
+//! line on stdout), each while a healthy session keeps working.
+
+mod common;
+
+use common::*;
+
+use std::path::Path;
+use std::time::Duration;
+
+use ahp::ahp_types::actions::{ActionEnvelope, ChatToolCallConfirmedAction, ChatTurnCancelledAction, StateAction};
+use ahp::ahp_types::commands::CreateSessionParams;
+use ahp::ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallConfirmationReason, ToolCallState, TurnState};
+use ahp::{Client, ClientError, SessionSubscription};
+use serde_json::Value;
+
+const AGENT: &str = env!("CARGO_BIN_EXE_acp_test_agent");
+
+/// `NAME=<agent> args...` for `--agent`.
+fn agent_flag(name: &str, args: &str) -> String {
+    format!("{name}={AGENT} {args}")
+}
+
+fn file_uri(p: &Path) -> String {
+    format!("file://{}", p.display())
+}
+
+async fn create_on(c: &Client, sid: &str, provider: &str, wd: &Path) -> Result<Value, ClientError> {
+    let params = CreateSessionParams {
+        channel: sid.to_owned(),
+        meta: None,
+        provider: Some(provider.to_owned()),
+        working_directories: Some(vec![file_uri(wd)]),
+        config: None,
+        active_client: None,
+        progress_token: None,
+    };
+    within("createSession", c.request("createSession", params)).await
+}
+
+/// A session on `provider` working in `wd`, with its default chat watched.
+async fn session_on(c: &Client, provider: &str, wd: &Path) -> (String, String, SessionSubscription, ChatState, SessionSubscription) {
+    let sid = format!("ahp-session:/{}", fresh_id());
+    assert_eq!(create_on(c, &sid, provider, wd).await.expect("createSession"), Value::Null);
+    let (s, ssub) = subscribe_session(c, &sid).await;
+    let chat = default_chat(&s);
+    let (state, csub) = subscribe_chat(c, &chat).await;
+    (sid, chat, ssub, state, csub)
+}
+
+fn ends_turn(env: &ActionEnvelope) -> bool {
+    matches!(env.action, StateAction::ChatTurnComplete(_) | StateAction::ChatError(_) | StateAction::ChatTurnCancelled(_))
+}
+
+/// Sends `text` as turn `turn_id` and follows the chat until the turn ends.
+async fn prompt(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str, text: &str) -> Vec<ActionEnvelope> {
+    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch");
+    follow_chat(sub, state, &format!("turn {turn_id} ({text})"), |env, _| ends_turn(env)).await
+}
+
+fn last_error(state: &ChatState) -> String {
+    state
+        .turns
+        .last()
+        .and_then(|t| {
+            t.response_parts.iter().find_map(|p| match p {
+                ResponsePart::Error(e) => Some(e.error.message.clone()),
+                _ => None,
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn count(log: &str, needle: &str, also: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle) && l.contains(also)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_streams_a_permission_is_answered_and_a_cancel_stops_the_turn() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    let daemon = Daemon::start_with(&data, &["--agent", &good]);
+    let (c, init, _root) = connect_init(&daemon.url, "acp-1").await;
+    match init.snapshots.first().map(|s| &s.state) {
+        Some(SnapshotState::Root(r)) => {
+            let providers: Vec<&str> = r.agents.iter().map(|a| a.provider.as_str()).collect();
+            assert_eq!(providers, ["echo", "good"], "the root state lists the configured agent");
+        }
+        other => panic!("expected a root snapshot, got {other:?}"),
+    }
+    let nobody = format!("ahp-session:/{}", fresh_id());
+    assert_eq!(rpc_error(create_on(&c, &nobody, "nobody", &work).await).code, -32002, "unknown provider");
+
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+
+    // A prompt: a thought, a plan, then the reply streamed in chunks.
+    let seen = prompt(&c, &chat, &mut state, &mut sub, "t1", "hello there").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert_eq!(markdown(turn), "Reply: hello there (turn 1)");
+    assert!(seen.iter().filter(|e| matches!(e.action, StateAction::ChatDelta(_))).count() >= 2, "the reply streamed");
+    assert!(turn.response_parts.iter().any(|p| matches!(p, ResponsePart::Reasoning(r) if r.content == "Thinking it over.")));
+    assert!(turn.response_parts.iter().any(|p| matches!(p, ResponsePart::SystemNotification(_))), "the plan is shown");
+
+    // A permission: the tool call waits for the client, approved it runs
+    // and writes a file through the host, inside the working directory.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t2", "ask permission please"))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "permission asked", |_, s| s.status & ACTIVITY == 24).await;
+    let pending = state
+        .active_turn
+        .as_ref()
+        .and_then(|t| {
+            t.response_parts.iter().find_map(|p| match p {
+                ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                    ToolCallState::PendingConfirmation(s) => Some(s.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+        })
+        .expect("a tool call pending confirmation");
+    assert_eq!(pending.display_name, "Write note.txt");
+    let confirm = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
+        turn_id: "t2".to_owned(),
+        tool_call_id: pending.tool_call_id.clone(),
+        meta: None,
+        approved: true,
+        confirmed: Some(ToolCallConfirmationReason::UserAction),
+        reason: None,
+        edited_tool_input: None,
+        user_suggestion: None,
+        reason_message: None,
+        selected_option_id: None,
+    });
+    within("dispatch confirm", c.dispatch(chat.clone(), confirm)).await.expect("dispatch confirm");
+    follow_chat(&mut sub, &mut state, "permission turn", |env, _| ends_turn(env)).await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(markdown(turn).contains("permission granted"), "{turn:?}");
+    let completed = turn.response_parts.iter().any(|p| matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call, ToolCallState::Completed(_))));
+    assert!(completed, "the tool call completed: {turn:?}");
+    assert_eq!(std::fs::read_to_string(work.join("note.txt")).expect("note.txt written"), "written by acp_test_agent\n");
+    assert!(daemon.log_text().contains("acp.fs.write"), "the write is recorded");
+
+    // A write outside the working directory is refused.
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "write outside").await;
+    assert!(markdown(state.turns.last().expect("a turn")).contains("outside write refused"), "{:?}", state.turns.last());
+    assert!(!tmp.path().join("outside.txt").exists());
+
+    // A cancel stops a long turn; the agent takes the next one.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t4", "slow please"))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "slow turn streams", |env, _| matches!(env.action, StateAction::ChatDelta(_))).await;
+    let cancel = StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: "t4".to_owned(), duration: 0, meta: None });
+    within("dispatch cancel", c.dispatch(chat.clone(), cancel)).await.expect("dispatch cancel");
+    follow_chat(&mut sub, &mut state, "cancelled", |env, _| matches!(env.action, StateAction::ChatTurnCancelled(_))).await;
+    assert_eq!(state.turns.last().map(|t| t.state), Some(TurnState::Cancelled));
+    prompt(&c, &chat, &mut state, &mut sub, "t5", "after the cancel").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete);
+    assert!(markdown(turn).starts_with("Reply: after the cancel"), "{turn:?}");
+    // The agent finished the cancelled turn as cancelled: nothing of it
+    // leaked into the next one.
+    assert!(!markdown(turn).contains("tick"), "{turn:?}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_session_wakes_by_loading_its_conversation_and_so_does_a_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    let args = ["--agent", good.as_str(), "--sleep-after-minutes", "0.02"];
+    let mut daemon = Daemon::start_with(&data, &args);
+    let (c, _, _root) = connect_init(&daemon.url, "acp-2").await;
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the walrus").await;
+    assert_eq!(markdown(state.turns.last().expect("turn")), "Reply: remember the walrus (turn 1)");
+    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    drop((sub, _ssub));
+
+    // It sleeps: its agent process is let go.
+    within("sleep", async {
+        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // A prompt wakes it; the new agent process loaded the conversation (it
+    // counts this as the second turn).
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t2", "and now").await;
+    assert_eq!(markdown(state.turns.last().expect("turn")), "Reply: and now (turn 2)");
+    let log = daemon.log_text();
+    assert!(count(&log, "session.woke", &sid) >= 1, "woke");
+    assert!(count(&log, "acp: agent session open", "resumed=true") >= 1, "the wake was a session/load:\n{log}");
+    c.shutdown().await;
+
+    // A restart: the session comes back from the store and its agent loads
+    // the conversation; the earlier turns are rebuilt from the agent's replay.
+    daemon.terminate();
+    drop(daemon);
+    let daemon = Daemon::start_with(&data, &args);
+    let (c, _, _root) = connect_init(&daemon.url, "acp-3").await;
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    let texts: Vec<(String, String)> = state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect();
+    assert_eq!(
+        texts,
+        [
+            ("remember the walrus".to_owned(), "Reply: remember the walrus (turn 1)".to_owned()),
+            ("and now".to_owned(), "Reply: and now (turn 2)".to_owned())
+        ],
+        "the conversation came back from the agent"
+    );
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "third").await;
+    assert_eq!(markdown(state.turns.last().expect("turn")), "Reply: third (turn 3)");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_faults_end_their_chat_with_the_agents_stderr_and_other_sessions_keep_working() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    // The hanging agent comes from the config file (with a short start-up
+    // timeout); the others from flags.
+    let config = tmp.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agents.hang]\ncommand = {:?}\nargs = [\"--fault\", \"hang-initialize\"]\ndisplay_name = \"Hangs\"\nstartup_timeout_seconds = 1\n",
+            AGENT
+        ),
+    )
+    .expect("write config");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    let exits = agent_flag("exits", "--fault exit-mid-turn");
+    let garbage = agent_flag("garbage", "--fault garbage");
+    let flood = agent_flag("flood", "--fault flood");
+    let daemon = Daemon::start_with(
+        &data,
+        &["--config", config.to_str().expect("utf-8"), "--agent", &good, "--agent", &exits, "--agent", &garbage, "--agent", &flood],
+    );
+    let (c, _, _root) = connect_init(&daemon.url, "acp-4").await;
+    let (_hsid, hchat, _hssub, mut healthy, mut hsub) = session_on(&c, "good", &work).await;
+    prompt(&c, &hchat, &mut healthy, &mut hsub, "h0", "first").await;
+    assert_eq!(healthy.turns.last().map(|t| t.state), Some(TurnState::Complete));
+
+    let cases = [
+        ("exits", "exiting mid-turn as asked", "exit status: 3"),
+        ("garbage", "printing garbage as asked", "not JSON"),
+        ("flood", "flooding a 10 MB line as asked", "longer than"),
+    ];
+    for (i, (provider, stderr, why)) in cases.into_iter().enumerate() {
+        let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, provider, &work).await;
+        prompt(&c, &chat, &mut state, &mut sub, "t1", "go").await;
+        let turn = state.turns.last().expect("a turn");
+        assert_eq!(turn.state, TurnState::Error, "{provider}: {turn:?}");
+        let message = last_error(&state);
+        assert!(message.contains(stderr), "{provider}: the error carries the agent's stderr: {message}");
+        assert!(message.contains(why), "{provider}: the error says why ({why}): {message}");
+        // The healthy session, live all along, keeps working.
+        let turn_id = format!("h{}", i + 1);
+        prompt(&c, &hchat, &mut healthy, &mut hsub, &turn_id, "still here").await;
+        let turn = healthy.turns.last().expect("a turn");
+        assert_eq!(turn.state, TurnState::Complete, "after {provider}: {turn:?}");
+        assert!(markdown(turn).starts_with("Reply: still here"), "{turn:?}");
+    }
+
+    // An agent that never answers `initialize`: the creation fails after
+    // its start-up timeout, with its stderr.
+    let sid = format!("ahp-session:/{}", fresh_id());
+    let e = rpc_error(create_on(&c, &sid, "hang", &work).await);
+    assert_eq!(e.code, -32603);
+    assert!(e.message.contains("initialize within 1000 ms"), "{}", e.message);
+    assert!(e.message.contains("not answering initialize as asked"), "{}", e.message);
+    prompt(&c, &hchat, &mut healthy, &mut hsub, "h9", "still here").await;
+    assert_eq!(healthy.turns.last().map(|t| t.state), Some(TurnState::Complete));
+    c.shutdown().await;
+}

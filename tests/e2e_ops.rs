@@ -461,3 +461,32 @@ async fn sigterm_during_a_write_storm_exits_0_and_keeps_every_acknowledged_write
     );
     c.shutdown().await;
 }
+
+/// A local program that reads the host's own token from the data dir
+/// (`host-token`, mode 0600) is `root:<host>`: it may delete anybody's
+/// session, and the token's value never reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_token_makes_a_root_connection() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let users = write_users(tmp.path());
+    let data = tmp.path().join("data");
+    let daemon = Daemon::start_with(&data, &["--users", users.to_str().expect("utf-8")]);
+    let token_file = data.join("host-token");
+    let token = std::fs::read_to_string(&token_file).expect("the daemon made its host token").trim().to_owned();
+    assert_eq!(std::fs::metadata(&token_file).expect("stat").permissions().mode() & 0o777, 0o600);
+
+    let (bob, _, _root) = connect_init(&daemon.url, "root-bob").await;
+    authenticate(&bob, TOKEN_B).await.expect("bob authenticates");
+    let (sid, _chat, _ssub, _cs, _csub) = new_session(&bob).await;
+
+    let (host, _, _r) = connect_init(&daemon.url, "root-local").await;
+    authenticate(&host, &token).await.expect("the host token authenticates");
+    let r: Value = within("root dispose", host.request("disposeSession", DisposeSessionParams { channel: sid.clone(), meta: None }))
+        .await
+        .expect("root may delete anybody's session");
+    assert_eq!(r, Value::Null);
+    let log = daemon.log_text();
+    assert!(log.contains("is root:"), "the log names the root principal");
+    assert!(!log.contains(&token), "the host token's value is never logged");
+}

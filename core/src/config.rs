@@ -20,6 +20,12 @@ pub struct AgentSpec {
     /// (`createChat`); advertised as `capabilities.multipleChats`.
     #[serde(default)]
     pub multiple_chats: bool,
+    /// Whether the agent can work in peer folders besides its process root
+    /// (`session/workingDirectorySet`); advertised as
+    /// `capabilities.multipleWorkingDirectories` with `primaryReplacement`.
+    /// A backend without it is told no peers (issue 9; see `folders`).
+    #[serde(default)]
+    pub peer_directories: bool,
 }
 
 impl AgentSpec {
@@ -31,6 +37,7 @@ impl AgentSpec {
             description: "Built-in agent that streams back a reply quoting each message.".to_owned(),
             can_resume: true,
             multiple_chats: true,
+            peer_directories: true,
         }
     }
 }
@@ -63,6 +70,12 @@ pub struct Config {
     /// The host secret that authenticates paging cursors (decisions.md, 4),
     /// kept in the data dir by the shell so cursors outlive restarts.
     pub cursor_secret: Vec<u8>,
+    /// Lowercase hex SHA-256 of the host's own token (the shell keeps the
+    /// token in `<data-dir>/host-token`, mode 0600): a connection that
+    /// authenticates with it is this host itself, `root:<host_name>`
+    /// (issue 7). `None`: no connection can be root.
+    #[serde(default)]
+    pub host_token_sha256: Option<String>,
     /// The users directory, or `None` for a single-user host that has
     /// nobody to name: no owners recorded, nobody refused (Sessions page,
     /// "Whose it is").
@@ -82,6 +95,9 @@ pub struct Config {
     /// role may use (default: allow everything). Replaced at run time by
     /// `Input::PolicyChanged` (SIGHUP).
     pub policy: crate::policy::Policy,
+    /// Workspace awareness (issue 10): off unless the shell turns it on.
+    #[serde(default)]
+    pub awareness: crate::awareness::AwarenessConfig,
 }
 
 /// Bounds on what one client may ask of the host; each refusal is a clear
@@ -100,6 +116,31 @@ pub struct Limits {
     pub frames_burst: u32,
     /// Most requests of one connection waiting for a wake at once.
     pub pending_requests_per_conn: usize,
+    /// Most client connections open at once, in connections. One over it is
+    /// answered with a -32600 error frame (`id: null`) saying so and closed;
+    /// its place is free again once it has gone.
+    #[serde(default = "default_connections_max")]
+    pub connections_max: usize,
+    /// Most bytes of frames queued for one connection that the client has
+    /// not read yet, in bytes. Enforced by the shell's writer (the core never
+    /// sees a socket): a client over it is dropped and the core told
+    /// `Input::Disconnected`.
+    #[serde(default = "default_outgoing_buffer_max_bytes")]
+    pub outgoing_buffer_max_bytes: usize,
+}
+
+/// The default `connections_max`: 256 connections.
+pub const CONNECTIONS_MAX: usize = 256;
+
+/// The default `outgoing_buffer_max_bytes`: 8 MiB.
+pub const OUTGOING_BUFFER_MAX_BYTES: usize = 8 << 20;
+
+fn default_connections_max() -> usize {
+    CONNECTIONS_MAX
+}
+
+fn default_outgoing_buffer_max_bytes() -> usize {
+    OUTGOING_BUFFER_MAX_BYTES
 }
 
 impl Default for Limits {
@@ -111,6 +152,8 @@ impl Default for Limits {
             frames_per_second: 200,
             frames_burst: 1000,
             pending_requests_per_conn: 256,
+            connections_max: CONNECTIONS_MAX,
+            outgoing_buffer_max_bytes: OUTGOING_BUFFER_MAX_BYTES,
         }
     }
 }
@@ -128,12 +171,14 @@ impl Default for Config {
             list_default_max: 1000,
             turns_page_len: 50,
             cursor_secret: b"ahpd-default-cursor-secret".to_vec(),
+            host_token_sha256: None,
             users: None,
             external_sources: Vec::new(),
             scan_interval_ms: 30_000,
             show_external_sessions: crate::external::ExternalMode::None,
             limits: Limits::default(),
             policy: crate::policy::Policy::default(),
+            awareness: crate::awareness::AwarenessConfig::default(),
         }
     }
 }

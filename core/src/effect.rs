@@ -79,6 +79,15 @@ pub enum Effect {
         /// What to do.
         command: crate::git::GitCmd,
     },
+    /// Work on the workspace-awareness registry (issue 10); answered by
+    /// `Input::Done { op, .. }`: `Outcome::RegistryScanned` for a scan,
+    /// `Outcome::Ok` or `Outcome::Failed` otherwise.
+    Registry {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// What to do.
+        command: RegistryCmd,
+    },
     /// A line for the operator's log (one per session lifecycle event, and
     /// every refusal worth a look). Never carries secrets.
     Log(LogEvent),
@@ -100,6 +109,9 @@ pub enum BackendCmd {
         conversation_id: String,
         /// The folder the agent works in (the process root), if any.
         working_directory: Option<Uri>,
+        /// The session's other working directories, in order; always empty
+        /// for a backend that cannot take peers (`AgentSpec::peer_directories`).
+        peer_directories: Vec<Uri>,
         /// Resume an existing conversation rather than start a new one.
         resume: bool,
     },
@@ -147,6 +159,29 @@ pub enum StoreCmd {
     Delete {
         /// The validated store key (see `ids::store_key`).
         key: String,
+    },
+}
+
+/// A command for the awareness registry directory (`exec/registry`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RegistryCmd {
+    /// Write `record` as the file `name`, atomically (replacing it).
+    Publish {
+        /// The file name: `<pid>-<store key>.json`, made of validated parts.
+        name: String,
+        /// The record.
+        record: Box<crate::awareness::ActiveRecord>,
+    },
+    /// Remove this host's own file `name` (sleep, dispose).
+    Remove {
+        /// The file name, as published.
+        name: String,
+    },
+    /// Read every record file, observe the process each names, and the Git
+    /// repository of each of `dirs` (absolute paths).
+    Scan {
+        /// The working directories of this host's live sessions.
+        dirs: Vec<String>,
     },
 }
 

@@ -63,6 +63,34 @@ pub struct User {
 pub struct UsersDirectory {
     /// Every user.
     pub users: Vec<User>,
+    /// Every plugin: a program (not a person) that connects with its own
+    /// token and acts as `plugin:<name>` (issue 7).
+    #[serde(default)]
+    pub plugins: Vec<Plugin>,
+}
+
+/// One plugin of the users directory: a program that drives the host on
+/// nobody's behalf. It records no scope (there is no person to charge).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plugin {
+    /// The plugin's name, the `<name>` of `plugin:<name>`.
+    pub name: String,
+    /// Lowercase hex SHA-256 of its token.
+    pub token_sha256: String,
+    /// What it may do: `member` (read and write sessions) or `guest`
+    /// (read only), exactly as for a user.
+    pub role: Role,
+}
+
+/// Compares two hex digests in time independent of where they differ.
+fn same_digest(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether `token` is the host's own (its SHA-256 is `host_sha256`), the
+/// proof a connection is this host itself (`root:<host>`).
+pub fn is_host_token(token: &str, host_sha256: &str) -> bool {
+    same_digest(&token_hash(token), &host_sha256.to_ascii_lowercase())
 }
 
 /// Lowercase hex SHA-256 of `token`, the form the directory stores.
@@ -72,6 +100,12 @@ pub fn token_hash(token: &str) -> String {
 
 impl UsersDirectory {
     /// The user whose token this is, comparing hashes in constant time.
+    pub fn authenticate_plugin(&self, token: &str) -> Option<&Plugin> {
+        let hash = token_hash(token);
+        self.plugins.iter().find(|p| same_digest(&p.token_sha256, &hash))
+    }
+
+    /// The user whose token this is, if any.
     pub fn authenticate(&self, token: &str) -> Option<&User> {
         let hash = token_hash(token);
         self.users.iter().find(|u| {
@@ -123,6 +157,8 @@ pub enum Operation {
     ChatDraft,
     /// Rewind a chat.
     ChatTruncate,
+    /// See a session's peers in its workspace (`ahpd/listPeers`; issue 10).
+    SessionPeers,
 }
 
 impl Operation {
@@ -149,6 +185,7 @@ impl Operation {
             ChatTool => "chat:tool",
             ChatDraft => "chat:draft",
             ChatTruncate => "chat:truncate",
+            SessionPeers => "session:peers",
         }
     }
 
@@ -156,7 +193,7 @@ impl Operation {
     /// `session:list`, `session:state` and `chat:turns`); every other one is
     /// in the write group.
     pub fn is_read(self) -> bool {
-        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns)
+        matches!(self, Operation::SessionList | Operation::SessionState | Operation::ChatTurns | Operation::SessionPeers)
     }
 }
 
@@ -174,6 +211,20 @@ pub enum Principal {
         /// Their memberships.
         memberships: Vec<Membership>,
     },
+    /// This host itself: a connection that presented the host's own token
+    /// (kept in the data dir, readable only by the daemon's user). Holds
+    /// every grant, may delete any session, records no scope.
+    Root {
+        /// The host's name (`Config::host_name`).
+        host: String,
+    },
+    /// A plugin of the users directory. Records no scope.
+    Plugin {
+        /// The plugin's name.
+        name: String,
+        /// Its role.
+        role: Role,
+    },
 }
 
 impl Principal {
@@ -181,14 +232,23 @@ impl Principal {
     pub fn owner(&self) -> String {
         match self {
             Principal::User { id, .. } => format!("user:{id}"),
+            Principal::Root { host } => format!("root:{host}"),
+            Principal::Plugin { name, .. } => format!("plugin:{name}"),
         }
+    }
+
+    /// Whether this principal may delete anybody's session: an
+    /// administrator, or the host itself.
+    pub fn is_administrator(&self) -> bool {
+        matches!(self, Principal::User { administrator: true, .. } | Principal::Root { .. })
     }
 
     /// Whether this principal holds the grant for `op`.
     pub fn holds(&self, op: Operation) -> bool {
         match self {
-            Principal::User { role: Role::Member, .. } => true,
-            Principal::User { role: Role::Guest, .. } => op.is_read(),
+            Principal::User { role: Role::Member, .. } | Principal::Plugin { role: Role::Member, .. } => true,
+            Principal::User { role: Role::Guest, .. } | Principal::Plugin { role: Role::Guest, .. } => op.is_read(),
+            Principal::Root { .. } => true,
         }
     }
 }
@@ -219,7 +279,12 @@ mod tests {
     fn tokens_are_checked_by_hash() {
         let dir = UsersDirectory {
             users: vec![User { id: "a".into(), token_sha256: token_hash("s3cret"), role: Role::Member, administrator: false, memberships: vec![] }],
+            plugins: vec![Plugin { name: "p".into(), token_sha256: token_hash("plug"), role: Role::Guest }],
         };
+        assert_eq!(dir.authenticate_plugin("plug").map(|p| p.name.as_str()), Some("p"));
+        assert!(dir.authenticate_plugin("s3cret").is_none());
+        assert!(is_host_token("host", &token_hash("host").to_ascii_uppercase()));
+        assert!(!is_host_token("nothost", &token_hash("host")));
         assert_eq!(dir.authenticate("s3cret").map(|u| u.id.as_str()), Some("a"));
         assert!(dir.authenticate("wrong").is_none());
     }

@@ -14,6 +14,8 @@
 //! - `residency`: sleep after idle, the residency limit, waking.
 //! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
 
+mod admission;
+mod awareness;
 mod backend;
 mod broadcast;
 mod chats;
@@ -97,6 +99,11 @@ pub enum Op {
     },
     /// A git command (`host/git.rs`).
     Git(git::GitOp),
+    /// A command for the awareness registry (`scan`: a registry scan).
+    Registry {
+        /// Whether it is a scan.
+        scan: bool,
+    },
 }
 
 /// Counters the simulator and `/metrics` read.
@@ -149,6 +156,10 @@ pub struct Host {
     /// state; `reconnect` answers a listed one with snapshots, never a
     /// replay onto that state (the URI may have been made anew since).
     pub(crate) retired: BTreeSet<Uri>,
+    /// Connections refused at `Connected` (over `Limits::connections_max`),
+    /// until their `Disconnected`: their frames are answered with the
+    /// refusal and otherwise ignored.
+    pub(crate) refused: BTreeSet<ConnId>,
     pub(crate) ops: BTreeMap<OpId, Op>,
     pub(crate) replay: VecDeque<ActionEnvelope>,
     pub(crate) last_sweep: MonoTime,
@@ -160,6 +171,8 @@ pub struct Host {
     /// (`Some(None)`: fewer than two sessions of this host's own then).
     pub(crate) recent_cutoff: Option<Option<WallTime>>,
     pub(crate) stats: Stats,
+    /// Workspace awareness (issue 10).
+    pub(crate) awareness: awareness::Awareness,
     pub(crate) effects: Vec<Effect>,
 }
 
@@ -212,9 +225,12 @@ impl Host {
                     models: Vec::new(),
                     protected_resources: None,
                     customizations: None,
-                    capabilities: a.multiple_chats.then(|| ahp_types::state::AgentCapabilities {
-                        multiple_chats: Some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
-                        multiple_working_directories: None,
+                    capabilities: (a.multiple_chats || a.peer_directories).then(|| ahp_types::state::AgentCapabilities {
+                        multiple_chats: a.multiple_chats.then_some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+                        multiple_working_directories: a.peer_directories.then_some(ahp_types::state::MultipleWorkingDirectoriesCapability {
+                            immutable_primary: Some(true),
+                            primary_replacement: Some(true),
+                        }),
                     }),
                 })
                 .collect(),
@@ -237,6 +253,7 @@ impl Host {
             chats: BTreeMap::new(),
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
+            refused: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),
             last_sweep: now.mono,
@@ -244,6 +261,7 @@ impl Host {
             last_scan_at: None,
             recent_cutoff: None,
             stats: Stats::default(),
+            awareness: awareness::Awareness::default(),
             effects: Vec::new(),
         };
         for record in restored {
@@ -327,12 +345,13 @@ impl Host {
             self.start_scans();
         }
         match input {
-            Input::Connected { conn } => {
-                let conn_state = self.fresh_conn();
-                self.conns.insert(conn, conn_state);
-            }
+            Input::Connected { conn } => self.on_connected(conn),
+            Input::Frame { conn, text } if self.refused.contains(&conn) => self.on_refused_frame(conn, &text),
             Input::Frame { conn, text } => self.on_frame(conn, &text),
-            Input::Disconnected { conn } => self.on_disconnected(conn),
+            Input::Disconnected { conn } => {
+                self.refused.remove(&conn);
+                self.on_disconnected(conn)
+            }
             Input::Done { op, outcome } => self.on_done(op, outcome),
             Input::Backend { chat, event } => self.on_backend_event(&chat, event),
             Input::PolicyChanged(policy) => {
@@ -342,6 +361,7 @@ impl Host {
             Input::Tick => {}
         }
         self.fire_due();
+        self.awareness_tick();
         std::mem::take(&mut self.effects)
     }
 
@@ -352,7 +372,7 @@ impl Host {
         let sleep = self.held_sessions().filter_map(|(_, s)| self.sleep_due_at(s)).min();
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
-        [sleep, sweep].into_iter().flatten().min()
+        [sleep, sweep, self.awareness_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -375,9 +395,12 @@ impl Host {
     fn on_frame(&mut self, conn: ConnId, text: &str) {
         if !self.conns.contains_key(&conn) {
             // A frame for a connection the host never saw connect: accept it
-            // as connected rather than drop the client's request.
-            let conn_state = self.fresh_conn();
-            self.conns.insert(conn, conn_state);
+            // as connected (within the connection limit) rather than drop
+            // the client's request.
+            self.on_connected(conn);
+            if self.refused.contains(&conn) {
+                return self.on_refused_frame(conn, text);
+            }
         }
         if !self.take_frame_credit(conn) {
             let limit = self.config.limits.frames_per_second;
@@ -402,13 +425,18 @@ impl Host {
         }
     }
 
+    pub(crate) fn admit(&mut self, conn: ConnId) {
+        let conn_state = self.fresh_conn();
+        self.conns.insert(conn, conn_state);
+    }
+
     pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
         use crate::protocol::error::*;
         let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
             "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
-            "sessionConfigCompletions",
+            "sessionConfigCompletions", "ahpd/listPeers",
         ];
         if !METHODS.contains(&method) {
             return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
@@ -428,6 +456,7 @@ impl Host {
             "disposeChat" => self.on_dispose_chat(conn, id, params),
             "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
             "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
+            "ahpd/listPeers" => self.on_list_peers(conn, id, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.reply(conn, id, serde_json::Value::Null);
@@ -518,6 +547,21 @@ impl Host {
         let op = self.new_op(Op::StorePut { session: uri.clone() });
         self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
         Some(op)
+    }
+
+    /// Whether the provider's agent can take peer working directories.
+    pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
+    }
+
+    /// The peers a chat's agent is told at its start: none when the
+    /// backend cannot take them.
+    pub(crate) fn peers_for(&self, session: &crate::session::Session) -> Vec<Uri> {
+        if self.agent_takes_peers(&session.record.provider) {
+            crate::folders::peers(&session.record.working_directories)
+        } else {
+            Vec::new()
+        }
     }
 
     pub(crate) fn agent_can_resume(&self, provider: &str) -> bool {

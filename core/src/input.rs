@@ -79,6 +79,13 @@ pub enum Outcome {
     },
     /// `Effect::Git` finished: what git answered.
     Git(crate::git::GitResult),
+    /// `RegistryCmd::Scan` finished: what the shell read, unjudged.
+    RegistryScanned {
+        /// Every record file read, in name order.
+        files: Vec<crate::awareness::RegistryFile>,
+        /// The repository each asked directory is in (`None`: not in one).
+        repos: BTreeMap<String, Option<crate::awareness::RepoObservation>>,
+    },
     /// A command with nothing to return finished (close, delete, cancel,
     /// store write).
     Ok,
@@ -96,6 +103,13 @@ pub enum BackendEvent {
     /// The backend reports background work (`Session.busy()`): while true
     /// the session does not sleep.
     Busy(bool),
+    /// The chat's agent wrote these files (absolute paths, or relative to
+    /// the session's first working directory): the session's claims
+    /// (issue 10, workspace awareness).
+    Wrote {
+        /// The paths written.
+        paths: Vec<String>,
+    },
     /// The chat's agent process ended on its own; `message` says why (exit
     /// status, stderr tail). A running turn ends in a `chat/error`.
     Exited {

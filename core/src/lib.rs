@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod awareness;
 pub mod catalogue;
 pub mod config;
 pub mod cursor;
@@ -31,11 +32,13 @@ pub mod effect;
 pub mod export;
 pub mod external;
 pub mod git;
+pub mod folders;
 pub mod grants;
 pub mod host;
 pub mod ids;
 pub mod input;
 pub mod invariants;
+pub mod lru;
 pub mod policy;
 pub mod protocol;
 pub mod record;
@@ -47,7 +50,7 @@ pub mod transcript;
 pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};
-pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, ResultBody, StoreCmd};
+pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, RegistryCmd, ResultBody, StoreCmd};
 pub use host::{Host, HostView};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};

@@ -37,6 +37,7 @@ fn directory() -> UsersDirectory {
             user("guest", Role::Guest, false),
             user("admin", Role::Member, true),
         ],
+        plugins: Vec::new(),
     }
 }
 

@@ -84,3 +84,35 @@ fn hostile_ids_are_refused_by_every_command_that_takes_one() {
     assert!(h.store_ops().is_empty(), "nothing was written");
     assert!(h.backend_cmds().is_empty(), "no agent was asked anything");
 }
+
+#[test]
+fn connections_over_the_limit_are_refused_with_a_readable_error_and_the_place_comes_back() {
+    use ahpd_core::{ConnId, Effect, Input};
+    let mut h = limited(Limits { connections_max: 2, ..Limits::default() });
+    h.connect(1, "a");
+    h.connect(2, "b");
+    h.drop_logs();
+    h.input(Input::Connected { conn: ConnId(3) });
+    let f = h.frames(3);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0]["id"], serde_json::Value::Null);
+    assert_eq!(f[0]["error"]["code"], -32600);
+    assert!(f[0]["error"]["message"].as_str().unwrap_or("").contains("connection limit"), "{f:?}");
+    assert!(h.pending.iter().any(|e| matches!(e, Effect::Close { conn } if conn.0 == 3)), "the refused connection is closed");
+    assert!(h.pending.iter().any(|e| matches!(e, Effect::Log(l) if l.event == "limit.connections")), "and logged");
+    // A request it sends before the close lands gets the same answer and
+    // changes nothing.
+    let r = h.request(3, "initialize", json!({"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c"}));
+    assert_eq!(r["error"]["code"], -32600);
+    assert!(!h.host.view().conns.contains_key(&ConnId(3)));
+    // The others are served.
+    assert_eq!(h.request(1, "ping", json!({"channel": "ahp-root://"}))["result"], serde_json::Value::Null);
+    // The refused connection going does not free a place; an admitted one does.
+    h.input(Input::Disconnected { conn: ConnId(3) });
+    h.input(Input::Connected { conn: ConnId(4) });
+    assert_eq!(h.frames(4)[0]["error"]["code"], -32600, "still full");
+    h.input(Input::Disconnected { conn: ConnId(4) });
+    h.input(Input::Disconnected { conn: ConnId(2) });
+    h.connect(5, "e");
+    assert_eq!(h.request(5, "ping", json!({"channel": "ahp-root://"}))["result"], serde_json::Value::Null);
+}

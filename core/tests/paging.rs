@@ -163,3 +163,82 @@ proptest! {
         }
     }
 }
+
+mod owner_filter {
+    use super::*;
+    use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
+
+    fn user(id: &str) -> User {
+        User {
+            id: id.into(),
+            token_sha256: token_hash(&format!("token-{id}")),
+            role: Role::Member,
+            administrator: false,
+            memberships: vec![Membership { team: "t".into(), project: id.into(), primary: true }],
+        }
+    }
+
+    fn login(h: &mut Harness, conn: u64, id: &str) {
+        h.connect(conn, &format!("client-{conn}"));
+        let r = h.request(conn, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": format!("token-{id}")}));
+        assert_eq!(r["result"], json!({}), "{r}");
+    }
+
+    /// Every page of `conn`'s own sessions, walked with `limit`.
+    fn walk_mine(h: &mut Harness, conn: u64, limit: i64) -> Vec<Vec<String>> {
+        let mut pages = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = json!({"channel": "ahp-root://", "limit": limit, "_meta": {"ahpd.owner": "me"}});
+            if let Some(c) = &cursor {
+                params["cursor"] = json!(c);
+            }
+            let r = h.request(conn, "listSessions", params);
+            let page: Vec<String> = r["result"]["items"].as_array().into_iter().flatten()
+                .map(|row| row["resource"].as_str().unwrap_or("").to_owned()).collect();
+            pages.push(page);
+            match r["result"]["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return pages,
+            }
+            assert!(pages.len() < 1_000, "the walk must end");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        /// The owner filter is applied before the limit: walking "mine"
+        /// gives exactly my sessions, in catalogue order, every page but the
+        /// last full, whatever the mix of owners.
+        #[test]
+        fn the_owner_filter_applies_before_the_limit(
+            owners in proptest::collection::vec(any::<bool>(), 0..14),
+            limit in 1i64..5,
+        ) {
+            let mut h = Harness::new(Config {
+                users: Some(UsersDirectory { users: vec![user("me"), user("other")], plugins: Vec::new() }),
+                residency_limit: 0,
+                ..Config::default()
+            });
+            login(&mut h, 1, "me");
+            login(&mut h, 2, "other");
+            for (i, mine) in owners.iter().enumerate() {
+                let conn = if *mine { 1 } else { 2 };
+                let (_, chat) = h.create(conn, &format!("s{i:02}"));
+                h.start_turn(conn, &chat, 1, "t", "hi");
+                h.settle();
+            }
+            let (all, _) = walk(&mut h, 500);
+            let expected: Vec<String> = all.into_iter()
+                .filter(|u| u.strip_prefix("ahp-session:/s").and_then(|n| n.parse::<usize>().ok()).is_some_and(|i| owners[i]))
+                .collect();
+            let pages = walk_mine(&mut h, 1, limit);
+            let got: Vec<String> = pages.iter().flatten().cloned().collect();
+            prop_assert_eq!(&got, &expected);
+            for page in &pages[..pages.len() - 1] {
+                prop_assert_eq!(page.len() as i64, limit, "a page before the last is full: {:?}", pages);
+            }
+        }
+    }
+}

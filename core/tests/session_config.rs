@@ -47,7 +47,7 @@ fn people() -> Config {
             Membership { team: "web".into(), project: "site".into(), primary: true },
         ],
     };
-    Config { users: Some(UsersDirectory { users: vec![user] }), ..Config::default() }
+    Config { users: Some(UsersDirectory { users: vec![user], plugins: Vec::new() }), ..Config::default() }
 }
 
 #[test]

@@ -34,6 +34,11 @@ fuzz_target!(|data: &[u8]| {
                     Some((op, Outcome::Started { conversation_id, history: Vec::new() }))
                 }
                 Effect::Backend { op, .. } | Effect::Store { op, .. } => Some((op, Outcome::Ok)),
+                // No repository and no registry here: git answers as a
+                // failure (a folder session's turn still runs), the registry
+                // as done.
+                Effect::Git { op, .. } => Some((op, Outcome::Failed { message: "no git in the fuzzer".to_owned() })),
+                Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
                 _ => None,
             };
             if let Some((op, outcome)) = done {

@@ -88,14 +88,11 @@ impl Clock {
     }
 
     /// Monotonic ms since start, and wall-clock ms since the Unix epoch (0
-    /// when the system clock reads before 1970).
+    /// when the system clock reads before 1970), shifted by
+    /// [`wall_offset_ms`].
     pub fn now(&self) -> Now {
         let mono = MonoTime(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        Now { mono, wall: WallTime(wall) }
+        Now { mono, wall: WallTime(wall_ms()) }
     }
 
     /// The instant monotonic time `t` falls on.
@@ -103,6 +100,24 @@ impl Clock {
         let at = self.start.checked_add(Duration::from_millis(t.0)).unwrap_or_else(|| self.start + Duration::from_secs(86_400 * 365));
         tokio::time::Instant::from_std(at)
     }
+}
+
+/// For tests only: `AHPD_TEST_WALL_OFFSET_MS` (a signed number of ms, read
+/// once) shifts the daemon's wall clock, so an end-to-end test can show
+/// what a wall clock set back (or forward) does without changing the
+/// machine's clock. Unset or unparsable: 0. The monotonic clock is never
+/// shifted. Not a setting: do not use it to run a real host.
+pub fn wall_offset_ms() -> i64 {
+    static OFFSET: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| std::env::var("AHPD_TEST_WALL_OFFSET_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+}
+
+/// Wall-clock ms since the Unix epoch (0 before 1970), shifted by
+/// [`wall_offset_ms`]; every wall-clock reading of the daemon goes through
+/// here.
+pub fn wall_ms() -> i64 {
+    let real = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0);
+    real.saturating_add(wall_offset_ms())
 }
 
 /// Everything the loop drives.
@@ -126,6 +141,8 @@ pub struct Driver {
     /// Connections whose handshake `authenticate` reply is owed (and is to
     /// be swallowed).
     swallow: HashSet<ConnId>,
+    /// The workspace-awareness registry executor, if awareness is on.
+    registry: Option<crate::exec::registry::Registry>,
 }
 
 /// How the loop ended.
@@ -150,7 +167,14 @@ impl Driver {
             metrics: Metrics::default(),
             bearers: HashMap::new(),
             swallow: HashSet::new(),
+            registry: None,
         }
+    }
+
+    /// Executes `Effect::Registry` with `registry` (workspace awareness).
+    pub fn with_registry(mut self, registry: crate::exec::registry::Registry) -> Driver {
+        self.registry = Some(registry);
+        self
     }
 
     /// Runs until `shutdown` resolves (SIGINT/SIGTERM) or every event sender
@@ -213,6 +237,10 @@ impl Driver {
             Ok(()) => Ended::Clean,
             Err(_) => Ended::StoreTimedOut,
         };
+        // Remove this process's awareness records (graceful shutdown).
+        if let Some(registry) = self.registry.take() {
+            let _ = tokio::time::timeout(self.grace, registry.finish()).await;
+        }
         // Let the agents go (the echo agent keeps nothing running; dropping
         // the executors ends whatever tasks they hold).
         drop(self.backends);
@@ -289,6 +317,10 @@ impl Driver {
             Effect::Store { op, command } => self.store.submit(op, command),
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
             Effect::Git { op, command } => self.backends.git(op, command),
+            Effect::Registry { op, command } => match &self.registry {
+                Some(registry) => registry.submit(op, command),
+                None => tracing::debug!(op = op.0, "registry command with no registry"),
+            },
             Effect::Log(event) => log(&event),
         }
     }

@@ -115,6 +115,11 @@ struct ServeArgs {
     /// are not implemented yet).
     #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
     worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry: one record per live session of
+    /// every process on this machine [default: $AHPD_HOME/active-agents,
+    /// else <data-dir>/active-agents]; an empty value turns awareness off.
+    #[arg(long, env = "AHPD_AWARENESS_DIR", value_name = "DIR", value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), PathBuf::from))]
+    awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder, listed as external sessions
     /// (`claude:/<id>`) [default: ~/.claude/projects when it exists]; an
     /// empty value or a missing folder lists none. Only read, never written.
@@ -159,6 +164,14 @@ struct ServeArgs {
     /// Most requests of one connection waiting for a wake at once.
     #[arg(long, env = "AHPD_LIMIT_PENDING_REQUESTS_PER_CONN", value_name = "N")]
     limit_pending_requests_per_conn: Option<usize>,
+    /// Most client connections open at once; one over it reads a -32600
+    /// error frame and is closed [default: 256].
+    #[arg(long, env = "AHPD_LIMIT_CONNECTIONS_MAX", value_name = "N")]
+    limit_connections_max: Option<usize>,
+    /// Most bytes queued for one client that it has not read; a client over
+    /// it is dropped [default: 8388608].
+    #[arg(long, env = "AHPD_LIMIT_OUTGOING_BUFFER_MAX_BYTES", value_name = "BYTES")]
+    limit_outgoing_buffer_max_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -172,6 +185,7 @@ impl ServeArgs {
             sleep_after_minutes: self.sleep_after_minutes,
             residency_limit: self.residency_limit,
             worktrees_root: self.worktrees_root,
+            awareness_dir: self.awareness_dir,
             claude_projects: self.claude_projects,
             show_external_sessions: self.show_external_sessions,
             users: self.users,
@@ -185,6 +199,8 @@ impl ServeArgs {
                 frames_per_second: self.limit_frames_per_second,
                 frames_burst: self.limit_frames_burst,
                 pending_requests_per_conn: self.limit_pending_requests_per_conn,
+                connections_max: self.limit_connections_max,
+                outgoing_buffer_max_bytes: self.limit_outgoing_buffer_max_bytes,
             },
         }
     }
@@ -288,6 +304,19 @@ fn default_data_dir() -> Result<PathBuf, String> {
     }
 }
 
+/// The awareness registry directory: the one given (empty: none), else
+/// `$AHPD_HOME/active-agents`, else `<data-dir>/active-agents`.
+fn awareness_dir(given: Option<&Path>, data_dir: &Path) -> Option<PathBuf> {
+    match given {
+        Some(p) if p.as_os_str().is_empty() => None,
+        Some(p) => Some(p.to_owned()),
+        None => match std::env::var_os("AHPD_HOME").filter(|v| !v.is_empty()) {
+            Some(home) => Some(PathBuf::from(home).join("active-agents")),
+            None => Some(data_dir.join("active-agents")),
+        },
+    }
+}
+
 fn create_dir(dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))
 }
@@ -309,6 +338,29 @@ fn cursor_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("could not write {}: {e}", path.display()))?;
     tracing::info!(file = %path.display(), "created a new cursor secret");
     Ok(secret)
+}
+
+/// The host's own token, `<data-dir>/host-token` (64 hex digits, mode
+/// 0600), made on first start. A local program that can read it (the
+/// daemon's own user) proves it is this host and authenticates as
+/// `root:<host>`, with `authenticate` or an `Authorization: Bearer` header
+/// (docs/USER-GUIDE.md). Returns its SHA-256 for the core; the token itself
+/// never leaves this function.
+fn host_token_hash(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join("host-token");
+    let token = match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => text.trim().to_owned(),
+        Ok(_) => return Err(format!("{} is empty; delete it to make a new one", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let token: String = fsutil::random_bytes(32).iter().map(|b| format!("{b:02x}")).collect();
+            fsutil::write_durable(data_dir, "host-token", token.as_bytes(), Some(0o600))
+                .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+            tracing::info!(file = %path.display(), "created the host token (root:<host> for local tools)");
+            token
+        }
+        Err(e) => return Err(format!("could not read {}: {e}", path.display())),
+    };
+    Ok(ahpd_core::grants::token_hash(&token))
 }
 
 /// This machine's name for `serverInfo` and `root:<host>` owners.
@@ -339,6 +391,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         tracing::info!(worktrees_root = %root.display(), "worktrees are made under this root");
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
+    let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
@@ -346,12 +399,19 @@ async fn serve(settings: Settings) -> Result<(), String> {
         sleep_after_ms: (settings.sleep_after_minutes * 60_000.0).round() as u64,
         residency_limit: settings.residency_limit,
         cursor_secret: cursor_secret(&data_dir)?,
+        host_token_sha256: Some(host_token_hash(&data_dir)?),
         external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
         show_external_sessions: settings.show_external_sessions,
         limits: settings.limits.clone(),
         users: settings.users.clone(),
         policy: settings.policy.clone(),
         agents: std::iter::once(ahpd_core::AgentSpec::echo()).chain(settings.agents.iter().map(|a| a.spec())).collect(),
+        awareness: ahpd_core::awareness::AwarenessConfig {
+            enabled: awareness_dir.is_some(),
+            pid: std::process::id(),
+            pid_start: exec::registry::own_start(),
+            ..Default::default()
+        },
         ..Config::default()
     };
     let now = clock.now();
@@ -390,8 +450,9 @@ async fn serve(settings: Settings) -> Result<(), String> {
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
         .with_acp_agents(settings.agents.clone(), acp_home);
-    let accept = tokio::spawn(exec::net::serve(listener, events.clone()));
+    let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
+    let driver_events = events.clone();
     drop(events);
 
     let mut stdout = std::io::stdout().lock();
@@ -399,7 +460,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
-    let driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    if let Some(dir) = awareness_dir {
+        tracing::info!(dir = %dir.display(), "workspace awareness: publishing live sessions");
+        driver = driver.with_registry(exec::registry::Registry::new(dir, driver_events));
+    }
     let ended = driver.run(rx, shutdown_signal(accept)).await;
     reload.abort();
     match ended {

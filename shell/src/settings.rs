@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ahpd_core::external::ExternalMode;
-use ahpd_core::grants::{Membership, Role, User, UsersDirectory};
+use ahpd_core::grants::{Membership, Plugin, Role, User, UsersDirectory};
 use ahpd_core::policy::{Effect, Policy, Rule};
 use ahpd_core::Limits;
 use serde::{Deserialize, Deserializer};
@@ -66,6 +66,11 @@ pub struct FileLimits {
     pub frames_burst: Option<u32>,
     /// Most requests of one connection waiting for a wake at once.
     pub pending_requests_per_conn: Option<usize>,
+    /// Most client connections open at once.
+    pub connections_max: Option<usize>,
+    /// Most bytes queued for one client that it has not read; over it the
+    /// client is dropped.
+    pub outgoing_buffer_max_bytes: Option<usize>,
 }
 
 /// The config file as written; every key optional.
@@ -79,6 +84,7 @@ pub struct FileConfig {
     sleep_after_minutes: Option<f64>,
     residency_limit: Option<usize>,
     worktrees_root: Option<PathBuf>,
+    awareness_dir: Option<PathBuf>,
     claude_projects: Option<PathBuf>,
     #[serde(default, deserialize_with = "de_external_mode")]
     show_external_sessions: Option<ExternalMode>,
@@ -174,6 +180,9 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
             *p = base.join(&*p);
         }
     }
+    if let Some(p) = file.awareness_dir.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
+        *p = base.join(&*p);
+    }
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
         *p = base.join(&*p);
     }
@@ -188,6 +197,16 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
 struct UsersFile {
     #[serde(default)]
     users: Vec<UserEntry>,
+    #[serde(default)]
+    plugins: Vec<PluginEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginEntry {
+    name: String,
+    token_sha256: String,
+    role: Role,
 }
 
 #[derive(Deserialize)]
@@ -244,7 +263,25 @@ pub fn load_users(path: &Path) -> Result<UsersDirectory, String> {
             memberships: u.memberships.into_iter().map(|m| Membership { team: m.team, project: m.project, primary: m.primary }).collect(),
         });
     }
-    Ok(UsersDirectory { users })
+    let mut plugins: Vec<Plugin> = Vec::with_capacity(file.plugins.len());
+    for p in file.plugins {
+        let at = |m: &str| format!("{}: plugin {:?}: {m}", path.display(), p.name);
+        if p.name.is_empty() || p.name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(at("the name must be non-empty, without spaces"));
+        }
+        if plugins.iter().any(|o| o.name == p.name) {
+            return Err(at("this name is listed twice"));
+        }
+        let hash = p.token_sha256.to_ascii_lowercase();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(at("token_sha256 must be 64 hex digits: the SHA-256 of the token (printf %s \"$TOKEN\" | sha256sum)"));
+        }
+        if users.iter().any(|u| u.token_sha256 == hash) || plugins.iter().any(|o| o.token_sha256 == hash) {
+            return Err(at("this token_sha256 is also another user's or plugin's; each needs its own token"));
+        }
+        plugins.push(Plugin { name: p.name, token_sha256: hash, role: p.role });
+    }
+    Ok(UsersDirectory { users, plugins })
 }
 
 #[derive(Deserialize)]
@@ -309,6 +346,8 @@ pub struct Given {
     pub residency_limit: Option<usize>,
     /// `--worktrees-root`.
     pub worktrees_root: Option<PathBuf>,
+    /// `--awareness-dir` (empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// `--claude-projects` (empty: none).
     pub claude_projects: Option<PathBuf>,
     /// `--show-external-sessions`.
@@ -342,6 +381,10 @@ pub struct Settings {
     pub residency_limit: usize,
     /// Where worktrees will go (accepted and stored; not used yet).
     pub worktrees_root: Option<PathBuf>,
+    /// The workspace-awareness registry directory as given (`None`: the
+    /// default, `$AHPD_HOME/active-agents` or `<data-dir>/active-agents`;
+    /// empty: awareness off).
+    pub awareness_dir: Option<PathBuf>,
     /// Claude Code's transcripts folder as given (`None`: the default
     /// lookup; empty: none).
     pub claude_projects: Option<PathBuf>,
@@ -393,9 +436,11 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         frames_per_second: g.frames_per_second.or(f.frames_per_second).unwrap_or(d.frames_per_second),
         frames_burst: g.frames_burst.or(f.frames_burst).unwrap_or(d.frames_burst),
         pending_requests_per_conn: g.pending_requests_per_conn.or(f.pending_requests_per_conn).unwrap_or(d.pending_requests_per_conn),
+        connections_max: g.connections_max.or(f.connections_max).unwrap_or(d.connections_max),
+        outgoing_buffer_max_bytes: g.outgoing_buffer_max_bytes.or(f.outgoing_buffer_max_bytes).unwrap_or(d.outgoing_buffer_max_bytes),
     };
-    if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 {
-        return Err("limits: frame_max_bytes and frames_per_second must be above 0".to_owned());
+    if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 || limits.connections_max == 0 || limits.outgoing_buffer_max_bytes == 0 {
+        return Err("limits: frame_max_bytes, frames_per_second, connections_max and outgoing_buffer_max_bytes must be above 0".to_owned());
     }
     let users_file = given.users.or(file.users);
     let users = users_file.as_deref().map(load_users).transpose()?;
@@ -409,6 +454,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
         residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
+        awareness_dir: given.awareness_dir.or(file.awareness_dir),
         claude_projects: given.claude_projects.or(file.claude_projects),
         show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
         agents: crate::agents::settle(&file.agents, &given.agents)?,
@@ -449,6 +495,11 @@ impl Settings {
             Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # stored; worktrees are not implemented yet", path_str(p)); }
             None => { let _ = writeln!(o, "# worktrees_root: not set (worktrees are not implemented yet)"); }
         }
+        match &self.awareness_dir {
+            Some(p) if p.as_os_str().is_empty() => { let _ = writeln!(o, "awareness_dir = \"\"  # workspace awareness off"); }
+            Some(p) => { let _ = writeln!(o, "awareness_dir = {}", path_str(p)); }
+            None => { let _ = writeln!(o, "# awareness_dir: default ($AHPD_HOME/active-agents, else <data_dir>/active-agents)"); }
+        }
         match &self.claude_projects {
             Some(p) => { let _ = writeln!(o, "claude_projects = {}", path_str(p)); }
             None => { let _ = writeln!(o, "# claude_projects: default (~/.claude/projects when it exists)"); }
@@ -471,6 +522,8 @@ impl Settings {
         let _ = writeln!(o, "frames_per_second = {}", l.frames_per_second);
         let _ = writeln!(o, "frames_burst = {}", l.frames_burst);
         let _ = writeln!(o, "pending_requests_per_conn = {}", l.pending_requests_per_conn);
+        let _ = writeln!(o, "connections_max = {}", l.connections_max);
+        let _ = writeln!(o, "outgoing_buffer_max_bytes = {}", l.outgoing_buffer_max_bytes);
         let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
         for a in &self.agents {
             let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");

@@ -141,7 +141,7 @@ impl Backend {
     pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
         let latency = cx.world.exp_ms(cx.options.backend_ms);
         match command {
-            BackendCmd::Start { session, conversation_id, resume, working_directory } => {
+            BackendCmd::Start { session, conversation_id, resume, working_directory, .. } => {
                 let known_provider = provider == "echo" || (provider == "oneshot" && cx.options.non_resumable_agent);
                 let fail = !known_provider
                     || if resume { cx.faults_rng.chance(cx.faults.resume_fail) } else { cx.faults_rng.chance(cx.faults.start_fail) };
@@ -488,6 +488,7 @@ impl Backend {
             BackendEvent::Action(a) => format!("agent {}", action_name(a)),
             BackendEvent::Busy(b) => format!("agent busy={b}"),
             BackendEvent::Exited { .. } => "agent exited".to_owned(),
+            BackendEvent::Wrote { .. } => "agent wrote".to_owned(),
         };
         Some((Input::Backend { chat: chat.clone(), event }, label))
     }
@@ -548,6 +549,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",
+        Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }
 

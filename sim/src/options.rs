@@ -172,6 +172,7 @@ impl Options {
                 description: "A simulated agent that cannot resume.".to_owned(),
                 can_resume: false,
                 multiple_chats: false,
+                peer_directories: false,
             });
         }
         Config {

@@ -526,6 +526,7 @@ impl World {
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
+                    Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
                 };
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
@@ -588,6 +589,9 @@ impl World {
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
             }
+            // Awareness is off in the simulated config (`Config::default`):
+            // the host issues no registry commands.
+            Effect::Registry { .. } => {}
         }
     }
 

@@ -69,6 +69,12 @@ impl Daemon {
     }
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_with_env(data_dir, extra, &[])
+    }
+
+    /// Like [`Daemon::start_with`], with extra environment variables (e.g.
+    /// `AHPD_TEST_WALL_OFFSET_MS`).
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let log = log_path(data_dir);
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
@@ -84,6 +90,7 @@ impl Daemon {
             // No config file of the developer's: a config home with none.
             .env("XDG_CONFIG_HOME", data_dir.with_extension("config"))
             .env_remove("AHPD_CONFIG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr))

@@ -48,6 +48,7 @@ impl Host {
                 }
             }
             Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
+            Op::Registry { scan } => self.on_registry_done(op, scan, outcome),
             Op::StoreDelete { session } => {
                 let failure = match outcome {
                     Outcome::Failed { message } => Some(message),
@@ -88,7 +89,7 @@ impl Host {
                     ));
                     self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                     self.forget_unborn(session_uri);
                     self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
                 }
@@ -105,7 +106,7 @@ impl Host {
                     Outcome::Failed { message } => {
                         session.wake_error.get_or_insert(message);
                     }
-                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {
+                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                         session.wake_history.insert(chat.clone(), Vec::new());
                     }
                 }
@@ -125,7 +126,7 @@ impl Host {
                 Outcome::Failed { message } => {
                     self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) => {}
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {}
             },
             _ => self.stats.stale_ops += 1,
         }
@@ -258,6 +259,7 @@ impl Host {
                     self.set_phase(&session_uri, Phase::Asleep);
                 }
             }
+            BackendEvent::Wrote { paths } => self.on_wrote(&session_uri, paths),
             BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
         }
     }
@@ -309,8 +311,18 @@ impl Host {
             self.stats.stale_events += 1;
             return;
         }
+        // A tool call declaring the paths it writes waits for the host's
+        // word (workspace awareness, `host/awareness.rs`).
+        let confirm = match &mut action {
+            ChatToolCallReady(a) => self.vet_declared_write(session_uri, a).then(|| a.tool_call_id.clone()),
+            _ => None,
+        };
         if !self.emit(chat, action, None) {
             return;
+        }
+        if let Some(tool_call_id) = confirm {
+            let provider = self.sessions.get(session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            self.backend(Op::Fire, provider, chat.clone(), BackendCmd::ConfirmTool { turn_id: turn_id.clone(), tool_call_id, approved: true });
         }
         self.mark_activity(session_uri);
         if ends_turn {

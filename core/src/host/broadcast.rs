@@ -93,6 +93,17 @@ impl Host {
     /// forward only, keep the record in step, and tell root subscribers
     /// what moved.
     pub(crate) fn after_chat_change(&mut self, session_uri: &Uri, chat_uri: &Uri) {
+        // Say what the chat waits on (or stop saying it) before mirroring it.
+        let derived = self
+            .sessions
+            .get(session_uri)
+            .and_then(|s| s.resident.as_ref())
+            .and_then(|r| r.chats.get(chat_uri))
+            .and_then(crate::session::activity::derived);
+        if let Some(activity) = derived {
+            let action = StateAction::ChatActivityChanged(ahp_types::actions::ChatActivityChangedAction { activity });
+            self.emit(chat_uri, action, None);
+        }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(resident) = session.resident.as_ref() else { return };
         let Some(chat) = resident.chats.get(chat_uri) else { return };

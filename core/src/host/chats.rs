@@ -148,6 +148,7 @@ impl Host {
                         session: session_uri.clone(),
                         conversation_id: record.conversation_id.clone(),
                         working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
+                        peer_directories: self.sessions.get(session_uri).map(|s| self.peers_for(s)).unwrap_or_default(),
                         resume: false,
                     },
                 );

@@ -70,9 +70,10 @@ impl Host {
         if !self.config.agents.iter().any(|a| a.provider == provider) {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
         }
-        // Only the first working directory: no agent here advertises
-        // multipleWorkingDirectories (ahp-protocol.md section 6).
-        let working_directories: Vec<Uri> = params.working_directories.unwrap_or_default().into_iter().take(1).collect();
+        // The first is the process root; the rest are peers, kept only when
+        // the agent advertises multipleWorkingDirectories (ahp-protocol.md
+        // section 6: otherwise "the server uses only the first").
+        let working_directories = crate::folders::initial(&params.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
         let now_iso = self.now.wall.to_iso();
         let record = SessionRecord {
             format: RECORD_FORMAT,
@@ -122,6 +123,7 @@ impl Host {
                 session: uri.clone(),
                 conversation_id: rid.store_key(),
                 working_directory: working_directories.first().cloned(),
+                peer_directories: crate::folders::peers(&working_directories),
                 resume: false,
             },
         );
@@ -153,7 +155,7 @@ impl Host {
         // "Whose it is"); a host with no users directory refuses nobody.
         if self.config.users.is_some() {
             let principal = self.conns.get(&conn).and_then(|c| c.principal.as_ref());
-            let admin = matches!(principal, Some(crate::grants::Principal::User { administrator: true, .. }));
+            let admin = principal.is_some_and(|p| p.is_administrator());
             if !admin && session.record.owner != principal.map(|p| p.owner()) {
                 self.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));

@@ -267,14 +267,22 @@ impl Host {
         let Some(users) = self.config.users.as_ref() else {
             return self.reply(conn, id, serde_json::json!({}));
         };
-        match users.authenticate(&params.token) {
-            Some(user) => {
-                let principal = crate::grants::Principal::User {
-                    id: user.id.clone(),
-                    role: user.role,
-                    administrator: user.administrator,
-                    memberships: user.memberships.clone(),
-                };
+        // The host's own token first (root), then users, then plugins.
+        let is_root = self.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(&params.token, h));
+        let principal = if is_root {
+            Some(crate::grants::Principal::Root { host: self.config.host_name.clone() })
+        } else if let Some(user) = users.authenticate(&params.token) {
+            Some(crate::grants::Principal::User {
+                id: user.id.clone(),
+                role: user.role,
+                administrator: user.administrator,
+                memberships: user.memberships.clone(),
+            })
+        } else {
+            users.authenticate_plugin(&params.token).map(|p| crate::grants::Principal::Plugin { name: p.name.clone(), role: p.role })
+        };
+        match principal {
+            Some(principal) => {
                 let owner = principal.owner();
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.principal = Some(principal);

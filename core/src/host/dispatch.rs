@@ -35,6 +35,7 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         SessionTitleChanged(_) | SessionIsReadChanged(_) | SessionIsArchivedChanged(_) | ChatTurnStarted(_) => {
             Some(Kind::Durable)
         }
+        SessionWorkingDirectorySet(_) | SessionWorkingDirectoryRemoved(_) | SessionWorkingDirectoryReplaced(_) => Some(Kind::Durable),
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) | ChatDraftChanged(_) => Some(Kind::Volatile),
         _ => None,
     }
@@ -196,6 +197,25 @@ impl Host {
             StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_) => {
                 if !on_session {
                     return Err("a session action must be dispatched on the session channel".into());
+                }
+                Ok(())
+            }
+            action if crate::folders::is_folder_action(action) => {
+                if !on_session {
+                    return Err("a session action must be dispatched on the session channel".into());
+                }
+                let list = &session.record.working_directories;
+                crate::folders::check(list, action, self.agent_takes_peers(&session.record.provider))?;
+                if crate::folders::moves_root(list, action) {
+                    // The agent's process must start again in the new root:
+                    // only between turns, and only on a backend that can
+                    // resume the conversation there.
+                    if !session.can_resume {
+                        return Err("this session's agent cannot be restarted in another folder".into());
+                    }
+                    if session.has_work_in_hand() {
+                        return Err("the process root can be replaced only while no turn is running".into());
+                    }
                 }
                 Ok(())
             }
@@ -382,6 +402,28 @@ impl Host {
                 self.summary_changed(session_uri);
                 self.check_residency();
             }
+            action if crate::folders::is_folder_action(&action) => {
+                // The record already holds the new list (written ahead).
+                // A new process root is the side effect, taken before the
+                // broadcast: the agent is let go, so its next start (the
+                // next turn wakes it) runs in the new root with the
+                // conversation resumed.
+                let root_now = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned());
+                let root_shown = self
+                    .sessions
+                    .get(session_uri)
+                    .and_then(|s| s.resident.as_ref())
+                    .and_then(|r| r.session.working_directories.as_ref())
+                    .and_then(|l| l.first().cloned());
+                if root_now != root_shown {
+                    self.let_agents_go(session_uri);
+                    self.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
+                        "the agent starts again in {}", crate::ids::printable(root_now.as_deref().unwrap_or(""))
+                    ));
+                }
+                self.emit(&q.channel, action, origin);
+                self.summary_changed(session_uri);
+            }
             action => {
                 self.emit(&q.channel, action, origin);
             }
@@ -469,6 +511,7 @@ fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, 
         StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
         StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
+        action if crate::folders::is_folder_action(action) => crate::folders::apply(&mut record.working_directories, action),
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());

@@ -59,8 +59,13 @@ pub enum GitOp {
 }
 
 impl Host {
+    /// The memberships of the person on `conn`; `None` for a connection
+    /// with no person to ask (no principal, this host itself, a plugin).
     fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
-        self.conns.get(&conn).and_then(|c| c.principal.as_ref()).map(|Principal::User { memberships, .. }| memberships.clone())
+        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+            Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
+            _ => None,
+        }
     }
 
     pub(crate) fn git(&mut self, op: Op, command: GitCmd) -> OpId {

@@ -112,11 +112,8 @@ impl Host {
             self.evict(&uri);
         }
         while self.resident_count() > self.config.residency_limit {
-            let victim = self
-                .held_sessions()
-                .filter(|(_, s)| self.evictable(s))
-                .min_by(|(ua, a), (ub, b)| (a.last_used, ua).cmp(&(b.last_used, ub)))
-                .map(|(u, _)| u.clone());
+            let candidates = self.held_sessions().filter(|(_, s)| self.evictable(s)).map(|(u, s)| (u, s.last_used));
+            let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
                 Some(uri) => self.evict(&uri),
                 None => break,
@@ -147,6 +144,7 @@ impl Host {
         let provider = session.record.provider.clone();
         let owed = session.start_owed;
         let working_directory = session.record.working_directories.first().cloned();
+        let peer_directories = self.peers_for(session);
         let chats: Vec<(Uri, String, bool)> = session
             .record
             .chats
@@ -160,7 +158,13 @@ impl Host {
                 Op::Start { session: uri.clone(), chat: chat.clone() },
                 provider.clone(),
                 chat,
-                BackendCmd::Start { session: uri.clone(), conversation_id, working_directory: working_directory.clone(), resume },
+                BackendCmd::Start {
+                    session: uri.clone(),
+                    conversation_id,
+                    working_directory: working_directory.clone(),
+                    peer_directories: peer_directories.clone(),
+                    resume,
+                },
             );
             ops.insert(op);
         }

@@ -1,6 +1,7 @@
 //! One session as the host holds it: its durable record, the protocol state
 //! it holds in memory while resident, its agents, and what waits on it.
 
+pub mod activity;
 pub mod lifecycle;
 pub mod row;
 pub mod state;

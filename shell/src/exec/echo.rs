@@ -27,14 +27,19 @@
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
-//! - `/write <path> <text>`: the agent writes `<text>` and a newline to
-//!   `<path>`, relative to its working directory (no `..`), as a tool of a
-//!   real agent would, and replies `Echo: wrote <path>`.
+//! - `/write <relative path> [text]`: a `write_file` tool call that
+//!   declares the path it writes (`_meta["ahpd.writes"]`, workspace
+//!   awareness) and waits for the host's word (`ConfirmTool`): approved, it
+//!   writes `text` (or a fixed line) and a newline to that file under the
+//!   chat's working directory, reports it
+//!   (`BackendEvent::Wrote`, the session's claim) and completes; denied, the
+//!   reply is `Echo: tool denied`. A path that is absolute, names `..`, or
+//!   a chat with no working directory gets `Echo: cannot write: ...`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use ahp::reducers::apply_action_to_chat;
 use ahp_types::actions::{
@@ -170,7 +175,7 @@ impl Actor {
 
     async fn command(&mut self, command: BackendCmd) -> Outcome {
         match command {
-            BackendCmd::Start { conversation_id, working_directory, resume, session } => {
+            BackendCmd::Start { conversation_id, working_directory, resume, session, .. } => {
                 self.stop_turn(false).await;
                 self.agent = None;
                 if !fsutil::is_safe_component(&conversation_id) {
@@ -260,14 +265,6 @@ impl Actor {
         if directive == Directive::Fail {
             return failed("echo: asked to fail".to_owned());
         }
-        let write = if directive == Directive::Write {
-            match write_target(agent.header.working_directory.as_deref(), &message.text) {
-                Ok(target) => Some(target),
-                Err(m) => return failed(m),
-            }
-        } else {
-            None
-        };
         let Some(me) = self.me.upgrade() else {
             return failed("echo: the agent is shutting down".to_owned());
         };
@@ -293,7 +290,7 @@ impl Actor {
             actor: me,
             scratch: scratch.clone(),
             started,
-            write,
+            workdir: agent.header.working_directory.as_deref().and_then(ahpd_core::awareness::uri_to_path).map(PathBuf::from),
         };
         let task = tokio::spawn(ctx.run(directive, confirm_rx));
         agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
@@ -346,22 +343,8 @@ struct TurnCtx {
     actor: mpsc::UnboundedSender<ChatMsg>,
     scratch: Arc<Mutex<ChatState>>,
     started: Instant,
-    /// For `/write`: the file and what to write in it.
-    write: Option<(PathBuf, String)>,
-}
-
-/// Where `/write <path> <text>` writes, under the working directory `wd`.
-fn write_target(wd: Option<&str>, text: &str) -> Result<(PathBuf, String), String> {
-    let dir = wd.and_then(ahpd_core::git::path_of_uri).ok_or("echo: /write needs a local working directory")?;
-    let mut parts = text.trim_start().splitn(3, char::is_whitespace);
-    let _ = parts.next();
-    let rel = parts.next().unwrap_or("");
-    let content = parts.next().unwrap_or("").trim().to_owned();
-    let safe = !rel.is_empty() && !rel.starts_with('/') && rel.split('/').all(|c| !c.is_empty() && c != ".." && c != ".") && !rel.contains('\0');
-    if !safe {
-        return Err(format!("echo: /write needs a relative path inside the working directory, not {rel:?}"));
-    }
-    Ok((PathBuf::from(dir).join(rel), format!("{content}\n")))
+    /// The chat's working directory, if any (for `/write`).
+    workdir: Option<PathBuf>,
 }
 
 impl TurnCtx {
@@ -369,17 +352,6 @@ impl TurnCtx {
         let reply = format!("Echo: {}", self.text);
         match directive {
             Directive::Plain | Directive::Fail => {
-                self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
-                self.complete().await;
-            }
-            Directive::Write => {
-                let reply = match &self.write {
-                    Some((path, content)) => match tokio::fs::write(path, content).await {
-                        Ok(()) => format!("Echo: wrote {}", path.display()),
-                        Err(e) => format!("Echo: could not write {}: {e}", path.display()),
-                    },
-                    None => "Echo: nothing to write".to_owned(),
-                };
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
                 self.complete().await;
             }
@@ -417,6 +389,7 @@ impl TurnCtx {
                 let _ = self.actor.send(ChatMsg::Crashed { turn_id: self.turn_id.clone() });
                 self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
             }
+            Directive::Write => self.write_file(confirm).await,
             Directive::Approve => {
                 let tool_call_id = format!("{}.tool", self.turn_id);
                 self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
@@ -467,6 +440,82 @@ impl TurnCtx {
                 self.complete().await;
             }
         }
+    }
+
+    /// `/write <path> [text]`: a declared write that waits for the host's
+    /// word, then writes `text` (or a fixed line) and a newline.
+    async fn write_file(&self, confirm: oneshot::Receiver<bool>) {
+        let mut words = self.text.trim_start().splitn(3, char::is_whitespace);
+        let _directive = words.next();
+        let rel = words.next().unwrap_or_default().to_owned();
+        let content = match words.next().map(str::trim) {
+            Some(text) if !text.is_empty() => format!("{text}\n"),
+            _ => "written by the echo agent\n".to_owned(),
+        };
+        let target = match write_target(self.workdir.as_deref(), &rel) {
+            Ok(t) => t,
+            Err(message) => {
+                self.stream(&format!("Echo: cannot write: {message}"), CHUNK_DELAY_MS).await;
+                return self.complete().await;
+            }
+        };
+        let tool_call_id = format!("{}.write", self.turn_id);
+        let mut meta = serde_json::Map::new();
+        meta.insert(ahpd_core::awareness::WRITES_META_KEY.to_owned(), serde_json::json!([target.display().to_string()]));
+        self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: None,
+            tool_name: "write_file".to_owned(),
+            display_name: "Write file".to_owned(),
+            intention: Some(format!("Write {rel}")),
+            contributor: None,
+        }));
+        self.emit(StateAction::ChatToolCallReady(ChatToolCallReadyAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id: tool_call_id.clone(),
+            meta: Some(meta),
+            contributor: None,
+            intention: None,
+            invocation_message: StringOrMarkdown::Plain(format!("Write {rel}")),
+            tool_input: None,
+            confirmation_title: None,
+            risk_assessment: None,
+            edits: None,
+            editable: None,
+            confirmed: Some(ahp_types::state::ToolCallConfirmationReason::NotNeeded),
+            options: None,
+        }));
+        let Ok(approved) = confirm.await else { return };
+        if !approved {
+            self.stream("Echo: tool denied", CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+            return self.complete().await;
+        }
+        let written = match self.workdir.as_deref() {
+            Some(workdir) => write_line(workdir, &target, &content).await,
+            None => Err("the chat has no working directory".to_owned()),
+        };
+        if written.is_ok() {
+            self.event(BackendEvent::Wrote { paths: vec![target.display().to_string()] });
+        }
+        self.emit(StateAction::ChatToolCallComplete(ChatToolCallCompleteAction {
+            turn_id: self.turn_id.clone(),
+            tool_call_id,
+            meta: None,
+            result: ToolCallResult {
+                success: written.is_ok(),
+                past_tense_message: StringOrMarkdown::Plain(match &written {
+                    Ok(()) => format!("Wrote {rel}"),
+                    Err(e) => format!("Could not write {rel}: {e}"),
+                }),
+                content: None,
+                structured_content: None,
+                error: None,
+            },
+            requires_result_confirmation: None,
+        }));
+        self.stream(&format!("Echo: wrote {rel}"), CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+        self.complete().await;
     }
 
     /// Applies `action` to the turn's own copy and sends it to the host.
@@ -545,13 +594,39 @@ impl Directive {
             Some("/fail") => Directive::Fail,
             Some("/error") => Directive::Error,
             Some("/approve") => Directive::Approve,
+            Some("/write") => Directive::Write,
             Some("/crash") => Directive::Crash,
             Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
             Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
-            Some("/write") => Directive::Write,
             _ => Directive::Plain,
         }
     }
+}
+
+/// Where `/write <rel>` writes: `rel` under `workdir`, made only of plain
+/// components.
+///
+/// Errors: no working directory, an empty, absolute or `..` path.
+fn write_target(workdir: Option<&Path>, rel: &str) -> Result<PathBuf, String> {
+    let workdir = workdir.ok_or("the chat has no working directory")?;
+    let path = Path::new(rel);
+    if rel.is_empty() || !path.components().all(|c| matches!(c, std::path::Component::Normal(_))) {
+        return Err(format!("{rel:?} is not a plain relative path"));
+    }
+    Ok(workdir.join(path))
+}
+
+/// Writes `content` to `target`, creating its folders; refuses a target
+/// whose folder resolves outside `workdir` (a symlink).
+async fn write_line(workdir: &Path, target: &Path, content: &str) -> Result<(), String> {
+    let parent = target.parent().ok_or("no parent folder")?;
+    tokio::fs::create_dir_all(parent).await.map_err(|e| e.to_string())?;
+    let resolved = tokio::fs::canonicalize(parent).await.map_err(|e| e.to_string())?;
+    let root = tokio::fs::canonicalize(workdir).await.map_err(|e| e.to_string())?;
+    if !resolved.starts_with(&root) {
+        return Err(format!("{} resolves outside the working directory", parent.display()));
+    }
+    tokio::fs::write(target, content.as_bytes()).await.map_err(|e| e.to_string())
 }
 
 /// `text` cut into at most `max` non-empty pieces on character boundaries.
@@ -586,7 +661,7 @@ fn elapsed_ms(since: Instant) -> i64 {
 }
 
 fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)).unwrap_or(0)
+    crate::driver::wall_ms()
 }
 
 /// An empty chat the turn task applies its own actions to, so the finished

@@ -9,4 +9,5 @@ pub mod echo;
 pub mod fsutil;
 pub mod git;
 pub mod net;
+pub mod registry;
 pub mod store;

@@ -8,7 +8,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,7 +17,7 @@ use ahpd_core::{ConnId, Input};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -44,21 +44,58 @@ pub enum WriterCmd {
     Close,
 }
 
-/// The driver's handle on one connection's writer task.
+/// The driver's handle on one connection's writer task. Frames queue
+/// without waiting, but only up to a bound in bytes: a client that does not
+/// read its socket while frames pile up past it is dropped (issue 11, slow
+/// clients), so one stuck client never grows the daemon's memory without end
+/// and never holds up the others.
 #[derive(Debug, Clone)]
-pub struct Writer(mpsc::UnboundedSender<WriterCmd>);
+pub struct Writer {
+    tx: mpsc::UnboundedSender<WriterCmd>,
+    backlog: Arc<Backlog>,
+}
+
+/// The bytes queued for one connection and not yet handed to its socket.
+#[derive(Debug)]
+struct Backlog {
+    /// Bytes of frames queued and not yet written, in bytes.
+    queued: AtomicUsize,
+    /// The bound (`Limits::outgoing_buffer_max_bytes`), in bytes.
+    max: usize,
+    /// Fired once when the bound is passed: the writer task stops at once.
+    overflow: Notify,
+    /// Whether the bound was passed (later frames are dropped unqueued).
+    overflowed: AtomicBool,
+}
 
 impl Writer {
-    /// Queues `cmd`; a connection that is already gone drops it.
+    /// Queues `cmd`; a connection that is already gone drops it. A frame
+    /// that would take the connection's backlog past its bound is not
+    /// queued: the connection is dropped instead (a log line says so; its
+    /// reader then reports `Input::Disconnected`).
     pub fn send(&self, cmd: WriterCmd) {
-        let _ = self.0.send(cmd);
+        let b = &self.backlog;
+        if b.overflowed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let WriterCmd::Frame(text) = &cmd {
+            let queued = b.queued.fetch_add(text.len(), Ordering::Relaxed) + text.len();
+            if queued > b.max {
+                b.overflowed.store(true, Ordering::Relaxed);
+                // The writer task logs the drop, naming the connection.
+                b.overflow.notify_one();
+                return;
+            }
+        }
+        let _ = self.tx.send(cmd);
     }
 }
 
-/// Accepts connections on `listener` forever, numbering them from 1.
-/// Accept errors (e.g. out of file descriptors) are logged and retried
-/// after a short pause; they never end the daemon.
-pub async fn serve(listener: TcpListener, events: EventSink) {
+/// Accepts connections on `listener` forever, numbering them from 1; each
+/// connection may have at most `outgoing_max_bytes` of frames queued and
+/// unread. Accept errors (e.g. out of file descriptors) are logged and
+/// retried after a short pause; they never end the daemon.
+pub async fn serve(listener: TcpListener, events: EventSink, outgoing_max_bytes: usize) {
     let next_conn = Arc::new(AtomicU64::new(1));
     loop {
         match listener.accept().await {
@@ -67,7 +104,7 @@ pub async fn serve(listener: TcpListener, events: EventSink) {
                 let events = events.clone();
                 tokio::spawn(async move {
                     tracing::debug!(conn = conn.0, %peer, "tcp connection");
-                    connection(stream, conn, events).await;
+                    connection(stream, conn, events, outgoing_max_bytes).await;
                 });
             }
             Err(e) => {
@@ -204,7 +241,7 @@ fn peek_request(text: &str) -> Option<(u64, String)> {
 /// Runs one connection: read the request head; answer plain HTTP, or do
 /// the WebSocket handshake, register the writer, then read frames until the
 /// client closes, the socket fails, or the writer closes it.
-async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink) {
+async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outgoing_max_bytes: usize) {
     let _ = stream.set_nodelay(true);
     let (bytes, head_len) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(Some(read))) => read,
@@ -240,29 +277,50 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink) {
     };
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<WriterCmd>();
+    let backlog = Arc::new(Backlog {
+        queued: AtomicUsize::new(0),
+        max: outgoing_max_bytes,
+        overflow: Notify::new(),
+        overflowed: AtomicBool::new(false),
+    });
     // Dropped (or fired) when the writer stops, which ends the reader too.
     let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
+    let writer_backlog = Arc::clone(&backlog);
     tokio::spawn(async move {
         let _stop = stop_tx;
-        while let Some(cmd) = rx.recv().await {
-            match cmd {
-                WriterCmd::Frame(text) => {
-                    if let Err(e) = sink.send(Message::Text(text.into())).await {
-                        tracing::debug!(conn = conn.0, error = %e, "write failed");
+        let backlog = writer_backlog;
+        let write = async {
+            while let Some(cmd) = rx.recv().await {
+                match cmd {
+                    WriterCmd::Frame(text) => {
+                        let len = text.len();
+                        let sent = sink.send(Message::Text(text.into())).await;
+                        backlog.queued.fetch_sub(len, Ordering::Relaxed);
+                        if let Err(e) = sent {
+                            tracing::debug!(conn = conn.0, error = %e, "write failed");
+                            return;
+                        }
+                    }
+                    WriterCmd::Close => {
+                        let _ = sink.send(Message::Close(None)).await;
+                        let _ = sink.close().await;
                         return;
                     }
                 }
-                WriterCmd::Close => {
-                    let _ = sink.send(Message::Close(None)).await;
-                    let _ = sink.close().await;
-                    return;
-                }
+            }
+            // The driver let the connection go: close politely.
+            let _ = sink.close().await;
+        };
+        tokio::select! {
+            () = write => {}
+            // Over the bound: stop writing (a write may be stuck on a full
+            // socket); dropping the sink and ending the reader closes it.
+            () = backlog.overflow.notified() => {
+                tracing::warn!(conn = conn.0, limit_bytes = backlog.max, "slow client dropped: its unread frames passed outgoing_buffer_max_bytes");
             }
         }
-        // The driver let the connection go: close politely.
-        let _ = sink.close().await;
     });
-    events.send(Event::Opened { conn, writer: Writer(tx), bearer });
+    events.send(Event::Opened { conn, writer: Writer { tx, backlog }, bearer });
     tracing::info!(conn = conn.0, "client connected");
     loop {
         let message = tokio::select! {

@@ -146,7 +146,7 @@ impl ChatActor {
 
     async fn command(&mut self, command: BackendCmd) -> Outcome {
         match command {
-            BackendCmd::Start { conversation_id, working_directory, resume, session: _ } => {
+            BackendCmd::Start { conversation_id, working_directory, resume, session: _, peer_directories: _ } => {
                 self.start(conversation_id, working_directory, resume).await
             }
             BackendCmd::Send { turn_id, message } => self.send(turn_id, message),

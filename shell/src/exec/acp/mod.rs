@@ -68,6 +68,8 @@ impl AgentConfig {
             description: self.description.clone(),
             can_resume: self.can_resume,
             multiple_chats: true,
+            // ACP `session/new` takes one working directory: no peers.
+            peer_directories: false,
         }
     }
 

@@ -1,0 +1,408 @@
+//! Workspace awareness wired into the host (issue 10; rules in
+//! `crate::awareness`): publishing each live session's record, the
+//! heartbeat, scans of the registry, peers and warnings on the session
+//! state's `_meta`, the peer events, `ahpd/listPeers`, claims from
+//! `BackendEvent::Wrote`, and the `coordinate` tier's hold on conflicting
+//! writes.
+//!
+//! What ahp-types 1.0.0 has no shape for rides on the session state's
+//! `_meta` (decisions.md, 1; `docs/AWARENESS.md`): `ahpd.peers` (the peer
+//! records), `ahpd.awarenessWarnings`, `ahpd.awarenessEvents` (the last
+//! [`EVENTS_KEPT`] events, each with a rising `seq`) and `ahpd.awareness`
+//! (`{tier, error}`), all set through `session/metaChanged`.
+//!
+//! Reconciliation, not bookkeeping: after every input
+//! [`Host::awareness_tick`] compares each live session's record as it
+//! would be now with the one last published, publishes what changed
+//! (beyond the heartbeat stamp), removes records of sessions no longer
+//! live (sleep, dispose), and on the heartbeat republishes everything and
+//! rescans.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ahp_types::actions::{ChatToolCallReadyAction, SessionMetaChangedAction, StateAction};
+use ahp_types::common::StringOrMarkdown;
+use ahp_types::state::ToolCallConfirmationReason;
+use ahp_types::Uri;
+use serde_json::{json, Value};
+
+use super::{Host, Op};
+use crate::awareness::{self as rules, ActiveRecord, Liveness, RepoObservation, Tier, Warning};
+use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
+use crate::input::Outcome;
+use crate::ids::{printable, ResourceId};
+use crate::protocol::error::{error, INVALID_PARAMS, SESSION_NOT_FOUND};
+use crate::session::Phase;
+use crate::time::MonoTime;
+
+/// How many recent awareness events a session's `_meta` keeps.
+pub const EVENTS_KEPT: usize = 32;
+
+/// The host's awareness state.
+#[derive(Debug, Clone, Default)]
+pub struct Awareness {
+    /// The record last published per session, with its file name.
+    published: BTreeMap<Uri, (String, ActiveRecord)>,
+    /// Claims per session: absolute paths its agent wrote while live.
+    claims: BTreeMap<Uri, BTreeSet<String>>,
+    /// The repository of each working directory, as last observed.
+    repos: BTreeMap<String, Option<RepoObservation>>,
+    /// The HEAD each session had when first observed live.
+    baseline: BTreeMap<Uri, String>,
+    /// The live records of the last scan (sanitised, not stale).
+    live: Vec<ActiveRecord>,
+    /// Each session's peers as last exposed.
+    peers: BTreeMap<Uri, BTreeMap<String, ActiveRecord>>,
+    /// Each session's warnings as last exposed.
+    warnings: BTreeMap<Uri, Vec<Warning>>,
+    /// Each session's recent events.
+    events: BTreeMap<Uri, VecDeque<Value>>,
+    /// The last event number given.
+    event_seq: u64,
+    /// The scan in flight, if any.
+    scan: Option<OpId>,
+    /// Whether another scan is owed once the one in flight ends.
+    rescan_owed: bool,
+    /// When the last heartbeat ran.
+    last_heartbeat: Option<MonoTime>,
+    /// The last registry error, until a scan succeeds.
+    error: Option<String>,
+    /// Record files already logged as skipped (logged once each).
+    skipped: BTreeSet<String>,
+}
+
+impl Host {
+    /// Whether awareness is on for this host.
+    fn aware(&self) -> bool {
+        self.config.awareness.enabled
+    }
+
+    /// When the next heartbeat is due: only while this host has records
+    /// published.
+    pub(crate) fn awareness_deadline(&self) -> Option<MonoTime> {
+        if !self.aware() || self.awareness.published.is_empty() {
+            return None;
+        }
+        let period = self.config.awareness.heartbeat_ms.max(1);
+        self.awareness.last_heartbeat.map(|t| t.plus_ms(period))
+    }
+
+    /// Publishes what changed, removes what is no longer live, runs the
+    /// heartbeat when due. Called after every input.
+    pub(crate) fn awareness_tick(&mut self) {
+        if !self.aware() {
+            return;
+        }
+        let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.now.mono);
+        let live: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.phase == Phase::Live && s.resident.is_some()).map(|(u, _)| u.clone()).collect();
+        let mut changed = false;
+        for uri in &live {
+            let Some(record) = self.own_record(uri) else { continue };
+            let stale = match self.awareness.published.get(uri) {
+                Some((_, old)) => heartbeat || old.differs_beyond_heartbeat(&record),
+                None => true,
+            };
+            if stale {
+                let Some(name) = self.record_name(uri) else { continue };
+                let op = self.new_op(Op::Registry { scan: false });
+                self.effects.push(Effect::Registry { op, command: RegistryCmd::Publish { name: name.clone(), record: Box::new(record.clone()) } });
+                self.awareness.published.insert(uri.clone(), (name, record));
+                changed = true;
+            }
+        }
+        let gone: Vec<Uri> = self.awareness.published.keys().filter(|u| !live.contains(u)).cloned().collect();
+        for uri in gone {
+            if let Some((name, _)) = self.awareness.published.remove(&uri) {
+                let op = self.new_op(Op::Registry { scan: false });
+                self.effects.push(Effect::Registry { op, command: RegistryCmd::Remove { name } });
+                changed = true;
+            }
+            self.awareness.claims.remove(&uri);
+            self.awareness.baseline.remove(&uri);
+            self.awareness.peers.remove(&uri);
+            self.awareness.warnings.remove(&uri);
+            self.expose(&uri);
+        }
+        // The heartbeat's period runs from the first publish, and stops while
+        // nothing is published.
+        if heartbeat || (self.awareness.last_heartbeat.is_none() && !self.awareness.published.is_empty()) {
+            self.awareness.last_heartbeat = Some(self.now.mono);
+        }
+        if self.awareness.published.is_empty() {
+            self.awareness.last_heartbeat = None;
+        }
+        if changed || heartbeat {
+            self.request_scan();
+        }
+    }
+
+    /// Starts a scan, or owes one when a scan is in flight.
+    fn request_scan(&mut self) {
+        if self.awareness.scan.is_some() {
+            self.awareness.rescan_owed = true;
+            return;
+        }
+        let mut dirs: BTreeSet<String> = BTreeSet::new();
+        for (_, record) in self.awareness.published.values() {
+            dirs.extend(record.working_directories.iter().take(1).cloned());
+        }
+        let op = self.new_op(Op::Registry { scan: true });
+        self.awareness.scan = Some(op);
+        self.effects.push(Effect::Registry { op, command: RegistryCmd::Scan { dirs: dirs.into_iter().collect() } });
+    }
+
+    /// The file name of `uri`'s record: `<pid>-<store key>.json`, both parts
+    /// validated (decisions.md, 5).
+    fn record_name(&self, uri: &Uri) -> Option<String> {
+        let session = self.sessions.get(uri)?;
+        let key = ResourceId::parse(uri).ok()?.store_key();
+        (key == session.id.store_key()).then(|| format!("{}-{key}.json", self.config.awareness.pid))
+    }
+
+    /// `uri`'s record as it stands now (stamped with the wall clock).
+    fn own_record(&self, uri: &Uri) -> Option<ActiveRecord> {
+        let session = self.sessions.get(uri)?;
+        let dirs: Vec<String> = session.record.working_directories.iter().filter_map(|d| rules::uri_to_path(d)).collect();
+        let repo = dirs.first().and_then(|d| self.awareness.repos.get(d)).cloned().flatten();
+        let (status, activity) = session.status();
+        Some(ActiveRecord {
+            version: rules::RECORD_VERSION,
+            session: uri.clone(),
+            host: self.config.host_name.clone(),
+            pid: self.config.awareness.pid,
+            pid_start: self.config.awareness.pid_start,
+            working_directories: dirs,
+            repository: repo.as_ref().map(|r| r.root.clone()),
+            branch: repo.as_ref().and_then(|r| r.branch.clone()),
+            head: repo.as_ref().and_then(|r| r.head.clone()),
+            status,
+            activity: rules::clean_text(&activity.unwrap_or_default(), rules::ACTIVITY_MAX_CHARS),
+            claims: self.awareness.claims.get(uri).map(|c| c.iter().cloned().collect()).unwrap_or_default(),
+            updated_at: self.now.wall.0,
+        })
+    }
+
+    /// A registry command finished.
+    pub(crate) fn on_registry_done(&mut self, op: OpId, scan: bool, outcome: Outcome) {
+        if scan && self.awareness.scan == Some(op) {
+            self.awareness.scan = None;
+        }
+        match outcome {
+            Outcome::RegistryScanned { files, repos } if scan => self.on_scanned_registry(files, repos),
+            Outcome::Failed { message } => {
+                let what = if scan { "could not read the registry" } else { "could not write the registry" };
+                self.awareness_error(format!("{what}: {message}"));
+            }
+            _ => {}
+        }
+        if scan && std::mem::take(&mut self.awareness.rescan_owed) {
+            self.request_scan();
+        }
+    }
+
+    /// `session_awareness_error` on every live session (recoverable: the
+    /// sessions go on; peers keep their last known value).
+    fn awareness_error(&mut self, message: String) {
+        self.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
+        self.awareness.error = Some(message.clone());
+        let live: Vec<Uri> = self.awareness.published.keys().cloned().collect();
+        for uri in live {
+            self.push_event(&uri, json!({ "type": "session_awareness_error", "message": message }));
+            self.expose(&uri);
+        }
+    }
+
+    fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
+        let now_ms = self.now.wall.0;
+        let mut live = Vec::new();
+        for file in files {
+            match rules::parse_record(&file.bytes, now_ms) {
+                Err(refusal) => self.note_skipped(&file.name, refusal.to_string()),
+                Ok(record) => match rules::judge(&record, &self.config.host_name, file.process.as_ref(), now_ms) {
+                    Liveness::Live => {
+                        self.awareness.skipped.remove(&file.name);
+                        live.push(record);
+                    }
+                    Liveness::Stale(why) => self.note_skipped(&file.name, format!("stale: {why}")),
+                },
+            }
+        }
+        self.awareness.repos.extend(repos);
+        self.awareness.live = live;
+        self.awareness.error = None;
+        let sessions: Vec<Uri> = self.awareness.published.keys().cloned().collect();
+        for uri in sessions {
+            self.refresh_peers(&uri);
+        }
+    }
+
+    fn note_skipped(&mut self, name: &str, why: String) {
+        if self.awareness.skipped.insert(name.to_owned()) {
+            self.log(LogLevel::Info, "awareness.record_skipped", None, format!("{}: {why}", printable(name)));
+        }
+    }
+
+    /// Recomputes `uri`'s peers and warnings from the last scan, records
+    /// the peer events, and exposes them.
+    fn refresh_peers(&mut self, uri: &Uri) {
+        let Some(me) = self.own_record(uri) else { return };
+        if let Some(head) = me.head.clone() {
+            self.awareness.baseline.entry(uri.clone()).or_insert(head);
+        }
+        let fresh = rules::peers_of(&me, &self.awareness.live);
+        let old = self.awareness.peers.get(uri).cloned().unwrap_or_default();
+        for (kind, key) in rules::diff(&old, &fresh) {
+            let peer = fresh.get(&key).or_else(|| old.get(&key));
+            let session = peer.map(|p| p.session.clone()).unwrap_or_default();
+            self.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(&key)));
+            self.push_event(uri, json!({ "type": kind.name(), "peer": session, "key": key }));
+        }
+        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+        let warnings = rules::warnings(tier, &me, self.awareness.baseline.get(uri).map(String::as_str), &fresh);
+        let before = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
+        for w in warnings.iter().filter(|w| !before.contains(w)) {
+            self.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
+        }
+        self.awareness.peers.insert(uri.clone(), fresh);
+        self.awareness.warnings.insert(uri.clone(), warnings);
+        self.expose(uri);
+    }
+
+    fn push_event(&mut self, uri: &Uri, mut event: Value) {
+        self.awareness.event_seq += 1;
+        if let Some(obj) = event.as_object_mut() {
+            obj.insert("seq".to_owned(), Value::from(self.awareness.event_seq));
+            obj.insert("at".to_owned(), Value::String(self.now.wall.to_iso()));
+        }
+        let events = self.awareness.events.entry(uri.clone()).or_default();
+        events.push_back(event);
+        while events.len() > EVENTS_KEPT {
+            events.pop_front();
+        }
+    }
+
+    /// What `uri`'s `_meta` carries about awareness.
+    fn awareness_meta(&self, uri: &Uri) -> [(&'static str, Value); 4] {
+        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+        let peers: Vec<&ActiveRecord> = self.awareness.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
+        let warnings = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
+        let events: Vec<&Value> = self.awareness.events.get(uri).map(|e| e.iter().collect()).unwrap_or_default();
+        [
+            ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.awareness.error })),
+            ("ahpd.peers", serde_json::to_value(peers).unwrap_or_default()),
+            ("ahpd.awarenessWarnings", serde_json::to_value(warnings).unwrap_or_default()),
+            ("ahpd.awarenessEvents", serde_json::to_value(events).unwrap_or_default()),
+        ]
+    }
+
+    /// Sets `uri`'s awareness `_meta` keys through `session/metaChanged`
+    /// when they moved (a resident session only).
+    fn expose(&mut self, uri: &Uri) {
+        let Some(resident) = self.sessions.get(uri).and_then(|s| s.resident.as_ref()) else { return };
+        let mut meta = resident.session.meta.clone().unwrap_or_default();
+        let mut moved = false;
+        for (key, value) in self.awareness_meta(uri) {
+            if meta.get(key) != Some(&value) {
+                meta.insert(key.to_owned(), value);
+                moved = true;
+            }
+        }
+        if moved {
+            let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
+            self.emit(uri, action, None);
+        }
+    }
+
+    /// The agent of one of `session_uri`'s chats wrote `paths`: they become
+    /// the session's claims (at most `CLAIMS_MAX`), published by the next
+    /// tick.
+    pub(crate) fn on_wrote(&mut self, session_uri: &Uri, paths: Vec<String>) {
+        let base = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first()).and_then(|d| rules::uri_to_path(d));
+        let claims = self.awareness.claims.entry(session_uri.clone()).or_default();
+        for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
+            if claims.len() >= rules::CLAIMS_MAX {
+                break;
+            }
+            claims.insert(path);
+        }
+    }
+
+    /// Vets a `chat/toolCallReady` that declares the paths it will write
+    /// (`_meta["ahpd.writes"]`) and waits for the host's word (`confirmed`
+    /// set). Returns true when the host confirms it at once; false when it
+    /// is left to a person (rewritten to wait for confirmation: the
+    /// `coordinate` tier, a path another live session claims, no
+    /// auto-approve) or was not the host's to confirm.
+    pub(crate) fn vet_declared_write(&mut self, session_uri: &Uri, action: &mut ChatToolCallReadyAction) -> bool {
+        let declared: Vec<String> = match action.meta.as_ref().and_then(|m| m.get(rules::WRITES_META_KEY)) {
+            Some(Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
+            _ => return false,
+        };
+        if action.confirmed.is_none() {
+            return false;
+        }
+        let Some(session) = self.sessions.get(session_uri) else { return false };
+        let tier = Tier::of_config(&session.record.config);
+        let auto = rules::auto_approve(&session.record.config);
+        let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
+        let paths: Vec<String> = declared.iter().take(rules::CLAIMS_MAX).filter_map(|p| rules::join(base.as_deref(), p)).collect();
+        let conflicts = match self.awareness.peers.get(session_uri) {
+            Some(peers) if self.aware() && tier != Tier::Passive => rules::claimed_by_peers(&paths, peers),
+            _ => Vec::new(),
+        };
+        if conflicts.is_empty() {
+            return true;
+        }
+        let words: Vec<String> = conflicts.iter().map(|(peer, path)| format!("{path} is claimed by {peer}")).collect();
+        let message = words.join("; ");
+        if let Some(meta) = action.meta.as_mut() {
+            meta.insert("ahpd.awarenessWarning".to_owned(), Value::String(message.clone()));
+        }
+        match tier {
+            Tier::Coordinate if !auto => {
+                action.confirmed = None;
+                action.confirmation_title = Some(StringOrMarkdown::Plain(format!("Write anyway? {message}")));
+                self.log(LogLevel::Warn, "awareness.write_held", Some(session_uri.clone()), message);
+                false
+            }
+            Tier::Coordinate => {
+                action.confirmed = Some(ToolCallConfirmationReason::Setting);
+                self.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), format!("auto-approved: {message}"));
+                true
+            }
+            Tier::Warn | Tier::Passive => {
+                self.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), message);
+                true
+            }
+        }
+    }
+
+    /// `ahpd/listPeers {channel}`: the session's peers (other live records
+    /// of its workspace), warnings and tier. Needs `session:peers` (a
+    /// read). Errors: -32602 for a malformed URI, -32001 for an unknown
+    /// session.
+    pub(crate) fn on_list_peers(&mut self, conn: ConnId, id: u64, params: Value) {
+        if let Err(e) = self.authorize(conn, crate::grants::Operation::SessionPeers) {
+            return self.reply_error(conn, id, e);
+        }
+        let Some(channel) = params.get("channel").and_then(|c| c.as_str()).map(str::to_owned) else {
+            return self.reply_error(conn, id, error(INVALID_PARAMS, "invalid params: channel (a session URI) is required"));
+        };
+        if let Err(e) = ResourceId::parse(&channel) {
+            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
+        }
+        if !self.sessions.contains_key(&channel) {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {channel}")));
+        }
+        let meta = self.awareness_meta(&channel);
+        let [(_, awareness), (_, peers), (_, warnings), _] = meta;
+        let result = json!({
+            "enabled": self.aware(),
+            "tier": awareness.get("tier").cloned().unwrap_or(Value::Null),
+            "error": awareness.get("error").cloned().unwrap_or(Value::Null),
+            "peers": peers,
+            "warnings": warnings,
+        });
+        self.reply(conn, id, result);
+    }
+}

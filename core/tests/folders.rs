@@ -1,0 +1,160 @@
+//! Working directories (issue 9; `ahp-protocol.md` section 6): the first is
+//! the process root and can only be replaced, never removed; the rest are
+//! peers; a backend that cannot take peers is told none; rows carry the
+//! folders as recorded, a folder gone from disk included.
+
+mod harness;
+
+use ahpd_core::{AgentSpec, BackendCmd, Config};
+use harness::Harness;
+use serde_json::{json, Value};
+
+const ROOT: &str = "file:///work/root";
+const PEER: &str = "file:///work/peer";
+/// A folder that exists nowhere (the core never looks at the disk).
+const GONE: &str = "file:///nowhere/gone-from-disk";
+
+fn config() -> Config {
+    let mut cfg = Config { residency_limit: 0, ..Config::default() };
+    cfg.agents.push(AgentSpec { provider: "solo".into(), peer_directories: false, ..AgentSpec::echo() });
+    cfg
+}
+
+/// Creates `id` on `provider` with `dirs`; returns the Start command the
+/// agent got.
+fn create(h: &mut Harness, id: &str, provider: &str, dirs: &[&str]) -> BackendCmd {
+    let uri = format!("ahp-session:/{id}");
+    let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": provider, "workingDirectories": dirs}));
+    let cmds = h.settle_backend();
+    assert_eq!(h.take_reply(1, rid).expect("reply")["result"], Value::Null);
+    let chat = format!("ahp-chat:/ahp-session@{id}");
+    h.start_turn(1, &chat, 1, "t1", "hello");
+    h.settle_backend();
+    h.agent_reply(&chat, "t1", "Echo: hello");
+    h.settle();
+    cmds.into_iter().find_map(|(_, c)| matches!(c, BackendCmd::Start { .. }).then_some(c)).expect("a start")
+}
+
+fn row(h: &mut Harness, uri: &str) -> Value {
+    h.list(1).into_iter().find(|r| r["resource"] == uri).expect("listed")
+}
+
+fn folders(h: &mut Harness, uri: &str) -> Value {
+    row(h, uri)["workingDirectories"].clone()
+}
+
+/// Dispatches a session action; returns the echo this connection got.
+fn act(h: &mut Harness, uri: &str, seq: i64, action: Value) -> Value {
+    h.frames(1);
+    h.dispatch(1, uri, seq, action);
+    h.settle();
+    h.frames(1).into_iter().find(|f| f["method"] == "action" && f["params"]["channel"] == uri && f["params"]["origin"]["clientSeq"] == seq)
+        .unwrap_or_else(|| panic!("no echo of action {seq}"))
+}
+
+#[test]
+fn peers_are_kept_and_told_where_the_backend_takes_them_and_dropped_where_not() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c");
+    let agents = h.request(1, "subscribe", json!({"channel": "ahp-root://"}));
+    let caps: Vec<Value> = agents["result"]["snapshot"]["state"]["agents"].as_array().cloned().unwrap_or_default();
+    let echo = caps.iter().find(|a| a["provider"] == "echo").expect("echo");
+    assert_eq!(echo["capabilities"]["multipleWorkingDirectories"]["primaryReplacement"], true);
+    let solo = caps.iter().find(|a| a["provider"] == "solo").expect("solo");
+    assert!(solo["capabilities"]["multipleWorkingDirectories"].is_null(), "{solo}");
+
+    let start = create(&mut h, "many", "echo", &[ROOT, PEER, ROOT, GONE]);
+    match start {
+        BackendCmd::Start { working_directory, peer_directories, .. } => {
+            assert_eq!(working_directory.as_deref(), Some(ROOT));
+            assert_eq!(peer_directories, vec![PEER.to_owned(), GONE.to_owned()]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(folders(&mut h, "ahp-session:/many"), json!([ROOT, PEER, GONE]), "as recorded, the one gone from disk included");
+
+    let start = create(&mut h, "one", "solo", &[ROOT, PEER]);
+    match start {
+        BackendCmd::Start { working_directory, peer_directories, .. } => {
+            assert_eq!(working_directory.as_deref(), Some(ROOT));
+            assert!(peer_directories.is_empty(), "a backend that cannot take peers is told none");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(folders(&mut h, "ahp-session:/one"), json!([ROOT]));
+    let e = act(&mut h, "ahp-session:/one", 1, json!({"type": "session/workingDirectorySet", "directory": PEER}));
+    assert!(e["params"]["rejectionReason"].as_str().unwrap_or("").contains("cannot take"), "{e}");
+    assert_eq!(folders(&mut h, "ahp-session:/one"), json!([ROOT]));
+}
+
+#[test]
+fn the_root_is_never_removed_peers_come_and_go_and_it_survives_a_restart() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c");
+    let uri = "ahp-session:/s";
+    create(&mut h, "s", "echo", &[ROOT]);
+    h.request(1, "subscribe", json!({"channel": uri}));
+
+    let e = act(&mut h, uri, 1, json!({"type": "session/workingDirectoryRemoved", "directory": ROOT}));
+    assert!(e["params"]["rejectionReason"].as_str().unwrap_or("").contains("never removed"), "{e}");
+    assert_eq!(folders(&mut h, uri), json!([ROOT]));
+
+    let e = act(&mut h, uri, 2, json!({"type": "session/workingDirectorySet", "directory": PEER}));
+    assert!(e["params"]["rejectionReason"].is_null(), "{e}");
+    assert_eq!(folders(&mut h, uri), json!([ROOT, PEER]));
+    let e = act(&mut h, uri, 3, json!({"type": "session/workingDirectoryRemoved", "directory": PEER}));
+    assert!(e["params"]["rejectionReason"].is_null(), "{e}");
+    assert_eq!(folders(&mut h, uri), json!([ROOT]));
+    let e = act(&mut h, uri, 4, json!({"type": "session/workingDirectoryRemoved", "directory": GONE}));
+    assert!(e["params"]["rejectionReason"].as_str().unwrap_or("").contains("not one of"), "{e}");
+
+    // Every change was written ahead: the stored record holds the list.
+    let e = act(&mut h, uri, 5, json!({"type": "session/workingDirectorySet", "directory": GONE}));
+    assert!(e["params"]["rejectionReason"].is_null(), "{e}");
+    let record = h.host.view().sessions[uri].record.clone();
+    assert_eq!(record.working_directories, vec![ROOT.to_owned(), GONE.to_owned()]);
+    let mut again = Harness::with_records(config(), vec![record]);
+    again.connect(1, "c");
+    assert_eq!(folders(&mut again, uri), json!([ROOT, GONE]), "a restart lists the folders as recorded");
+}
+
+#[test]
+fn replacing_the_root_restarts_the_agent_there_between_turns() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c");
+    let uri = "ahp-session:/r";
+    let chat = "ahp-chat:/ahp-session@r";
+    create(&mut h, "r", "echo", &[ROOT, PEER]);
+    h.request(1, "subscribe", json!({"channel": uri}));
+    h.backend_cmds();
+
+    // Not while a turn runs.
+    h.start_turn(1, chat, 2, "t2", "/slow");
+    h.settle();
+    let e = act(&mut h, uri, 1, json!({"type": "session/workingDirectoryReplaced", "directory": ROOT, "replacement": "file:///work/new"}));
+    assert!(e["params"]["rejectionReason"].as_str().unwrap_or("").contains("no turn is running"), "{e}");
+    h.agent_reply(chat, "t2", "done");
+    h.settle();
+    h.backend_cmds();
+
+    let e = act(&mut h, uri, 2, json!({"type": "session/workingDirectoryReplaced", "directory": ROOT, "replacement": "file:///work/new"}));
+    assert!(e["params"]["rejectionReason"].is_null(), "{e}");
+    assert_eq!(folders(&mut h, uri), json!(["file:///work/new", PEER]));
+    // The agent was let go; the next turn starts it again in the new root,
+    // resuming the conversation.
+    h.start_turn(1, chat, 3, "t3", "again");
+    let cmds = h.settle();
+    let start = cmds.iter().find_map(|(_, c)| match c {
+        BackendCmd::Start { working_directory, resume, peer_directories, .. } => Some((working_directory.clone(), *resume, peer_directories.clone())),
+        _ => None,
+    });
+    assert_eq!(start, Some((Some("file:///work/new".to_owned()), true, vec![PEER.to_owned()])));
+
+    // Replacing a peer with the root's own URI de-duplicates, as the
+    // protocol's reducer does.
+    h.agent_reply(chat, "t3", "ok");
+    h.settle();
+    let e = act(&mut h, uri, 3, json!({"type": "session/workingDirectoryReplaced", "directory": PEER, "replacement": "file:///work/new"}));
+    assert!(e["params"]["rejectionReason"].is_null(), "{e}");
+    assert_eq!(folders(&mut h, uri), json!(["file:///work/new"]));
+}

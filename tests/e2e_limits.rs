@@ -1,0 +1,295 @@
+//! End-to-end checks of the host's bounds (issue 11) against the real
+//! daemon: connections in total, a client that stops reading, and hostile
+//! ids that must touch nothing beside the data directory.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use ahp::ahp_types::actions::StateAction;
+use ahp::ahp_types::commands::DisposeSessionParams;
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+/// Reads text frames from a raw socket until it ends; returns them.
+async fn read_to_end<S>(ws: &mut S) -> Vec<Value>
+where
+    S: futures_util::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let mut frames = Vec::new();
+    within("the socket ends", async {
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                WsMessage::Text(t) => frames.push(serde_json::from_str::<Value>(t.as_str()).unwrap_or(Value::Null)),
+                WsMessage::Close(_) => break,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    frames
+}
+
+/// A connection over `connections_max` reads a -32600 error frame saying
+/// so and is closed; the operator's log says so; the place comes back when
+/// an admitted client leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_read_why_and_the_place_comes_back() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start_with(&tmp.path().join("data"), &["--limit-connections-max", "2"]);
+    let (a, _, _) = connect_init(&daemon.url, "a").await;
+    let (b, _, _) = connect_init(&daemon.url, "b").await;
+
+    let (mut ws, _) = within("raw connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("raw connect");
+    let frames = read_to_end(&mut ws).await;
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0]["id"], Value::Null);
+    assert_eq!(frames[0]["error"]["code"], -32600);
+    assert!(frames[0]["error"]["message"].as_str().unwrap_or("").contains("connection limit"), "{frames:?}");
+    assert!(daemon.log_text().contains("limit.connections"), "the refusal is logged");
+    within("ping a", a.ping()).await.expect("the admitted clients are served");
+
+    // One admitted client leaves: a new one gets in (once the daemon has
+    // seen the close).
+    b.shutdown().await;
+    drop(b);
+    let c = within("a place comes back", async {
+        loop {
+            let c = connect(&daemon.url).await;
+            match c.initialize("c".to_owned(), vec!["1.0.0".to_owned()], vec![]).await {
+                Ok(_) => return c,
+                Err(_) => {
+                    c.shutdown().await;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
+    })
+    .await;
+    within("ping c", c.ping()).await.expect("ping");
+}
+
+/// The daemon's resident set size, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A client that subscribes and then never reads is dropped once its
+/// unread frames pass the bound; a client that reads keeps being served
+/// and the daemon's memory does not follow the stuck client's backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_is_dropped_and_others_are_served() {
+    const BOUND: usize = 1 << 20;
+    const TEXT_BYTES: usize = 256 << 10;
+    const MAX_TURNS: usize = 80;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let bound = BOUND.to_string();
+    let daemon = Daemon::start_with(&data, &["--limit-outgoing-buffer-max-bytes", &bound]);
+    let (c, _, _) = connect_init(&daemon.url, "reader").await;
+    let (sid, chat, _ssub, mut chat_state, mut csub) = new_session(&c).await;
+    let rss_before = rss_kib(daemon.child.id());
+
+    // The slow client: initializes with the chat subscribed, then reads
+    // nothing more.
+    let (mut slow, _) = within("raw connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("raw connect");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "slow",
+        "initialSubscriptions": ["ahp-root://", sid, chat]}});
+    within("slow initialize", slow.send(WsMessage::Text(init.to_string().into()))).await.expect("send");
+
+    let text = "x".repeat(TEXT_BYTES);
+    let mut turns = 0;
+    while !daemon.log_text().contains("slow client dropped") {
+        assert!(turns < MAX_TURNS, "the slow client was not dropped after {turns} turns of {TEXT_BYTES} bytes");
+        turns += 1;
+        let turn_id = format!("t{turns}");
+        within("dispatch", c.dispatch(chat.clone(), user_turn(&turn_id, &text))).await.expect("dispatch");
+        follow_chat(&mut csub, &mut chat_state, "turn completes", |e, _| {
+            matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id)
+        })
+        .await;
+    }
+    // The reader goes on being served: a ping and a whole turn.
+    within("ping", c.ping()).await.expect("ping after the drop");
+    within("dispatch", c.dispatch(chat.clone(), user_turn("after", "still here"))).await.expect("dispatch");
+    follow_chat(&mut csub, &mut chat_state, "turn after the drop", |e, _| {
+        matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == "after")
+    })
+    .await;
+    assert_eq!(chat_state.turns.last().map(markdown).as_deref(), Some("Echo: still here"));
+
+    // The slow client sees its socket end once it reads what the kernel
+    // held for it, and the core was told it went.
+    let _ = read_to_end(&mut slow).await;
+    let log = daemon.log_text();
+    assert!(log.contains("client disconnected"), "the dropped client's disconnect reached the core");
+
+    // Memory: the stuck client's backlog is bounded, so the daemon grew by
+    // the session's own turns and buffers, far from what queuing every
+    // frame for it would cost.
+    let sent = (turns * TEXT_BYTES * 2) as u64 / 1024;
+    let grown = rss_kib(daemon.child.id()).saturating_sub(rss_before);
+    assert!(grown < 64 * 1024 + 4 * sent, "RSS grew by {grown} KiB for {sent} KiB of turn text");
+}
+
+// ---------------------------------------------------------------------------
+// Hostile ids and the canary directory
+// ---------------------------------------------------------------------------
+
+/// Every file and folder under `dir`: relative path → (is_dir, contents,
+/// mtime in ns).
+fn tree(dir: &Path) -> BTreeMap<PathBuf, (bool, Vec<u8>, i128)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, (bool, Vec<u8>, i128)>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as i128);
+            let rel = path.strip_prefix(root).expect("under root").to_path_buf();
+            if meta.is_dir() {
+                out.insert(rel, (true, Vec::new(), mtime));
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, (false, std::fs::read(&path).unwrap_or_default(), mtime));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    let meta = std::fs::metadata(dir).expect("stat root");
+    let mtime = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as i128);
+    out.insert(PathBuf::new(), (true, Vec::new(), mtime));
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The names under `dir` (what exists, not what it holds).
+fn names(dir: &Path) -> Vec<PathBuf> {
+    tree(dir).into_keys().collect()
+}
+
+fn ahpd(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .args(args)
+        .env_remove("AHPD_DATA_DIR")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ahpd");
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(bytes).expect("write stdin");
+    }
+    child.wait_with_output().expect("ahpd output")
+}
+
+/// The hostile ids of issue 11, plus two aimed at the canary itself.
+fn hostile_ids() -> Vec<String> {
+    let mut ids: Vec<String> = ["../x", "..", ".", "a/b", "a\\b", "/etc/passwd", "%2e%2e%2f", "a\u{0}b", "", "CON", "../../canary", "../../canary/secret.txt"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    ids.push("a".repeat(300));
+    ids
+}
+
+/// Every hostile id through createSession, disposeSession, subscribe, chat
+/// URIs (createChat, subscribe, dispatchAction) and `ahpd session
+/// export|import`: each refused, the canary beside the data dir unchanged
+/// byte for byte (names, contents, mtimes), nothing new in the data dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_touch_nothing_beside_or_in_the_data_dir() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let canary = tmp.path().join("canary");
+    std::fs::create_dir_all(canary.join("sub")).expect("canary dir");
+    std::fs::write(canary.join("secret.txt"), b"do not touch\n").expect("canary file");
+    std::fs::write(canary.join("sub").join("x"), b"nor this\n").expect("canary file");
+    let canary_before = tree(&canary);
+
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "hostile").await;
+    // One real session, so there is a record and a transcript to export.
+    let (sid, chat, _ssub, mut chat_state, mut csub) = new_session(&c).await;
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "hello"))).await.expect("dispatch");
+    follow_chat(&mut csub, &mut chat_state, "first turn", |e, _| is_turn_complete(e)).await;
+    let data_before = names(&data);
+
+    for bad in hostile_ids() {
+        for uri in [format!("ahp-session:/{bad}"), bad.clone()] {
+            let e = rpc_error(create(&c, &uri).await);
+            assert_eq!(e.code, -32602, "createSession {uri:?}: {e:?}");
+            let dispose = DisposeSessionParams { channel: uri.clone(), meta: None };
+            let e = rpc_error(within("disposeSession", c.request::<_, Value>("disposeSession", dispose)).await);
+            assert!(e.code == -32602 || e.code == -32001, "disposeSession {uri:?}: {e:?}");
+            let e = rpc_error(within("subscribe", c.request::<_, Value>("subscribe", json!({"channel": uri}))).await);
+            assert!(e.code == -32602 || e.code == -32001, "subscribe {uri:?}: {e:?}");
+        }
+        for chat_uri in [format!("ahp-chat:/{bad}"), format!("{sid}/{bad}"), bad.clone()] {
+            let r = within("createChat", c.request::<_, Value>("createChat", json!({"channel": sid, "chat": chat_uri}))).await;
+            assert_eq!(rpc_error(r).code, -32602, "createChat {chat_uri:?}");
+            let e = rpc_error(within("subscribe chat", c.request::<_, Value>("subscribe", json!({"channel": chat_uri}))).await);
+            assert!(e.code == -32602 || e.code == -32001, "subscribe {chat_uri:?}: {e:?}");
+            // A turn sent to it is a notification: nothing answers, nothing
+            // may be written.
+            let _ = within("dispatch hostile", c.dispatch(chat_uri.clone(), user_turn("h", "hello"))).await;
+        }
+    }
+    within("ping", c.ping()).await.expect("the daemon still serves");
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+
+    // The offline CLI: export refuses the URI before reading anything;
+    // import refuses a document whose id is hostile before writing anything.
+    let d = data.to_str().expect("utf-8 path");
+    let out = ahpd(&["session", "export", &sid, "--data-dir", d], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let good: Value = serde_json::from_slice(&out.stdout).expect("export is JSON");
+    let data_before_cli = names(&data);
+    for bad in hostile_ids() {
+        if bad.contains('\0') {
+            // A NUL cannot travel in argv; it goes through import below.
+        } else {
+            for uri in [format!("ahp-session:/{bad}"), bad.clone()] {
+                let out_file = tmp.path().join("export-out.json");
+                let out = ahpd(&["session", "export", &uri, "--data-dir", d, "-o", out_file.to_str().expect("utf-8")], None);
+                assert_ne!(out.status.code(), Some(0), "export {uri:?} was accepted");
+                assert!(!out.stderr.is_empty(), "export {uri:?} says why");
+                assert!(!out_file.exists(), "export {uri:?} wrote a file");
+            }
+        }
+        for id in [format!("ahp-session:/{bad}"), bad.clone()] {
+            let mut doc = good.clone();
+            doc["id"] = Value::String(id.clone());
+            let bytes = serde_json::to_vec(&doc).expect("JSON");
+            let out = ahpd(&["session", "import", "-", "--data-dir", d], Some(&bytes));
+            assert_eq!(out.status.code(), Some(1), "import {id:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(!out.stderr.is_empty(), "import {id:?} says why");
+        }
+    }
+
+    assert_eq!(tree(&canary), canary_before, "the canary directory changed");
+    let data_after = names(&data);
+    assert_eq!(data_after, data_before_cli, "the CLI created or removed something in the data dir");
+    let new: Vec<_> = data_after.iter().filter(|p| !data_before.contains(p)).collect();
+    assert!(new.is_empty(), "new files in the data dir: {new:?}");
+    let parent: Vec<_> = std::fs::read_dir(tmp.path()).expect("read tmp").flatten().map(|e| e.file_name()).collect();
+    for name in &parent {
+        let name = name.to_string_lossy();
+        assert!(["data", "canary", "data.log", "data.config"].contains(&name.as_ref()), "unexpected {name} beside the data dir");
+    }
+}

@@ -338,26 +338,10 @@ pub fn join(base: Option<&str>, rel: &str) -> Option<String> {
 /// The absolute path a working-directory URI names (`file:///a/b` or a bare
 /// absolute path), with `%XX` escapes decoded; `None` for anything else.
 pub fn uri_to_path(uri: &str) -> Option<String> {
-    let rest = uri.strip_prefix("file://").unwrap_or(uri);
-    if !rest.starts_with('/') {
-        return None;
+    if uri.starts_with('/') {
+        return normalize(uri);
     }
-    let bytes = rest.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    normalize(&String::from_utf8(out).ok()?)
+    normalize(&crate::git::path_of_uri(uri)?)
 }
 
 /// Whether `path` is `ancestor` or inside it (path-component-wise).

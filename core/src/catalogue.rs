@@ -110,13 +110,18 @@ impl Index {
 
     /// The rows strictly after `after` (or from the top), in order.
     pub fn walk<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = RowKey> + 'a {
+        self.walk_borrowed(after).map(|(ms, uri)| RowKey { modified_ms: ms, uri: uri.clone() })
+    }
+
+    /// The same rows as [`Index::walk`], borrowed: `(modifiedAt ms, URI)`
+    /// with no URI copied (a page copies only its last row's, for the
+    /// cursor).
+    pub fn walk_borrowed<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = (i64, &'a Uri)> + 'a {
         let start = match after {
             Some(k) => Bound::Excluded((Reverse(k.modified_ms), k.uri.clone())),
             None => Bound::Unbounded,
         };
-        self.rows
-            .range((start, Bound::Unbounded))
-            .map(|(Reverse(ms), uri)| RowKey { modified_ms: *ms, uri: uri.clone() })
+        self.rows.range((start, Bound::Unbounded)).map(|(Reverse(ms), uri)| (*ms, uri))
     }
 }
 
@@ -154,11 +159,11 @@ pub fn list(
             None => return Err(error(INVALID_PARAMS, "unknown cursor: it was not issued by this host")),
         },
     };
-    let mut rows: Vec<(RowKey, &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
+    let mut rows: Vec<((i64, &Uri), &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
     let mut hidden = 0usize;
-    for key in index.walk(after.as_ref()) {
-        let Some(session) = sessions.get(&key.uri) else { continue };
-        if session.record.external && !external.shows(session.modified_at, &key.uri) {
+    for key in index.walk_borrowed(after.as_ref()) {
+        let Some(session) = sessions.get(key.1) else { continue };
+        if session.record.external && !external.shows(session.modified_at, key.1) {
             hidden += 1;
             continue;
         }
@@ -176,7 +181,11 @@ pub fn list(
     }
     let more = rows.len() > limit;
     rows.truncate(limit);
-    let next_cursor = if more { rows.last().map(|(k, _)| cursor::encode(k, &config.cursor_secret)) } else { None };
+    let next_cursor = if more {
+        rows.last().map(|((ms, uri), _)| cursor::encode(&RowKey { modified_ms: *ms, uri: (*uri).clone() }, &config.cursor_secret))
+    } else {
+        None
+    };
     let overflowed = more && params.limit.is_none();
     let count = rows.len();
     let page = PageRef { next_cursor, items: rows.into_iter().map(|(_, s)| s.row()).collect() };

@@ -29,9 +29,9 @@ fn create(h: &mut Harness, id: &str, provider: &str, dirs: &[&str]) -> BackendCm
     assert_eq!(h.take_reply(1, rid).expect("reply")["result"], Value::Null);
     let chat = format!("ahp-chat:/ahp-session@{id}");
     h.start_turn(1, &chat, 1, "t1", "hello");
-    h.settle_backend();
+    h.settle_no_repo();
     h.agent_reply(&chat, "t1", "Echo: hello");
-    h.settle();
+    h.settle_no_repo();
     cmds.into_iter().find_map(|(_, c)| matches!(c, BackendCmd::Start { .. }).then_some(c)).expect("a start")
 }
 
@@ -47,7 +47,7 @@ fn folders(h: &mut Harness, uri: &str) -> Value {
 fn act(h: &mut Harness, uri: &str, seq: i64, action: Value) -> Value {
     h.frames(1);
     h.dispatch(1, uri, seq, action);
-    h.settle();
+    h.settle_no_repo();
     h.frames(1).into_iter().find(|f| f["method"] == "action" && f["params"]["channel"] == uri && f["params"]["origin"]["clientSeq"] == seq)
         .unwrap_or_else(|| panic!("no echo of action {seq}"))
 }
@@ -130,11 +130,11 @@ fn replacing_the_root_restarts_the_agent_there_between_turns() {
 
     // Not while a turn runs.
     h.start_turn(1, chat, 2, "t2", "/slow");
-    h.settle();
+    h.settle_no_repo();
     let e = act(&mut h, uri, 1, json!({"type": "session/workingDirectoryReplaced", "directory": ROOT, "replacement": "file:///work/new"}));
     assert!(e["params"]["rejectionReason"].as_str().unwrap_or("").contains("no turn is running"), "{e}");
     h.agent_reply(chat, "t2", "done");
-    h.settle();
+    h.settle_no_repo();
     h.backend_cmds();
 
     let e = act(&mut h, uri, 2, json!({"type": "session/workingDirectoryReplaced", "directory": ROOT, "replacement": "file:///work/new"}));
@@ -143,7 +143,7 @@ fn replacing_the_root_restarts_the_agent_there_between_turns() {
     // The agent was let go; the next turn starts it again in the new root,
     // resuming the conversation.
     h.start_turn(1, chat, 3, "t3", "again");
-    let cmds = h.settle();
+    let cmds = h.settle_no_repo();
     let start = cmds.iter().find_map(|(_, c)| match c {
         BackendCmd::Start { working_directory, resume, peer_directories, .. } => Some((working_directory.clone(), *resume, peer_directories.clone())),
         _ => None,
@@ -153,7 +153,7 @@ fn replacing_the_root_restarts_the_agent_there_between_turns() {
     // Replacing a peer with the root's own URI de-duplicates, as the
     // protocol's reducer does.
     h.agent_reply(chat, "t3", "ok");
-    h.settle();
+    h.settle_no_repo();
     let e = act(&mut h, uri, 3, json!({"type": "session/workingDirectoryReplaced", "directory": PEER, "replacement": "file:///work/new"}));
     assert!(e["params"]["rejectionReason"].is_null(), "{e}");
     assert_eq!(folders(&mut h, uri), json!(["file:///work/new"]));

@@ -143,6 +143,31 @@ impl Harness {
         out
     }
 
+    /// Answers every git command as a machine with no repositories would
+    /// (a folder session's turn runs without checkpoints), along with store
+    /// and backend commands, until none of them is pending; returns the
+    /// backend commands seen.
+    pub fn settle_no_repo(&mut self) -> Vec<(String, BackendCmd)> {
+        use ahpd_core::git::{GitCmd, GitResult, RepoFacts};
+        let mut seen = Vec::new();
+        loop {
+            seen.extend(self.settle());
+            let git = self.git_cmds();
+            if git.is_empty() {
+                return seen;
+            }
+            for (op, command) in git {
+                let result = match command {
+                    GitCmd::Inspect { .. } => GitResult::Repo(RepoFacts::not_a_repo()),
+                    GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
+                    GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
+                    GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
+                };
+                self.done(op, Outcome::Git(result));
+            }
+        }
+    }
+
     pub fn done(&mut self, op: OpId, outcome: Outcome) {
         self.input(Input::Done { op, outcome });
     }

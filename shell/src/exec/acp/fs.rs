@@ -15,10 +15,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ahp_types::Uri;
 
 /// Paths written by each chat's agent, shared by every chat of the backend.
+/// Each write is also told to the core as `BackendEvent::Wrote`, the
+/// session's claim for workspace awareness (issue 10), when a sink is set.
 #[derive(Clone, Default)]
-pub struct Written(Arc<Mutex<HashMap<Uri, BTreeSet<PathBuf>>>>);
+pub struct Written(Arc<Mutex<HashMap<Uri, BTreeSet<PathBuf>>>>, Option<crate::driver::EventSink>);
 
 impl Written {
+    /// A set that also tells `events` of every write.
+    pub fn reporting_to(events: crate::driver::EventSink) -> Written {
+        Written(Arc::default(), Some(events))
+    }
+
     /// The paths `chat`'s agent wrote through ACP since the daemon started,
     /// in path order.
     pub fn of(&self, chat: &str) -> Vec<PathBuf> {
@@ -27,6 +34,10 @@ impl Written {
     }
 
     fn record(&self, chat: &str, path: PathBuf) {
+        if let Some(events) = &self.1 {
+            let event = ahpd_core::BackendEvent::Wrote { paths: vec![path.display().to_string()] };
+            events.input(ahpd_core::Input::Backend { chat: chat.to_owned(), event });
+        }
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.entry(chat.to_owned()).or_default().insert(path);
     }
@@ -125,35 +136,7 @@ impl Confined {
 /// The local path of a `file:` URI (percent-escapes decoded), or `None` for
 /// another scheme or a remote host.
 pub fn path_of_file_uri(uri: &str) -> Option<PathBuf> {
-    let rest = uri.strip_prefix("file://")?;
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !rest.starts_with('/') {
-        return None;
-    }
-    let bytes = rest.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
-            if let Some(b) = hex {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::ffi::OsStringExt;
-        Some(PathBuf::from(std::ffi::OsString::from_vec(out)))
-    }
-    #[cfg(not(unix))]
-    {
-        String::from_utf8(out).ok().map(PathBuf::from)
-    }
+    ahpd_core::git::path_of_uri(uri).map(PathBuf::from)
 }
 
 #[cfg(test)]

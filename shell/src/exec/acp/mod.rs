@@ -94,9 +94,9 @@ impl Acp {
     pub fn new(agents: Vec<AgentConfig>, home: PathBuf, events: EventSink) -> Acp {
         Acp {
             agents: agents.into_iter().map(|a| (a.name.clone(), Arc::new(a))).collect(),
+            written: fs::Written::reporting_to(events.clone()),
             events,
             home,
-            written: fs::Written::default(),
             chats: HashMap::new(),
         }
     }

@@ -17,7 +17,7 @@ use ahp::ahp_types::actions::{
 use ahp::ahp_types::commands::DisposeSessionParams;
 use ahp::ahp_types::state::{
     ResponsePart, SessionLifecycle,
-    SnapshotState, ToolCallConfirmationReason, ToolCallState, TurnState,
+    SnapshotState, ToolCallState, TurnState,
 };
 use ahp::SubscriptionEvent;
 use futures_util::{SinkExt, StreamExt};
@@ -242,33 +242,10 @@ async fn tool_call_waits_for_approval_then_completes() {
 
     within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/approve"))).await.expect("dispatch");
     follow_chat(&mut csub, &mut chat_state, "tool call awaiting confirmation", |_, state| state.status & ACTIVITY == 24).await;
-    let pending = chat_state
-        .active_turn
-        .as_ref()
-        .and_then(|t| {
-            t.response_parts.iter().find_map(|p| match p {
-                ResponsePart::ToolCall(tc) => match &tc.tool_call {
-                    ToolCallState::PendingConfirmation(s) => Some(s.clone()),
-                    _ => None,
-                },
-                _ => None,
-            })
-        })
-        .expect("a tool call pending confirmation");
+    let pending = pending_confirmation(&chat_state).expect("a tool call pending confirmation");
     assert_eq!(pending.tool_name, "echo_tool");
 
-    let confirm = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
-        turn_id: "t1".to_owned(),
-        tool_call_id: pending.tool_call_id.clone(),
-        meta: None,
-        approved: true,
-        confirmed: Some(ToolCallConfirmationReason::UserAction),
-        reason: None,
-        edited_tool_input: None,
-        user_suggestion: None,
-        reason_message: None,
-        selected_option_id: None,
-    });
+    let confirm = confirm_tool("t1", &pending.tool_call_id, true);
     within("dispatch confirm", c.dispatch(chat.clone(), confirm)).await.expect("dispatch confirm");
     follow_chat(&mut csub, &mut chat_state, "approved turn", |env, _| is_turn_complete(env)).await;
     let turn = chat_state.turns.last().expect("a turn");

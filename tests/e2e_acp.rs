@@ -14,9 +14,9 @@ use common::*;
 use std::path::Path;
 use std::time::Duration;
 
-use ahp::ahp_types::actions::{ActionEnvelope, ChatToolCallConfirmedAction, ChatTurnCancelledAction, StateAction};
+use ahp::ahp_types::actions::{ActionEnvelope, ChatTurnCancelledAction, StateAction};
 use ahp::ahp_types::commands::CreateSessionParams;
-use ahp::ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallConfirmationReason, ToolCallState, TurnState};
+use ahp::ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, TurnState};
 use ahp::{Client, ClientError, SessionSubscription};
 use serde_json::Value;
 
@@ -116,32 +116,9 @@ async fn a_prompt_streams_a_permission_is_answered_and_a_cancel_stops_the_turn()
     // and writes a file through the host, inside the working directory.
     within("dispatch", c.dispatch(chat.clone(), user_turn("t2", "ask permission please"))).await.expect("dispatch");
     follow_chat(&mut sub, &mut state, "permission asked", |_, s| s.status & ACTIVITY == 24).await;
-    let pending = state
-        .active_turn
-        .as_ref()
-        .and_then(|t| {
-            t.response_parts.iter().find_map(|p| match p {
-                ResponsePart::ToolCall(tc) => match &tc.tool_call {
-                    ToolCallState::PendingConfirmation(s) => Some(s.clone()),
-                    _ => None,
-                },
-                _ => None,
-            })
-        })
-        .expect("a tool call pending confirmation");
+    let pending = pending_confirmation(&state).expect("a tool call pending confirmation");
     assert_eq!(pending.display_name, "Write note.txt");
-    let confirm = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
-        turn_id: "t2".to_owned(),
-        tool_call_id: pending.tool_call_id.clone(),
-        meta: None,
-        approved: true,
-        confirmed: Some(ToolCallConfirmationReason::UserAction),
-        reason: None,
-        edited_tool_input: None,
-        user_suggestion: None,
-        reason_message: None,
-        selected_option_id: None,
-    });
+    let confirm = confirm_tool("t2", &pending.tool_call_id, true);
     within("dispatch confirm", c.dispatch(chat.clone(), confirm)).await.expect("dispatch confirm");
     follow_chat(&mut sub, &mut state, "permission turn", |env, _| ends_turn(env)).await;
     let turn = state.turns.last().expect("a turn");

@@ -8,9 +8,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use ahp::ahp_types::actions::{ChatToolCallConfirmedAction, StateAction};
 use ahp::ahp_types::commands::CreateSessionParams;
-use ahp::ahp_types::state::{ChatState, ResponsePart, SessionState, ToolCallConfirmationReason, ToolCallState, TurnState};
+use ahp::ahp_types::state::{ChatState, SessionState, TurnState};
 use ahp::{Client, SessionSubscription, SubscriptionEvent};
 use common::*;
 use serde_json::{json, Value};
@@ -139,35 +138,12 @@ async fn coordinate_tier_holds_a_conflicting_write_for_approval() {
 
     within("dispatch", c.dispatch(chat_b.clone(), user_turn("b1", "/write src/a.ts"))).await.expect("dispatch");
     follow_chat(&mut csub_b, &mut cs_b, "write waiting for approval", |_, state| state.status & ACTIVITY == 24).await;
-    let pending = cs_b
-        .active_turn
-        .as_ref()
-        .and_then(|t| {
-            t.response_parts.iter().find_map(|p| match p {
-                ResponsePart::ToolCall(tc) => match &tc.tool_call {
-                    ToolCallState::PendingConfirmation(s) => Some(s.clone()),
-                    _ => None,
-                },
-                _ => None,
-            })
-        })
-        .expect("a write pending confirmation");
+    let pending = pending_confirmation(&cs_b).expect("a write pending confirmation");
     assert_eq!(pending.tool_name, "write_file");
     let warning = pending.meta.as_ref().and_then(|m| m.get("ahpd.awarenessWarning")).and_then(Value::as_str).unwrap_or_default().to_owned();
     assert!(warning.contains(&sid_a) && warning.contains(&claim), "{warning:?}");
 
-    let confirm = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
-        turn_id: "b1".to_owned(),
-        tool_call_id: pending.tool_call_id.clone(),
-        meta: None,
-        approved: true,
-        confirmed: Some(ToolCallConfirmationReason::UserAction),
-        reason: None,
-        edited_tool_input: None,
-        user_suggestion: None,
-        reason_message: None,
-        selected_option_id: None,
-    });
+    let confirm = confirm_tool("b1", &pending.tool_call_id, true);
     within("dispatch confirm", c.dispatch(chat_b.clone(), confirm)).await.expect("dispatch confirm");
     follow_chat(&mut csub_b, &mut cs_b, "approved write", |env, _| is_turn_complete(env)).await;
     let turn = cs_b.turns.last().expect("a turn");

@@ -5,10 +5,10 @@
 mod common;
 
 use ahp::ahp_types::actions::{
-    ChatToolCallConfirmedAction, SessionIsArchivedChangedAction, SessionIsReadChangedAction, StateAction,
+    SessionIsArchivedChangedAction, SessionIsReadChangedAction, StateAction,
 };
 use ahp::ahp_types::commands::CreateChatParams;
-use ahp::ahp_types::state::{ChatState, SessionState, SessionSummary, ToolCallConfirmationReason};
+use ahp::ahp_types::state::{ChatState, SessionState, SessionSummary};
 use ahp::{Client, SessionSubscription, SubscriptionEvent};
 use common::*;
 use serde_json::Value;
@@ -100,18 +100,7 @@ async fn the_row_shows_the_chat_that_decides_the_status() {
     within("dispatch", c.dispatch(third.clone(), user_turn("x1", "/slow 600000"))).await.expect("dispatch");
     follow_chat(&mut tsub, &mut third_state, "the third chat runs", |e, _| matches!(e.action, StateAction::ChatTurnStarted(_))).await;
     let tool_call_id = "o1.tool".to_owned();
-    let confirm = StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
-        turn_id: "o1".to_owned(),
-        tool_call_id,
-        meta: None,
-        approved: true,
-        confirmed: Some(ToolCallConfirmationReason::UserAction),
-        reason: None,
-        edited_tool_input: None,
-        user_suggestion: None,
-        reason_message: None,
-        selected_option_id: None,
-    });
+    let confirm = confirm_tool("o1", &tool_call_id, true);
     within("dispatch confirm", c.dispatch(other.clone(), confirm)).await.expect("dispatch");
     until_turn_ends(&mut osub, &mut other_state, "o1").await;
     within("dispatch", c.dispatch(other.clone(), user_turn("o2", "/error"))).await.expect("dispatch");

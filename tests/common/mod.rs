@@ -353,3 +353,33 @@ pub async fn new_session(c: &Client) -> (String, String, SessionSubscription, Ch
     (sid, chat, ssub, chat_state, csub)
 }
 
+/// The tool call of the chat's running turn that waits for the client's
+/// confirmation, if any.
+pub fn pending_confirmation(chat: &ChatState) -> Option<ahp::ahp_types::state::ToolCallPendingConfirmationState> {
+    chat.active_turn.as_ref().and_then(|t| {
+        t.response_parts.iter().find_map(|p| match p {
+            ResponsePart::ToolCall(tc) => match &tc.tool_call {
+                ToolCallState::PendingConfirmation(s) => Some(s.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+    })
+}
+
+/// The client's answer to a tool call waiting for confirmation, as a person
+/// gives it.
+pub fn confirm_tool(turn_id: &str, tool_call_id: &str, approved: bool) -> StateAction {
+    StateAction::ChatToolCallConfirmed(ChatToolCallConfirmedAction {
+        turn_id: turn_id.to_owned(),
+        tool_call_id: tool_call_id.to_owned(),
+        meta: None,
+        approved,
+        confirmed: Some(ToolCallConfirmationReason::UserAction),
+        reason: None,
+        edited_tool_input: None,
+        user_suggestion: None,
+        reason_message: None,
+        selected_option_id: None,
+    })
+}

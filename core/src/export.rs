@@ -240,6 +240,8 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             status: 1,
             fresh: false,
             senders,
+            changes: None,
+            written: Default::default(),
         });
         turns.insert(uri, chat_turns);
     }
@@ -304,6 +306,8 @@ mod tests {
                 status: 1,
                 fresh: false,
                 senders: [("t1".to_owned(), "alice".to_owned())].into_iter().collect(),
+            changes: None,
+            written: Default::default(),
             }],
             changes: None,
             external: false,

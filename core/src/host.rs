@@ -18,6 +18,7 @@ mod admission;
 mod awareness;
 mod backend;
 mod broadcast;
+mod chat_changes;
 mod chats;
 mod commands;
 mod connection;

@@ -88,4 +88,15 @@ pub struct ChatRecord {
     /// client id on a host with no users directory.
     #[serde(default)]
     pub senders: BTreeMap<String, String>,
+    /// The chat's own change count (Sessions page, "The state a session
+    /// reports"): the default chat carries the session's Session Changes,
+    /// another chat the files its own tools were seen to write. `None`
+    /// until there is something to count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<ahp_types::state::ChangesSummary>,
+    /// The files this chat's own tools were seen to write, across turns
+    /// (absolute paths, at most `chat_changes::WRITTEN_MAX`); the count of a
+    /// chat that is not the default one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub written: std::collections::BTreeSet<String>,
 }

@@ -418,3 +418,67 @@ fn a_first_send_to_a_sleeping_session_wakes_it_then_makes_its_tree() {
     let send_at = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Send { .. }));
     assert!(start_at.is_some() && start_at < send_at, "{seen:?}");
 }
+
+/// The `changes` of one chat's entry in a catalogue row.
+fn chat_entry_changes(row: &Value, chat: &str) -> Value {
+    row["chats"].as_array().and_then(|cs| cs.iter().find(|c| c["resource"] == chat)).map(|c| c["changes"].clone()).unwrap_or(Value::Null)
+}
+
+#[test]
+fn each_chat_carries_its_own_change_count_and_keeps_it_across_a_restart() {
+    // Sessions page, "The state a session reports": the default chat carries
+    // the Session Changes, another chat the files its own tools wrote.
+    let mut h = Harness::new(Config { residency_limit: 0, sleep_after_ms: 0, ..Config::default() });
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "counts", json!({}));
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: None }));
+    h.settle();
+    h.agent_reply(&chat, "t1", "ok");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Checkpoint { .. })]), "{cmds:?}");
+    h.frames(1);
+    h.done(cmds[0].0, Outcome::Git(GitResult::Checkpointed { changes: Changes { files: 3, additions: 5, deletions: 1 } }));
+    let updates: Vec<Value> = h
+        .frames(1)
+        .into_iter()
+        .filter(|f| f["params"]["action"]["type"] == "session/chatUpdated" && f["params"]["action"]["chat"] == chat.as_str())
+        .collect();
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0]["params"]["action"]["changes"]["changes"], json!({"files": 3, "additions": 5, "deletions": 1}));
+
+    // A side chat whose tool writes two files (one twice) counts two.
+    let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/side"}));
+    h.settle();
+    assert_eq!(h.take_reply(1, r).expect("createChat reply")["result"], Value::Null);
+    let side = "ahp-chat:/side".to_owned();
+    assert_eq!(chat_entry_changes(&h.list(1)[0], &side), Value::Null, "a chat that wrote nothing carries no count");
+    let wrote = |paths: &[&str]| ahpd_core::Input::Backend {
+        chat: side.clone(),
+        event: ahpd_core::BackendEvent::Wrote { paths: paths.iter().map(|p| (*p).to_owned()).collect() },
+    };
+    h.input(wrote(&["src/a.ts", "src/b.ts"]));
+    h.input(wrote(&["src/a.ts", "/src/app/src/b.ts"]));
+    let ops = h.store_ops();
+    let record = last_record(&ops).expect("the counts are written to the store");
+    for (op, _) in ops {
+        h.done(op, Outcome::Ok);
+    }
+    h.settle();
+    let row = h.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row");
+    assert_eq!(chat_entry_changes(&row, &side), json!({"files": 2}));
+    assert_eq!(chat_entry_changes(&row, &chat), json!({"files": 3, "additions": 5, "deletions": 1}));
+    assert_eq!(row["changes"], json!({"files": 3, "additions": 5, "deletions": 1}), "the session's own count is the default chat's");
+    let state = h.request(1, "subscribe", json!({"channel": uri}));
+    let listed = state["result"]["snapshot"]["state"]["chats"].as_array().cloned().unwrap_or_default();
+    let side_entry = listed.iter().find(|c| c["resource"] == side.as_str()).expect("side chat listed");
+    assert_eq!(side_entry["changes"], json!({"files": 2}), "the session's chat list says it too");
+
+    // Both counts come back after a restart from what the store holds.
+    let mut again = Harness::with_records(Config::default(), vec![record]);
+    again.connect(1, "c");
+    let row = again.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row after restart");
+    assert_eq!(chat_entry_changes(&row, &side), json!({"files": 2}));
+    assert_eq!(chat_entry_changes(&row, &chat), json!({"files": 3, "additions": 5, "deletions": 1}));
+}

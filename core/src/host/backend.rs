@@ -259,7 +259,10 @@ impl Host {
                     self.set_phase(&session_uri, Phase::Asleep);
                 }
             }
-            BackendEvent::Wrote { paths } => self.on_wrote(&session_uri, paths),
+            BackendEvent::Wrote { paths } => {
+                self.count_chat_writes(&session_uri, chat, &paths);
+                self.on_wrote(&session_uri, paths);
+            }
             BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
         }
     }

@@ -120,7 +120,10 @@ impl Host {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(resident) = session.resident.as_ref() else { return };
         let Some(chat) = resident.chats.get(chat_uri) else { return };
-        let fresh = chat_summary(chat);
+        let mut fresh = chat_summary(chat);
+        // The chat's change count is the host's own (`host/chat_changes.rs`):
+        // its record says it, whatever the chat's state held at its start.
+        fresh.changes = session.chat_changes(chat_uri).cloned();
         session.record.modified_at = session.modified_at.to_iso();
         if let Some(rec) = session.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
             rec.status = fresh.status & !crate::session::state::ACTIVITY_MASK

@@ -96,6 +96,8 @@ impl Host {
             status: 1,
             fresh: true,
             senders: Default::default(),
+        changes: None,
+        written: Default::default(),
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         let saved = session.record.clone();

@@ -98,6 +98,8 @@ impl Host {
                 status: 1,
                 fresh: true,
                 senders: BTreeMap::new(),
+            changes: None,
+            written: Default::default(),
             }],
             changes: None,
             external: false,

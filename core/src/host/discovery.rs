@@ -415,6 +415,8 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
         status: 1,
         fresh: false,
         senders: Default::default(),
+    changes: None,
+    written: Default::default(),
     }
 }
 

@@ -254,10 +254,12 @@ impl Host {
                         };
                         let Some(s) = self.sessions.get_mut(&session) else { return };
                         if s.record.changes.as_ref() == Some(&summary) {
+                            self.default_chat_follows_session(&session);
                             self.store_put(&session);
                             return;
                         }
                         s.record.changes = Some(summary);
+                        self.default_chat_follows_session(&session);
                         self.summary_changed(&session);
                         self.store_put(&session);
                     }

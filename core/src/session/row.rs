@@ -72,14 +72,14 @@ impl Session {
                     title: &c.title,
                     origin: c.origin.as_ref(),
                     status: c.status,
-                    changes: c.changes.as_ref(),
+                    changes: self.chat_changes(&c.resource),
                 })
                 .collect(),
             None => self
                 .record
                 .chats
                 .iter()
-                .map(|c| ChatRow { resource: &c.resource, title: &c.title, origin: None, status: c.status, changes: None })
+                .map(|c| ChatRow { resource: &c.resource, title: &c.title, origin: None, status: c.status, changes: c.changes.as_ref() })
                 .collect(),
         };
         SummaryRow {
@@ -129,6 +129,8 @@ mod tests {
             status: if i == 1 { 2 } else { 1 },
             fresh: false,
             senders: Default::default(),
+            changes: (i == 1 && changes).then(|| ChangesSummary { additions: None, deletions: None, files: Some(4) }),
+            written: Default::default(),
         };
         SessionRecord {
             format: RECORD_FORMAT,

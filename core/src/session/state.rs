@@ -53,7 +53,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         status: rest_status(chat.status, &turns),
         activity: None,
         modified_at: chat.modified_at.clone(),
-        changes: None,
+        changes: chat.changes.clone(),
         origin: None,
         movable: None,
         interactivity: None,
@@ -170,7 +170,7 @@ impl Session {
                     origin: c.origin.clone(),
                     interactivity: None,
                     status: Some(c.status),
-                    changes: c.changes.clone(),
+                    changes: self.chat_changes(&c.resource).cloned(),
                 })
                 .collect(),
             None => self
@@ -183,7 +183,7 @@ impl Session {
                     origin: None,
                     interactivity: None,
                     status: Some(c.status),
-                    changes: None,
+                    changes: c.changes.clone(),
                 })
                 .collect(),
         };
@@ -204,6 +204,12 @@ impl Session {
             chats: Some(chats),
             default_chat: Some(self.record.default_chat.clone()),
         }
+    }
+
+    /// A chat's own change count, as its record keeps it (see
+    /// `ChatRecord::changes`).
+    pub fn chat_changes(&self, chat: &str) -> Option<&ahp_types::state::ChangesSummary> {
+        self.record.chats.iter().find(|c| c.resource == chat).and_then(|c| c.changes.as_ref())
     }
 
     /// Whether any chat has a turn running.

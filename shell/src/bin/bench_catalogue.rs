@@ -418,6 +418,8 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             status: 1,
             fresh: false,
             senders: Default::default(),
+            changes: None,
+            written: Default::default(),
         }],
         changes: None,
         external: false,

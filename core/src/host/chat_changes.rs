@@ -1,0 +1,78 @@
+//! Per-chat change counts (Sessions page, "The state a session reports";
+//! issue 9): the default chat carries the session's Session Changes; any
+//! other chat the files its own tools were seen to write, across turns; a
+//! chat that wrote nothing carries none. Each count is kept on the chat's
+//! record (so it survives a restart), shown on the chat's entry of the
+//! session's chat list (`session/chatUpdated`) and on the catalogue row.
+
+use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateAction};
+use ahp_types::state::ChangesSummary;
+use ahp_types::Uri;
+
+use super::Host;
+use crate::awareness as rules;
+
+/// Most files one chat's count remembers; writes past it are not counted.
+pub const WRITTEN_MAX: usize = 4096;
+
+impl Host {
+    /// The agent of `chat` reports files it wrote: a chat other than the
+    /// default one counts them (each file once, across turns).
+    pub(crate) fn count_chat_writes(&mut self, session_uri: &Uri, chat: &Uri, paths: &[String]) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.record.default_chat == *chat {
+            return;
+        }
+        let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
+        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
+        for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
+            if record.written.len() >= WRITTEN_MAX {
+                break;
+            }
+            record.written.insert(path);
+        }
+        let files = record.written.len() as i64;
+        let changes = (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None });
+        self.set_chat_changes(session_uri, chat, changes);
+    }
+
+    /// The session's Session Changes moved: its default chat carries them.
+    pub(crate) fn default_chat_follows_session(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get(session_uri) else { return };
+        let (chat, changes) = (session.record.default_chat.clone(), session.record.changes.clone());
+        self.set_chat_changes(session_uri, &chat, changes);
+    }
+
+    /// Sets one chat's count; when it moved, the record is written, the
+    /// session's chat list is told (`session/chatUpdated`, while the
+    /// session's state is held) and so are root subscribers.
+    fn set_chat_changes(&mut self, session_uri: &Uri, chat: &Uri, changes: Option<ChangesSummary>) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
+        if record.changes == changes {
+            return;
+        }
+        record.changes = changes.clone();
+        let listed = session.resident.as_ref().is_some_and(|r| r.session.chats.iter().any(|c| c.resource == *chat));
+        if listed {
+            if let Some(changes) = changes {
+                let update = PartialChatSummary {
+                    resource: None,
+                    title: None,
+                    status: None,
+                    activity: None,
+                    modified_at: None,
+                    changes: Some(changes),
+                    origin: None,
+                    movable: None,
+                    interactivity: None,
+                    working_directories: None,
+                };
+                let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.clone(), changes: update });
+                self.emit(session_uri, action, None);
+            }
+        }
+        self.summary_changed(session_uri);
+        self.store_put(session_uri);
+    }
+}

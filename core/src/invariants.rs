@@ -31,6 +31,7 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_chat_index_consistent", inv_chat_index_consistent),
     ("inv_catalogue_lists_announced", inv_catalogue_lists_announced),
     ("inv_held_index_consistent", inv_held_index_consistent),
+    ("inv_row_aggregate", inv_row_aggregate),
 ];
 
 /// Runs every rule; the first violation wins.
@@ -215,6 +216,32 @@ pub fn inv_held_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
         let extra: Vec<_> = view.held.iter().filter(|u| !held.contains(u)).collect();
         let missing: Vec<_> = held.iter().filter(|u| !view.held.contains(**u)).collect();
         return fail("inv_held_index_consistent", format!("held index has extra {extra:?}, misses {missing:?}"));
+    }
+    Ok(())
+}
+
+/// "InputNeeded while any chat waits on somebody, else InProgress while any
+/// chat runs, else the default chat's bits ... Row and state carry the same
+/// aggregate" (Sessions page, "The state a session reports"): the activity
+/// bits of every held session's row follow from its chats' own bits.
+pub fn inv_row_aggregate(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions {
+        let Some(resident) = &s.resident else { continue };
+        let bits: Vec<u32> = resident.chats.values().map(|c| c.status & 0x1F).collect();
+        let default = resident.chats.get(&s.record.default_chat).map_or(0, |c| c.status & 0x1F);
+        let expected = if bits.contains(&24) {
+            24
+        } else if bits.contains(&8) {
+            8
+        } else if default == 0 {
+            1
+        } else {
+            default
+        };
+        let row = s.summary().status & 0x1F;
+        if row != expected {
+            return fail("inv_row_aggregate", format!("{uri}: row activity {row}, chats {bits:?} (default {default}) say {expected}"));
+        }
     }
     Ok(())
 }

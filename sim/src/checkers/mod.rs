@@ -37,6 +37,9 @@ pub struct History {
     announced: BTreeSet<Uri>,
     /// Each session's phase after the previous step.
     prev_phases: BTreeMap<Uri, Phase>,
+    /// Each session's `(createdAt, modifiedAt)` in ms after the previous
+    /// step, in this host incarnation.
+    prev_times: BTreeMap<Uri, (i64, i64)>,
     /// How many times each URI was removed from the host (for page walks).
     pub incarnations: BTreeMap<Uri, u64>,
     added_this_step: BTreeSet<Uri>,
@@ -61,6 +64,7 @@ impl History {
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
         self.announced = view.sessions.iter().filter(|(_, s)| s.announced).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.clone())).collect();
+        self.prev_times = view.sessions.iter().map(|(u, s)| (u.clone(), (s.created_at.0, s.modified_at.0))).collect();
     }
 
     /// Notes what the step's checks compare against.
@@ -146,6 +150,20 @@ impl History {
                 return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
             }
         }
+        // "createdAt ... never moves"; "modifiedAt moves forward only ... A
+        // wall clock that jumps backwards never moves it back" (the sim's
+        // clock jumps are among its faults).
+        for (uri, s) in view.sessions {
+            if let Some((created, modified)) = self.prev_times.get(uri) {
+                if s.created_at.0 != *created {
+                    return Err(breach("created_at_never_moves", format!("{uri}: createdAt {created} -> {}", s.created_at.0)));
+                }
+                if s.modified_at.0 < *modified {
+                    return Err(breach("modified_at_forward_only", format!("{uri}: modifiedAt {modified} -> {}", s.modified_at.0)));
+                }
+            }
+        }
+        self.prev_times = view.sessions.iter().map(|(u, s)| (u.clone(), (s.created_at.0, s.modified_at.0))).collect();
         self.prev_phases.clear();
         for (uri, s) in view.sessions {
             self.prev_phases.insert(uri.clone(), s.phase.clone());

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use ahp_types::state::{MarkdownResponsePart, Message, MessageKind, MessageOrigin, ResponsePart, Turn, TurnState};
+use ahp_types::state::{MarkdownResponsePart, ResponsePart, Turn, TurnState};
 use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
 
@@ -199,22 +199,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
                     if let Some(s) = &m.sender {
                         senders.insert(m.turn_id.clone(), s.clone());
                     }
-                    chat_turns.push(Turn {
-                        id: m.turn_id.clone(),
-                        started_at: m.at.clone(),
-                        duration: None,
-                        message: Message {
-                            text: m.content.clone(),
-                            origin: MessageOrigin { kind: MessageKind::User },
-                            attachments: None,
-                            model: None,
-                            agent: None,
-                            meta: None,
-                        },
-                        response_parts: Vec::new(),
-                        usage: None,
-                        state: TurnState::Complete,
-                    });
+                    chat_turns.push(crate::session::state::replayed_turn(m.turn_id.clone(), m.at.clone(), m.content.clone()));
                 }
                 "assistant" => {
                     if let Some(turn) = chat_turns.iter_mut().rev().find(|t| t.id == m.turn_id) {

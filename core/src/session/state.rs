@@ -3,8 +3,8 @@
 //! session (Sessions page, "The state a session reports").
 
 use ahp_types::state::{
-    ChatState, ChatSummary, SessionChatSummary, SessionLifecycle, SessionState, SessionStatus,
-    SessionSummary, Turn, TurnState,
+    ChatState, ChatSummary, Message, MessageKind, MessageOrigin, SessionChatSummary, SessionLifecycle, SessionState,
+    SessionStatus, SessionSummary, Turn, TurnState,
 };
 
 use super::Session;
@@ -245,5 +245,19 @@ impl Session {
     /// not counted against the residency limit).
     pub fn has_turns(&self) -> bool {
         self.announced
+    }
+}
+
+/// A finished turn as a transcript replays it: the person's message `text`,
+/// no parts yet, state Complete. Resumes and imports fill in the rest.
+pub fn replayed_turn(id: String, started_at: Option<String>, text: String) -> Turn {
+    Turn {
+        id,
+        started_at,
+        duration: None,
+        message: Message { text, origin: MessageOrigin { kind: MessageKind::User }, attachments: None, model: None, agent: None, meta: None },
+        response_parts: Vec::new(),
+        usage: None,
+        state: TurnState::Complete,
     }
 }

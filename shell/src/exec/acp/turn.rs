@@ -34,8 +34,8 @@ use ahp_types::actions::{
 };
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
-    ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message, MessageKind, MessageOrigin, ReasoningResponsePart,
-    ResponsePart, SystemNotificationResponsePart, ToolCallConfirmationReason, ToolCallResult, Turn, TurnState,
+    ErrorInfo, ErrorResponsePart, MarkdownResponsePart, ReasoningResponsePart,
+    ResponsePart, SystemNotificationResponsePart, ToolCallConfirmationReason, ToolCallResult, Turn,
 };
 
 /// Where a tool call is in its life, as far as the client was told.
@@ -307,22 +307,7 @@ impl History {
                 let text = text_of(&chunk.content).unwrap_or_default();
                 if !self.in_user || self.turns.is_empty() {
                     let id = format!("{}h{}", self.prefix, self.turns.len() + 1);
-                    self.turns.push(Turn {
-                        id,
-                        started_at: None,
-                        duration: None,
-                        message: Message {
-                            text: String::new(),
-                            origin: MessageOrigin { kind: MessageKind::User },
-                            attachments: None,
-                            model: None,
-                            agent: None,
-                            meta: None,
-                        },
-                        response_parts: Vec::new(),
-                        usage: None,
-                        state: TurnState::Complete,
-                    });
+                    self.turns.push(ahpd_core::session::state::replayed_turn(id, None, String::new()));
                     self.open = None;
                 }
                 self.in_user = true;

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::cursor::{self, RowKey};
 use crate::protocol::error::{error, INVALID_PARAMS};
 use crate::session::row::PageRef;
+use crate::session::table::{SessionTable, Slot};
 use crate::session::Session;
 
 /// One page and whether an unlimited listing was cut at the default cap.
@@ -41,15 +42,16 @@ pub struct Listing {
 /// of a walk over every session (a scan merging 100k rows asks it per row).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Index {
-    rows: BTreeSet<(Reverse<i64>, Uri)>,
+    rows: BTreeMap<(Reverse<i64>, Uri), Slot>,
     externals: BTreeSet<(Reverse<i64>, Uri)>,
 }
 
 impl Index {
-    /// Adds an announced session's row at `modified_ms`; `external` marks a
-    /// session a CLI wrote outside this host.
-    pub fn insert(&mut self, modified_ms: i64, uri: &Uri, external: bool) {
-        self.rows.insert((Reverse(modified_ms), uri.clone()));
+    /// Adds an announced session's row at `modified_ms`, kept beside the
+    /// session's `slot` in the host's table; `external` marks a session a
+    /// CLI wrote outside this host.
+    pub fn insert(&mut self, modified_ms: i64, uri: &Uri, slot: Slot, external: bool) {
+        self.rows.insert((Reverse(modified_ms), uri.clone()), slot);
         if external {
             self.externals.insert((Reverse(modified_ms), uri.clone()));
         }
@@ -68,8 +70,8 @@ impl Index {
             return;
         }
         let from = (Reverse(from_ms), uri.clone());
-        if self.rows.remove(&from) {
-            self.rows.insert((Reverse(to_ms), uri.clone()));
+        if let Some(slot) = self.rows.remove(&from) {
+            self.rows.insert((Reverse(to_ms), uri.clone()), slot);
         }
         if self.externals.remove(&from) {
             self.externals.insert((Reverse(to_ms), uri.clone()));
@@ -110,18 +112,18 @@ impl Index {
 
     /// The rows strictly after `after` (or from the top), in order.
     pub fn walk<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = RowKey> + 'a {
-        self.walk_borrowed(after).map(|(ms, uri)| RowKey { modified_ms: ms, uri: uri.clone() })
+        self.walk_borrowed(after).map(|(ms, uri, _)| RowKey { modified_ms: ms, uri: uri.clone() })
     }
 
-    /// The same rows as [`Index::walk`], borrowed: `(modifiedAt ms, URI)`
-    /// with no URI copied (a page copies only its last row's, for the
-    /// cursor).
-    pub fn walk_borrowed<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = (i64, &'a Uri)> + 'a {
+    /// The same rows as [`Index::walk`], borrowed: `(modifiedAt ms, URI,
+    /// slot)` with no URI copied (a page copies only its last row's, for
+    /// the cursor) and the slot to read the session by.
+    pub fn walk_borrowed<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = (i64, &'a Uri, Slot)> + 'a {
         let start = match after {
             Some(k) => Bound::Excluded((Reverse(k.modified_ms), k.uri.clone())),
             None => Bound::Unbounded,
         };
-        self.rows.range((start, Bound::Unbounded)).map(|(Reverse(ms), uri)| (*ms, uri))
+        self.rows.range((start, Bound::Unbounded)).map(|((Reverse(ms), uri), slot)| (*ms, uri, *slot))
     }
 }
 
@@ -141,7 +143,7 @@ pub fn sorts_before(a: &RowKey, b: &RowKey) -> bool {
 /// (-32603) the page could not be encoded (not seen in practice).
 pub fn list(
     index: &Index,
-    sessions: &BTreeMap<Uri, Session>,
+    sessions: &SessionTable,
     params: &ListSessionsParams,
     config: &Config,
     owner: Option<&Option<String>>,
@@ -161,8 +163,9 @@ pub fn list(
     };
     let mut rows: Vec<((i64, &Uri), &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
     let mut hidden = 0usize;
-    for key in index.walk_borrowed(after.as_ref()) {
-        let Some(session) = sessions.get(key.1) else { continue };
+    for (ms, uri, slot) in index.walk_borrowed(after.as_ref()) {
+        let key = (ms, uri);
+        let Some(session) = sessions.at(slot, uri) else { continue };
         if session.record.external && !external.shows(session.modified_at, key.1) {
             hidden += 1;
             continue;

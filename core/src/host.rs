@@ -139,7 +139,7 @@ pub struct Host {
     pub(crate) lru_clock: u64,
     pub(crate) root: RootState,
     pub(crate) conns: BTreeMap<ConnId, Conn>,
-    pub(crate) sessions: BTreeMap<Uri, Session>,
+    pub(crate) sessions: crate::session::table::SessionTable,
     /// The sessions whose protocol state is held (`resident` is `Some`),
     /// kept with `sessions` by [`Host::add_session`], [`Host::drop_session`]
     /// and the residency code. Only these can be live, run a turn, fall
@@ -189,7 +189,7 @@ pub struct HostView<'a> {
     /// The root channel's state.
     pub root: &'a RootState,
     /// Every known session, by URI.
-    pub sessions: &'a BTreeMap<Uri, Session>,
+    pub sessions: &'a crate::session::table::SessionTable,
     /// The sessions whose state the host says it holds (must equal those
     /// with `resident` set; checked by the invariants).
     pub held: &'a BTreeSet<Uri>,
@@ -249,7 +249,7 @@ impl Host {
             lru_clock: 0,
             root,
             conns: BTreeMap::new(),
-            sessions: BTreeMap::new(),
+            sessions: crate::session::table::SessionTable::new(),
             held: BTreeSet::new(),
             chats: BTreeMap::new(),
             catalogue: crate::catalogue::Index::default(),
@@ -304,20 +304,20 @@ impl Host {
         }
         let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
         session.announced = true;
-        let modified_at = session.modified_at;
-        self.catalogue.insert(modified_at.0, &uri, session.record.external);
-        self.add_session(uri, session);
+        let (modified_at, external) = (session.modified_at, session.record.external);
+        let slot = self.add_session(uri.clone(), session);
+        self.catalogue.insert(modified_at.0, &uri, slot, external);
     }
 
     /// Adds a session to the host's map, noting it in `held` when its
     /// state is held.
-    pub(crate) fn add_session(&mut self, uri: Uri, session: Session) {
+    pub(crate) fn add_session(&mut self, uri: Uri, session: Session) -> crate::session::table::Slot {
         if session.resident.is_some() {
             self.held.insert(uri.clone());
         } else {
             self.held.remove(&uri);
         }
-        self.sessions.insert(uri, session);
+        self.sessions.insert(uri, session)
     }
 
     /// Removes a session from the host's map and from `held`.

@@ -49,11 +49,68 @@ impl WallTime {
 /// A [`WallTime`] displayed (and serialized) as its ISO-8601 text with
 /// millisecond precision. Times outside jiff's range (years beyond +-9999)
 /// show as the epoch rather than text no client can parse.
+///
+/// Years 0 to 9999 are written by [`Iso::fast`] into a 24-byte buffer on
+/// the stack (a catalogue page writes two per row, and jiff's general
+/// printer was half of a 500-row page's time: issue 4's benchmark); the
+/// text is jiff's own, which a property test checks across the range.
+/// Other years go through jiff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Iso(pub WallTime);
 
+/// Milliseconds since the epoch of 0000-01-01T00:00:00Z and of
+/// 10000-01-01T00:00:00Z: the range [`Iso::fast`] writes.
+const FAST_FROM_MS: i64 = -62_167_219_200_000;
+const FAST_UNTIL_MS: i64 = 253_402_300_800_000;
+
+impl Iso {
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ` into `buf` for a year from 0 to 9999
+    /// (the civil-from-days conversion of the proleptic Gregorian
+    /// calendar); `None` outside that range.
+    pub fn fast(self, buf: &mut [u8; 24]) -> Option<&str> {
+        let ms = self.0 .0;
+        if !(FAST_FROM_MS..FAST_UNTIL_MS).contains(&ms) {
+            return None;
+        }
+        let days = ms.div_euclid(86_400_000);
+        let in_day = ms.rem_euclid(86_400_000);
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        let (h, m, s, milli) = (in_day / 3_600_000, in_day / 60_000 % 60, in_day / 1000 % 60, in_day % 1000);
+        let mut put = |at: usize, value: i64, width: usize| {
+            let mut v = value;
+            for i in (0..width).rev() {
+                buf[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, year, 4);
+        put(5, month, 2);
+        put(8, day, 2);
+        put(11, h, 2);
+        put(14, m, 2);
+        put(17, s, 2);
+        put(20, milli, 3);
+        for (at, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (23, b'Z')] {
+            buf[at] = c;
+        }
+        std::str::from_utf8(&buf[..]).ok()
+    }
+}
+
 impl std::fmt::Display for Iso {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut buf = [0u8; 24];
+        if let Some(text) = self.fast(&mut buf) {
+            return f.write_str(text);
+        }
         match jiff::Timestamp::from_millisecond(self.0 .0) {
             Ok(ts) => write!(f, "{ts:.3}"),
             Err(_) => f.write_str("1970-01-01T00:00:00.000Z"),
@@ -63,7 +120,11 @@ impl std::fmt::Display for Iso {
 
 impl Serialize for Iso {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        let mut buf = [0u8; 24];
+        match self.fast(&mut buf) {
+            Some(text) => s.serialize_str(text),
+            None => s.collect_str(self),
+        }
     }
 }
 
@@ -93,5 +154,27 @@ mod tests {
         assert_eq!(WallTime(-1).to_iso(), "1969-12-31T23:59:59.999Z");
         assert_eq!(WallTime(i64::MAX).to_iso(), "1970-01-01T00:00:00.000Z");
         assert_eq!(serde_json::to_string(&WallTime(1_767_225_601_007).iso()).ok().as_deref(), Some("\"2026-01-01T00:00:01.007Z\""));
+        // The edges of the fast range, and just outside it (jiff's text).
+        assert_eq!(WallTime(FAST_FROM_MS).to_iso(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(WallTime(FAST_UNTIL_MS - 1).to_iso(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(WallTime(FAST_FROM_MS - 1).to_iso(), "-000001-12-31T23:59:59.999Z");
+        assert_eq!(WallTime(951_782_400_000).to_iso(), "2000-02-29T00:00:00.000Z");
+    }
+
+    fn jiff_text(ms: i64) -> String {
+        match jiff::Timestamp::from_millisecond(ms) {
+            Ok(ts) => format!("{ts:.3}"),
+            Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+        /// The fast writer's text is jiff's, for every millisecond of years
+        /// 0 to 9999 and around them.
+        #[test]
+        fn fast_text_is_jiffs(ms in (FAST_FROM_MS - 86_400_000 * 400)..(FAST_UNTIL_MS + 86_400_000 * 400)) {
+            proptest::prop_assert_eq!(WallTime(ms).to_iso(), jiff_text(ms));
+        }
     }
 }

@@ -99,7 +99,7 @@ proptest! {
                 resident.remove(&victim);
             }
             let view = h.host.view();
-            let held: BTreeSet<u8> = created.iter().copied().filter(|c| view.sessions[&uri(*c)].resident.is_some()).collect();
+            let held: BTreeSet<u8> = created.iter().copied().filter(|c| view.sessions.get(&uri(*c)).expect("the session is held").resident.is_some()).collect();
             prop_assert_eq!(&held, &resident, "after step {} (use of s{}), limit {}", step, k, limit);
         }
     }

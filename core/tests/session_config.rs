@@ -227,6 +227,7 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
         base_branch: "develop".into(),
         name: "agents-w".into(),
         placed: vec!["node_modules".into()],
+        ..Default::default()
     };
     h.done(op, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree.clone()) }));
     let seen = h.settle();
@@ -326,7 +327,7 @@ fn a_worktree_asked_for_outside_a_repository_is_a_folder_session() {
     let seen = h.settle();
     assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
     assert!(!seen.iter().any(|(_, c)| matches!(c, BackendCmd::Start { .. })), "not started again: {seen:?}");
-    let record = h.host.view().sessions[&uri].record.clone();
+    let record = h.host.view().sessions.get(&uri).expect("the session is held").record.clone();
     assert_eq!(record.config.get("isolation"), Some(&json!("folder")));
     assert_eq!(record.git.as_ref().map(|g| g.repo_root.clone()), Some(None));
     // In no repository there is nothing to checkpoint.
@@ -396,7 +397,7 @@ fn a_first_send_to_a_sleeping_session_wakes_it_then_makes_its_tree() {
     h.request(1, "unsubscribe", json!({"channel": chat}));
     h.advance(2000);
     h.settle();
-    assert_eq!(h.host.view().sessions[&uri].phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(&uri).expect("the session is held").phase.name(), "asleep");
     h.start_turn(1, &chat, 1, "t1", "hi");
     // The wake runs first; git is asked once the session is live, before
     // the turn reaches the agent.
@@ -411,6 +412,7 @@ fn a_first_send_to_a_sleeping_session_wakes_it_then_makes_its_tree() {
         base_branch: "dev".into(),
         name: "z".into(),
         placed: Vec::new(),
+        ..Default::default()
     };
     h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree) }));
     let seen = h.settle();

@@ -12,11 +12,11 @@ fn config(sleep_after_ms: u64, residency_limit: usize) -> Config {
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions[uri].phase.name()
+    h.host.view().sessions.get(uri).expect("the session is held").phase.name()
 }
 
 fn resident(h: &Harness, uri: &str) -> bool {
-    h.host.view().sessions[uri].resident.is_some()
+    h.host.view().sessions.get(uri).expect("the session is held").resident.is_some()
 }
 
 /// Creates a session with one finished turn, nobody subscribed.
@@ -65,7 +65,7 @@ fn no_sleep_while_watched_or_mid_turn_and_the_turn_completes() {
         assert!(resident(&h, &a), "not evicted mid-turn");
     }
     h.agent_reply(&a_chat, "long", "finally");
-    let turns = h.host.view().sessions[&a].resident.as_ref().map(|r| r.chats[&a_chat].turns.len());
+    let turns = h.host.view().sessions.get(&a).expect("the session is held").resident.as_ref().map(|r| r.chats[&a_chat].turns.len());
     assert_eq!(turns, Some(1), "the long turn completed and was recorded");
     // Watched: never sleeps.
     h.request(1, "subscribe", json!({"channel": a}));
@@ -176,7 +176,7 @@ fn a_restart_lists_stored_sessions_and_resumes_them_on_demand() {
     let mut h = Harness::new(config(0, 10));
     h.connect(1, "c1");
     let (a, a_chat) = session_with_turn(&mut h, "a");
-    let record = h.host.view().sessions[&a].record.clone();
+    let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
     let row_before = h.list(1)[0].clone();
     let mut h = Harness::with_records(config(0, 10), vec![record]);
     h.connect(1, "c1");

@@ -126,7 +126,7 @@ impl Driver {
         self.dispatch(conn, CHAT, json!({"type": "chat/turnStarted", "turnId": "t1",
             "startedAt": "2026-01-01T00:00:00.000Z", "message": {"text": "hello", "origin": {"kind": "user"}}}));
         self.settle();
-        assert!(self.host.view().sessions[SESSION].announced);
+        assert!(self.host.view().sessions.get(SESSION).expect("the session is held").announced);
     }
 }
 
@@ -239,7 +239,7 @@ fn a_dispose_the_store_refuses_leaves_the_session_asleep_with_nothing_running() 
     }
     assert!(d.reply(id).is_some_and(|r| r["error"]["code"] == -32603));
     let view = d.host.view();
-    let s = &view.sessions[SESSION];
+    let s = view.sessions.get(SESSION).expect("the session is held");
     assert_eq!(s.phase.name(), "asleep");
     assert!(!s.busy && s.sends_in_flight.is_empty() && !s.has_active_turn());
 }

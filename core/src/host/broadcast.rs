@@ -266,7 +266,8 @@ impl Host {
         let modified = session.modified_at.0;
         let external = session.record.external;
         let summary = session.summary();
-        self.catalogue.insert(modified, session_uri, external);
+        let Some(slot) = self.sessions.slot(session_uri) else { return };
+        self.catalogue.insert(modified, session_uri, slot, external);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         session.sent_summary = Some(Box::new(summary.clone()));
         if !self.shown_to_clients(session_uri) {

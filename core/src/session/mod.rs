@@ -5,6 +5,7 @@ pub mod activity;
 pub mod lifecycle;
 pub mod row;
 pub mod state;
+pub mod table;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -57,6 +57,34 @@ pub enum GitCmd {
         /// The session's tree, if it made one.
         worktree: Option<WorktreeRecord>,
     },
+    /// Cut a tree and nothing else (no checkpoint): a tree the window asks
+    /// for (`vscode/createAgentHostDetachedWorktree`). Answered by
+    /// [`GitResult::TreeMade`].
+    MakeTree {
+        /// A folder in the repository.
+        folder: String,
+        /// How to cut it.
+        plan: WorktreePlan,
+    },
+    /// Take a tree off the disk and out of git's list of worktrees, keeping
+    /// its branch, unless it holds work nobody committed (then it stays).
+    /// Archiving a session or a window's tree, deleting a window's tree.
+    /// Answered by [`GitResult::TreeArchived`].
+    ArchiveTree {
+        /// A folder in the repository the tree was cut from.
+        repo: String,
+        /// The tree.
+        worktree: WorktreeRecord,
+    },
+    /// Put an archived tree back: the same branch at the same path, with
+    /// its links and copies placed again. A tree already there is left as
+    /// it is. Answered by [`GitResult::TreeRestored`].
+    RestoreTree {
+        /// A folder in the repository the tree was cut from.
+        repo: String,
+        /// The tree.
+        worktree: WorktreeRecord,
+    },
 }
 
 /// How to cut a worktree (Sessions page, "Isolation and worktrees").
@@ -108,7 +136,7 @@ impl RepoFacts {
 }
 
 /// A tree the host made for a session, as its record keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorktreeRecord {
     /// The tree's folder.
@@ -126,6 +154,14 @@ pub struct WorktreeRecord {
     /// Paths (relative to the tree) the host linked or copied in.
     #[serde(default)]
     pub placed: Vec<String>,
+    /// The `worktreeSymlinkFolders` patterns it was cut with, placed again
+    /// when the tree is put back.
+    #[serde(default)]
+    pub links: Vec<String>,
+    /// The `worktreeIncludeFiles` patterns it was cut with, placed again
+    /// when the tree is put back.
+    #[serde(default)]
+    pub copies: Vec<String>,
 }
 
 /// A diff stat: files touched, lines added and removed.
@@ -162,6 +198,19 @@ pub enum GitResult {
         /// Whether the tree was kept because it held uncommitted work.
         kept_tree: bool,
     },
+    /// Answer to [`GitCmd::MakeTree`].
+    TreeMade {
+        /// The tree made.
+        worktree: WorktreeRecord,
+    },
+    /// Answer to [`GitCmd::ArchiveTree`].
+    TreeArchived {
+        /// Whether the tree stayed on disk because it held uncommitted
+        /// work.
+        kept: bool,
+    },
+    /// Answer to [`GitCmd::RestoreTree`].
+    TreeRestored,
 }
 
 /// What a session's record keeps of its git work (Sessions page: "the

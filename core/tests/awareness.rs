@@ -90,7 +90,7 @@ fn create(h: &mut Harness, id: &str, session_config: Value) -> (String, String) 
 }
 
 fn meta(h: &Harness, uri: &str) -> serde_json::Map<String, Value> {
-    h.host.view().sessions[uri].resident.as_ref().and_then(|r| r.session.meta.clone()).unwrap_or_default()
+    h.host.view().sessions.get(uri).expect("the session is held").resident.as_ref().and_then(|r| r.session.meta.clone()).unwrap_or_default()
 }
 
 fn events(h: &Harness, uri: &str) -> Vec<String> {
@@ -135,7 +135,7 @@ fn confirms(h: &mut Harness) -> Vec<BackendCmd> {
 }
 
 fn chat_activity(h: &Harness, uri: &str, chat: &str) -> u32 {
-    h.host.view().sessions[uri].resident.as_ref().unwrap().chats[chat].status & 0x1F
+    h.host.view().sessions.get(uri).expect("the session is held").resident.as_ref().unwrap().chats[chat].status & 0x1F
 }
 
 /// A live session publishes its record and scans; the peer in its

@@ -582,6 +582,9 @@ impl World {
                     GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
                     GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
                     GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
+                    GitCmd::MakeTree { .. } => GitResult::TreeMade { worktree: Default::default() },
+                    GitCmd::ArchiveTree { .. } => GitResult::TreeArchived { kept: false },
+                    GitCmd::RestoreTree { .. } => GitResult::TreeRestored,
                 };
                 let delay = self.world_rng.exp_ms(self.options.backend_ms);
                 self.q.to_host(None, delay, Input::Done { op, outcome: ahpd_core::Outcome::Git(result) }, format!("done op{} git", op.0));

@@ -162,6 +162,9 @@ impl Harness {
                     GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
                     GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
                     GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
+                    GitCmd::MakeTree { .. } => GitResult::TreeMade { worktree: Default::default() },
+                    GitCmd::ArchiveTree { .. } => GitResult::TreeArchived { kept: false },
+                    GitCmd::RestoreTree { .. } => GitResult::TreeRestored,
                 };
                 self.done(op, Outcome::Git(result));
             }

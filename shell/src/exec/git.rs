@@ -72,6 +72,9 @@ pub fn run(command: &GitCmd, worktrees_root: Option<&str>) -> Result<GitResult, 
             checkpoint(Path::new(workdir), checkpoint_ref, base, exclude).map(|changes| GitResult::Checkpointed { changes })
         }
         GitCmd::Dispose { repo, refs_prefix, worktree } => dispose(Path::new(repo), refs_prefix, worktree.as_ref()),
+        GitCmd::MakeTree { folder, plan } => make_tree(Path::new(folder), plan, worktrees_root),
+        GitCmd::ArchiveTree { repo, worktree } => archive_tree(Path::new(repo), worktree),
+        GitCmd::RestoreTree { repo, worktree } => restore_tree(Path::new(repo), worktree),
     }
 }
 
@@ -258,7 +261,16 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
     opts.reference(Some(&reference));
     repo.worktree(&folder, Path::new(&path), Some(&opts)).map_err(|e| err(&format!("git could not make the worktree at {path} on {branch}"), e))?;
     let placed = place_ignored(repo, Path::new(&root), Path::new(&path), &plan.symlink_folders, &plan.include_files);
-    Ok(WorktreeRecord { path, branch, base_commit: commit.id().to_string(), base_branch: base.unwrap_or_default(), name: folder, placed })
+    Ok(WorktreeRecord {
+        path,
+        branch,
+        base_commit: commit.id().to_string(),
+        base_branch: base.unwrap_or_default(),
+        name: folder,
+        placed,
+        links: plan.symlink_folders.clone(),
+        copies: plan.include_files.clone(),
+    })
 }
 
 /// Prunes worktree entries whose folder was deleted by hand.
@@ -455,10 +467,17 @@ fn dispose(folder: &Path, refs_prefix: &str, worktree: Option<&WorktreeRecord>) 
         }
     }
     let Some(w) = worktree else { return Ok(GitResult::Disposed { kept_tree: false }) };
+    Ok(GitResult::Disposed { kept_tree: take_off_disk(&repo, w)? })
+}
+
+/// Takes a tree off the disk and out of git's list of worktrees unless it
+/// holds work nobody committed; its branch stays. Returns whether it
+/// stayed. The caller holds the repository's lock.
+fn take_off_disk(repo: &Repository, w: &WorktreeRecord) -> Result<bool, String> {
     let path = Path::new(&w.path);
     if path.exists() {
         if has_uncommitted_work(path, &w.placed)? {
-            return Ok(GitResult::Disposed { kept_tree: true });
+            return Ok(true);
         }
         remove_tree(path).map_err(|e| format!("could not remove the worktree {}: {e}", w.path))?;
     }
@@ -471,7 +490,55 @@ fn dispose(folder: &Path, refs_prefix: &str, worktree: Option<&WorktreeRecord>) 
         // The `<repo>.worktrees` folder goes once it is empty.
         let _ = fs::remove_dir(parent);
     }
-    Ok(GitResult::Disposed { kept_tree: false })
+    Ok(false)
+}
+
+/// A tree cut for the window: the tree only, no checkpoint.
+fn make_tree(folder: &Path, plan: &WorktreePlan, worktrees_root: Option<&str>) -> Result<GitResult, String> {
+    let Some(repo) = open(folder)? else { return Err(format!("{} is not in a git repository", folder.display())) };
+    let lock = repo_lock(&repo);
+    let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(GitResult::TreeMade { worktree: make_worktree(&repo, plan, worktrees_root)? })
+}
+
+/// Archiving a tree: off the disk unless it holds uncommitted work; the
+/// branch stays so [`restore_tree`] can put it back.
+fn archive_tree(folder: &Path, w: &WorktreeRecord) -> Result<GitResult, String> {
+    let Some(repo) = open(folder)? else { return Err(format!("{} is not in a git repository", folder.display())) };
+    let lock = repo_lock(&repo);
+    let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(GitResult::TreeArchived { kept: take_off_disk(&repo, w)? })
+}
+
+/// Putting an archived tree back: the same branch at the same path, its
+/// links and copies placed again. A tree still there is left alone.
+fn restore_tree(folder: &Path, w: &WorktreeRecord) -> Result<GitResult, String> {
+    let Some(repo) = open(folder)? else { return Err(format!("{} is not in a git repository", folder.display())) };
+    let lock = repo_lock(&repo);
+    let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
+    let path = Path::new(&w.path);
+    if path.exists() {
+        return Ok(GitResult::TreeRestored);
+    }
+    prune_stale(&repo)?;
+    if let Ok(wt) = repo.find_worktree(&w.name) {
+        // An entry left behind whose folder is gone.
+        if wt.validate().is_err() {
+            wt.prune(None).map_err(|e| err(&format!("could not prune the worktree {}", w.name), e))?;
+        }
+    }
+    let reference = repo
+        .find_reference(&format!("refs/heads/{}", w.branch))
+        .map_err(|e| err(&format!("the branch {} of the archived tree is gone: it cannot be put back", w.branch), e))?;
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("could not make {}: {e}", parent.display()))?;
+    }
+    let mut opts = WorktreeAddOptions::new();
+    opts.reference(Some(&reference));
+    repo.worktree(&w.name, path, Some(&opts)).map_err(|e| err(&format!("git could not put the worktree back at {} on {}", w.path, w.branch), e))?;
+    let root = workdir_string(&repo);
+    place_ignored(&repo, Path::new(&root), path, &w.links, &w.copies);
+    Ok(GitResult::TreeRestored)
 }
 
 #[cfg(test)]
@@ -523,6 +590,55 @@ mod tests {
 
     fn head_of(path: &str) -> Oid {
         Repository::open(path).expect("open tree").head().expect("head").peel_to_commit().expect("commit").id()
+    }
+
+    /// A tree archived goes off the disk and out of git's list with its
+    /// branch kept; put back, it is the same branch at the same path with
+    /// its links and copies placed again. A tree with uncommitted work
+    /// stays on archive.
+    #[test]
+    fn an_archived_tree_keeps_its_branch_and_comes_back_with_its_placements() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("web");
+        let repo = init(&dir, "main");
+        commit(&repo, &[(".gitignore", "node_modules/\n.env\n"), ("seed.txt", "x\n")], "one");
+        fs::create_dir_all(dir.join("node_modules/pkg")).expect("mkdir");
+        fs::write(dir.join("node_modules/pkg/index.js"), "1\n").expect("write");
+        fs::write(dir.join(".env"), "SECRET=1\n").expect("write");
+        let mut p = plan("main");
+        p.new_branch = "agents/summarize-the-seed".into();
+        p.symlink_folders = vec!["node_modules".into()];
+        p.include_files = vec![".env".into()];
+        let w = match make_tree(&dir, &p, None).expect("make") {
+            GitResult::TreeMade { worktree } => worktree,
+            other => panic!("unexpected {other:?}"),
+        };
+        let tree = PathBuf::from(&w.path);
+        assert!(tree.join("seed.txt").exists());
+        assert!(repo.references_glob("refs/agents/*").expect("glob").next().is_none(), "no checkpoint for a window's tree");
+        let listed = |repo: &Repository| -> Vec<String> { repo.worktrees().expect("list").iter().filter_map(|n| n.ok().flatten().map(str::to_owned)).collect() };
+        assert!(listed(&repo).contains(&w.name));
+
+        assert_eq!(archive_tree(&dir, &w).expect("archive"), GitResult::TreeArchived { kept: false });
+        assert!(!tree.exists());
+        assert!(!listed(&repo).contains(&w.name));
+        assert!(repo.find_branch(&w.branch, BranchType::Local).is_ok(), "the branch stays");
+        assert!(dir.join("node_modules/pkg/index.js").exists() && dir.join(".env").exists(), "the originals stay");
+
+        assert_eq!(restore_tree(&dir, &w).expect("restore"), GitResult::TreeRestored);
+        assert!(tree.join("seed.txt").exists());
+        assert!(listed(&repo).contains(&w.name));
+        let head = Repository::open(&tree).expect("open").head().expect("head").shorthand().map(str::to_owned).ok();
+        assert_eq!(head.as_deref(), Some(w.branch.as_str()));
+        assert!(fs::symlink_metadata(tree.join("node_modules")).expect("link").file_type().is_symlink());
+        assert_eq!(fs::read_to_string(tree.join(".env")).expect("copy"), "SECRET=1\n");
+        // Putting back a tree that is there changes nothing.
+        assert_eq!(restore_tree(&dir, &w).expect("again"), GitResult::TreeRestored);
+
+        // Work nobody committed keeps the tree on disk.
+        fs::write(tree.join("seed.txt"), "edited\n").expect("edit");
+        assert_eq!(archive_tree(&dir, &w).expect("archive"), GitResult::TreeArchived { kept: true });
+        assert!(tree.join("seed.txt").exists());
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //!   replies with what the client said.
 //! - `slow`: streams a chunk every 100 ms for 20 s unless cancelled
 //!   (`session/cancel`), then stops with `cancelled`.
+//! - `spawn-child`: starts `sleep 1000` (left running, in the agent's own
+//!   process group) and replies `child pid <pid>`, so a test can check the
+//!   child goes when the chat does.
 //! - anything else: a thought, a plan, then `Reply: <prompt> (turn <n>)` in
 //!   three chunks, `n` counting the conversation's turns (so a test can tell
 //!   a loaded conversation from a fresh one).
@@ -170,6 +173,14 @@ async fn turn(agent: &Agent0, cx: &ConnectionTo<Client>, sid: &str, prompt: &str
         let reply = if allowed { "permission granted, note written" } else { "permission denied" };
         say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(reply))))?;
         return Ok((StopReason::EndTurn, reply.to_owned()));
+    }
+    if prompt.contains("spawn-child") {
+        let reply = match std::process::Command::new("sleep").arg("1000").spawn() {
+            Ok(child) => format!("child pid {}", child.id()),
+            Err(e) => format!("could not start sleep: {e}"),
+        };
+        say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(&reply))))?;
+        return Ok((StopReason::EndTurn, reply));
     }
     if prompt.contains("outside") {
         let target = cwd.parent().unwrap_or(&cwd).join("outside.txt");

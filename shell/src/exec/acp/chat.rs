@@ -16,7 +16,8 @@
 //!   request `cancelled`. `ConfirmTool` answers the waiting permission with
 //!   the agent's allow-once (else allow-always) or reject-once (else
 //!   reject-always) option.
-//! - `Close` and `Delete` stop the process (ACP v1 has no way to delete the
+//! - `Close` and `Delete` stop the process and kill its process group, so
+//!   nothing it started outlives the chat (ACP v1 has no way to delete the
 //!   agent's own copy of a conversation; it is left to the agent).
 //! - An agent that goes away on its own (exit, garbage or a huge line on
 //!   stdout) is reported as `BackendEvent::Exited` with the reason, its exit
@@ -46,7 +47,7 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
 use super::fs::{path_of_file_uri, Confined, Written};
-use super::process::{self, StderrTail};
+use super::process::{self, ProcessGroup, StderrTail};
 use super::turn::{History, TurnMap};
 use super::{startup_timeout, AgentConfig};
 use crate::driver::EventSink;
@@ -78,6 +79,7 @@ struct Live {
     cx: ConnectionTo<Agent>,
     session_id: SessionId,
     child: Child,
+    group: ProcessGroup,
     stderr: StderrTail,
     stop: Option<oneshot::Sender<()>>,
     tx: mpsc::UnboundedSender<FromAgent>,
@@ -90,6 +92,7 @@ struct Live {
 struct Connected {
     cx: ConnectionTo<Agent>,
     child: Child,
+    group: ProcessGroup,
     stderr: StderrTail,
     stop: oneshot::Sender<()>,
     tx: mpsc::UnboundedSender<FromAgent>,
@@ -239,6 +242,7 @@ impl ChatActor {
             cx: c.cx,
             session_id,
             child: c.child,
+            group: c.group,
             stderr: c.stderr,
             stop: Some(c.stop),
             tx: c.tx,
@@ -254,6 +258,7 @@ impl ChatActor {
     async fn abort(&mut self, mut c: Connected, what: String) -> Outcome {
         let _ = c.stop.send(());
         let status = end_process(&mut c.child, Duration::from_millis(0)).await;
+        c.group.kill();
         let tail = c.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await;
         let message = describe(&self.agent.name, &what, &status, &tail);
         tracing::warn!(chat = %self.chat, agent = %self.agent.name, "acp: the agent did not start: {message}");
@@ -360,6 +365,7 @@ impl ChatActor {
             let _ = stop.send(());
         }
         let status = end_process(&mut live.child, Duration::from_millis(FAULT_SETTLE_MS)).await;
+        live.group.kill();
         let tail = live.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await;
         let message = describe(&self.agent.name, &why, &status, &tail);
         tracing::warn!(chat = %self.chat, agent = %self.agent.name, "acp: the agent went away: {message}");
@@ -375,6 +381,8 @@ impl ChatActor {
             let _ = stop.send(());
         }
         let status = end_process(&mut live.child, Duration::from_millis(STOP_GRACE_MS)).await;
+        // Whatever the agent started (tools, shells) goes with it.
+        live.group.kill();
         tracing::debug!(chat = %self.chat, agent = %self.agent.name, status = %status, "acp: agent stopped");
     }
 }
@@ -442,10 +450,12 @@ async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, cwd: &Pat
         let _ = ended.send(FromAgent::Ended(why));
     });
     let mut child = spawned.child;
+    let mut group = spawned.group;
     match cx_rx.await {
-        Ok(cx) => Ok(Connected { cx, child, stderr: spawned.stderr, stop: stop_tx, tx, rx }),
+        Ok(cx) => Ok(Connected { cx, child, group, stderr: spawned.stderr, stop: stop_tx, tx, rx }),
         Err(_) => {
             let _ = child.start_kill();
+            group.kill();
             Err(format!("the connection to {:?} ended before it started; stderr: {}", agent.program, spawned.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await))
         }
     }

@@ -270,3 +270,129 @@ async fn agent_faults_end_their_chat_with_the_agents_stderr_and_other_sessions_k
     assert_eq!(healthy.turns.last().map(|t| t.state), Some(TurnState::Complete));
     c.shutdown().await;
 }
+
+/// Whether process `pid` is still running (a zombie waiting to be reaped is
+/// not).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Has the agent start `sleep 1000` and returns that child's pid.
+async fn spawn_child(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str) -> u32 {
+    prompt(c, chat, state, sub, turn_id, "spawn-child please").await;
+    let reply = markdown(state.turns.last().expect("a turn"));
+    let pid: u32 = reply.strip_prefix("child pid ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("no child pid in {reply:?}"));
+    assert!(running(pid), "the agent's child {pid} runs");
+    pid
+}
+
+async fn until_gone(pid: u32, what: &str) {
+    within(what, async {
+        while running(pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_an_agent_started_goes_with_its_chat_on_dispose_sleep_and_shutdown() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    let mut daemon = Daemon::start_with(&data, &["--agent", &good, "--sleep-after-minutes", "0.02"]);
+    let (c, _, _root) = connect_init(&daemon.url, "acp-5").await;
+
+    // Disposed: the agent and its child go.
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let pid = spawn_child(&c, &chat, &mut state, &mut sub, "t1").await;
+    let params = ahp::ahp_types::commands::DisposeSessionParams { channel: sid.clone(), meta: None };
+    let _: Value = within("disposeSession", c.request("disposeSession", params)).await.expect("disposeSession");
+    until_gone(pid, "the child of a disposed session's agent goes").await;
+
+    // Asleep: the same.
+    let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let pid = spawn_child(&c, &chat, &mut state, &mut sub, "t1").await;
+    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    drop((sub, ssub));
+    within("sleep", async {
+        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    until_gone(pid, "the child of a sleeping session's agent goes").await;
+
+    // The daemon shuts down: the same.
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let pid = spawn_child(&c, &chat, &mut state, &mut sub, "t1").await;
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exits cleanly");
+    until_gone(pid, "the child of a live session's agent goes at shutdown").await;
+}
+
+/// Has the agent open a terminal that runs until `go` appears in the
+/// working directory; the terminal's shell pid.
+async fn open_terminal(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str) -> u32 {
+    prompt(c, chat, state, sub, turn_id, "open a terminal please").await;
+    let reply = markdown(state.turns.last().expect("a turn"));
+    assert_eq!(state.turns.last().map(|t| t.state), Some(TurnState::Complete), "{reply}");
+    let pid: u32 = reply.rsplit_once("pid ").and_then(|(_, p)| p.trim().parse().ok()).unwrap_or_else(|| panic!("no terminal pid in {reply:?}"));
+    assert!(running(pid), "the terminal {pid} runs");
+    pid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_terminal_keeps_its_session_awake_and_goes_with_its_chat() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    // Sessions sleep after 1.2 s of quiet.
+    let daemon = Daemon::start_with(&data, &["--agent", &good, "--sleep-after-minutes", "0.02"]);
+    let (c, _, _root) = connect_init(&daemon.url, "acp-6").await;
+
+    // A terminal in the working directory, left running after the turn.
+    let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let pid = open_terminal(&c, &chat, &mut state, &mut sub, "t1").await;
+    assert!(daemon.log_text().contains("acp.terminal.started"));
+    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    drop((sub, ssub));
+    // Unwatched and quiet for well over the sleep delay, the session stays
+    // awake: its terminal is background work.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert_eq!(count(&daemon.log_text(), "session.slept", &sid), 0, "no sleep while a terminal runs");
+    assert!(running(pid));
+    // The terminal ends; then the session sleeps.
+    std::fs::write(work.join("go"), b"").expect("write go");
+    until_gone(pid, "the terminal ends").await;
+    within("sleep after the terminal", async {
+        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let log = daemon.log_text();
+    let exited = log.find("acp.terminal.exited").expect("the terminal's exit is logged");
+    let slept = log.find("session.slept").expect("slept");
+    assert!(exited < slept, "it slept only after the terminal exited:\n{log}");
+    std::fs::remove_file(work.join("go")).expect("rm go");
+
+    // A terminal still running when its session is disposed is killed.
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let pid = open_terminal(&c, &chat, &mut state, &mut sub, "t1").await;
+    let params = ahp::ahp_types::commands::DisposeSessionParams { channel: sid.clone(), meta: None };
+    let _: Value = within("disposeSession", c.request("disposeSession", params)).await.expect("disposeSession");
+    until_gone(pid, "the terminal of a disposed session goes").await;
+    c.shutdown().await;
+}

@@ -15,6 +15,7 @@
 //! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
 
 mod admission;
+mod agent_restart;
 mod awareness;
 mod backend;
 mod broadcast;

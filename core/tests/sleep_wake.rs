@@ -206,3 +206,83 @@ fn modified_at_only_moves_forward_even_when_the_wall_clock_goes_back() {
     let after = h.list(1)[0]["modifiedAt"].as_str().unwrap_or("").to_owned();
     assert!(after >= before.as_str().unwrap_or("").to_owned(), "{after} < {before}");
 }
+
+fn backend_event(h: &mut Harness, chat: &str, event: ahpd_core::BackendEvent) {
+    h.input(ahpd_core::Input::Backend { chat: chat.into(), event });
+}
+
+#[test]
+fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_starts_it_afresh() {
+    let mut cfg = config(1_000, 0);
+    cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
+    let mut h = Harness::new(cfg);
+    h.connect(1, "c1");
+    let (a, chat) = session_with_turn(&mut h, "a");
+    // The agent exits mid-turn: the turn fails, the session stays live.
+    h.start_turn(1, &chat, 2, "t2", "go");
+    h.settle_backend();
+    backend_event(&mut h, &chat, ahpd_core::BackendEvent::Exited { message: "exit status: 3".into() });
+    assert_eq!(phase(&h, &a), "live");
+    let chat_state = &h.host.view().sessions[&a].resident.as_ref().expect("resident").chats[&chat];
+    assert!(chat_state.active_turn.is_none(), "the running turn ended");
+    h.advance(120_000);
+    assert_eq!(phase(&h, &a), "live", "it never sleeps");
+    assert!(h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Close | BackendCmd::Start { .. })));
+    // The next send starts the chat's agent afresh, then hands it the turn.
+    h.start_turn(1, &chat, 3, "t3", "again");
+    let cmds = h.backend_cmds();
+    assert!(matches!(&cmds[..], [(_, c1, BackendCmd::Start { resume: false, .. }), (_, c2, BackendCmd::Send { .. })] if *c1 == chat && *c2 == chat), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Started { conversation_id: "fresh-conversation".into(), history: Vec::new() });
+    h.done(cmds[1].0, Outcome::Ok);
+    h.agent_reply(&chat, "t3", "hello again");
+    let view = h.host.view();
+    let s = &view.sessions[&a];
+    assert_eq!(s.record.chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
+    let turns = &s.resident.as_ref().expect("resident").chats[&chat].turns;
+    assert_eq!(turns.len(), 3, "the chat kept its turns");
+    // Only once: the send after that goes straight to the agent.
+    h.start_turn(1, &chat, 4, "t4", "once more");
+    assert!(matches!(&h.backend_cmds()[..], [(_, _, BackendCmd::Send { .. })]));
+}
+
+#[test]
+fn a_session_whose_backend_cannot_resume_is_started_afresh_after_a_restart() {
+    let mut cfg = config(0, 10);
+    cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
+    let mut h = Harness::new(cfg.clone());
+    h.connect(1, "c1");
+    let (a, chat) = session_with_turn(&mut h, "a");
+    let record = h.host.view().sessions[&a].record.clone();
+    let mut h = Harness::with_records(cfg, vec![record]);
+    h.connect(1, "c1");
+    let rid = h.send_request(1, "subscribe", json!({"channel": chat}));
+    let cmds = h.backend_cmds();
+    assert!(matches!(&cmds[..], [(_, _, BackendCmd::Start { resume: false, .. })]), "never asked to resume: {cmds:?}");
+    h.done(cmds[0].0, Outcome::Started { conversation_id: "fresh".into(), history: Vec::new() });
+    assert!(h.take_reply(1, rid).expect("reply")["result"]["snapshot"].is_object());
+}
+
+#[test]
+fn background_work_keeps_a_session_awake_until_every_chat_reports_its_end() {
+    let mut h = Harness::new(config(5_000, 0));
+    h.connect(1, "c1");
+    let (a, chat) = session_with_turn(&mut h, "a");
+    let r = h.send_request(1, "createChat", json!({"channel": a, "chat": "ahp-chat:/second"}));
+    h.settle();
+    assert!(h.take_reply(1, r).is_some());
+    // Both chats' agents have a terminal running.
+    backend_event(&mut h, &chat, ahpd_core::BackendEvent::Busy(true));
+    backend_event(&mut h, "ahp-chat:/second", ahpd_core::BackendEvent::Busy(true));
+    h.advance(60_000);
+    assert_eq!(phase(&h, &a), "live", "busy: no sleep");
+    // One ends: the other still holds the session awake.
+    backend_event(&mut h, &chat, ahpd_core::BackendEvent::Busy(false));
+    h.advance(60_000);
+    assert_eq!(phase(&h, &a), "live", "still busy");
+    // The last ends: idle from then on, it sleeps after the usual quiet.
+    backend_event(&mut h, "ahp-chat:/second", ahpd_core::BackendEvent::Busy(false));
+    h.advance(4_999);
+    assert_eq!(phase(&h, &a), "live");
+    h.advance(1);
+    assert_eq!(phase(&h, &a), "asleep");
+}

@@ -11,6 +11,13 @@
 //!   replies with what the client said.
 //! - `slow`: streams a chunk every 100 ms for 20 s unless cancelled
 //!   (`session/cancel`), then stops with `cancelled`.
+//! - `terminal`: asks the client for a terminal (`terminal/create`) running
+//!   a shell that prints its pid and waits until a file `go` appears in the
+//!   session's folder; replies `terminal <id> started: pid <pid>` once the
+//!   pid shows in `terminal/output`, leaving it running (background work).
+//! - `spawn-child`: starts `sleep 1000` (left running, in the agent's own
+//!   process group) and replies `child pid <pid>`, so a test can check the
+//!   child goes when the chat does.
 //! - anything else: a thought, a plan, then `Reply: <prompt> (turn <n>)` in
 //!   three chunks, `n` counting the conversation's turns (so a test can tell
 //!   a loaded conversation from a fresh one).
@@ -31,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, InitializeRequest, InitializeResponse,
+    AgentCapabilities, CancelNotification, ContentBlock, ContentChunk, CreateTerminalRequest, InitializeRequest,
+    InitializeResponse, TerminalOutputRequest,
     LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
     PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse,
     RequestPermissionOutcome, RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, TextContent,
@@ -170,6 +178,31 @@ async fn turn(agent: &Agent0, cx: &ConnectionTo<Client>, sid: &str, prompt: &str
         let reply = if allowed { "permission granted, note written" } else { "permission denied" };
         say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(reply))))?;
         return Ok((StopReason::EndTurn, reply.to_owned()));
+    }
+    if prompt.contains("terminal") {
+        let script = "echo pid $$; while [ ! -e go ]; do sleep 0.05; done; echo finished";
+        let create = CreateTerminalRequest::new(sid.to_owned(), "sh").args(vec!["-c".to_owned(), script.to_owned()]).cwd(cwd.clone());
+        let id = cx.send_request(create).block_task().await?.terminal_id;
+        let mut pid = None;
+        for _ in 0..200 {
+            let out = cx.send_request(TerminalOutputRequest::new(sid.to_owned(), id.clone())).block_task().await?;
+            pid = out.output.lines().find_map(|l| l.strip_prefix("pid ").map(str::to_owned));
+            if pid.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let reply = format!("terminal {} started: pid {}", id.0, pid.unwrap_or_default());
+        say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(&reply))))?;
+        return Ok((StopReason::EndTurn, reply));
+    }
+    if prompt.contains("spawn-child") {
+        let reply = match std::process::Command::new("sleep").arg("1000").spawn() {
+            Ok(child) => format!("child pid {}", child.id()),
+            Err(e) => format!("could not start sleep: {e}"),
+        };
+        say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(&reply))))?;
+        return Ok((StopReason::EndTurn, reply));
     }
     if prompt.contains("outside") {
         let target = cwd.parent().unwrap_or(&cwd).join("outside.txt");

@@ -226,7 +226,12 @@ impl Host {
         match event {
             BackendEvent::Busy(busy) => {
                 if let Some(s) = self.sessions.get_mut(&session_uri) {
-                    s.busy = busy;
+                    if busy {
+                        s.busy_chats.insert(chat.clone());
+                    } else {
+                        s.busy_chats.remove(chat);
+                    }
+                    s.busy = !s.busy_chats.is_empty();
                 }
                 self.mark_activity(&session_uri);
             }
@@ -242,6 +247,11 @@ impl Host {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
                 }
                 self.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
+                if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
+                    // A backend that cannot resume never sleeps.
+                    self.agent_exited_for_good(&session_uri, chat);
+                    return;
+                }
                 // The agent is gone; the conversation is the backend's. The
                 // session is asleep until something needs it.
                 let provider = self.sessions.get(&session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
@@ -251,6 +261,7 @@ impl Host {
                 }
                 if let Some(s) = self.sessions.get_mut(&session_uri) {
                     s.busy = false;
+                    s.busy_chats.clear();
                     s.sends_in_flight.clear();
                 }
                 // Ending the turn may already have let the agents go (a

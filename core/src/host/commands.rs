@@ -220,6 +220,7 @@ impl Host {
                 .unwrap_or_default();
             if let Some(s) = self.sessions.get_mut(uri) {
                 s.busy = false;
+                s.busy_chats.clear();
                 s.sends_in_flight.clear();
                 // A turn a parked write let start during the dispose never
                 // reached an agent; it fails below with the running ones.

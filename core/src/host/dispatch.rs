@@ -442,6 +442,7 @@ impl Host {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if session.phase == Phase::Live && !session.start_owed {
             let provider = session.record.provider.clone();
+            self.start_owed_agent(session_uri, &chat);
             let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
             if let Some(session) = self.sessions.get_mut(session_uri) {
                 session.sends_in_flight.insert(op, (chat, turn_id));

@@ -396,6 +396,7 @@ impl Host {
         let pending = std::mem::take(&mut session.pending_sends);
         let provider = session.record.provider.clone();
         for (chat, turn_id, message) in pending {
+            self.start_owed_agent(session_uri, &chat);
             let op = self.backend(Op::Send { session: session_uri.clone() }, provider.clone(), chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
             if let Some(s) = self.sessions.get_mut(session_uri) {
                 s.sends_in_flight.insert(op, (chat, turn_id));

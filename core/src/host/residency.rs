@@ -74,6 +74,8 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(uri) {
             s.sends_in_flight.clear();
             s.busy = false;
+            s.busy_chats.clear();
+            s.agents_owed.clear();
         }
         self.set_phase(uri, Phase::Asleep);
     }
@@ -143,13 +145,16 @@ impl Host {
         }
         let provider = session.record.provider.clone();
         let owed = session.start_owed;
+        // A backend that cannot resume is never asked to: its agents start
+        // afresh (the host keeps the chat's turns it holds).
+        let can_resume = session.can_resume;
         let working_directory = session.record.working_directories.first().cloned();
         let peer_directories = self.peers_for(session);
         let chats: Vec<(Uri, String, bool)> = session
             .record
             .chats
             .iter()
-            .map(|c| (c.resource.clone(), c.conversation_id.clone(), !owed && !c.fresh))
+            .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && !owed && !c.fresh))
             .collect();
         self.set_phase(uri, Phase::Waking);
         let mut ops = BTreeSet::new();

@@ -152,8 +152,16 @@ pub struct Session {
     pub resident: Option<Box<Resident>>,
     /// Whether its backend can resume it (else it never sleeps).
     pub can_resume: bool,
-    /// Background work the backend reported (`Session.busy()`).
+    /// Background work the backend reported (`Session.busy()`): whether
+    /// any chat's agent has some ([`Session::busy_chats`] is not empty).
     pub busy: bool,
+    /// The chats whose agent reported background work (an ACP terminal
+    /// still running) and has not reported its end.
+    pub busy_chats: BTreeSet<Uri>,
+    /// Chats whose agent exited in a session whose backend cannot resume:
+    /// the session stays live and each such chat's agent is started afresh
+    /// (a new conversation) before its next send.
+    pub agents_owed: BTreeSet<Uri>,
     /// Last monotonic time an action moved in it (idle timer).
     pub last_activity: MonoTime,
     /// LRU stamp: a host-wide counter taken when it was last used.
@@ -208,6 +216,8 @@ impl Session {
             resident: resident.map(Box::new),
             can_resume,
             busy: false,
+            busy_chats: BTreeSet::new(),
+            agents_owed: BTreeSet::new(),
             last_activity: now,
             last_used: 0,
             sends_in_flight: BTreeMap::new(),

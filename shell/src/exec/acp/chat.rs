@@ -3,7 +3,8 @@
 //! end of each prompt, the end of the connection) in arrival order.
 //!
 //! - `Start` spawns the agent in the working directory, sends `initialize`
-//!   (advertising `fs/read_text_file` and `fs/write_text_file`), then
+//!   (advertising `fs/read_text_file`, `fs/write_text_file` and the
+//!   `terminal/*` methods, see [`super::terminal`]), then
 //!   `session/new`, or `session/load` for a resume: the updates the agent
 //!   replays before answering become the conversation's earlier turns. Each
 //!   of the three requests is bounded by the agent's start-up timeout; the
@@ -16,7 +17,8 @@
 //!   request `cancelled`. `ConfirmTool` answers the waiting permission with
 //!   the agent's allow-once (else allow-always) or reject-once (else
 //!   reject-always) option.
-//! - `Close` and `Delete` stop the process (ACP v1 has no way to delete the
+//! - `Close` and `Delete` stop the process and kill its process group, so
+//!   nothing it started outlives the chat (ACP v1 has no way to delete the
 //!   agent's own copy of a conversation; it is left to the agent).
 //! - An agent that goes away on its own (exit, garbage or a huge line on
 //!   stdout) is reported as `BackendEvent::Exited` with the reason, its exit
@@ -30,11 +32,13 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, FileSystemCapabilities, Implementation, InitializeRequest,
+    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest, CreateTerminalResponse,
+    FileSystemCapabilities, Implementation, InitializeRequest, KillTerminalRequest, KillTerminalResponse,
     LoadSessionRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
-    ReadTextFileRequest, ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionId, SessionNotification, TextContent,
-    WriteTextFileRequest, WriteTextFileResponse,
+    ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionId, SessionNotification, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
+    WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, JsonRpcRequest, Lines};
@@ -46,7 +50,8 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
 use super::fs::{path_of_file_uri, Confined, Written};
-use super::process::{self, StderrTail};
+use super::process::{self, ProcessGroup, StderrTail};
+use super::terminal::Terminals;
 use super::turn::{History, TurnMap};
 use super::{startup_timeout, AgentConfig};
 use crate::driver::EventSink;
@@ -78,6 +83,8 @@ struct Live {
     cx: ConnectionTo<Agent>,
     session_id: SessionId,
     child: Child,
+    group: ProcessGroup,
+    terminals: Terminals,
     stderr: StderrTail,
     stop: Option<oneshot::Sender<()>>,
     tx: mpsc::UnboundedSender<FromAgent>,
@@ -90,6 +97,8 @@ struct Live {
 struct Connected {
     cx: ConnectionTo<Agent>,
     child: Child,
+    group: ProcessGroup,
+    terminals: Terminals,
     stderr: StderrTail,
     stop: oneshot::Sender<()>,
     tx: mpsc::UnboundedSender<FromAgent>,
@@ -191,14 +200,16 @@ impl ChatActor {
             },
             None => self.home.clone(),
         };
-        let mut c = match connect(self.chat.clone(), self.agent.clone(), self.written.clone(), &cwd).await {
+        let mut c = match connect(self.chat.clone(), self.agent.clone(), self.written.clone(), self.events.clone(), &cwd).await {
             Ok(c) => c,
             Err(message) => return failed(format!("{}: {message}", self.name())),
         };
         let timeout = startup_timeout(&self.agent);
         let init = InitializeRequest::new(ProtocolVersion::V1)
             .client_capabilities(
-                ClientCapabilities::new().fs(FileSystemCapabilities::new().read_text_file(true).write_text_file(true)),
+                ClientCapabilities::new()
+                    .fs(FileSystemCapabilities::new().read_text_file(true).write_text_file(true))
+                    .terminal(true),
             )
             .client_info(Implementation::new("ahpd", env!("CARGO_PKG_VERSION")));
         let init = match request(&c.cx, init, timeout, "initialize").await {
@@ -239,6 +250,8 @@ impl ChatActor {
             cx: c.cx,
             session_id,
             child: c.child,
+            group: c.group,
+            terminals: c.terminals,
             stderr: c.stderr,
             stop: Some(c.stop),
             tx: c.tx,
@@ -254,6 +267,8 @@ impl ChatActor {
     async fn abort(&mut self, mut c: Connected, what: String) -> Outcome {
         let _ = c.stop.send(());
         let status = end_process(&mut c.child, Duration::from_millis(0)).await;
+        c.group.kill();
+        c.terminals.kill_all();
         let tail = c.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await;
         let message = describe(&self.agent.name, &what, &status, &tail);
         tracing::warn!(chat = %self.chat, agent = %self.agent.name, "acp: the agent did not start: {message}");
@@ -360,6 +375,8 @@ impl ChatActor {
             let _ = stop.send(());
         }
         let status = end_process(&mut live.child, Duration::from_millis(FAULT_SETTLE_MS)).await;
+        live.group.kill();
+        live.terminals.kill_all();
         let tail = live.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await;
         let message = describe(&self.agent.name, &why, &status, &tail);
         tracing::warn!(chat = %self.chat, agent = %self.agent.name, "acp: the agent went away: {message}");
@@ -375,12 +392,16 @@ impl ChatActor {
             let _ = stop.send(());
         }
         let status = end_process(&mut live.child, Duration::from_millis(STOP_GRACE_MS)).await;
+        // Whatever the agent started (tools, shells) goes with it.
+        live.group.kill();
+        live.terminals.kill_all();
         tracing::debug!(chat = %self.chat, agent = %self.agent.name, status = %status, "acp: agent stopped");
     }
 }
 
 /// Spawns the agent and opens the connection (no request sent yet).
-async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, cwd: &Path) -> Result<Connected, String> {
+async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, events: EventSink, cwd: &Path) -> Result<Connected, String> {
+    let terminals = Terminals::new(chat.clone(), cwd, events)?;
     let confined = Confined::new(chat, cwd, written)?;
     let spawned = process::spawn(&agent.name, &agent.program, &agent.args, cwd)?;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -389,6 +410,8 @@ async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, cwd: &Pat
     let transport = Lines::new(process::line_sink(spawned.stdin), process::line_stream(spawned.stdout));
     let (updates, permissions, ended) = (tx.clone(), tx.clone(), tx.clone());
     let (reads, writes) = (confined.clone(), confined);
+    let (t_create, t_output, t_wait, t_kill, t_release) =
+        (terminals.clone(), terminals.clone(), terminals.clone(), terminals.clone(), terminals.clone());
     tokio::spawn(async move {
         let result = Client
             .v1()
@@ -426,6 +449,48 @@ async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, cwd: &Pat
                 },
                 agent_client_protocol::on_receive_request!(),
             )
+            .on_receive_request(
+                async move |r: CreateTerminalRequest, responder, _cx| match t_create.create(&r) {
+                    Ok(id) => responder.respond(CreateTerminalResponse::new(id)),
+                    Err(m) => responder.respond_with_error(refused(m)),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |r: TerminalOutputRequest, responder, _cx| match t_output.output(&r.terminal_id.0) {
+                    Ok(out) => responder.respond(out),
+                    Err(m) => responder.respond_with_error(refused(m)),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                // Waiting may take as long as the command runs: not on the
+                // connection's own task.
+                async move |r: WaitForTerminalExitRequest, responder, cx| {
+                    let terminals = t_wait.clone();
+                    cx.spawn(async move {
+                        match terminals.wait_for_exit(&r.terminal_id.0).await {
+                            Ok(status) => responder.respond(WaitForTerminalExitResponse::new(status)),
+                            Err(m) => responder.respond_with_error(refused(m)),
+                        }
+                    })
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |r: KillTerminalRequest, responder, _cx| match t_kill.kill(&r.terminal_id.0) {
+                    Ok(()) => responder.respond(KillTerminalResponse::new()),
+                    Err(m) => responder.respond_with_error(refused(m)),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
+            .on_receive_request(
+                async move |r: ReleaseTerminalRequest, responder, _cx| match t_release.release(&r.terminal_id.0) {
+                    Ok(()) => responder.respond(ReleaseTerminalResponse::new()),
+                    Err(m) => responder.respond_with_error(refused(m)),
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
             .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
                 let _ = cx_tx.send(cx.clone());
                 tokio::select! {
@@ -442,10 +507,13 @@ async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, cwd: &Pat
         let _ = ended.send(FromAgent::Ended(why));
     });
     let mut child = spawned.child;
+    let mut group = spawned.group;
     match cx_rx.await {
-        Ok(cx) => Ok(Connected { cx, child, stderr: spawned.stderr, stop: stop_tx, tx, rx }),
+        Ok(cx) => Ok(Connected { cx, child, group, terminals, stderr: spawned.stderr, stop: stop_tx, tx, rx }),
         Err(_) => {
             let _ = child.start_kill();
+            group.kill();
+            terminals.kill_all();
             Err(format!("the connection to {:?} ended before it started; stderr: {}", agent.program, spawned.stderr.after_exit(Duration::from_millis(STOP_GRACE_MS)).await))
         }
     }

@@ -1,7 +1,8 @@
 //! An ACP agent's process: spawned in the chat's working directory with its
-//! three pipes, its stdout framed into bounded JSON lines for the
-//! `agent-client-protocol` transport, and the tail of its stderr kept for
-//! error messages.
+//! three pipes, in a process group of its own (so whatever it starts goes
+//! with it: [`ProcessGroup`]), its stdout framed into bounded JSON lines for
+//! the `agent-client-protocol` transport, and the tail of its stderr kept
+//! for error messages.
 //!
 //! Faults on stdout end the stream with an `io::Error` the connection
 //! reports: a line longer than [`MAX_LINE_BYTES`], a line that is not UTF-8
@@ -26,10 +27,14 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// How much of an agent's stderr is kept for error messages, in bytes.
 pub const STDERR_TAIL_BYTES: usize = 2048;
 
-/// A spawned agent: the child, its pipes, and its stderr tail.
+/// A spawned agent: the child, its process group, its pipes, and its
+/// stderr tail.
 pub struct Spawned {
     /// The process (killed when dropped).
     pub child: Child,
+    /// Its process group: the agent and everything it started (killed when
+    /// dropped).
+    pub group: ProcessGroup,
     /// Its stdin (our JSON-RPC output).
     pub stdin: ChildStdin,
     /// Its stdout (its JSON-RPC output).
@@ -38,7 +43,8 @@ pub struct Spawned {
     pub stderr: StderrTail,
 }
 
-/// Starts `program args` in `cwd` with piped stdio.
+/// Starts `program args` in `cwd` with piped stdio, as the leader of a new
+/// process group.
 ///
 /// Errors: the program cannot be started (not found, not executable, `cwd`
 /// missing), as a message naming the program.
@@ -50,12 +56,50 @@ pub fn spawn(agent: &str, program: &str, args: &[String], cwd: &Path) -> Result<
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
         .map_err(|e| format!("could not start {program:?} in {}: {e}", cwd.display()))?;
     let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
         return Err(format!("{program:?} started without its pipes"));
     };
-    Ok(Spawned { child, stdin, stdout, stderr: StderrTail::read(agent.to_owned(), stderr) })
+    let group = ProcessGroup::led_by(&child);
+    Ok(Spawned { child, group, stdin, stdout, stderr: StderrTail::read(agent.to_owned(), stderr) })
+}
+
+/// The process group an agent leads (it was spawned with
+/// `process_group(0)`): the agent and every process it started that did not
+/// leave the group (shells, tools, `sleep 1000`). [`ProcessGroup::kill`]
+/// sends SIGKILL to all of them, once; dropping the value does the same, so
+/// a chat that ends, sleeps, or goes with the daemon's runtime at shutdown
+/// leaves nothing running.
+pub struct ProcessGroup {
+    pgid: Option<rustix::process::Pid>,
+}
+
+impl ProcessGroup {
+    /// The group `child` leads (its pid is the group id); an empty value
+    /// when the child has already been reaped.
+    pub fn led_by(child: &Child) -> ProcessGroup {
+        let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw);
+        ProcessGroup { pgid }
+    }
+
+    /// Sends SIGKILL to every process of the group, once. A group with no
+    /// process left is not an error; other errors are logged.
+    pub fn kill(&mut self) {
+        let Some(pgid) = self.pgid.take() else { return };
+        match rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL) {
+            Ok(()) => tracing::debug!(pgid = pgid.as_raw_nonzero().get(), "acp: agent process group killed"),
+            Err(rustix::io::Errno::SRCH) => {}
+            Err(e) => tracing::warn!(pgid = pgid.as_raw_nonzero().get(), "acp: could not kill the agent's process group: {e}"),
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// The tail of an agent's stderr, read by a task of its own; every line is

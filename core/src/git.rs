@@ -162,6 +162,11 @@ pub struct WorktreeRecord {
     /// when the tree is put back.
     #[serde(default)]
     pub copies: Vec<String>,
+    /// True while the tree is off the disk because its session was
+    /// archived (its branch kept); put back when the session is unarchived
+    /// or a turn is sent in it.
+    #[serde(default)]
+    pub off_disk: bool,
 }
 
 /// A diff stat: files touched, lines added and removed.
@@ -229,6 +234,27 @@ pub struct GitRecord {
     /// The number of the last checkpoint written (`turn/0` is the start).
     #[serde(default)]
     pub checkpoints: u32,
+    /// True once a client moved the session's root away from the folder
+    /// (or tree) above: its next send asks git again about the new root.
+    #[serde(default)]
+    pub moved: bool,
+    /// The folders the session worked in before it moved, each with the
+    /// tree it made there, kept as the session's: archived, put back and
+    /// removed with it (Sessions page, "Isolation and worktrees").
+    #[serde(default)]
+    pub former: Vec<FormerFolder>,
+}
+
+/// A folder a session moved away from, and the tree it made there.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FormerFolder {
+    /// The folder it was given there (its checkpoint refs are in its
+    /// repository).
+    pub folder: String,
+    /// The tree it made there, if any.
+    #[serde(default)]
+    pub worktree: Option<WorktreeRecord>,
 }
 
 /// A local path from a `file:` URI (`file:///a%20b` is `/a b`); `None` for

@@ -26,6 +26,7 @@ mod connection;
 mod discovery;
 mod dispatch;
 mod git;
+mod trees;
 mod residency;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -484,3 +484,207 @@ fn each_chat_carries_its_own_change_count_and_keeps_it_across_a_restart() {
     assert_eq!(chat_entry_changes(&row, &side), json!({"files": 2}));
     assert_eq!(chat_entry_changes(&row, &chat), json!({"files": 3, "additions": 5, "deletions": 1}));
 }
+
+/// A worktree session whose first send made its tree (answered by hand) and
+/// whose first turn ended; returns the session, its chat and the tree.
+fn worktree_session_with_a_turn(h: &mut Harness, id: &str) -> (String, String, WorktreeRecord) {
+    let (uri, chat) = create_in_repo(h, id, json!({"isolation": "worktree", "branch": "develop"}));
+    h.dispatch(1, &chat, 1, json!({"type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "hi", "origin": {"kind": "user"}}}));
+    h.settle_store();
+    let cmds = h.git_cmds();
+    let tree = WorktreeRecord {
+        path: format!("/src/app.worktrees/agents-{id}"),
+        branch: format!("agents/{id}"),
+        base_commit: "abc".into(),
+        base_branch: "develop".into(),
+        name: format!("agents-{id}"),
+        ..Default::default()
+    };
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree.clone()) }));
+    h.settle();
+    h.agent_reply(&chat, "t1", "hello");
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
+    h.settle_store();
+    h.frames(1);
+    (uri, chat, tree)
+}
+
+/// Whether the session's record (as the host holds it and stores it) says
+/// its own tree is off the disk.
+fn off_disk(h: &Harness, uri: &str) -> Option<bool> {
+    git_record(h, uri).and_then(|g| g.worktree).map(|w| w.off_disk)
+}
+
+fn git_record(h: &Harness, uri: &str) -> Option<ahpd_core::git::GitRecord> {
+    h.host.view().sessions.get(uri).and_then(|s| s.record.git.clone())
+}
+
+fn phase(h: &Harness, uri: &str) -> &'static str {
+    h.host.view().sessions.get(uri).map(|s| s.phase.name()).unwrap_or("gone")
+}
+
+fn archive(h: &mut Harness, uri: &str, seq: i64, archived: bool) {
+    h.dispatch(1, uri, seq, json!({"type": "session/isArchivedChanged", "isArchived": archived}));
+    h.settle();
+}
+
+/// Nobody watches the session any more (an archived one then goes at once).
+fn unwatch(h: &mut Harness, uri: &str, chat: &str) {
+    for channel in [chat, uri] {
+        let r = h.request(1, "unsubscribe", json!({"channel": channel}));
+        assert!(r.get("error").is_none(), "{r}");
+    }
+    h.settle();
+}
+
+#[test]
+fn an_archived_session_takes_its_tree_off_the_disk_once_its_agents_are_gone_and_a_wake_puts_it_back_first() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat, tree) = worktree_session_with_a_turn(&mut h, "a");
+    // Archived while a client watches it: its agent still runs in the tree,
+    // which stays.
+    archive(&mut h, &uri, 2, true);
+    assert_eq!(phase(&h, &uri), "live");
+    assert!(h.git_cmds().is_empty(), "the tree is in use");
+    // Nobody watches it: it goes at once, and its tree goes off the disk.
+    unwatch(&mut h, &uri, &chat);
+    assert_eq!(phase(&h, &uri), "asleep");
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::ArchiveTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path => *op,
+        other => panic!("{other:?}"),
+    };
+    h.done(op, Outcome::Git(GitResult::TreeArchived { kept: false }));
+    assert_eq!(off_disk(&h, &uri), Some(true), "the record says the tree is off the disk");
+    h.settle();
+    // Unarchived: the same tree comes back, on its branch.
+    archive(&mut h, &uri, 3, false);
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::RestoreTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path && worktree.branch == tree.branch => *op,
+        other => panic!("{other:?}"),
+    };
+    h.done(op, Outcome::Git(GitResult::TreeRestored));
+    assert_eq!(off_disk(&h, &uri), Some(false));
+    h.settle();
+    // Archived again while asleep: off the disk at once. Then a turn is
+    // sent: the tree comes back before the agent starts in it.
+    archive(&mut h, &uri, 4, true);
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::ArchiveTree { .. })]), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: false }));
+    h.settle();
+    h.dispatch(1, &chat, 5, json!({"type": "chat/turnStarted", "turnId": "t2", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "again", "origin": {"kind": "user"}}}));
+    let seen = h.settle();
+    assert!(seen.is_empty(), "no agent starts before the tree is back: {seen:?}");
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::RestoreTree { worktree, .. })] if worktree.path == tree.path => *op,
+        other => panic!("{other:?}"),
+    };
+    h.done(op, Outcome::Git(GitResult::TreeRestored));
+    let seen = h.settle();
+    let tree_uri = format!("file://{}", tree.path);
+    let start = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Start { working_directory: Some(wd), .. } if *wd == tree_uri));
+    let send = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Send { turn_id, .. } if turn_id == "t2"));
+    assert!(matches!((start, send), (Some(a), Some(b)) if a < b), "{seen:?}");
+}
+
+#[test]
+fn a_tree_with_uncommitted_work_stays_on_archive_and_one_that_cannot_come_back_fails_the_turn_clearly() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat, _) = worktree_session_with_a_turn(&mut h, "k");
+    unwatch(&mut h, &uri, &chat);
+    archive(&mut h, &uri, 2, true);
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: true }));
+    assert_eq!(off_disk(&h, &uri), Some(false), "a kept tree is still on the disk");
+    assert!(h.pending.iter().any(|e| matches!(e, ahpd_core::Effect::Log(l) if l.event == "git.tree_kept")));
+    h.settle();
+    // Unarchived: nothing to put back, the tree never left.
+    archive(&mut h, &uri, 3, false);
+    assert!(h.git_cmds().is_empty());
+    // Off the disk, then its branch vanished by hand: a client subscribing
+    // wakes it, the tree cannot come back, and the subscribe fails saying
+    // so; no agent starts anywhere else and the session stays asleep.
+    archive(&mut h, &uri, 4, true);
+    let cmds = h.git_cmds();
+    h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: false }));
+    h.settle();
+    let id = h.send_request(1, "subscribe", json!({"channel": chat}));
+    let seen = h.settle();
+    assert!(seen.is_empty(), "no agent starts before the tree is back: {seen:?}");
+    assert!(h.take_reply(1, id).is_none(), "the subscribe waits for the tree");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::RestoreTree { .. })]), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Failed { message: "the branch agents/k of the archived tree is gone".into() });
+    let seen = h.settle();
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(phase(&h, &uri), "asleep");
+    let reply = h.take_reply(1, id).expect("the subscribe is answered");
+    assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("could not be put back")), "{reply}");
+}
+
+#[test]
+fn a_session_moved_to_another_folder_keeps_its_tree_and_takes_it_along_on_archive_and_dispose() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat, tree) = worktree_session_with_a_turn(&mut h, "m");
+    let tree_uri = format!("file://{}", tree.path);
+    h.dispatch(1, &uri, 2, json!({"type": "session/workingDirectoryReplaced", "directory": tree_uri, "replacement": "file:///src/other"}));
+    h.settle();
+    // Its next send asks git about the new folder, and cuts no tree there.
+    h.dispatch(1, &chat, 3, json!({"type": "chat/turnStarted", "turnId": "t2", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "there", "origin": {"kind": "user"}}}));
+    let mut seen = h.settle();
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::Begin { folder, worktree: None, .. })] if folder == "/src/other" => *op,
+        other => panic!("{other:?}"),
+    };
+    h.done(op, Outcome::Git(GitResult::Begun { repo_root: Some("/src/other".into()), worktree: None }));
+    seen.extend(h.settle());
+    let start = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Start { working_directory: Some(wd), .. } if wd == "file:///src/other"));
+    let send = seen.iter().position(|(_, c)| matches!(c, BackendCmd::Send { turn_id, .. } if turn_id == "t2"));
+    assert!(matches!((start, send), (Some(a), Some(b)) if a < b), "the agent runs in the new folder: {seen:?}");
+    h.agent_reply(&chat, "t2", "ok");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Checkpoint { workdir, .. })] if workdir == "/src/other"), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
+    h.settle();
+    let git = git_record(&h, &uri).expect("git record");
+    assert_eq!(git.folder, "/src/other");
+    assert_eq!(git.former.len(), 1);
+    assert_eq!(git.former[0].folder, "/src/app");
+    assert_eq!(git.former[0].worktree.as_ref().map(|w| w.path.clone()), Some(tree.path.clone()));
+    // Archived (and asleep): the tree it moved away from goes off the disk
+    // like its own would.
+    unwatch(&mut h, &uri, &chat);
+    archive(&mut h, &uri, 4, true);
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::ArchiveTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: false }));
+    h.settle();
+    // Disposed: the refs and tree of both folders go.
+    let id = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    h.settle_backend();
+    let cmds = h.git_cmds();
+    let repos: Vec<(&str, Option<&str>)> = cmds
+        .iter()
+        .filter_map(|(_, c)| match c {
+            GitCmd::Dispose { repo, worktree, .. } => Some((repo.as_str(), worktree.as_ref().map(|w| w.path.as_str()))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(repos, [("/src/app", Some(tree.path.as_str())), ("/src/other", None)], "{cmds:?}");
+    for (op, _) in &cmds {
+        h.done(*op, Outcome::Git(GitResult::Disposed { kept_tree: false }));
+    }
+    h.settle_store();
+    assert_eq!(h.take_reply(1, id).expect("reply")["result"], Value::Null);
+}

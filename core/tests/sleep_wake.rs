@@ -223,7 +223,7 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     h.settle_backend();
     backend_event(&mut h, &chat, ahpd_core::BackendEvent::Exited { message: "exit status: 3".into() });
     assert_eq!(phase(&h, &a), "live");
-    let chat_state = &h.host.view().sessions[&a].resident.as_ref().expect("resident").chats[&chat];
+    let chat_state = &h.host.view().sessions.get(&a).expect("the session is held").resident.as_ref().expect("resident").chats[&chat];
     assert!(chat_state.active_turn.is_none(), "the running turn ended");
     h.advance(120_000);
     assert_eq!(phase(&h, &a), "live", "it never sleeps");
@@ -236,7 +236,7 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     h.done(cmds[1].0, Outcome::Ok);
     h.agent_reply(&chat, "t3", "hello again");
     let view = h.host.view();
-    let s = &view.sessions[&a];
+    let s = view.sessions.get(&a).expect("the session is held");
     assert_eq!(s.record.chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
     let turns = &s.resident.as_ref().expect("resident").chats[&chat].turns;
     assert_eq!(turns.len(), 3, "the chat kept its turns");
@@ -252,7 +252,7 @@ fn a_session_whose_backend_cannot_resume_is_started_afresh_after_a_restart() {
     let mut h = Harness::new(cfg.clone());
     h.connect(1, "c1");
     let (a, chat) = session_with_turn(&mut h, "a");
-    let record = h.host.view().sessions[&a].record.clone();
+    let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
     let mut h = Harness::with_records(cfg, vec![record]);
     h.connect(1, "c1");
     let rid = h.send_request(1, "subscribe", json!({"channel": chat}));

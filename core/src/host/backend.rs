@@ -268,6 +268,7 @@ impl Host {
                 // failed creation, or an eviction once the turn ended).
                 if self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live) {
                     self.set_phase(&session_uri, Phase::Asleep);
+                    self.archived_trees_go(&session_uri);
                 }
             }
             BackendEvent::Wrote { paths } => {

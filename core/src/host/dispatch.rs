@@ -398,8 +398,17 @@ impl Host {
             action @ (StateAction::SessionTitleChanged(_)
             | StateAction::SessionIsReadChanged(_)
             | StateAction::SessionIsArchivedChanged(_)) => {
+                let archived = match &action {
+                    StateAction::SessionIsArchivedChanged(a) => Some(a.is_archived),
+                    _ => None,
+                };
                 self.emit(&q.channel, action, origin);
                 self.summary_changed(session_uri);
+                // Before the residency check: a live session archived now
+                // lets its agents go there, which takes its trees then.
+                if let Some(archived) = archived {
+                    self.trees_follow_archive(session_uri, archived);
+                }
                 self.check_residency();
             }
             action if crate::folders::is_folder_action(&action) => {
@@ -416,6 +425,7 @@ impl Host {
                     .and_then(|r| r.session.working_directories.as_ref())
                     .and_then(|l| l.first().cloned());
                 if root_now != root_shown {
+                    self.root_moved(session_uri);
                     self.let_agents_go(session_uri);
                     self.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
                         "the agent starts again in {}", crate::ids::printable(root_now.as_deref().unwrap_or(""))

@@ -54,8 +54,24 @@ pub enum GitOp {
         /// The session.
         session: Uri,
     },
-    /// Removing a tree made for a session that was disposed meanwhile.
+    /// Removing a tree made for a session that was disposed meanwhile, or
+    /// the refs and tree of a folder a disposed session moved away from.
     Cleanup,
+    /// A session's tree taken off the disk (`archived`) or put back as the
+    /// session's archived bit changed (`host/trees.rs`).
+    TreeArchive {
+        /// The session.
+        session: Uri,
+        /// The tree's folder.
+        path: String,
+        /// Off the disk (true) or back (false).
+        archived: bool,
+    },
+    /// A session's own tree put back before its agents start again.
+    Restore {
+        /// The session.
+        session: Uri,
+    },
 }
 
 impl Host {
@@ -141,7 +157,8 @@ impl Host {
     /// Returns true when the turn was held.
     pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &ahp_types::state::Message) -> bool {
         let Some(session) = self.sessions.get_mut(session_uri) else { return false };
-        let begun = session.record.git.is_some();
+        // A session that moved asks git again about its new root.
+        let begun = session.record.git.as_ref().is_some_and(|g| !g.moved);
         let beginning = session.git_begin.is_some();
         if begun && !beginning {
             return false;
@@ -155,7 +172,10 @@ impl Host {
         }
         let key = session.record.key.clone();
         let values = session.record.config.clone();
-        let worktree = if table::worktree_asked(&values) {
+        // A session a client moved works in the folder it was moved to:
+        // no tree is cut there (the one it had stays its own).
+        let moved = session.record.git.as_ref().is_some_and(|g| g.moved);
+        let worktree = if table::worktree_asked(&values) && !moved {
             let prefix = table::string_value(&values, table::BRANCH_PREFIX, "");
             let new_branch = match worktree::session_branch(&prefix, &key) {
                 Ok(b) => b,
@@ -196,7 +216,7 @@ impl Host {
     pub(crate) fn checkpoint_turn(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(git) = session.record.git.as_mut() else { return };
-        if git.repo_root.is_none() {
+        if git.repo_root.is_none() || git.moved {
             return;
         }
         git.checkpoints += 1;
@@ -220,8 +240,18 @@ impl Host {
     pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Option<OpId> {
         let session = self.sessions.get(session_uri)?;
         let git = session.record.git.clone()?;
-        git.repo_root.as_ref()?;
         let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        // The folders it moved away from: their refs and trees go too.
+        for former in &git.former {
+            self.git(
+                Op::Git(GitOp::Cleanup),
+                GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree: former.worktree.clone() },
+            );
+        }
+        git.repo_root.as_ref()?;
+        if git.moved {
+            return None;
+        }
         Some(self.git(
             Op::Git(GitOp::Dispose { session: session_uri.clone() }),
             GitCmd::Dispose { repo: git.folder, refs_prefix, worktree: git.worktree },
@@ -289,6 +319,8 @@ impl Host {
                     self.log(LogLevel::Warn, "git.dispose_failed", None, message);
                 }
             }
+            GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
+            GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome),
         }
     }
 
@@ -341,7 +373,9 @@ impl Host {
             // A worktree asked for outside a repository is a folder session.
             session.record.config.insert(table::ISOLATION.to_owned(), Value::String("folder".to_owned()));
         }
-        session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0 });
+        // A session that moved keeps the folders (and trees) it worked in before.
+        let former = session.record.git.take().map(|g| g.former).unwrap_or_default();
+        session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former });
         if let Some(message) = git_warning {
             self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
         }
@@ -384,7 +418,7 @@ impl Host {
 
     /// Hands the turns held for git to their agents (waking the session
     /// when its agents are not running).
-    fn release_held_sends(&mut self, session_uri: &Uri) {
+    pub(crate) fn release_held_sends(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if session.phase != Phase::Live || session.start_owed {
             // Asleep meanwhile (its agent exited): the wake hands them over.

@@ -78,6 +78,7 @@ impl Host {
             s.agents_owed.clear();
         }
         self.set_phase(uri, Phase::Asleep);
+        self.archived_trees_go(uri);
     }
 
     /// Whether the residency limit may take `session` now: nothing said in
@@ -143,6 +144,11 @@ impl Host {
         if session.phase != Phase::Asleep {
             return;
         }
+        // An archived session's tree, off the disk, comes back first.
+        if self.restore_before_wake(uri) {
+            return;
+        }
+        let Some(session) = self.sessions.get(uri) else { return };
         let provider = session.record.provider.clone();
         let owed = session.start_owed;
         // A backend that cannot resume is never asked to: its agents start

@@ -9,6 +9,7 @@ use std::fs;
 use std::path::Path;
 
 use ahp::ahp_types::commands::CreateSessionParams;
+use ahp::ahp_types::state::SessionLifecycle;
 use common::*;
 use git2::{BranchType, Repository, RepositoryInitOptions, Signature};
 use serde_json::{json, Value};
@@ -95,7 +96,7 @@ async fn the_window_makes_archives_restores_deletes_and_reconciles_its_own_trees
     let branch = listed_branch(&repo, tree).expect("in git worktree list");
     assert_eq!(branch, "agents/fix-the-login-page");
     let (state, _ssub) = subscribe_session(&c, &sid).await;
-    assert_eq!(format!("{:?}", state.lifecycle), "Creating");
+    assert_eq!(state.lifecycle, SessionLifecycle::Creating, "the session is still creating");
     assert_eq!(state.working_directories.as_deref(), Some(&[file_uri(&repo_dir)][..]), "the session is untouched");
 
     // A second tree for the same session, on a branch of its own.

@@ -23,6 +23,7 @@ mod chat_changes;
 mod chats;
 mod commands;
 mod connection;
+mod detached;
 mod discovery;
 mod dispatch;
 mod git;
@@ -176,6 +177,8 @@ pub struct Host {
     pub(crate) stats: Stats,
     /// Workspace awareness (issue 10).
     pub(crate) awareness: awareness::Awareness,
+    /// The window's own trees, by handle (`host/detached.rs`).
+    pub(crate) detached: crate::detached::Registry,
     pub(crate) effects: Vec<Effect>,
 }
 
@@ -265,6 +268,7 @@ impl Host {
             recent_cutoff: None,
             stats: Stats::default(),
             awareness: awareness::Awareness::default(),
+            detached: crate::detached::Registry::default(),
             effects: Vec::new(),
         };
         for record in restored {
@@ -441,7 +445,7 @@ impl Host {
             "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
             "sessionConfigCompletions", "ahpd/listPeers",
         ];
-        if !METHODS.contains(&method) {
+        if !METHODS.contains(&method) && !crate::detached::METHODS.contains(&method) {
             return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
         }
         match method {
@@ -460,6 +464,7 @@ impl Host {
             "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
             "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
             "ahpd/listPeers" => self.on_list_peers(conn, id, params),
+            m if crate::detached::METHODS.contains(&m) => self.on_detached_request(conn, id, m, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.reply(conn, id, serde_json::Value::Null);

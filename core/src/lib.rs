@@ -28,6 +28,7 @@ pub mod awareness;
 pub mod catalogue;
 pub mod config;
 pub mod cursor;
+pub mod detached;
 pub mod effect;
 pub mod export;
 pub mod external;

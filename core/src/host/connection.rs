@@ -56,7 +56,7 @@ impl Host {
                 version: Some(env!("CARGO_PKG_VERSION").to_owned()),
                 title: None,
             }),
-            meta: None,
+            meta: Some([(crate::detached::CAPABILITY.to_owned(), Value::Bool(true))].into_iter().collect()),
             snapshots,
             default_directory: None,
             completion_trigger_characters: None,

@@ -72,6 +72,21 @@ pub enum GitOp {
         /// The session.
         session: Uri,
     },
+    /// A window's own tree (`host/detached.rs`).
+    Detached(super::detached::DetachedOp),
+}
+
+/// How to cut a tree on `new_branch` (already checked) from a session's
+/// config `values`: its base branch, branch options and patterns.
+pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: String) -> WorktreePlan {
+    WorktreePlan {
+        base: table::string_value(values, table::BRANCH, ""),
+        new_branch,
+        create_new_branch: table::bool_value(values, table::CREATE_NEW_BRANCH, true),
+        track: table::bool_value(values, table::BRANCH_TRACK, false),
+        include_files: table::list_value(values, table::INCLUDE_FILES),
+        symlink_folders: table::list_value(values, table::SYMLINK_FOLDERS),
+    }
 }
 
 impl Host {
@@ -187,14 +202,7 @@ impl Host {
                     return true;
                 }
             };
-            Some(WorktreePlan {
-                base: table::string_value(&values, table::BRANCH, ""),
-                new_branch,
-                create_new_branch: table::bool_value(&values, table::CREATE_NEW_BRANCH, true),
-                track: table::bool_value(&values, table::BRANCH_TRACK, false),
-                include_files: table::list_value(&values, table::INCLUDE_FILES),
-                symlink_folders: table::list_value(&values, table::SYMLINK_FOLDERS),
-            })
+            Some(plan_for(&values, new_branch))
         } else {
             None
         };
@@ -314,6 +322,7 @@ impl Host {
                     self.dispose_store_step(&session);
                 }
             }
+            GitOp::Detached(purpose) => self.on_detached_done(op, purpose, outcome),
             GitOp::Cleanup => {
                 if let Outcome::Failed { message } = outcome {
                     self.log(LogLevel::Warn, "git.dispose_failed", None, message);

@@ -270,6 +270,7 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
         placed,
         links: plan.symlink_folders.clone(),
         copies: plan.include_files.clone(),
+        off_disk: false,
     })
 }
 

@@ -688,3 +688,44 @@ fn a_session_moved_to_another_folder_keeps_its_tree_and_takes_it_along_on_archiv
     h.settle_store();
     assert_eq!(h.take_reply(1, id).expect("reply")["result"], Value::Null);
 }
+
+#[test]
+fn a_session_in_a_folder_that_is_no_repository_counts_the_files_its_tools_wrote() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = create_in_repo(&mut h, "n", json!({}));
+    h.dispatch(1, &chat, 1, json!({"type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "write notes", "origin": {"kind": "user"}}}));
+    h.settle();
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { .. })]), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: None, worktree: None }));
+    h.settle();
+    let wrote = |chat: &str, paths: &[&str]| ahpd_core::Input::Backend {
+        chat: chat.to_owned(),
+        event: ahpd_core::BackendEvent::Wrote { paths: paths.iter().map(|p| (*p).to_owned()).collect() },
+    };
+    // The same file by a relative and an absolute path counts once.
+    h.input(wrote(&chat, &["notes.md", "/src/app/notes.md", "todo.txt"]));
+    h.agent_reply(&chat, "t1", "done");
+    assert!(h.git_cmds().is_empty(), "no checkpoint outside a repository");
+    h.settle();
+    let row = h.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row");
+    assert_eq!(row["changes"], json!({"files": 2}));
+    assert_eq!(chat_entry_changes(&row, &chat), json!({"files": 2}), "the default chat carries the session's count");
+    // Another chat's writes count for it and for the session.
+    let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/side-n"}));
+    h.settle();
+    assert_eq!(h.take_reply(1, r).expect("createChat reply")["result"], Value::Null);
+    h.input(wrote("ahp-chat:/side-n", &["other.txt", "todo.txt"]));
+    h.settle();
+    let row = h.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row");
+    assert_eq!(row["changes"], json!({"files": 3}));
+    assert_eq!(chat_entry_changes(&row, "ahp-chat:/side-n"), json!({"files": 2}));
+    // Kept across a restart.
+    let record = h.host.view().sessions.get(uri.as_str()).map(|s| s.record.clone()).expect("record");
+    let mut again = Harness::with_records(Config::default(), vec![record]);
+    again.connect(1, "c");
+    let row = again.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row after restart");
+    assert_eq!(row["changes"], json!({"files": 3}));
+}

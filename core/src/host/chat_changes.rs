@@ -4,6 +4,10 @@
 //! chat that wrote nothing carries none. Each count is kept on the chat's
 //! record (so it survives a restart), shown on the chat's entry of the
 //! session's chat list (`session/chatUpdated`) and on the catalogue row.
+//!
+//! A session in a folder that is not a git repository has no trees to
+//! diff: its own count is the files any of its chats' tools were seen to
+//! write (kept on the default chat's record, which carries it).
 
 use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateAction};
 use ahp_types::state::ChangesSummary;
@@ -19,6 +23,7 @@ impl Host {
     /// The agent of `chat` reports files it wrote: a chat other than the
     /// default one counts them (each file once, across turns).
     pub(crate) fn count_chat_writes(&mut self, session_uri: &Uri, chat: &Uri, paths: &[String]) {
+        self.count_session_writes(session_uri, paths);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if session.record.default_chat == *chat {
             return;
@@ -34,6 +39,35 @@ impl Host {
         let files = record.written.len() as i64;
         let changes = (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None });
         self.set_chat_changes(session_uri, chat, changes);
+    }
+
+    /// A session in no git repository (git said so on its first send)
+    /// counts the files its tools wrote, each once: `{files}` with no line
+    /// counts, as its row and default chat show.
+    fn count_session_writes(&mut self, session_uri: &Uri, paths: &[String]) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let in_no_repo = session.record.git.as_ref().is_some_and(|g| g.repo_root.is_none());
+        if !in_no_repo {
+            return;
+        }
+        let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
+        let default_chat = session.record.default_chat.clone();
+        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == default_chat) else { return };
+        for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
+            if record.written.len() >= WRITTEN_MAX {
+                break;
+            }
+            record.written.insert(path);
+        }
+        let files = record.written.len() as i64;
+        let changes = (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None });
+        if session.record.changes == changes {
+            return;
+        }
+        session.record.changes = changes;
+        self.default_chat_follows_session(session_uri);
+        self.summary_changed(session_uri);
+        self.store_put(session_uri);
     }
 
     /// The session's Session Changes moved: its default chat carries them.

@@ -8,7 +8,8 @@
 //! folder slug (the slug is lossy: `_`, `.` and non-Latin characters all
 //! become `-`).
 
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use crate::ids;
 
@@ -57,13 +58,60 @@ pub fn clean_title(text: &str) -> String {
         .collect()
 }
 
-fn user_text(line: &Value) -> Option<String> {
-    let content = line.get("message")?.get("content")?;
-    match content {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => blocks.iter().find_map(|b| {
-            (b.get("type").and_then(Value::as_str) == Some("text")).then(|| b.get("text").and_then(Value::as_str).map(str::to_owned)).flatten()
-        }),
+/// One transcript line, only the fields the scan reads, each kept as its raw
+/// JSON text (borrowed from the line, nothing else of it copied or built):
+/// a field of an unexpected shape is then skipped on its own rather than
+/// costing the line, and the rest of the line (a tool's output, a progress
+/// record's payload) is only stepped over.
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cwd: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    timestamp: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "isSidechain")]
+    is_sidechain: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "customTitle")]
+    custom_title: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    summary: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
+}
+
+/// A message's `content`, raw.
+#[derive(Deserialize)]
+struct MessageContent<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// One block of a message's content list, raw.
+#[derive(Deserialize)]
+struct Block<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+}
+
+/// The string a raw field holds; `None` when it holds anything else.
+fn string(raw: Option<&RawValue>) -> Option<String> {
+    raw.filter(|r| r.get().starts_with('"')).and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
+/// The text of a user message: its content when that is a string, else
+/// the first `text` block of its list.
+fn user_text(message: Option<&RawValue>) -> Option<String> {
+    let content = serde_json::from_str::<MessageContent<'_>>(message?.get()).ok()?.content?;
+    match content.get().as_bytes().first() {
+        Some(b'"') => string(Some(content)),
+        Some(b'[') => serde_json::from_str::<Vec<Block<'_>>>(content.get())
+            .ok()?
+            .into_iter()
+            .find_map(|b| (string(b.kind).as_deref() == Some("text")).then(|| string(b.text)).flatten()),
         _ => None,
     }
 }
@@ -86,26 +134,26 @@ impl Scan {
         if raw.iter().all(u8::is_ascii_whitespace) {
             return;
         }
-        let Ok(line) = serde_json::from_slice::<Value>(raw) else {
+        let Ok(line) = serde_json::from_slice::<Line<'_>>(raw) else {
             self.bad_lines += 1;
             return;
         };
-        let kind = line.get("type").and_then(Value::as_str).unwrap_or("");
+        let kind = string(line.kind).unwrap_or_default();
         if self.cwd.is_none() {
-            self.cwd = line.get("cwd").and_then(Value::as_str).map(str::to_owned);
+            self.cwd = string(line.cwd);
         }
-        if let Some(ts) = line.get("timestamp").and_then(Value::as_str) {
+        if let Some(ts) = string(line.timestamp) {
             if self.first_timestamp.is_none() {
-                self.first_timestamp = Some(ts.to_owned());
+                self.first_timestamp = Some(ts.clone());
             }
-            self.last_timestamp = Some(ts.to_owned());
+            self.last_timestamp = Some(ts);
         }
-        match kind {
+        match kind.as_str() {
             "user" | "assistant" => {
                 self.messages += 1;
-                let sidechain = line.get("isSidechain").and_then(Value::as_bool).unwrap_or(false);
+                let sidechain = line.is_sidechain.is_some_and(|r| r.get() == "true");
                 if kind == "user" && self.first_prompt.is_none() && !sidechain {
-                    if let Some(text) = user_text(&line) {
+                    if let Some(text) = user_text(line.message) {
                         let cleaned = clean_title(&text);
                         if !cleaned.is_empty() {
                             self.first_prompt = Some(cleaned);
@@ -114,13 +162,13 @@ impl Scan {
                 }
             }
             "custom-title" => {
-                if let Some(t) = line.get("customTitle").and_then(Value::as_str) {
-                    self.custom_title = Some(clean_title(t));
+                if let Some(t) = string(line.custom_title) {
+                    self.custom_title = Some(clean_title(&t));
                 }
             }
             "summary" => {
-                if let Some(t) = line.get("summary").and_then(Value::as_str) {
-                    self.summary = Some(clean_title(t));
+                if let Some(t) = string(line.summary) {
+                    self.summary = Some(clean_title(&t));
                 }
             }
             _ => {}
@@ -256,6 +304,17 @@ mod tests {
         assert_eq!(s.title, "My title");
         assert_eq!(s.last_timestamp.as_deref(), Some("2026-02-01T00:00:00Z"));
         assert_eq!(s.cwd.as_deref(), Some("/w/a_b"));
+    }
+
+    #[test]
+    fn a_field_of_another_shape_is_skipped_not_the_line() {
+        let odd = r#"{"type":"user","cwd":5,"isSidechain":"no","timestamp":"2026-03-01T00:00:00Z","message":{"content":[{"type":"image"},{"type":"text","text":"from a block"}]},"toolUseResult":{"stdout":"x"}}"#;
+        let s = whole("x", &format!("{odd}\n{USER}\n"));
+        assert_eq!(s.bad_lines, 0);
+        assert_eq!(s.cwd.as_deref(), Some("/w/a_b"), "the first cwd that is a string");
+        assert_eq!(s.first_timestamp.as_deref(), Some("2026-03-01T00:00:00Z"));
+        assert_eq!(s.title, "from a block");
+        assert_eq!(s.message_estimate, 2);
     }
 
     #[test]

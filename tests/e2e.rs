@@ -358,3 +358,38 @@ async fn sigterm_exits_cleanly_and_keeps_sessions() {
     assert_eq!(row.title, "hello", "the title taken from the first message is kept");
     c.shutdown().await;
 }
+
+/// Turns that end in an error, a refused one (`/fail`) and one the agent
+/// died in (`/crash`), stay in the chat's history: after a restart the chat
+/// holds every turn with how it ended, as its row's status says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_turns_stay_in_the_history_across_a_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "e2e-failed").await;
+    let (sid, chat, _ssub, mut state, mut csub) = session_on(&c, "echo", &work).await;
+    prompt(&c, &chat, &mut state, &mut csub, "t1", "hello").await;
+    prompt(&c, &chat, &mut state, &mut csub, "t2", "/fail").await;
+    assert!(!last_error(&state).is_empty(), "the refused turn ends in an error: {:?}", state.turns.last());
+    prompt(&c, &chat, &mut state, &mut csub, "t3", "/crash").await;
+    assert!(!last_error(&state).is_empty(), "the turn the agent died in ends in an error: {:?}", state.turns.last());
+    let before: Vec<(String, TurnState)> = state.turns.iter().map(|t| (t.message.text.clone(), t.state.clone())).collect();
+    assert_eq!(before.len(), 3, "{before:?}");
+    c.shutdown().await;
+
+    daemon.kill();
+    let daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "e2e-failed-b").await;
+    let (after, _csub) = subscribe_chat(&c, &chat).await;
+    let after: Vec<(String, TurnState)> = after.turns.iter().map(|t| (t.message.text.clone(), t.state.clone())).collect();
+    assert_eq!(
+        after,
+        [("hello".to_owned(), TurnState::Complete), ("/fail".to_owned(), TurnState::Error), ("/crash".to_owned(), TurnState::Error)],
+        "every turn is back with how it ended (before the restart: {before:?})"
+    );
+    let row = list(&c).await.into_iter().find(|s| s.resource == sid).expect("listed");
+    assert_eq!(row.status & 2, 2, "the row still says the last turn failed: {}", row.status);
+}

@@ -88,6 +88,10 @@ fn the_default_chat_is_kept_and_others_can_go() {
     let dup = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/extra"}));
     h.settle();
     assert_eq!(h.take_reply(1, dup).expect("reply")["error"]["code"], -32010);
+    // One resource per URI: a session at the chat's URI is refused, and the
+    // chat stays the chat.
+    let clash = h.request(1, "createSession", json!({"channel": "ahp-chat:/extra", "provider": "echo"}));
+    assert_eq!(clash["error"]["code"], -32003, "{clash}");
     let bad = h.request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/../x"}));
     assert_eq!(bad["error"]["code"], -32602);
     h.request(1, "subscribe", json!({"channel": uri}));

@@ -111,8 +111,8 @@ struct ServeArgs {
     /// Most sessions kept resident; 0 = no limit [default: 10].
     #[arg(long, env = "AHPD_RESIDENCY_LIMIT")]
     residency_limit: Option<usize>,
-    /// Where session worktrees will be made (accepted and stored; worktrees
-    /// are not implemented yet).
+    /// Where worktrees are made: `<dir>/<repo>/<name>` instead of
+    /// `<repo>.worktrees/<name>` beside the repository.
     #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
     worktrees_root: Option<PathBuf>,
     /// The workspace-awareness registry: one record per live session of

@@ -492,8 +492,8 @@ impl Settings {
         let _ = writeln!(o, "sleep_after_minutes = {}", self.sleep_after_minutes);
         let _ = writeln!(o, "residency_limit = {}", self.residency_limit);
         match &self.worktrees_root {
-            Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # stored; worktrees are not implemented yet", path_str(p)); }
-            None => { let _ = writeln!(o, "# worktrees_root: not set (worktrees are not implemented yet)"); }
+            Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # trees at <root>/<repo>/<name>", path_str(p)); }
+            None => { let _ = writeln!(o, "# worktrees_root: not set (trees at <repo>.worktrees/<name>, beside the repository)"); }
         }
         match &self.awareness_dir {
             Some(p) if p.as_os_str().is_empty() => { let _ = writeln!(o, "awareness_dir = \"\"  # workspace awareness off"); }

@@ -60,6 +60,10 @@ impl Host {
         if self.sessions.contains_key(&uri) || self.chats.contains_key(&default_chat) {
             return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("session {uri} already exists")));
         }
+        // One resource per URI: a chat's URI is not free for a session.
+        if self.chats.contains_key(&uri) {
+            return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("{uri} is already a chat's URI")));
+        }
         let provider = match params.provider {
             Some(p) => p,
             None => match self.config.agents.first() {

@@ -105,7 +105,15 @@ pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeEr
         });
     };
     let id = match object.get("id") {
-        None | Some(Value::Null) => None,
+        None => None,
+        // A request whose id is null is still a request (JSON-RPC 2.0): it
+        // is answered, with an error, rather than taken as a notification.
+        Some(Value::Null) => {
+            return Err(DecodeError {
+                id: None,
+                error: error(INVALID_REQUEST, "the id must be a non-negative integer, not null"),
+            })
+        }
         Some(Value::Number(n)) => match n.as_u64() {
             Some(id) => Some(id),
             None => {
@@ -160,6 +168,7 @@ mod tests {
         assert_eq!(decode("[1]").map_err(|e| e.error.code), Err(INVALID_REQUEST));
         assert_eq!(decode(r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).map_err(|e| (e.id, e.error.code)), Err((Some(1), INVALID_REQUEST)));
         assert_eq!(decode(r#"{"jsonrpc":"2.0","id":"a","method":"x"}"#).map_err(|e| e.error.code), Err(INVALID_REQUEST));
+        assert_eq!(decode(r#"{"jsonrpc":"2.0","id":null,"method":"listSessions"}"#).map_err(|e| e.error.code), Err(INVALID_REQUEST));
         let deep = "[".repeat(10_000);
         assert_eq!(decode(&deep).map_err(|e| e.error.code), Err(PARSE_ERROR));
     }

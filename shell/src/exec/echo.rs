@@ -107,8 +107,9 @@ enum ChatMsg {
     /// A turn task finished its turn: record it, then acknowledge so the
     /// task may send the turn's last action.
     Persist { turn_id: String, turn: Box<Turn>, ack: oneshot::Sender<()> },
-    /// A turn task is about to report that the agent exited.
-    Crashed { turn_id: String },
+    /// A turn task is about to report that the agent exited: record the
+    /// turn as failed, then acknowledge so the task may report it.
+    Crashed { turn_id: String, ack: oneshot::Sender<()> },
 }
 
 /// A running conversation.
@@ -162,11 +163,15 @@ impl Actor {
                     self.save().await;
                     let _ = ack.send(());
                 }
-                ChatMsg::Crashed { turn_id } => {
-                    let crashed = self.agent.as_ref().and_then(|a| a.running.as_ref()).is_some_and(|r| r.turn_id == turn_id);
-                    if crashed {
+                ChatMsg::Crashed { turn_id, ack } => {
+                    let running = self.agent.as_mut().and_then(|a| a.running.take_if(|r| r.turn_id == turn_id));
+                    if let Some(running) = running {
+                        // The conversation keeps the turn it died in,
+                        // failed, written before the exit is told.
+                        self.record_failed(&running.scratch, &turn_id, "echo: the agent exited mid-turn", elapsed_ms(running.started)).await;
                         self.agent = None;
                     }
+                    let _ = ack.send(());
                 }
             }
         }
@@ -216,7 +221,19 @@ impl Actor {
                 self.agent = Some(Agent { conversation_id: conversation_id.clone(), header, transcript: history.clone(), running: None });
                 Outcome::Started { conversation_id, history }
             }
-            BackendCmd::Send { turn_id, message } => self.send(turn_id, message),
+            BackendCmd::Send { turn_id, message } => {
+                if Directive::parse(&message.text) == Directive::Fail && self.agent.as_ref().is_some_and(|a| a.running.is_none()) {
+                    // Refused, but had: the conversation keeps the turn as
+                    // failed, so its history (and an export, and a restart)
+                    // says what was asked and how it ended.
+                    let scratch = Mutex::new(scratch_chat(&self.chat));
+                    let started_at = WallTime(wall_ms()).to_iso();
+                    apply(&scratch, &StateAction::ChatTurnStarted(ChatTurnStartedAction { turn_id: turn_id.clone(), started_at, message, queued_message_id: None, meta: None }));
+                    self.record_failed(&scratch, &turn_id, "echo: asked to fail", 0).await;
+                    return failed("echo: asked to fail".to_owned());
+                }
+                self.send(turn_id, message)
+            }
             BackendCmd::Cancel { turn_id } => {
                 let running = self.agent.as_ref().and_then(|a| a.running.as_ref()).is_some_and(|r| r.turn_id == turn_id);
                 if running {
@@ -317,6 +334,27 @@ impl Actor {
         }
     }
 
+    /// Ends turn `turn_id` of `scratch` in an error (`message`, not
+    /// resumable) and writes it into the conversation's transcript.
+    async fn record_failed(&mut self, scratch: &Mutex<ChatState>, turn_id: &str, message: &str, duration: i64) {
+        apply(
+            scratch,
+            &StateAction::ChatError(ChatErrorAction {
+                turn_id: turn_id.to_owned(),
+                duration,
+                part: ErrorResponsePart {
+                    error: ErrorInfo { error_type: "echoError".to_owned(), message: message.to_owned(), stack: None, meta: None },
+                    resumable: Some(false),
+                },
+                meta: None,
+            }),
+        );
+        let Some(turn) = finished_turn(scratch, turn_id) else { return };
+        let Some(agent) = self.agent.as_mut() else { return };
+        agent.transcript.push(turn);
+        self.save().await;
+    }
+
     /// Writes the running conversation's transcript; a failure is logged
     /// (the turn was still had, and the next save retries the whole file).
     /// The first turn's message names a conversation that has no title yet.
@@ -386,7 +424,9 @@ impl TurnCtx {
             }
             Directive::Crash => {
                 tokio::time::sleep(Duration::from_millis(CHUNK_DELAY_MS)).await;
-                let _ = self.actor.send(ChatMsg::Crashed { turn_id: self.turn_id.clone() });
+                let (ack, written) = oneshot::channel();
+                let _ = self.actor.send(ChatMsg::Crashed { turn_id: self.turn_id.clone(), ack });
+                let _ = written.await;
                 self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
             }
             Directive::Write => self.write_file(confirm).await,

@@ -11,13 +11,11 @@ mod common;
 
 use common::*;
 
-use std::path::Path;
 use std::time::Duration;
 
-use ahp::ahp_types::actions::{ActionEnvelope, ChatTurnCancelledAction, StateAction};
-use ahp::ahp_types::commands::CreateSessionParams;
+use ahp::ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp::ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, TurnState};
-use ahp::{Client, ClientError, SessionSubscription};
+use ahp::{Client, SessionSubscription};
 use serde_json::Value;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_acp_test_agent");
@@ -25,60 +23,6 @@ const AGENT: &str = env!("CARGO_BIN_EXE_acp_test_agent");
 /// `NAME=<agent> args...` for `--agent`.
 fn agent_flag(name: &str, args: &str) -> String {
     format!("{name}={AGENT} {args}")
-}
-
-fn file_uri(p: &Path) -> String {
-    format!("file://{}", p.display())
-}
-
-async fn create_on(c: &Client, sid: &str, provider: &str, wd: &Path) -> Result<Value, ClientError> {
-    let params = CreateSessionParams {
-        channel: sid.to_owned(),
-        meta: None,
-        provider: Some(provider.to_owned()),
-        working_directories: Some(vec![file_uri(wd)]),
-        config: None,
-        active_client: None,
-        progress_token: None,
-    };
-    within("createSession", c.request("createSession", params)).await
-}
-
-/// A session on `provider` working in `wd`, with its default chat watched.
-async fn session_on(c: &Client, provider: &str, wd: &Path) -> (String, String, SessionSubscription, ChatState, SessionSubscription) {
-    let sid = format!("ahp-session:/{}", fresh_id());
-    assert_eq!(create_on(c, &sid, provider, wd).await.expect("createSession"), Value::Null);
-    let (s, ssub) = subscribe_session(c, &sid).await;
-    let chat = default_chat(&s);
-    let (state, csub) = subscribe_chat(c, &chat).await;
-    (sid, chat, ssub, state, csub)
-}
-
-fn ends_turn(env: &ActionEnvelope) -> bool {
-    matches!(env.action, StateAction::ChatTurnComplete(_) | StateAction::ChatError(_) | StateAction::ChatTurnCancelled(_))
-}
-
-/// Sends `text` as turn `turn_id` and follows the chat until the turn ends.
-async fn prompt(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str, text: &str) -> Vec<ActionEnvelope> {
-    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch");
-    follow_chat(sub, state, &format!("turn {turn_id} ({text})"), |env, _| ends_turn(env)).await
-}
-
-fn last_error(state: &ChatState) -> String {
-    state
-        .turns
-        .last()
-        .and_then(|t| {
-            t.response_parts.iter().find_map(|p| match p {
-                ResponsePart::Error(e) => Some(e.error.message.clone()),
-                _ => None,
-            })
-        })
-        .unwrap_or_default()
-}
-
-fn count(log: &str, needle: &str, also: &str) -> usize {
-    log.lines().filter(|l| l.contains(needle) && l.contains(also)).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

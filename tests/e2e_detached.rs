@@ -11,7 +11,7 @@ use std::path::Path;
 use ahp::ahp_types::commands::CreateSessionParams;
 use ahp::ahp_types::state::SessionLifecycle;
 use common::*;
-use git2::{BranchType, Repository, RepositoryInitOptions, Signature};
+use git2::{BranchType, Repository};
 use serde_json::{json, Value};
 
 const CREATE: &str = "vscode/createAgentHostDetachedWorktree";
@@ -21,29 +21,6 @@ const DELETE: &str = "vscode/deleteAgentHostDetachedWorktree";
 const RECONCILE: &str = "vscode/reconcileAgentHostDetachedWorktrees";
 
 /// A repository on `main` with one commit, and an ignored `.env`.
-fn make_repo(dir: &Path) -> Repository {
-    let mut opts = RepositoryInitOptions::new();
-    opts.initial_head("main");
-    let repo = Repository::init_opts(dir, &opts).expect("init");
-    fs::write(dir.join(".gitignore"), ".env\n").expect("write");
-    fs::write(dir.join("README.md"), "hello\n").expect("write");
-    {
-        let mut index = repo.index().expect("index");
-        index.add_path(Path::new(".gitignore")).expect("add");
-        index.add_path(Path::new("README.md")).expect("add");
-        index.write().expect("write index");
-        let tree = repo.find_tree(index.write_tree().expect("tree")).expect("tree");
-        let sig = Signature::now("Test", "test@example.com").expect("sig");
-        repo.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[]).expect("commit");
-    }
-    fs::write(dir.join(".env"), "SECRET=1\n").expect("write");
-    repo
-}
-
-fn file_uri(p: &Path) -> String {
-    ahpd_core::git::uri_of_path(p.to_str().expect("utf-8 path"))
-}
-
 /// The branch checked out in git's worktree entry whose folder is `path`,
 /// or `None` when git lists no worktree there.
 fn listed_branch(repo: &Repository, path: &Path) -> Option<String> {
@@ -63,7 +40,7 @@ async fn the_window_makes_archives_restores_deletes_and_reconciles_its_own_trees
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let repo_dir = tmp.path().join("app");
-    let repo = make_repo(&repo_dir);
+    let repo = make_repo(&repo_dir, ".env\n");
     let daemon = Daemon::start(&data);
     let (c, init, _root) = connect_init(&daemon.url, "e2e-detached").await;
     let meta = init.meta.clone().unwrap_or_default();

@@ -12,42 +12,19 @@ use ahp::ahp_types::commands::{CreateSessionParams, DisposeSessionParams};
 use ahp::ahp_types::ROOT_RESOURCE_URI;
 use ahp::SubscriptionEvent;
 use common::*;
-use git2::{Repository, RepositoryInitOptions, Signature};
+use git2::{Repository, Signature};
 use serde_json::{json, Value};
 
 /// A repository on `main` with one commit, an ignored `node_modules` and
 /// an ignored `.env`.
-fn make_repo(dir: &Path) -> Repository {
-    let mut opts = RepositoryInitOptions::new();
-    opts.initial_head("main");
-    let repo = Repository::init_opts(dir, &opts).expect("init");
-    fs::write(dir.join(".gitignore"), "node_modules/\n.env\n").expect("write");
-    fs::write(dir.join("README.md"), "hello\n").expect("write");
-    {
-        let mut index = repo.index().expect("index");
-        index.add_path(Path::new(".gitignore")).expect("add");
-        index.add_path(Path::new("README.md")).expect("add");
-        index.write().expect("write index");
-        let tree = repo.find_tree(index.write_tree().expect("tree")).expect("tree");
-        let sig = Signature::now("Test", "test@example.com").expect("sig");
-        repo.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[]).expect("commit");
-    }
-    fs::create_dir_all(dir.join("node_modules/pkg")).expect("mkdir");
-    fs::write(dir.join("node_modules/pkg/index.js"), "module.exports = 1;\n").expect("write");
-    fs::write(dir.join(".env"), "SECRET=1\n").expect("write");
-    repo
-}
-
-fn file_uri(p: &Path) -> String {
-    ahpd_core::git::uri_of_path(p.to_str().expect("utf-8 path"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let repo_dir = tmp.path().join("app");
-    let repo = make_repo(&repo_dir);
+    let repo = make_repo(&repo_dir, "node_modules/\n.env\n");
+    fs::create_dir_all(repo_dir.join("node_modules/pkg")).expect("mkdir");
+    fs::write(repo_dir.join("node_modules/pkg/index.js"), "module.exports = 1;\n").expect("write");
     let mut daemon = Daemon::start(&data);
     let (c, _init, mut root) = connect_init(&daemon.url, "e2e-git").await;
 

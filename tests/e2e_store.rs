@@ -96,6 +96,25 @@ fn record_path(data: &Path, sid: &str) -> PathBuf {
     data.join("sessions").join(format!("{scheme}@{id}.json"))
 }
 
+/// The stored record of `sid` once it holds what the daemon lists: the
+/// write of its last turn has landed (writes are group-committed behind the
+/// turn's end, so a read right after it can see the one before).
+async fn settled_record(c: &Client, data: &Path, sid: &str) -> Vec<u8> {
+    let row = list(c).await.into_iter().find(|s| s.resource == sid).expect("listed");
+    let path = record_path(data, sid);
+    within("the last turn's record is written", async {
+        loop {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if serde_json::from_slice::<SessionRecord>(&bytes).is_ok_and(|r| r.modified_at == row.modified_at) {
+                    return bytes;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
 fn read_record(path: &Path) -> SessionRecord {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()))
@@ -537,7 +556,7 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
     let (sid, _) = session_with_turns(&c, &["hello"]).await;
     let (_, mut ssub) = subscribe_session(&c, &sid).await;
     let path = record_path(&data, &sid);
-    let before = std::fs::read(&path).expect("the record");
+    let before = settled_record(&c, &data, &sid).await;
 
     let blocked = block_writes(&data.join("sessions"));
     let how = match &blocked {

@@ -59,7 +59,11 @@ struct Conversation {
 #[derive(Default)]
 struct State {
     conversations: HashMap<String, Conversation>,
-    cancelled: HashMap<String, bool>,
+    /// The number of the latest prompt turn of each session.
+    turns_started: HashMap<String, u64>,
+    /// Each session's prompt turns up to this number are cancelled (a
+    /// cancel covers the turn running when it came, never a later one).
+    cancelled_upto: HashMap<String, u64>,
 }
 
 #[derive(Clone)]
@@ -115,8 +119,13 @@ fn stdout_raw(bytes: &[u8]) {
 
 /// Runs one prompt turn; the stop reason and the reply.
 async fn turn(agent: &Agent0, cx: &ConnectionTo<Client>, sid: &str, prompt: &str) -> agent_client_protocol::Result<(StopReason, String)> {
-    let cancelled = || agent.state().cancelled.get(sid).copied().unwrap_or(false);
-    agent.state().cancelled.insert(sid.to_owned(), false);
+    let me = {
+        let mut state = agent.state();
+        let n = state.turns_started.entry(sid.to_owned()).or_default();
+        *n += 1;
+        *n
+    };
+    let cancelled = || agent.state().cancelled_upto.get(sid).copied().unwrap_or(0) >= me;
     match agent.fault.as_deref() {
         Some("exit-mid-turn") => {
             say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text("about to go"))))?;
@@ -320,7 +329,10 @@ async fn main() -> agent_client_protocol::Result<()> {
         )
         .on_receive_notification(
             async move |n: CancelNotification, _cx| {
-                a5.state().cancelled.insert(n.session_id.0.to_string(), true);
+                let sid = n.session_id.0.to_string();
+                let mut state = a5.state();
+                let running = state.turns_started.get(&sid).copied().unwrap_or(0);
+                state.cancelled_upto.insert(sid, running);
                 Ok(())
             },
             agent_client_protocol::on_receive_notification!(),

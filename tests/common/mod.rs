@@ -7,6 +7,16 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod agents;
+pub mod repo;
+pub use agents::*;
+pub use repo::*;
+
+/// The `file:` URI of a local folder (percent-encoded as the daemon does).
+pub fn file_uri(p: &Path) -> String {
+    ahpd_core::git::uri_of_path(p.to_str().expect("utf-8 path"))
+}
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

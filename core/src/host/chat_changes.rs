@@ -19,6 +19,20 @@ use crate::awareness as rules;
 /// Most files one chat's count remembers; writes past it are not counted.
 pub const WRITTEN_MAX: usize = 4096;
 
+/// Adds the files in `paths` (relative to `base`, cleaned) to `written`,
+/// each once and at most [`WRITTEN_MAX`]; returns the count they make,
+/// `{files}` with no line counts, or none when nothing was written.
+fn note_written(written: &mut std::collections::BTreeSet<String>, base: Option<&str>, paths: &[String]) -> Option<ChangesSummary> {
+    for path in paths.iter().filter_map(|p| rules::join(base, &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
+        if written.len() >= WRITTEN_MAX {
+            break;
+        }
+        written.insert(path);
+    }
+    let files = written.len() as i64;
+    (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None })
+}
+
 impl Host {
     /// The agent of `chat` reports files it wrote: a chat other than the
     /// default one counts them (each file once, across turns).
@@ -30,14 +44,7 @@ impl Host {
         }
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
-        for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
-            if record.written.len() >= WRITTEN_MAX {
-                break;
-            }
-            record.written.insert(path);
-        }
-        let files = record.written.len() as i64;
-        let changes = (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None });
+        let changes = note_written(&mut record.written, base.as_deref(), paths);
         self.set_chat_changes(session_uri, chat, changes);
     }
 
@@ -53,14 +60,7 @@ impl Host {
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
         let default_chat = session.record.default_chat.clone();
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == default_chat) else { return };
-        for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
-            if record.written.len() >= WRITTEN_MAX {
-                break;
-            }
-            record.written.insert(path);
-        }
-        let files = record.written.len() as i64;
-        let changes = (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None });
+        let changes = note_written(&mut record.written, base.as_deref(), paths);
         if session.record.changes == changes {
             return;
         }

@@ -257,6 +257,23 @@ pub struct FormerFolder {
     pub worktree: Option<WorktreeRecord>,
 }
 
+impl GitCmd {
+    /// What a machine with no git repositories answers to this command:
+    /// every folder is in none, nothing to checkpoint or remove. The
+    /// simulator and the scenario tests answer git with it.
+    pub fn no_repo_answer(&self) -> GitResult {
+        match self {
+            GitCmd::Inspect { .. } => GitResult::Repo(RepoFacts::not_a_repo()),
+            GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
+            GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Changes::default() },
+            GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
+            GitCmd::MakeTree { .. } => GitResult::TreeMade { worktree: WorktreeRecord::default() },
+            GitCmd::ArchiveTree { .. } => GitResult::TreeArchived { kept: false },
+            GitCmd::RestoreTree { .. } => GitResult::TreeRestored,
+        }
+    }
+}
+
 /// A local path from a `file:` URI (`file:///a%20b` is `/a b`); `None` for
 /// any other scheme.
 pub fn path_of_uri(uri: &str) -> Option<String> {

@@ -576,16 +576,7 @@ impl World {
             Effect::Git { op, command } => {
                 // The simulated machine has no git repositories: every
                 // folder is answered as one in none.
-                use ahpd_core::git::{GitCmd, GitResult, RepoFacts};
-                let result = match command {
-                    GitCmd::Inspect { .. } => GitResult::Repo(RepoFacts::not_a_repo()),
-                    GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
-                    GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
-                    GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
-                    GitCmd::MakeTree { .. } => GitResult::TreeMade { worktree: Default::default() },
-                    GitCmd::ArchiveTree { .. } => GitResult::TreeArchived { kept: false },
-                    GitCmd::RestoreTree { .. } => GitResult::TreeRestored,
-                };
+                let result = command.no_repo_answer();
                 let delay = self.world_rng.exp_ms(self.options.backend_ms);
                 self.q.to_host(None, delay, Input::Done { op, outcome: ahpd_core::Outcome::Git(result) }, format!("done op{} git", op.0));
             }

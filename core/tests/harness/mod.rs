@@ -148,7 +148,6 @@ impl Harness {
     /// and backend commands, until none of them is pending; returns the
     /// backend commands seen.
     pub fn settle_no_repo(&mut self) -> Vec<(String, BackendCmd)> {
-        use ahpd_core::git::{GitCmd, GitResult, RepoFacts};
         let mut seen = Vec::new();
         loop {
             seen.extend(self.settle());
@@ -157,15 +156,7 @@ impl Harness {
                 return seen;
             }
             for (op, command) in git {
-                let result = match command {
-                    GitCmd::Inspect { .. } => GitResult::Repo(RepoFacts::not_a_repo()),
-                    GitCmd::Begin { .. } => GitResult::Begun { repo_root: None, worktree: None },
-                    GitCmd::Checkpoint { .. } => GitResult::Checkpointed { changes: Default::default() },
-                    GitCmd::Dispose { .. } => GitResult::Disposed { kept_tree: false },
-                    GitCmd::MakeTree { .. } => GitResult::TreeMade { worktree: Default::default() },
-                    GitCmd::ArchiveTree { .. } => GitResult::TreeArchived { kept: false },
-                    GitCmd::RestoreTree { .. } => GitResult::TreeRestored,
-                };
+                let result = command.no_repo_answer();
                 self.done(op, Outcome::Git(result));
             }
         }

@@ -335,6 +335,13 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
             },
             Some(Ok(Message::Close(_))) | None => break,
             Some(Ok(_)) => {} // ping, pong and raw frames: tungstenite answers pings itself
+            Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(e))) => {
+                // Past the WebSocket layer's own bound (above the JSON-RPC
+                // frame limit, which answers -32600): nothing of the frame
+                // is kept; the connection goes, and the log says why.
+                tracing::warn!(conn = conn.0, limit_bytes = MAX_MESSAGE_BYTES, error = %e, "a frame over the WebSocket message limit: connection closed");
+                break;
+            }
             Some(Err(e)) => {
                 tracing::debug!(conn = conn.0, error = %e, "read failed");
                 break;

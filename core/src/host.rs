@@ -445,6 +445,9 @@ impl Host {
             "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
             "sessionConfigCompletions", "ahpd/listPeers",
         ];
+        if method == "dispatchAction" {
+            return self.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)"));
+        }
         if !METHODS.contains(&method) && !crate::detached::METHODS.contains(&method) {
             return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
         }

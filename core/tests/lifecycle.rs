@@ -130,6 +130,19 @@ fn protocol_errors_get_their_codes_and_the_host_carries_on() {
     assert_eq!(r["error"]["data"]["supportedVersions"], json!(["1.0.0", "0.9.0"]));
     h.connect(2, "c2");
     assert_eq!(h.request(2, "nope", json!({}))["error"]["code"], -32601);
+    // A notification sent as a request is told so, not "method not found".
+    let r = h.request(2, "dispatchAction", json!({"channel": "ahp-root://", "clientSeq": 1, "action": {"type": "root/x"}}));
+    assert_eq!(r["error"]["code"], -32600);
+    assert!(r["error"]["message"].as_str().is_some_and(|m| m.contains("notification")), "{r}");
+    // A turn without its required `startedAt` is refused saying a field may
+    // be missing, not that the type is never taken.
+    let (_, chat) = h.create(2, "no-started-at");
+    h.frames(2);
+    h.dispatch(2, &chat, 7, json!({"type": "chat/turnStarted", "turnId": "t1", "message": {"text": "hi", "origin": {"kind": "user"}}}));
+    let frames = h.frames(2);
+    let echo = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/turnStarted").expect("the action is echoed");
+    let reason = echo["params"]["rejectionReason"].as_str().expect("rejected");
+    assert!(reason.contains("chat/turnStarted") && reason.contains("required field"), "{reason}");
     assert_eq!(h.request(2, "subscribe", json!({"channel": "ahp-session:/nobody"}))["error"]["code"], -32001);
     assert_eq!(h.request(2, "createSession", json!({"nope": 1}))["error"]["code"], -32602);
     assert_eq!(h.request(2, "disposeSession", json!({"channel": "ahp-session:/nobody"}))["error"]["code"], -32001);

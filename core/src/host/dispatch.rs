@@ -111,7 +111,19 @@ impl Host {
             return self.reject(conn, &channel, params.action, origin, reason);
         }
         let Some(kind) = kind_of(&params.action) else {
-            return self.reject(conn, &channel, params.action, origin, "this action type is not accepted from clients".to_owned());
+            // A known type whose fields do not read lands in the protocol's
+            // catch-all variant: say that, not that the type is refused.
+            let reason = match &params.action {
+                StateAction::Unknown(raw) => match raw.get("type").and_then(Value::as_str) {
+                    Some(t) => format!(
+                        "{} is not an action this host takes from clients, or a required field of it is missing or of the wrong type",
+                        crate::ids::printable(t)
+                    ),
+                    None => "an action needs a type".to_owned(),
+                },
+                _ => "this action type is not accepted from clients".to_owned(),
+            };
+            return self.reject(conn, &channel, params.action, origin, reason);
         };
         let _ = kind;
         let queued = QueuedAction { conn, channel, client_seq: params.client_seq, action: params.action };

@@ -114,12 +114,7 @@ async fn a_sleeping_session_wakes_by_loading_its_conversation_and_so_does_a_rest
     drop((sub, _ssub));
 
     // It sleeps: its agent process is let go.
-    within("sleep", async {
-        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    until_logged(&daemon, "sleep", "session.slept", &sid).await;
     // A prompt wakes it; the new agent process loaded the conversation (it
     // counts this as the second turn).
     let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
@@ -137,7 +132,7 @@ async fn a_sleeping_session_wakes_by_loading_its_conversation_and_so_does_a_rest
     let daemon = Daemon::start_with(&data, &args);
     let (c, _, _root) = connect_init(&daemon.url, "acp-3").await;
     let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
-    let texts: Vec<(String, String)> = state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect();
+    let texts = turn_texts(&state);
     assert_eq!(
         texts,
         [
@@ -266,12 +261,7 @@ async fn what_an_agent_started_goes_with_its_chat_on_dispose_sleep_and_shutdown(
     within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
     within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
     drop((sub, ssub));
-    within("sleep", async {
-        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    until_logged(&daemon, "sleep", "session.slept", &sid).await;
     until_gone(pid, "the child of a sleeping session's agent goes").await;
 
     // The daemon shuts down: the same.
@@ -320,12 +310,7 @@ async fn a_running_terminal_keeps_its_session_awake_and_goes_with_its_chat() {
     // The terminal ends; then the session sleeps.
     std::fs::write(work.join("go"), b"").expect("write go");
     until_gone(pid, "the terminal ends").await;
-    within("sleep after the terminal", async {
-        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    until_logged(&daemon, "sleep after the terminal", "session.slept", &sid).await;
     let log = daemon.log_text();
     let exited = log.find("acp.terminal.exited").expect("the terminal's exit is logged");
     let slept = log.find("session.slept").expect("slept");

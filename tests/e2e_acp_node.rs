@@ -15,7 +15,6 @@ mod common;
 use common::*;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ahp::ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp::ahp_types::state::{ChatState, ResponsePart, SnapshotState, ToolCallState, TurnState};
@@ -128,18 +127,13 @@ async fn a_sleeping_node_session_wakes_with_its_conversation_loaded() {
     drop((sub, ssub));
 
     // It sleeps: its agent process is let go.
-    within("sleep", async {
-        while count(&daemon.log_text(), "session.slept", &sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
+    until_logged(&daemon, "sleep", "session.slept", &sid).await;
 
     // A prompt wakes it; the new Node process loaded the conversation (it
     // counts this as the second turn) and the chat kept its history.
     let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
     prompt(&c, &chat, &mut state, &mut sub, "t2", "and now").await;
-    let texts: Vec<(String, String)> = state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect();
+    let texts = turn_texts(&state);
     assert_eq!(
         texts,
         [
@@ -159,7 +153,7 @@ async fn a_sleeping_node_session_wakes_with_its_conversation_loaded() {
     let daemon = Daemon::start_with(&data, &args);
     let (c, _, _root) = connect_init(&daemon.url, "node-3").await;
     let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
-    let texts: Vec<(String, String)> = state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect();
+    let texts = turn_texts(&state);
     assert_eq!(
         texts,
         [

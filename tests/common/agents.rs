@@ -65,3 +65,19 @@ pub fn last_error(state: &ChatState) -> String {
 pub fn count(log: &str, needle: &str, also: &str) -> usize {
     log.lines().filter(|l| l.contains(needle) && l.contains(also)).count()
 }
+
+/// Waits (bounded, named `what`) until the daemon's log has a line holding
+/// both `event` and `also` (e.g. `session.slept` and the session's URI).
+pub async fn until_logged(daemon: &Daemon, what: &str, event: &str, also: &str) {
+    within(what, async {
+        while count(&daemon.log_text(), event, also) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// Each turn of the chat as (what was asked, the reply's markdown).
+pub fn turn_texts(state: &ChatState) -> Vec<(String, String)> {
+    state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect()
+}

@@ -143,3 +143,97 @@ async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
     let tip = kept.get().peel_to_tree().expect("tree");
     assert!(tip.get_path(Path::new("notes.txt")).is_ok(), "with the committed work");
 }
+
+/// The `config` a session's snapshot carries, as raw JSON (the order of
+/// its schema's properties is part of what is checked).
+async fn config_of(c: &ahp::Client, sid: &str) -> Value {
+    let reply: Value = within("subscribe", c.request("subscribe", json!({"channel": sid}))).await.expect("subscribe");
+    reply["snapshot"]["state"]["config"].clone()
+}
+
+fn property_keys(config: &Value) -> Vec<String> {
+    config["schema"]["properties"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// Sessions page, "Configuration keys": a session reports the config it
+/// was settled with when it was made, the table in the page's order, each
+/// value taken only in its property's shape; outside a repository a folder
+/// is all there is; and a session read back after a restart reports the
+/// same config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_reports_its_settled_config_and_keeps_it_across_a_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let repo_dir = tmp.path().join("app");
+    make_repo(&repo_dir, ".env\n");
+    let plain = tmp.path().join("plain");
+    fs::create_dir_all(&plain).expect("mkdir");
+    let mut daemon = Daemon::start(&data);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-config").await;
+
+    // In a repository: a worktree, a branch it does not have, a boolean
+    // sent as a string, and a list of patterns.
+    let sid = format!("ahp-session:/{}", fresh_id());
+    let asked = json!({
+        "isolation": "worktree", "branch": "no-such-branch", "worktreeCreateNewBranch": "yes",
+        "worktreeIncludeFiles": [".env"], "worktreeSymlinkFolders": [".env", 3]
+    });
+    let created: Value = within(
+        "createSession",
+        c.request("createSession", json!({"channel": sid, "provider": "echo", "workingDirectories": [file_uri(&repo_dir)], "config": asked})),
+    )
+    .await
+    .expect("createSession");
+    assert_eq!(created, Value::Null);
+    let config = config_of(&c, &sid).await;
+    assert_eq!(
+        property_keys(&config),
+        ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack"],
+        "{config}"
+    );
+    let values = &config["values"];
+    assert_eq!(values["isolation"], "worktree", "{config}");
+    assert_eq!(values["branch"], "main", "a branch the repository does not have leaves the default: {config}");
+    assert_eq!(values["worktreeCreateNewBranch"], true, "{config}");
+    assert_eq!(values["worktreeIncludeFiles"], json!([".env"]), "{config}");
+    assert_eq!(values["worktreeSymlinkFolders"], json!([]), "{config}");
+    assert_eq!(config["schema"]["properties"]["isolation"]["enum"], json!(["folder", "worktree"]));
+    for (key, p) in config["schema"]["properties"].as_object().expect("properties") {
+        assert_eq!(p["sessionMutable"], false, "{key}: {p}");
+    }
+    // The official client reads it as the protocol's SessionConfigState.
+    let (state, _sub) = subscribe_session(&c, &sid).await;
+    let typed = state.config.expect("the session's state carries its config");
+    assert_eq!(typed.values.get("isolation"), Some(&json!("worktree")));
+    assert_eq!(typed.schema.properties.len(), 7);
+
+    // Outside a repository: isolation is a read-only folder, whatever was
+    // asked, and no other key of the table is offered.
+    let plain_sid = format!("ahp-session:/{}", fresh_id());
+    let created: Value = within(
+        "createSession",
+        c.request("createSession", json!({"channel": plain_sid, "provider": "echo", "workingDirectories": [file_uri(&plain)], "config": {"isolation": "worktree"}})),
+    )
+    .await
+    .expect("createSession");
+    assert_eq!(created, Value::Null);
+    let plain_config = config_of(&c, &plain_sid).await;
+    assert_eq!(property_keys(&plain_config), ["isolation"], "{plain_config}");
+    assert_eq!(plain_config["values"]["isolation"], "folder");
+    assert_eq!(plain_config["schema"]["properties"]["isolation"]["readOnly"], true);
+
+    // A turn makes the session one the store keeps (and its tree); after a
+    // restart it reports the config it was made with.
+    let (mut chat_state, mut csub) = subscribe_chat(&c, &default_chat(&subscribe_session(&c, &sid).await.0)).await;
+    within("dispatch", c.dispatch(chat_state.resource.clone(), user_turn("t1", "hello"))).await.expect("dispatch");
+    follow_chat(&mut csub, &mut chat_state, "first turn", |env, _| is_turn_complete(env)).await;
+    let before = config_of(&c, &sid).await;
+    assert_eq!(before, config, "the first send does not change the config");
+    drop(c);
+    daemon.terminate();
+    let daemon = Daemon::start(&data);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-config-2").await;
+    let after = config_of(&c, &sid).await;
+    assert_eq!(after, config, "read back after a restart");
+    assert_eq!(property_keys(&after), property_keys(&config));
+}

@@ -248,6 +248,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         chats,
         changes: None,
         external: false,
+        offer: None,
         git: None,
     };
     Ok(Imported { record, turns })
@@ -296,6 +297,7 @@ mod tests {
             }],
             changes: None,
             external: false,
+            offer: None,
             git: None,
         }
     }

@@ -64,6 +64,13 @@ pub struct SessionRecord {
     /// "external"), until a person's turn adopts it.
     #[serde(default)]
     pub external: bool,
+    /// What the session's folder was offered when it was made (Sessions
+    /// page, "Configuration keys"), from which the `config` its state
+    /// reports is composed. `None` for a session this host never made (an
+    /// external one) or one stored before it was kept: such a session
+    /// reports no config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer: Option<crate::session_config::ConfigOffer>,
 }
 
 /// One chat's durable record.

@@ -198,13 +198,95 @@ pub fn compose(
     }
     if let Some(memberships) = memberships {
         let scopes: Vec<String> = memberships.iter().map(Membership::scope).collect();
-        let default = primary_scope(memberships).map(Value::String).unwrap_or(Value::Null);
-        let mut scope = prop("string", "Scope", "Which team and project the session charges its work to.", default);
-        scope.r#enum = Some(scopes.into_iter().map(Value::String).collect());
-        scope.enum_dynamic = Some(true);
-        out.push((SCOPE.to_owned(), scope));
+        out.push((SCOPE.to_owned(), scope_prop(scopes, primary_scope(memberships))));
     }
     OrderedSchema { properties: out }
+}
+
+/// The `scope` property: the scopes a person may charge to, `default` first
+/// chosen.
+fn scope_prop(scopes: Vec<String>, default: Option<String>) -> Prop {
+    let mut scope = prop("string", "Scope", "Which team and project the session charges its work to.", default.map(Value::String).unwrap_or(Value::Null));
+    scope.r#enum = Some(scopes.into_iter().map(Value::String).collect());
+    scope.enum_dynamic = Some(true);
+    scope
+}
+
+/// What a session's folder was offered when the session was made (Sessions
+/// page, "Configuration keys"): whether it is in a git repository, and the
+/// branch the `branch` key defaulted to for the isolation chosen. Kept in
+/// the session's record so the config it reports, after a restart too, is
+/// composed again from what its folder was offered then.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOffer {
+    /// The folder was in a git repository: both isolations were offered.
+    pub repo: bool,
+    /// The default of `branch`; `None` outside a repository, or on a
+    /// detached or unborn HEAD with no remote default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+/// `createSession`'s config, settled against the folder's repository
+/// `facts` before anything else happens (Sessions page, "The life of a
+/// session": "The config is settled, then the policy store is asked").
+/// Returns the values the session keeps and what its folder was offered.
+///
+/// A table key is kept only when it was taken in its property's shape
+/// ([`resolve_values`]): a worktree asked for outside a repository, a
+/// branch the repository does not have, a list with a non-string entry
+/// are left out so the default applies. A worktree session keeps the
+/// branch it defaulted to, so its tree is cut from the branch the config
+/// named when it was made. `scope` was settled by the caller and is kept
+/// as sent; the backend's keys are kept as sent.
+pub fn settle(asked: &Map<String, Value>, facts: &RepoFacts, memberships: Option<&[Membership]>, backend: Vec<(String, Prop)>) -> (Map<String, Value>, ConfigOffer) {
+    let schema = compose(facts, memberships, None, backend, asked);
+    let resolved = resolve_values(&schema, facts, asked);
+    let mut kept = Map::new();
+    for (key, v) in take_at_creation(asked) {
+        let taken = key == SCOPE || !is_table_key(&key) || resolved.get(&key) == Some(&v);
+        if taken && key != COMPUTER {
+            kept.insert(key, v);
+        }
+    }
+    let worktree = wants_worktree(&kept, facts);
+    let offer = ConfigOffer { repo: facts.is_repo(), branch: default_branch(facts, worktree) };
+    if worktree && !kept.contains_key(BRANCH) {
+        if let Some(b) = &offer.branch {
+            kept.insert(BRANCH.to_owned(), Value::String(b.clone()));
+        }
+    }
+    (kept, offer)
+}
+
+/// The `config` a session reports in its state (`SessionState.config`,
+/// `{schema, values}`), composed from what its folder was `offer`ed, the
+/// scope it is charged to, its backend's properties and the values it
+/// keeps. The same for a session just made and for one read back after a
+/// restart (Sessions page, "Configuration keys": "A session read back
+/// after a restart has these keys resolved as a created session's are").
+/// The schema's properties come in the page's order (see [`OrderedSchema`]).
+pub fn reported(offer: &ConfigOffer, scope: Option<&str>, backend: Vec<(String, Prop)>, values: &Map<String, Value>) -> Value {
+    let mut branches: Vec<String> = offer.branch.iter().cloned().collect();
+    if let Some(b) = values.get(BRANCH).and_then(Value::as_str) {
+        branches.push(b.to_owned());
+    }
+    let facts = RepoFacts {
+        root: offer.repo.then(String::new),
+        current_branch: offer.branch.clone(),
+        default_branch: offer.branch.clone(),
+        branches,
+    };
+    let mut schema = compose(&facts, None, None, backend, values);
+    if let Some(s) = scope {
+        schema.properties.push((SCOPE.to_owned(), scope_prop(vec![s.to_owned()], Some(s.to_owned()))));
+    }
+    let values = resolve_values(&schema, &facts, values);
+    let mut out = Map::new();
+    out.insert("schema".to_owned(), schema.to_json());
+    out.insert("values".to_owned(), Value::Object(values));
+    Value::Object(out)
 }
 
 fn string_list(v: &Value) -> Option<Vec<String>> {
@@ -226,7 +308,9 @@ pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<Str
         let taken = match key.as_str() {
             ISOLATION => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
             BRANCH => given.filter(|v| v.as_str().is_some_and(|b| facts.branches.iter().any(|x| x == b))).cloned(),
-            BRANCH_PREFIX => given.filter(|v| v.as_str().is_some_and(|s| s.is_empty() || crate::worktree::check_branch_name(&format!("{s}x")).is_ok())).cloned(),
+            // A single value is taken as a string; a prefix git would
+            // refuse fails the first send clearly, before git is asked.
+            BRANCH_PREFIX => given.filter(|v| v.is_string()).cloned(),
             INCLUDE_FILES | SYMLINK_FOLDERS => given.and_then(string_list).map(|l| Value::Array(l.into_iter().map(Value::String).collect())),
             CREATE_NEW_BRANCH | BRANCH_TRACK => given.filter(|v| v.is_boolean()).cloned(),
             SCOPE => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
@@ -435,6 +519,28 @@ mod tests {
         assert_eq!(s.properties.len(), 1);
         assert_eq!(s.get("isolation").and_then(|p| p.read_only), Some(true));
         assert_eq!(resolve_values(&s, &outside, &asked)["isolation"], "folder");
+    }
+
+    #[test]
+    fn settled_at_creation_and_reported_from_the_offer() {
+        let asked = json!({"isolation": "worktree", "branch": "gone", "worktreeBranchPrefix": "a..b/", "worktreeSymlinkFolders": [1], "model": "m"});
+        let asked = asked.as_object().cloned().unwrap_or_default();
+        let (kept, offer) = settle(&asked, &repo(), None, Vec::new());
+        assert_eq!(offer, ConfigOffer { repo: true, branch: Some("trunk".into()) });
+        // The worktree keeps the branch it defaulted to; a prefix is taken
+        // as a string (its name is refused at the first send); a list with
+        // a number in it is left out; the backend's key is kept as sent.
+        assert_eq!(Value::Object(kept.clone()), json!({"isolation": "worktree", "worktreeBranchPrefix": "a..b/", "model": "m", "branch": "trunk"}));
+        let config = reported(&offer, Some("web/site"), Vec::new(), &kept);
+        let keys: Vec<&str> = config["schema"]["properties"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+        assert_eq!(keys, ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack", "scope"]);
+        assert_eq!(config["values"]["branch"], "trunk");
+        assert_eq!(config["values"]["scope"], "web/site");
+        assert_eq!(config["values"]["worktreeSymlinkFolders"], json!([]));
+        // Outside a repository the worktree asked for is not kept.
+        let (kept, offer) = settle(&asked, &RepoFacts::not_a_repo(), None, Vec::new());
+        assert!(!kept.contains_key("isolation") && offer == ConfigOffer::default(), "{kept:?}");
+        assert_eq!(reported(&offer, None, Vec::new(), &kept)["values"]["isolation"], "folder");
     }
 
     #[test]

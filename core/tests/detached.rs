@@ -5,7 +5,7 @@
 
 mod harness;
 
-use ahpd_core::git::{GitCmd, GitResult, WorktreeRecord};
+use ahpd_core::git::{GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{Config, Effect, OpId, Outcome};
 use harness::Harness;
@@ -27,6 +27,17 @@ fn create_in_repo(h: &mut Harness, conn: u64, id: &str, config: Value) -> (Strin
 fn create_in(h: &mut Harness, conn: u64, id: &str, folder: &str, config: Value) -> (String, String) {
     let uri = format!("ahp-session:/{id}");
     let rid = h.send_request(conn, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [folder], "config": config}));
+    // A local folder is a repository here: its facts are asked first.
+    for (op, command) in h.git_cmds() {
+        let GitCmd::Inspect { folder } = command else { panic!("only the folder is asked about: {command:?}") };
+        let facts = RepoFacts {
+            root: Some(folder),
+            current_branch: Some("develop".into()),
+            default_branch: Some("develop".into()),
+            branches: vec!["develop".into(), "main".into()],
+        };
+        h.done(op, Outcome::Git(GitResult::Repo(facts)));
+    }
     h.settle_backend();
     let reply = h.take_reply(conn, rid).expect("createSession reply");
     assert_eq!(reply["result"], Value::Null, "{reply}");
@@ -187,7 +198,9 @@ fn create_is_refused_unless_the_session_is_creating_with_a_pending_tree() {
     refused(&mut h, json!({"session": folder, "prompt": "x"}), "isolation is not worktree");
     refused(&mut h, json!({"session": "ahp-session:/nope", "prompt": "x"}), "no such session");
     let (remote, _) = create_in(&mut h, 1, "r", "vscode-remote://box/src/app", worktree_config());
-    refused(&mut h, json!({"session": remote, "prompt": "x"}), "not a local folder");
+    // A folder that is not local is in no repository this host can read,
+    // so the worktree it asked for was never taken: it is a folder session.
+    refused(&mut h, json!({"session": remote, "prompt": "x"}), "isolation is not worktree");
     let (bad_prefix, _) = create_in_repo(&mut h, 1, "b", json!({"isolation": "worktree", "worktreeBranchPrefix": "a..b/"}));
     refused(&mut h, json!({"session": bad_prefix, "prompt": "x"}), "not a valid branch name");
     // Hostile params.

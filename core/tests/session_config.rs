@@ -164,8 +164,19 @@ fn branch_completions_seed_then_match_what_is_typed() {
 
 /// Creates a session in `/src/app` with `config`, answering its start.
 fn create_in_repo(h: &mut Harness, id: &str, config: Value) -> (String, String) {
+    create_in(h, id, config, repo_facts())
+}
+
+/// Creates a session in `/src/app` with `config`: answers the question
+/// about its folder's repository with `facts` (asked before anything is
+/// made), then its start.
+fn create_in(h: &mut Harness, id: &str, config: Value, facts: RepoFacts) -> (String, String) {
     let uri = format!("ahp-session:/{id}");
     let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": ["file:///src/app"], "config": config}));
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { folder })] if folder == "/src/app"), "the folder is asked about first: {cmds:?}");
+    assert!(h.backend_cmds().is_empty(), "nothing is started before the config is settled");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
     h.settle_backend();
     let reply = h.take_reply(1, rid).expect("createSession reply");
     assert_eq!(reply["result"], Value::Null, "{reply}");
@@ -320,15 +331,16 @@ fn a_tree_git_cannot_make_fails_that_send_clearly() {
 fn a_worktree_asked_for_outside_a_repository_is_a_folder_session() {
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
-    let (uri, chat) = create_in_repo(&mut h, "n", json!({"isolation": "worktree"}));
+    let (uri, chat) = create_in(&mut h, "n", json!({"isolation": "worktree"}), RepoFacts::not_a_repo());
     h.start_turn(1, &chat, 1, "t1", "hi");
     let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { worktree: None, .. })]), "no tree is asked for: {cmds:?}");
     h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: None, worktree: None }));
     let seen = h.settle();
     assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
     assert!(!seen.iter().any(|(_, c)| matches!(c, BackendCmd::Start { .. })), "not started again: {seen:?}");
     let record = h.host.view().sessions.get(&uri).expect("the session is held").record.clone();
-    assert_eq!(record.config.get("isolation"), Some(&json!("folder")));
+    assert_ne!(record.config.get("isolation"), Some(&json!("worktree")));
     assert_eq!(record.git.as_ref().map(|g| g.repo_root.clone()), Some(None));
     // In no repository there is nothing to checkpoint.
     h.agent_reply(&chat, "t1", "ok");

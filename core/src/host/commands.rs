@@ -30,14 +30,38 @@ impl Host {
     /// and told the client's name, and only then is the reply sent. A
     /// refusal at any step leaves no session behind. The session is
     /// provisional (`creating`, unlisted, unannounced) until its first turn.
-    pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: CreateSessionParams = match parse(params) {
+    ///
+    /// The config is settled first: a session in a local folder waits for
+    /// the facts of its folder's repository ([`Host::create_with_facts`]
+    /// goes on when they come), the way `resolveSessionConfig` does.
+    pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, raw: Value) {
+        let params: CreateSessionParams = match parse(raw.clone()) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
         if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
             return self.reply_error(conn, id, e);
         }
+        if let Err(e) = ResourceId::parse(&params.channel) {
+            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
+        }
+        match params.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
+            Some(folder) => {
+                self.git(Op::Git(super::git::GitOp::Create { conn, id, params: raw }), crate::git::GitCmd::Inspect { folder });
+            }
+            None => self.create_with_facts(conn, id, raw, &crate::git::RepoFacts::not_a_repo()),
+        }
+    }
+
+    /// `createSession` once its folder's repository `facts` are known: the
+    /// config is settled against them, then the policy store is asked, and
+    /// only then is the session made and its backend started (Sessions
+    /// page, "The life of a session").
+    pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, raw: Value, facts: &crate::git::RepoFacts) {
+        let params: CreateSessionParams = match parse(raw) {
+            Ok(p) => p,
+            Err(e) => return self.reply_error(conn, id, e),
+        };
         let rid = match ResourceId::parse(&params.channel) {
             Ok(r) => r,
             Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
@@ -77,6 +101,9 @@ impl Host {
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (ahp-protocol.md
         // section 6: otherwise "the server uses only the first").
+        let asked: serde_json::Map<String, Value> = params.config.unwrap_or_default().into_iter().collect();
+        let memberships = self.memberships_of(conn);
+        let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
         let working_directories = crate::folders::initial(&params.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
         let now_iso = self.now.wall.to_iso();
         let record = SessionRecord {
@@ -90,7 +117,7 @@ impl Host {
             is_read: false,
             is_archived: false,
             working_directories: working_directories.clone(),
-            config: crate::session_config::take_at_creation(&params.config.unwrap_or_default().into_iter().collect()),
+            config,
             owner: self.owner_of(conn),
             scope,
             default_chat: default_chat.clone(),
@@ -107,6 +134,7 @@ impl Host {
             }],
             changes: None,
             external: false,
+            offer: Some(offer),
             git: None,
         };
         let chat = chat_state(&record.chats[0], Vec::new());

@@ -64,7 +64,8 @@ impl Host {
             telemetry: None,
             automations: None,
         };
-        self.reply(conn, id, serde_json::to_value(result).unwrap_or_default());
+        let result = self.with_session_configs(serde_json::to_value(result).unwrap_or_default());
+        self.reply(conn, id, result);
     }
 
     /// `reconnect`: replay every envelope after `lastSeenServerSeq` on the
@@ -113,7 +114,8 @@ impl Host {
             c.initialized = true;
             c.subscriptions = live.into_iter().collect();
         }
-        self.reply(conn, id, serde_json::to_value(result).unwrap_or_default());
+        let result = self.with_session_configs(serde_json::to_value(result).unwrap_or_default());
+        self.reply(conn, id, result);
     }
 
     /// `subscribe`: the snapshot, then every later envelope of the channel.
@@ -169,7 +171,8 @@ impl Host {
         }
         let snapshot = self.snapshot(&params.channel, view_turns);
         self.subscribe_conn(conn, &params.channel);
-        self.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
+        let result = self.with_session_configs(serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
+        self.reply(conn, id, result);
         if phase == Phase::Asleep {
             self.wake(&session_uri);
         }
@@ -225,6 +228,27 @@ impl Host {
             self.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
             self.check_residency();
         }
+    }
+
+    /// A reply carrying snapshots (`snapshots` of `initialize` and
+    /// `reconnect`, `snapshot` of `subscribe`) with each session's `config`
+    /// filled in, in the page's order ([`crate::session::state::session_config`]).
+    fn with_session_configs(&self, mut reply: Value) -> Value {
+        let fill = |snapshot: &mut Value| {
+            let Some(uri) = snapshot.get("resource").and_then(Value::as_str) else { return };
+            let Some(session) = self.sessions.get(uri) else { return };
+            let Some(config) = crate::session::state::session_config(&session.record) else { return };
+            if let Some(state) = snapshot.get_mut("state").and_then(Value::as_object_mut) {
+                state.insert("config".to_owned(), config);
+            }
+        };
+        if let Some(list) = reply.get_mut("snapshots").and_then(Value::as_array_mut) {
+            list.iter_mut().for_each(fill);
+        }
+        if let Some(one) = reply.get_mut("snapshot") {
+            fill(one);
+        }
+        reply
     }
 
     /// The snapshot of a channel whose state is held, stamped with the

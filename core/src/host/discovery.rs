@@ -236,6 +236,7 @@ impl Host {
             chats: vec![chat_from_row(chat, row)],
             changes: None,
             external,
+            offer: None,
             git: None,
         }
     }

@@ -25,6 +25,16 @@ use crate::worktree;
 /// What an in-flight git command is for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GitOp {
+    /// `createSession` waiting on the facts of its folder's repository,
+    /// which its config is settled against.
+    Create {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The request's params, re-read when the facts come.
+        params: Value,
+    },
     /// `resolveSessionConfig` (or `sessionConfigCompletions` when
     /// `completions`) waiting on the repository's facts.
     Resolve {
@@ -92,7 +102,7 @@ pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: String) -> Workt
 impl Host {
     /// The memberships of the person on `conn`; `None` for a connection
     /// with no person to ask (no principal, this host itself, a plugin).
-    fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
+    pub(crate) fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
         match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
             Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
             _ => None,
@@ -268,16 +278,14 @@ impl Host {
 
     pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {
         match purpose {
-            GitOp::Resolve { conn, id, params, completions } => match outcome {
-                Outcome::Git(GitResult::Repo(facts)) => self.answer_resolve(conn, id, params, completions, &facts),
-                Outcome::Failed { message } => {
-                    // A folder git cannot read is offered what a folder in
-                    // no repository is; the operator is told why.
-                    self.log(LogLevel::Warn, "git.inspect_failed", None, message);
-                    self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo());
-                }
-                _ => self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo()),
-            },
+            GitOp::Resolve { conn, id, params, completions } => {
+                let facts = self.facts_from(outcome);
+                self.answer_resolve(conn, id, params, completions, &facts);
+            }
+            GitOp::Create { conn, id, params } => {
+                let facts = self.facts_from(outcome);
+                self.create_with_facts(conn, id, params, &facts);
+            }
             GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
             GitOp::Checkpoint { session } => {
                 if let Some(s) = self.sessions.get_mut(&session) {
@@ -330,6 +338,19 @@ impl Host {
             }
             GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
             GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome),
+        }
+    }
+
+    /// The facts an `Inspect` answered. A folder git cannot read is offered
+    /// what a folder in no repository is; the operator is told why.
+    fn facts_from(&mut self, outcome: Outcome) -> RepoFacts {
+        match outcome {
+            Outcome::Git(GitResult::Repo(facts)) => facts,
+            Outcome::Failed { message } => {
+                self.log(LogLevel::Warn, "git.inspect_failed", None, message);
+                RepoFacts::not_a_repo()
+            }
+            _ => RepoFacts::not_a_repo(),
         }
     }
 

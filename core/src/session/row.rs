@@ -151,6 +151,7 @@ mod tests {
             changes: changes.then(|| ChangesSummary { additions: Some(3), deletions: Some(1), files: Some(2) }),
             git: None,
             external,
+            offer: None,
         }
     }
 

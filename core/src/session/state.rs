@@ -44,6 +44,19 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
     }
 }
 
+/// The `config` a session's state reports (`{schema, values}`, Sessions
+/// page, "Configuration keys"), composed from what its folder was offered
+/// when it was made; `None` for a session with no offer kept (an external
+/// one, or one stored before offers were kept). Held as JSON, not in
+/// [`SessionState`], because `ahp_types` keeps a schema's properties in a
+/// `HashMap` whose order changes every run; this JSON keeps the page's
+/// order, and snapshots are written with it.
+pub fn session_config(record: &SessionRecord) -> Option<serde_json::Value> {
+    let offer = record.offer.as_ref()?;
+    let backend = crate::session_config::backend_properties(&record.provider);
+    Some(crate::session_config::reported(offer, record.scope.as_deref(), backend, &record.config))
+}
+
 /// A chat channel's state from its record and the turns the backend
 /// handed back (oldest first).
 pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {

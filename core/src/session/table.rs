@@ -187,6 +187,7 @@ mod tests {
             changes: None,
             git: None,
             external: false,
+            offer: None,
         };
         let id = ResourceId::parse(&record.resource).expect("valid id");
         Session::new(id, record, Phase::Asleep, None, true, MonoTime(0))

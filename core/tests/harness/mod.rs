@@ -179,11 +179,31 @@ impl Harness {
         }
     }
 
+    /// Answers the repository facts a `createSession` asks for before it
+    /// makes its session (`GitCmd::Inspect`) as a folder in no repository
+    /// would. A test that wants a repository takes the command with
+    /// [`Harness::git_cmds`] and answers it first.
+    pub fn answer_inspects(&mut self) {
+        let mut asked = Vec::new();
+        self.pending.retain(|e| match e {
+            Effect::Git { op, command: command @ ahpd_core::git::GitCmd::Inspect { .. } } => {
+                asked.push((*op, command.no_repo_answer()));
+                false
+            }
+            _ => true,
+        });
+        for (op, result) in asked {
+            self.done(op, Outcome::Git(result));
+        }
+    }
+
     /// Answers backend commands like an agent that always works: starts
-    /// (resuming with `history`), acknowledges the rest.
+    /// (resuming with `history`), acknowledges the rest. Folder facts a
+    /// `createSession` waits on are answered first ([`Harness::answer_inspects`]).
     pub fn settle_backend(&mut self) -> Vec<(String, BackendCmd)> {
         let mut seen = Vec::new();
         loop {
+            self.answer_inspects();
             let cmds = self.backend_cmds();
             if cmds.is_empty() {
                 return seen;

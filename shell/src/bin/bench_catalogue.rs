@@ -423,6 +423,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         }],
         changes: None,
         external: false,
+        offer: None,
         git: None,
     }
 }

@@ -178,11 +178,21 @@ fn host_state(view: &HostView<'_>, channel: &str) -> Option<MirrorState> {
         return Some(MirrorState::Root(Box::new(view.root.clone())));
     }
     if let Some(s) = view.sessions.get(channel) {
-        return s.resident.as_ref().map(|r| MirrorState::Session(Box::new(r.session.clone())));
+        return s.resident.as_ref().map(|r| MirrorState::Session(Box::new(session_as_sent(s, &r.session))));
     }
     let session = view.chats.get(channel)?;
     let r = view.sessions.get(session)?.resident.as_ref()?;
     r.chats.get(channel).map(|c| MirrorState::Chat(Box::new(c.clone())))
+}
+
+/// A session's state as its snapshots carry it: the host's own, with the
+/// `config` the snapshot writer fills in from the record.
+fn session_as_sent(session: &ahpd_core::session::Session, state: &ahp_types::state::SessionState) -> ahp_types::state::SessionState {
+    let mut state = state.clone();
+    if let Some(config) = ahpd_core::session::state::session_config(&session.record) {
+        state.config = serde_json::from_value(config).ok();
+    }
+    state
 }
 
 fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState) -> Option<bool> {
@@ -191,7 +201,7 @@ fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState) -> Option<boo
     }
     if let Some(s) = view.sessions.get(channel) {
         let r = s.resident.as_ref()?;
-        return Some(matches!(mirror, MirrorState::Session(m) if **m == r.session));
+        return Some(matches!(mirror, MirrorState::Session(m) if **m == session_as_sent(s, &r.session)));
     }
     let session = view.chats.get(channel)?;
     let r = view.sessions.get(session)?.resident.as_ref()?;

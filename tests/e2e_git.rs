@@ -237,3 +237,82 @@ async fn a_session_reports_its_settled_config_and_keeps_it_across_a_restart() {
     assert_eq!(after, config, "read back after a restart");
     assert_eq!(property_keys(&after), property_keys(&config));
 }
+
+/// Sends a turn on a session's default chat and waits for it to complete.
+async fn one_turn(c: &ahp::Client, sid: &str, turn_id: &str) {
+    let (state, _ssub) = subscribe_session(c, sid).await;
+    let (mut chat_state, mut csub) = subscribe_chat(c, &default_chat(&state)).await;
+    within("dispatch", c.dispatch(chat_state.resource.clone(), user_turn(turn_id, "hello"))).await.expect("dispatch");
+    follow_chat(&mut csub, &mut chat_state, turn_id, |env, _| is_turn_complete(env)).await;
+}
+
+/// Sessions page, "Isolation and worktrees": "A worktree the host made is
+/// trusted when the repository it came from is." With `--trusted-folder`,
+/// a session is made only in a trusted folder; the tree a worktree session's
+/// first send makes (beside the repository, outside the trusted folder) is
+/// trusted through its repository: the session works there, is woken there
+/// after a restart, and another session can be made in it, while a folder
+/// beside it the host did not make is refused. Once the repository is no
+/// longer trusted, the session is not woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_the_host_made_is_trusted_when_its_repository_is() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let repo_dir = tmp.path().join("app");
+    make_repo(&repo_dir, ".env\n");
+    let plain = tmp.path().join("plain");
+    fs::create_dir_all(&plain).expect("mkdir");
+    let trusted = repo_dir.to_str().expect("utf-8 path").to_owned();
+    let mut daemon = Daemon::start_with(&data, &["--trusted-folder", &trusted]);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-trust").await;
+    let create_in = |folder: &Path, config: Value| {
+        let sid = format!("ahp-session:/{}", fresh_id());
+        let params = json!({"channel": sid, "provider": "echo", "workingDirectories": [file_uri(folder)], "config": config});
+        (sid, params)
+    };
+
+    // A folder that is not trusted: no session.
+    let (_, params) = create_in(&plain, json!({}));
+    let e = rpc_error(within("createSession", c.request::<_, Value>("createSession", params)).await);
+    assert_eq!(e.code, -32009, "{e:?}");
+    assert!(e.message.contains("not a trusted folder"), "{e:?}");
+
+    // A worktree session in the trusted repository: its first send makes
+    // the tree beside the repository and the turn runs there.
+    let (sid, params) = create_in(&repo_dir, json!({"isolation": "worktree"}));
+    let created: Value = within("createSession", c.request("createSession", params)).await.expect("createSession");
+    assert_eq!(created, Value::Null);
+    one_turn(&c, &sid, "t1").await;
+    let tree_uri = subscribe_session(&c, &sid).await.0.working_directories.and_then(|d| d.first().cloned()).expect("a folder");
+    let tree = tmp.path().join("app.worktrees");
+    assert!(tree_uri.starts_with(&file_uri(&tree)), "the tree is beside the repository: {tree_uri}");
+
+    // Another session may be made in the tree; not in a folder beside it
+    // that the host did not make.
+    let params = json!({"channel": format!("ahp-session:/{}", fresh_id()), "provider": "echo", "workingDirectories": [tree_uri]});
+    let created: Value = within("createSession", c.request("createSession", params)).await.expect("a session in the tree");
+    assert_eq!(created, Value::Null);
+    let by_hand = tree.join("by-hand");
+    fs::create_dir_all(&by_hand).expect("mkdir");
+    let (_, params) = create_in(&by_hand, json!({}));
+    let e = rpc_error(within("createSession", c.request::<_, Value>("createSession", params)).await);
+    assert_eq!(e.code, -32009, "{e:?}");
+
+    // After a restart the tree is still the host's: the session is woken in
+    // it and runs a turn there.
+    drop(c);
+    daemon.terminate();
+    let mut daemon = Daemon::start_with(&data, &["--trusted-folder", &trusted]);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-trust-2").await;
+    one_turn(&c, &sid, "t2").await;
+    assert_eq!(subscribe_session(&c, &sid).await.0.working_directories.and_then(|d| d.first().cloned()), Some(tree_uri));
+
+    // Trusting only another folder: the session is not woken.
+    drop(c);
+    daemon.terminate();
+    let plain_str = plain.to_str().expect("utf-8 path").to_owned();
+    let daemon = Daemon::start_with(&data, &["--trusted-folder", &plain_str]);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-trust-3").await;
+    let e = rpc_error(within("subscribe", c.request::<_, Value>("subscribe", json!({"channel": sid}))).await);
+    assert!(e.message.contains("not woken") && e.message.contains("not a trusted folder"), "{e:?}");
+}

@@ -85,7 +85,7 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
         &good,
         "listen = \"127.0.0.1:9999\"\ndata_dir = \"data\"\nsessions = \"memory\"\nsleep_after_minutes = 2.5\nresidency_limit = 3\n\
          worktrees_root = \"/tmp/wt\"\nshow_external_sessions = \"last7Days\"\nusers = \"users.toml\"\npolicy = \"policy.toml\"\n\
-         log_format = \"json\"\n\n[agents]\nclaude = \"claude-code-acp\"\n\n[limits]\nframes_burst = 77\n",
+         trusted_folders = [\"code\", \"/srv/repos\"]\nlog_format = \"json\"\n\n[agents]\nclaude = \"claude-code-acp\"\n\n[limits]\nframes_burst = 77\n",
     )
     .expect("write config");
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8 path")], tmp.path());
@@ -106,12 +106,17 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}");
     }
     assert!(stdout.contains(&tmp.path().join("data").display().to_string()), "relative data_dir resolves against the file: {stdout}");
+    let trusted = format!("trusted_folders = [\"{}\", \"/srv/repos\"]", tmp.path().join("code").display());
+    assert!(stdout.contains(&trusted), "relative trusted folders resolve against the file: {stdout}");
     assert!(!stdout.contains(&sha256_hex(TOKEN_A)), "a token hash was printed:\n{stdout}");
 
     // A flag beats the file.
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--residency-limit", "9"], tmp.path());
     assert_eq!(code(&out), 0);
     assert!(text(&out.stdout).contains("residency_limit = 9"));
+    let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "/only/this"], tmp.path());
+    assert_eq!(code(&out), 0);
+    assert!(text(&out.stdout).contains("trusted_folders = [\"/only/this\"]"), "{}", text(&out.stdout));
 
     // An unknown key: exit 1, the key and its line named.
     let bad = tmp.path().join("bad.toml");

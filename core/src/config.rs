@@ -98,6 +98,10 @@ pub struct Config {
     /// Workspace awareness (issue 10): off unless the shell turns it on.
     #[serde(default)]
     pub awareness: crate::awareness::AwarenessConfig,
+    /// Which folders agents may run in (`trusted_folders`; default: no
+    /// list, every folder). Sessions page, "Isolation and worktrees".
+    #[serde(default)]
+    pub trust: crate::trust::Trust,
 }
 
 /// Bounds on what one client may ask of the host; each refusal is a clear
@@ -179,6 +183,7 @@ impl Default for Config {
             limits: Limits::default(),
             policy: crate::policy::Policy::default(),
             awareness: crate::awareness::AwarenessConfig::default(),
+            trust: crate::trust::Trust::default(),
         }
     }
 }

@@ -191,6 +191,11 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Every handle held, in handle order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Detached)> + '_ {
+        self.entries.iter()
+    }
+
     /// Adds a handle.
     pub fn insert(&mut self, handle: String, entry: Detached) {
         self.entries.insert(handle, entry);

@@ -89,6 +89,17 @@ pub fn check(list: &[Uri], action: &StateAction, peers: bool) -> Result<(), Stri
     }
 }
 
+/// The folder a working-directory action gives the session (the one a
+/// `workingDirectorySet` adds, a `workingDirectoryReplaced`'s replacement),
+/// which must be trusted (`crate::trust`); `None` for a removal.
+pub fn added(action: &StateAction) -> Option<&Uri> {
+    match action {
+        StateAction::SessionWorkingDirectorySet(a) => Some(&a.directory),
+        StateAction::SessionWorkingDirectoryReplaced(a) => Some(&a.replacement),
+        _ => None,
+    }
+}
+
 /// Applies a checked working-directory action to the recorded list, exactly
 /// as the protocol's reducer applies it to `SessionState.workingDirectories`
 /// (add if absent; remove; compare-and-swap with de-duplication).

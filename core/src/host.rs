@@ -28,6 +28,7 @@ mod discovery;
 mod dispatch;
 mod git;
 mod trees;
+mod trust;
 mod residency;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -48,6 +48,7 @@ pub mod session;
 pub mod session_config;
 pub mod time;
 pub mod transcript;
+pub mod trust;
 pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};

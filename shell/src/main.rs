@@ -134,6 +134,12 @@ struct ServeArgs {
     /// loopback only.
     #[arg(long, env = "AHPD_USERS", value_name = "FILE")]
     users: Option<PathBuf>,
+    /// A folder agents may run in (repeatable; replaces the config file's
+    /// `trusted_folders`). With none, every folder is trusted; with some, a
+    /// session is made, moved or woken only in one of them or inside one,
+    /// or in a worktree this host made from a trusted repository.
+    #[arg(long = "trusted-folder", value_name = "DIR")]
+    trusted_folder: Vec<PathBuf>,
     /// The policy file (`[[rules]]`), re-read on SIGHUP [default: allow
     /// everything].
     #[arg(long, env = "AHPD_POLICY", value_name = "FILE")]
@@ -190,6 +196,7 @@ impl ServeArgs {
             show_external_sessions: self.show_external_sessions,
             users: self.users,
             policy: self.policy,
+            trusted_folders: self.trusted_folder,
             log_format: self.log_format,
             agents: self.agent,
             limits: settings::FileLimits {
@@ -392,6 +399,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
+    let trust = trust(settings.trusted_folders.as_deref());
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
@@ -405,6 +413,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         limits: settings.limits.clone(),
         users: settings.users.clone(),
         policy: settings.policy.clone(),
+        trust,
         agents: std::iter::once(ahpd_core::AgentSpec::echo()).chain(settings.agents.iter().map(|a| a.spec())).collect(),
         awareness: ahpd_core::awareness::AwarenessConfig {
             enabled: awareness_dir.is_some(),
@@ -543,6 +552,28 @@ async fn next_signal() -> &'static str {
         () = ctrl_c => "SIGINT",
         () = term => "SIGTERM",
     }
+}
+
+/// The core's folder trust from `trusted_folders` (`None`: no list, every
+/// folder trusted). Each folder is kept as given, made absolute against the
+/// working directory, and also as its canonical path when that differs (a
+/// client may name it either way); the list is logged once.
+fn trust(folders: Option<&[PathBuf]>) -> ahpd_core::trust::Trust {
+    let Some(folders) = folders else { return ahpd_core::trust::Trust::default() };
+    let mut names = Vec::new();
+    for folder in folders {
+        let absolute = std::path::absolute(folder).unwrap_or_else(|_| folder.clone());
+        if let Ok(real) = std::fs::canonicalize(&absolute) {
+            if real != absolute {
+                names.push(real.to_string_lossy().into_owned());
+            }
+        } else {
+            tracing::warn!(folder = %absolute.display(), "a trusted folder does not exist (yet)");
+        }
+        names.push(absolute.to_string_lossy().into_owned());
+    }
+    tracing::info!(trusted_folders = ?names, "agents run only in these folders and the worktrees made from their repositories");
+    ahpd_core::trust::Trust::of(&names)
 }
 
 /// The Claude Code transcripts folder to scan: `--claude-projects` when

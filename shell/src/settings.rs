@@ -96,6 +96,8 @@ pub struct FileConfig {
     limits: FileLimits,
     users: Option<PathBuf>,
     policy: Option<PathBuf>,
+    /// Folders agents may run in (relative to the file's folder).
+    trusted_folders: Option<Vec<PathBuf>>,
     log_format: Option<LogFormat>,
 }
 
@@ -184,6 +186,9 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
         *p = base.join(&*p);
     }
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
+        *p = base.join(&*p);
+    }
+    for p in file.trusted_folders.iter_mut().flatten().filter(|p| p.is_relative()) {
         *p = base.join(&*p);
     }
     for (name, value) in &file.agents {
@@ -356,6 +361,8 @@ pub struct Given {
     pub users: Option<PathBuf>,
     /// `--policy`.
     pub policy: Option<PathBuf>,
+    /// `--trusted-folder` flags, in order given (empty: not given).
+    pub trusted_folders: Vec<PathBuf>,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
     /// `--agent NAME='command args'` flags, in order given.
@@ -379,7 +386,8 @@ pub struct Settings {
     pub sleep_after_minutes: f64,
     /// Most resident sessions; 0 = no limit.
     pub residency_limit: usize,
-    /// Where worktrees will go (accepted and stored; not used yet).
+    /// Where worktrees are made (`<dir>/<repo>/<name>`), instead of beside
+    /// their repository.
     pub worktrees_root: Option<PathBuf>,
     /// The workspace-awareness registry directory as given (`None`: the
     /// default, `$AHPD_HOME/active-agents` or `<data-dir>/active-agents`;
@@ -404,6 +412,9 @@ pub struct Settings {
     pub policy_file: Option<PathBuf>,
     /// The policy read from it (default: allow everything).
     pub policy: Policy,
+    /// The folders agents may run in: the `--trusted-folder` flags, else the
+    /// file's `trusted_folders`; `None`: no list, every folder is trusted.
+    pub trusted_folders: Option<Vec<PathBuf>>,
     /// How to log.
     pub log_format: LogFormat,
 }
@@ -463,6 +474,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         users,
         policy_file,
         policy,
+        trusted_folders: if given.trusted_folders.is_empty() { file.trusted_folders } else { Some(given.trusted_folders) },
         log_format: given.log_format.or(file.log_format).unwrap_or_default(),
     })
 }
@@ -513,6 +525,12 @@ impl Settings {
         match &self.policy_file {
             Some(p) => { let _ = writeln!(o, "policy = {}", path_str(p)); }
             None => { let _ = writeln!(o, "# policy: none (everything allowed)"); }
+        }
+        match &self.trusted_folders {
+            Some(list) => {
+                let _ = writeln!(o, "trusted_folders = [{}]", list.iter().map(|p| path_str(p)).collect::<Vec<_>>().join(", "));
+            }
+            None => { let _ = writeln!(o, "# trusted_folders: not set (every folder is trusted)"); }
         }
         let l = &self.limits;
         let _ = writeln!(o, "\n[limits]");

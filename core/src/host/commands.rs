@@ -45,6 +45,11 @@ impl Host {
         if let Err(e) = ResourceId::parse(&params.channel) {
             return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
         }
+        // No agent, and no git, in a folder the operator did not trust.
+        if let Err(reason) = self.trusted(params.working_directories.as_deref().unwrap_or_default()) {
+            self.log(LogLevel::Warn, "session.untrusted_folder", Some(params.channel.clone()), reason.clone());
+            return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+        }
         match params.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
                 self.git(Op::Git(super::git::GitOp::Create { conn, id, params: raw }), crate::git::GitCmd::Inspect { folder });

@@ -218,6 +218,9 @@ impl Host {
                 }
                 let list = &session.record.working_directories;
                 crate::folders::check(list, action, self.agent_takes_peers(&session.record.provider))?;
+                if let Some(folder) = crate::folders::added(action) {
+                    self.trusted(std::slice::from_ref(folder))?;
+                }
                 if crate::folders::moves_root(list, action) {
                     // The agent's process must start again in the new root:
                     // only between turns, and only on a backend that can

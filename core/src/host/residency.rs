@@ -144,6 +144,10 @@ impl Host {
         if session.phase != Phase::Asleep {
             return;
         }
+        // No agent starts in a folder that is no longer trusted.
+        if self.refuse_untrusted_wake(uri) {
+            return;
+        }
         // An archived session's tree, off the disk, comes back first.
         if self.restore_before_wake(uri) {
             return;

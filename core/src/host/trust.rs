@@ -1,0 +1,68 @@
+//! Where folder trust is asked ([`crate::trust`]; Sessions page,
+//! "Isolation and worktrees"): before a session is made, before a client
+//! gives it another folder, and before a session is woken, so no agent
+//! starts in a folder the operator did not trust.
+
+use ahp_types::Uri;
+
+use super::Host;
+use crate::effect::LogLevel;
+use crate::trust::MadeTree;
+
+impl Host {
+    /// The trees this host made, with where each came from: every
+    /// session's own tree, the ones sessions kept from folders they moved
+    /// away from, and the window's detached trees.
+    fn made_trees(&self) -> Vec<MadeTree<'_>> {
+        let mut trees = Vec::new();
+        for session in self.sessions.values() {
+            let Some(git) = session.record.git.as_ref() else { continue };
+            if let Some(w) = &git.worktree {
+                trees.push(MadeTree { path: &w.path, repo: git.repo_root.as_deref(), origin: &git.folder });
+            }
+            for former in &git.former {
+                if let Some(w) = &former.worktree {
+                    trees.push(MadeTree { path: &w.path, repo: None, origin: &former.folder });
+                }
+            }
+        }
+        for (_, d) in self.detached.iter() {
+            trees.push(MadeTree { path: &d.tree.path, repo: None, origin: &d.repo });
+        }
+        trees
+    }
+
+    /// Whether agents may run in every one of `folders` (Sessions page: "A
+    /// worktree the host made is trusted when the repository it came from
+    /// is"). `Err` is the reason a client reads. Free when no list of
+    /// trusted folders is kept.
+    pub(crate) fn trusted(&self, folders: &[Uri]) -> Result<(), String> {
+        if !self.config.trust.gated() || folders.is_empty() {
+            return Ok(());
+        }
+        let trees = self.made_trees();
+        for folder in folders {
+            self.config.trust.check(folder, trees.iter().copied())?;
+        }
+        Ok(())
+    }
+
+    /// Before a wake: a session read back whose folder is no longer trusted
+    /// (the list changed since it was made) is not started; the turns and
+    /// requests waiting on it fail saying why, and it stays asleep.
+    /// Returns true when the wake was refused.
+    pub(crate) fn refuse_untrusted_wake(&mut self, session_uri: &Uri) -> bool {
+        let Some(session) = self.sessions.get(session_uri) else { return false };
+        let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
+        self.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
+        let Some(session) = self.sessions.get_mut(session_uri) else { return true };
+        let pending = std::mem::take(&mut session.pending_sends);
+        let waiters = std::mem::take(&mut session.waiters);
+        let reason = format!("the session was not woken: {reason}");
+        for (chat, turn_id, _) in pending {
+            self.fail_turn(session_uri, &chat, &turn_id, &reason);
+        }
+        self.fail_waiters(session_uri, waiters, &reason);
+        true
+    }
+}

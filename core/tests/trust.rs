@@ -1,0 +1,140 @@
+//! Folder trust as a client sees it (Sessions page, "Isolation and
+//! worktrees": "A worktree the host made is trusted when the repository it
+//! came from is"; `core/src/trust.rs`). Git is answered by hand here;
+//! `tests/e2e_git.rs` runs it on a real repository.
+
+mod harness;
+
+use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreeRecord};
+use ahpd_core::trust::Trust;
+use ahpd_core::{Config, Outcome};
+use harness::Harness;
+use serde_json::{json, Value};
+
+fn trusting(folders: &[&str]) -> Config {
+    Config { trust: Trust::of(&folders.iter().map(|f| f.to_string()).collect::<Vec<_>>()), ..Config::default() }
+}
+
+fn repo_facts() -> RepoFacts {
+    RepoFacts {
+        root: Some("/src/app".into()),
+        current_branch: Some("main".into()),
+        default_branch: Some("main".into()),
+        branches: vec!["main".into()],
+    }
+}
+
+/// Sends `createSession` for `folder`, answers the question about its
+/// repository with `facts` if one is asked, then its start; returns the
+/// reply.
+fn create(h: &mut Harness, id: &str, folder: &str, config: Value, facts: RepoFacts) -> Value {
+    let rid = h.send_request(1, "createSession", json!({"channel": format!("ahp-session:/{id}"), "provider": "echo", "workingDirectories": [folder], "config": config}));
+    for (op, command) in h.git_cmds() {
+        assert!(matches!(command, GitCmd::Inspect { .. }), "{command:?}");
+        h.done(op, Outcome::Git(GitResult::Repo(facts.clone())));
+    }
+    h.settle();
+    h.take_reply(1, rid).expect("createSession reply")
+}
+
+fn refused(reply: &Value) -> String {
+    assert_eq!(reply["error"]["code"], -32009, "{reply}");
+    reply["error"]["message"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn with_no_list_every_folder_is_trusted() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    assert_eq!(create(&mut h, "a", "file:///anywhere", json!({}), RepoFacts::not_a_repo())["result"], Value::Null);
+    assert_eq!(create(&mut h, "b", "vscode-remote://box/x", json!({}), RepoFacts::not_a_repo())["result"], Value::Null);
+}
+
+#[test]
+fn a_session_is_made_only_in_a_trusted_folder_and_git_is_not_asked_about_another() {
+    let mut h = Harness::new(trusting(&["/src/app"]));
+    h.connect(1, "c");
+    assert_eq!(create(&mut h, "in", "file:///src/app/pkg", json!({}), RepoFacts::not_a_repo())["result"], Value::Null);
+    for (id, folder) in [("out", "file:///src/other"), ("dots", "file:///src/app/../other"), ("prefix", "file:///src/app2"), ("remote", "vscode-remote://box/src/app")] {
+        let rid = h.send_request(1, "createSession", json!({"channel": format!("ahp-session:/{id}"), "provider": "echo", "workingDirectories": [folder]}));
+        assert!(h.git_cmds().is_empty(), "git was asked about {folder}");
+        let message = refused(&h.take_reply(1, rid).expect("refused at once"));
+        assert!(message.contains("trusted"), "{message}");
+        assert!(h.host.view().sessions.get(&format!("ahp-session:/{id}")).is_none(), "a refused session never existed");
+    }
+    // A peer folder is asked about too.
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/peer", "provider": "echo", "workingDirectories": ["file:///src/app", "file:///etc"]}));
+    refused(&h.take_reply(1, rid).expect("refused"));
+    // A session without a folder has none to trust.
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/none", "provider": "echo"}));
+    h.settle();
+    assert_eq!(h.take_reply(1, rid).expect("createSession reply")["result"], Value::Null);
+}
+
+#[test]
+fn a_client_cannot_move_a_session_into_a_folder_that_is_not_trusted() {
+    let mut h = Harness::new(trusting(&["/src/app", "/src/lib"]));
+    h.connect(1, "c");
+    create(&mut h, "m", "file:///src/app", json!({}), RepoFacts::not_a_repo());
+    let uri = "ahp-session:/m";
+    h.request(1, "subscribe", json!({"channel": uri}));
+    h.frames(1);
+    h.dispatch(1, uri, 1, json!({"type": "session/workingDirectoryReplaced", "directory": "file:///src/app", "replacement": "file:///etc"}));
+    h.dispatch(1, uri, 2, json!({"type": "session/workingDirectorySet", "directory": "file:///home/x"}));
+    h.dispatch(1, uri, 3, json!({"type": "session/workingDirectorySet", "directory": "file:///src/lib"}));
+    h.settle();
+    let frames = h.frames(1);
+    let echo = |seq: i64| frames.iter().find(|f| f["params"]["origin"]["clientSeq"] == seq).cloned().unwrap_or(Value::Null);
+    for seq in [1, 2] {
+        let reason = echo(seq)["params"]["rejectionReason"].as_str().unwrap_or_default().to_owned();
+        assert!(reason.contains("not a trusted folder"), "{seq}: {frames:?}");
+    }
+    assert!(echo(3)["params"].get("rejectionReason").is_none(), "{frames:?}");
+    let dirs = h.host.view().sessions.get(uri).expect("session").record.working_directories.clone();
+    assert_eq!(dirs, ["file:///src/app", "file:///src/lib"]);
+}
+
+#[test]
+fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is_not() {
+    let mut h = Harness::new(trusting(&["/src/app"]));
+    h.connect(1, "c");
+    create(&mut h, "w", "file:///src/app", json!({"isolation": "worktree"}), repo_facts());
+    let chat = "ahp-chat:/ahp-session@w";
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.start_turn(1, chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { worktree: Some(_), .. })]), "{cmds:?}");
+    let tree = WorktreeRecord { path: "/src/app.worktrees/agents-w".into(), branch: "agents/w".into(), base_branch: "main".into(), name: "agents-w".into(), ..Default::default() };
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree) }));
+    h.settle();
+    h.agent_reply(chat, "t1", "ok");
+    for (op, _) in h.git_cmds() {
+        h.done(op, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
+    }
+    h.settle();
+    let record = h.host.view().sessions.get("ahp-session:/w").expect("session").record.clone();
+    assert_eq!(record.working_directories, ["file:///src/app.worktrees/agents-w"], "the session moved into its tree");
+    // Another session may be made in the tree (or a folder inside it)...
+    assert_eq!(create(&mut h, "in-tree", "file:///src/app.worktrees/agents-w/src", json!({}), repo_facts())["result"], Value::Null);
+    // ...but not in a tree beside it the host did not make.
+    let message = refused(&create(&mut h, "by-hand", "file:///src/app.worktrees/by-hand", json!({}), repo_facts()));
+    assert!(message.contains("/src/app.worktrees/by-hand"), "{message}");
+
+    // After a restart the tree is still the host's: the session wakes in
+    // it. With its repository no longer trusted, it is not woken, and the
+    // request waiting on it says why.
+    let mut again = Harness::with_records(trusting(&["/src/app"]), vec![record.clone()]);
+    again.connect(1, "c");
+    let r = again.send_request(1, "subscribe", json!({"channel": "ahp-session:/w"}));
+    again.settle();
+    assert!(again.take_reply(1, r).expect("subscribe reply").get("result").is_some());
+    let mut moved_on = Harness::with_records(trusting(&["/src/lib"]), vec![record]);
+    moved_on.connect(1, "c");
+    let r = moved_on.send_request(1, "subscribe", json!({"channel": "ahp-session:/w"}));
+    moved_on.settle();
+    let reply = moved_on.take_reply(1, r).expect("subscribe reply");
+    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not woken") && message.contains("not a trusted folder"), "{reply}");
+    assert!(moved_on.backend_cmds().is_empty(), "no agent was started");
+    assert_eq!(moved_on.host.view().sessions.get("ahp-session:/w").map(|s| s.phase.name()), Some("asleep"));
+}

@@ -67,8 +67,10 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
     let unpinned = counted
         .iter()
         .filter(|s| {
+            // A session whose backend cannot resume it is pinned too: its
+            // turns could not be rebuilt once its state went.
             matches!(s.phase, Phase::Live | Phase::Asleep)
-                && (s.can_resume || s.phase == Phase::Asleep)
+                && s.can_resume
                 && !s.has_work_in_hand()
                 && !watched(s)
         })

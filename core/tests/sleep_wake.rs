@@ -286,3 +286,29 @@ fn background_work_keeps_a_session_awake_until_every_chat_reports_its_end() {
     h.advance(1);
     assert_eq!(phase(&h, &a), "asleep");
 }
+
+/// A session whose backend cannot resume and that is asleep with its turns
+/// held (a dispose whose store delete failed let its agent go) is never
+/// taken by the residency limit: its turns could not be rebuilt.
+#[test]
+fn the_residency_limit_never_takes_a_session_whose_turns_could_not_be_rebuilt() {
+    let mut cfg = config(0, 1);
+    cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
+    let mut h = Harness::new(cfg);
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let rid = h.send_request(1, "disposeSession", json!({"channel": a}));
+    h.settle_backend();
+    let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Delete { .. })).expect("the record's delete");
+    h.done(op, Outcome::Failed { message: "disk full".into() });
+    let reply = h.take_reply(1, rid).expect("dispose reply");
+    assert!(reply.get("error").is_some(), "{reply}");
+    assert_eq!(phase(&h, &a), "asleep");
+    assert!(resident(&h, &a));
+    // Over the limit, the other session goes; this one stays held.
+    let (b, _) = session_with_turn(&mut h, "b");
+    h.settle();
+    h.advance(120_000);
+    assert!(resident(&h, &a), "its turns are only the host's");
+    assert_eq!(phase(&h, &b), "live");
+}

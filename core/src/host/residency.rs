@@ -89,7 +89,8 @@ impl Host {
         session.resident.is_some()
             && session.has_turns()
             && matches!(session.phase, Phase::Live | Phase::Asleep)
-            && (session.can_resume || session.phase == Phase::Asleep)
+            // Its turns could not be rebuilt: the host's copy is all there is.
+            && session.can_resume
             && !session.has_work_in_hand()
             && !self.is_watched(session)
     }

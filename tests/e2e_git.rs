@@ -144,6 +144,16 @@ async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
     assert!(tip.get_path(Path::new("notes.txt")).is_ok(), "with the committed work");
 }
 
+/// In `dir`: a data folder's path (`data`), a repository on `main` (`app`,
+/// `.env` ignored) and a folder that is no repository (`plain`).
+fn repo_and_plain(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let repo_dir = dir.join("app");
+    make_repo(&repo_dir, ".env\n");
+    let plain = dir.join("plain");
+    fs::create_dir_all(&plain).expect("mkdir");
+    (dir.join("data"), repo_dir, plain)
+}
+
 /// The `config` a session's snapshot carries, as raw JSON (the order of
 /// its schema's properties is part of what is checked).
 async fn config_of(c: &ahp::Client, sid: &str) -> Value {
@@ -163,11 +173,7 @@ fn property_keys(config: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_reports_its_settled_config_and_keeps_it_across_a_restart() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
-    let repo_dir = tmp.path().join("app");
-    make_repo(&repo_dir, ".env\n");
-    let plain = tmp.path().join("plain");
-    fs::create_dir_all(&plain).expect("mkdir");
+    let (data, repo_dir, plain) = repo_and_plain(tmp.path());
     let mut daemon = Daemon::start(&data);
     let (c, _init, _root) = connect_init(&daemon.url, "e2e-config").await;
 
@@ -257,11 +263,7 @@ async fn one_turn(c: &ahp::Client, sid: &str, turn_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worktree_the_host_made_is_trusted_when_its_repository_is() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
-    let repo_dir = tmp.path().join("app");
-    make_repo(&repo_dir, ".env\n");
-    let plain = tmp.path().join("plain");
-    fs::create_dir_all(&plain).expect("mkdir");
+    let (data, repo_dir, plain) = repo_and_plain(tmp.path());
     let trusted = repo_dir.to_str().expect("utf-8 path").to_owned();
     let mut daemon = Daemon::start_with(&data, &["--trusted-folder", &trusted]);
     let (c, _init, _root) = connect_init(&daemon.url, "e2e-trust").await;

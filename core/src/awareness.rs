@@ -21,11 +21,13 @@
 //! - the tier ([`Tier`]) from the session config key `sessionAwareness`.
 //!
 //! Paths here are absolute POSIX paths, compared lexically after
-//! normalisation ([`normalize`]); nothing here touches the file system.
+//! normalisation ([`normalize_path`]); nothing here touches the file system.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::git::normalize_path;
 
 /// Layout version of [`ActiveRecord`] written by this build. Records of
 /// another version are skipped.
@@ -240,7 +242,7 @@ pub fn parse_record(bytes: &[u8], now_ms: i64) -> Result<ActiveRecord, Refusal> 
         if p.chars().count() > TEXT_MAX_CHARS {
             return None;
         }
-        normalize(&clean_text(p, TEXT_MAX_CHARS))
+        normalize_path(&clean_text(p, TEXT_MAX_CHARS))
     };
     let clean_name = |s: Option<String>| s.map(|s| clean_text(&s, TEXT_MAX_CHARS)).filter(|s| !s.is_empty());
     let mut claims: Vec<String> = raw.claims.iter().take(CLAIMS_MAX).filter_map(clean_path).collect();
@@ -306,42 +308,22 @@ pub fn judge(record: &ActiveRecord, this_host: &str, observed: Option<&ProcessOb
     }
 }
 
-/// `path` made absolute-normal: `.` and empty components dropped, `..`
-/// taken lexically (never above `/`), no trailing slash. `None` when `path`
-/// is not absolute.
-pub fn normalize(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
-}
-
 /// `rel` resolved against the absolute directory `base` (an absolute `rel`
 /// stands alone), normalised; `None` when neither gives an absolute path.
 pub fn join(base: Option<&str>, rel: &str) -> Option<String> {
     if rel.starts_with('/') {
-        return normalize(rel);
+        return normalize_path(rel);
     }
-    normalize(&format!("{}/{rel}", base?))
+    normalize_path(&format!("{}/{rel}", base?))
 }
 
 /// The absolute path a working-directory URI names (`file:///a/b` or a bare
 /// absolute path), with `%XX` escapes decoded; `None` for anything else.
 pub fn uri_to_path(uri: &str) -> Option<String> {
     if uri.starts_with('/') {
-        return normalize(uri);
+        return normalize_path(uri);
     }
-    normalize(&crate::git::path_of_uri(uri)?)
+    normalize_path(&crate::git::path_of_uri(uri)?)
 }
 
 /// Whether `path` is `ancestor` or inside it (path-component-wise).
@@ -720,9 +702,9 @@ mod tests {
 
     #[test]
     fn paths_normalise_and_overlap_by_component() {
-        assert_eq!(normalize("/a/./b/../c/"), Some("/a/c".into()));
-        assert_eq!(normalize("/../.."), Some("/".into()));
-        assert_eq!(normalize("a"), None);
+        assert_eq!(normalize_path("/a/./b/../c/"), Some("/a/c".into()));
+        assert_eq!(normalize_path("/../.."), Some("/".into()));
+        assert_eq!(normalize_path("a"), None);
         assert_eq!(join(Some("/w"), "src/a.ts"), Some("/w/src/a.ts".into()));
         assert_eq!(join(None, "src/a.ts"), None);
         assert_eq!(uri_to_path("file:///tmp/my%20dir"), Some("/tmp/my dir".into()));

@@ -274,6 +274,27 @@ impl GitCmd {
     }
 }
 
+/// `path` made absolute-normal: `.` and empty components dropped, `..`
+/// taken lexically (never above `/`), no trailing slash. `None` when `path`
+/// is not absolute. Used wherever the host compares local paths
+/// (awareness, trusted folders).
+pub fn normalize_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
 /// A local path from a `file:` URI (`file:///a%20b` is `/a b`); `None` for
 /// any other scheme.
 pub fn path_of_uri(uri: &str) -> Option<String> {

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::git::path_of_uri;
+use crate::git::{normalize_path as normalize, path_of_uri};
 
 /// Which folders agents may run in; part of [`crate::Config`].
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -43,25 +43,6 @@ pub struct MadeTree<'a> {
     /// The folder the tree was cut from (a session's folder, inside the
     /// repository).
     pub origin: &'a str,
-}
-
-/// `path` with `.` and `..` resolved and repeated or trailing `/` dropped;
-/// `None` when it is not absolute.
-pub fn normalize(path: &str) -> Option<String> {
-    if !path.starts_with('/') {
-        return None;
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    Some(format!("/{}", parts.join("/")))
 }
 
 /// Whether normalized `path` is `folder` or inside it (whole components:

@@ -222,7 +222,7 @@ fn repository(dir: &Path) -> Option<RepoObservation> {
     let head = repo.head().ok();
     let branch = head.as_ref().filter(|h| h.is_branch()).and_then(|h| h.shorthand().ok().map(str::to_owned));
     let commit = head.as_ref().and_then(|h| h.target()).map(|oid| oid.to_string());
-    Some(RepoObservation { root: awareness::normalize(&root).unwrap_or(root), branch, head: commit })
+    Some(RepoObservation { root: ahpd_core::git::normalize_path(&root).unwrap_or(root), branch, head: commit })
 }
 
 #[cfg(test)]

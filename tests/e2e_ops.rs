@@ -117,6 +117,10 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "/only/this"], tmp.path());
     assert_eq!(code(&out), 0);
     assert!(text(&out.stdout).contains("trusted_folders = [\"/only/this\"]"), "{}", text(&out.stdout));
+    // A trusted folder is a path, not a URI.
+    let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "file:///only/this"], tmp.path());
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).contains("is a URI"), "{}", text(&out.stderr));
 
     // An unknown key: exit 1, the key and its line named.
     let bad = tmp.path().join("bad.toml");

@@ -167,6 +167,13 @@ pub struct WorktreeRecord {
     /// or a turn is sent in it.
     #[serde(default)]
     pub off_disk: bool,
+    /// The top folder of the repository the tree is a checkout of (the
+    /// main checkout, even when the tree was cut from a folder inside
+    /// another worktree): a path inside the tree is the same path inside
+    /// this folder, which is what its trust is read from (`crate::trust`).
+    /// Empty in records written before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub repo_root: String,
 }
 
 /// A diff stat: files touched, lines added and removed.

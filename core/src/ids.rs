@@ -126,12 +126,22 @@ pub fn validate_conversation_id(id: &str) -> Result<(), IdError> {
 /// `text` with control characters escaped and cut to 80 characters, for
 /// error messages and logs.
 pub fn printable(text: &str) -> String {
-    let mut out: String = text.chars().take(80).flat_map(char::escape_debug).collect();
-    if text.chars().count() > 80 {
+    printable_up_to(text, 80)
+}
+
+/// [`printable`] cut at `max` characters instead of 80: for a folder a
+/// refusal must name whole (a trusted-folder refusal names a path up to
+/// [`PATH_SHOWN_MAX`]).
+pub fn printable_up_to(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().take(max).flat_map(char::escape_debug).collect();
+    if text.chars().count() > max {
         out.push('…');
     }
     out
 }
+
+/// Most characters of a folder named in a refusal.
+pub const PATH_SHOWN_MAX: usize = 1024;
 
 #[cfg(test)]
 mod tests {

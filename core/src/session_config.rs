@@ -282,7 +282,10 @@ pub fn reported(offer: &ConfigOffer, scope: Option<&str>, backend: Vec<(String, 
     if let Some(s) = scope {
         schema.properties.push((SCOPE.to_owned(), scope_prop(vec![s.to_owned()], Some(s.to_owned()))));
     }
-    let values = resolve_values(&schema, &facts, values);
+    // Only what the schema offers: a key the backend took without declaring
+    // it is the backend's, and is not read back after a restart either.
+    let mut values = resolve_values(&schema, &facts, values);
+    values.retain(|k, _| schema.get(k).is_some());
     let mut out = Map::new();
     out.insert("schema".to_owned(), schema.to_json());
     out.insert("values".to_owned(), Value::Object(values));

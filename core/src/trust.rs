@@ -32,17 +32,17 @@ pub struct Trust {
     pub folders: Option<Vec<String>>,
 }
 
-/// One tree this host made, and where it came from: what a tree inherits
-/// its trust from.
+/// One tree this host made, and the repository it is a checkout of: what
+/// a tree inherits its trust from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MadeTree<'a> {
     /// The tree's folder.
     pub path: &'a str,
-    /// The repository's top folder.
+    /// The top folder of the repository's checkout it was cut from; a path
+    /// inside the tree is trusted when the same path inside this folder is.
+    /// `None` when not known (a record written before it was kept): such a
+    /// tree passes on no trust.
     pub repo: Option<&'a str>,
-    /// The folder the tree was cut from (a session's folder, inside the
-    /// repository).
-    pub origin: &'a str,
 }
 
 /// Whether normalized `path` is `folder` or inside it (whole components:
@@ -75,32 +75,46 @@ impl Trust {
     /// host made. `Err` says why not, in words a client reads.
     ///
     /// A folder is trusted when no list is kept; when it is a listed folder
-    /// or inside one; or when it is inside a tree this host made whose
-    /// repository, or the folder it was cut from, is listed. A folder with
-    /// no local path (`vscode-remote://…`) is refused once a list is kept:
-    /// nothing on the list can name it.
-    pub fn check<'a>(&self, uri: &str, trees: impl IntoIterator<Item = MadeTree<'a>>) -> Result<(), String> {
+    /// or inside one; or when it is inside a tree this host made and the
+    /// same folder of the repository the tree was cut from is trusted (a
+    /// tree cut from a trusted repository is trusted whole; one cut while
+    /// only `<repo>/pkg` is trusted is trusted at `<tree>/pkg` alone). A
+    /// folder with no local path (`vscode-remote://…`) is refused once a
+    /// list is kept: nothing on the list can name it.
+    pub fn check(&self, uri: &str, trees: &[MadeTree<'_>]) -> Result<(), String> {
         if !self.gated() {
             return Ok(());
         }
-        let shown = crate::ids::printable(uri);
+        let shown = crate::ids::printable_up_to(uri, crate::ids::PATH_SHOWN_MAX);
         let Some(path) = path_of_uri(uri).and_then(|p| normalize(&p)) else {
             return Err(format!("{shown} is not a local folder this host's trusted folders can name"));
         };
-        if self.listed(&path) {
-            return Ok(());
-        }
-        let inherited = trees.into_iter().any(|t| {
-            let in_tree = normalize(t.path).is_some_and(|tree| within(&path, &tree));
-            let source = |f: Option<&str>| f.and_then(normalize).is_some_and(|f| self.listed(&f));
-            in_tree && (source(t.repo) || source(Some(t.origin)))
-        });
-        if inherited {
+        if self.trusts(&path, trees, trees.len()) {
             return Ok(());
         }
         Err(format!(
             "{shown} is not a trusted folder on this host: agents run only in the folders of trusted_folders (and the worktrees made from their repositories)"
         ))
+    }
+
+    /// Whether normalized `path` is listed, or maps through a made tree to
+    /// a trusted path; `hops` bounds the chain of trees (a tree cut from a
+    /// folder inside another tree).
+    fn trusts(&self, path: &str, trees: &[MadeTree<'_>], hops: usize) -> bool {
+        if self.listed(path) {
+            return true;
+        }
+        if hops == 0 {
+            return false;
+        }
+        trees.iter().any(|t| {
+            let (Some(tree), Some(repo)) = (normalize(t.path), t.repo.and_then(normalize)) else { return false };
+            if tree == "/" || !within(path, &tree) {
+                return false;
+            }
+            let mapped = format!("{}{}", repo.trim_end_matches('/'), &path[tree.len()..]);
+            self.trusts(&mapped, trees, hops - 1)
+        })
     }
 }
 
@@ -121,22 +135,31 @@ mod tests {
     }
 
     #[test]
-    fn a_tree_inherits_its_repositorys_trust_and_nothing_else_does() {
-        let trust = Trust::of(&["/src/app".to_owned(), "relative".to_owned()]);
-        assert_eq!(trust.folders.as_deref(), Some(&["/src/app".to_owned()][..]));
-        let tree = MadeTree { path: "/src/app.worktrees/fix", repo: Some("/src/app"), origin: "/src/app" };
-        let none: [MadeTree; 0] = [];
-        assert!(trust.check("file:///src/app/pkg", none).is_ok());
-        assert!(trust.check("file:///src/app/../etc", none).is_err());
-        assert!(trust.check("file:///src/app.worktrees/fix", none).is_err(), "not without the tree");
-        assert!(trust.check("file:///src/app.worktrees/fix/sub", [tree]).is_ok());
-        assert!(trust.check("file:///src/app.worktrees/other", [tree]).is_err(), "a tree the host did not make");
-        let foreign = MadeTree { path: "/src/lib.worktrees/fix", repo: Some("/src/lib"), origin: "/src/lib" };
-        assert!(trust.check("file:///src/lib.worktrees/fix", [foreign]).is_err(), "its repository is not trusted");
-        let from_pkg = MadeTree { path: "/t/app/x", repo: Some("/src"), origin: "/src/app/pkg" };
-        assert!(trust.check("file:///t/app/x", [from_pkg]).is_ok(), "cut from a trusted folder");
-        let e = trust.check("vscode-remote://box/src/app", none).expect_err("remote");
+    fn a_tree_inherits_the_trust_of_the_same_folder_of_its_repository_and_nothing_else_does() {
+        let trust = Trust::of(&["/src/app".to_owned(), "/mono/pkg".to_owned(), "relative".to_owned()]);
+        assert_eq!(trust.folders.as_deref(), Some(&["/src/app".to_owned(), "/mono/pkg".to_owned()][..]));
+        let tree = MadeTree { path: "/src/app.worktrees/fix", repo: Some("/src/app") };
+        assert!(trust.check("file:///src/app/pkg", &[]).is_ok());
+        assert!(trust.check("file:///src/app/../etc", &[]).is_err());
+        assert!(trust.check("file:///src/app.worktrees/fix", &[]).is_err(), "not without the tree");
+        assert!(trust.check("file:///src/app.worktrees/fix/sub", &[tree]).is_ok());
+        assert!(trust.check("file:///src/app.worktrees/other", &[tree]).is_err(), "a tree the host did not make");
+        let foreign = MadeTree { path: "/src/lib.worktrees/fix", repo: Some("/src/lib") };
+        assert!(trust.check("file:///src/lib.worktrees/fix", &[foreign]).is_err(), "its repository is not trusted");
+        let unknown = MadeTree { path: "/src/app.worktrees/old", repo: None };
+        assert!(trust.check("file:///src/app.worktrees/old", &[unknown]).is_err(), "a tree of unknown origin passes nothing on");
+        // Only the trusted part of a monorepo: the same part of its tree.
+        let mono = MadeTree { path: "/t/mono/x", repo: Some("/mono") };
+        assert!(trust.check("file:///t/mono/x/pkg/src", &[mono]).is_ok());
+        assert!(trust.check("file:///t/mono/x", &[mono]).is_err(), "the tree's top is the whole repository");
+        assert!(trust.check("file:///t/mono/x/other", &[mono]).is_err());
+        // A tree cut from inside another tree: the chain leads back.
+        let second = MadeTree { path: "/src/app.worktrees/second", repo: Some("/src/app.worktrees/fix") };
+        assert!(trust.check("file:///src/app.worktrees/second/a", &[second, tree]).is_ok());
+        let looped = [MadeTree { path: "/a", repo: Some("/b") }, MadeTree { path: "/b", repo: Some("/a") }];
+        assert!(trust.check("file:///a/x", &looped).is_err(), "a loop ends");
+        let e = trust.check("vscode-remote://box/src/app", &[]).expect_err("remote");
         assert!(e.contains("not a local folder"), "{e}");
-        assert!(Trust::default().check("vscode-remote://box/x", none).is_ok(), "no list: every folder");
+        assert!(Trust::default().check("vscode-remote://box/x", &[]).is_ok(), "no list: every folder");
     }
 }

@@ -61,6 +61,7 @@ fn tree(name: &str) -> WorktreeRecord {
         links: vec!["node_modules".into()],
         copies: vec![".env".into()],
         off_disk: false,
+        repo_root: "/src/app".into(),
     }
 }
 

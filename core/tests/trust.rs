@@ -65,10 +65,17 @@ fn a_session_is_made_only_in_a_trusted_folder_and_git_is_not_asked_about_another
     // A peer folder is asked about too.
     let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/peer", "provider": "echo", "workingDirectories": ["file:///src/app", "file:///etc"]}));
     refused(&h.take_reply(1, rid).expect("refused"));
-    // A session without a folder has none to trust.
-    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/none", "provider": "echo"}));
-    h.settle();
-    assert_eq!(h.take_reply(1, rid).expect("createSession reply")["result"], Value::Null);
+    // A session without a folder would start its agent wherever the host
+    // runs it, which no entry names.
+    for folders in [json!(null), json!([])] {
+        let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/none", "provider": "echo", "workingDirectories": folders}));
+        let message = refused(&h.take_reply(1, rid).expect("refused"));
+        assert!(message.contains("name a working directory"), "{message}");
+    }
+    // Nor is git asked about an untrusted folder by resolveSessionConfig.
+    let r = h.request(1, "resolveSessionConfig", json!({"channel": "ahp-root://", "provider": "echo", "workingDirectory": "file:///src/other"}));
+    assert!(h.git_cmds().is_empty());
+    refused(&r);
 }
 
 #[test]
@@ -104,7 +111,14 @@ fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is
     h.start_turn(1, chat, 1, "t1", "hi");
     let cmds = h.git_cmds();
     assert!(matches!(&cmds[..], [(_, GitCmd::Begin { worktree: Some(_), .. })]), "{cmds:?}");
-    let tree = WorktreeRecord { path: "/src/app.worktrees/agents-w".into(), branch: "agents/w".into(), base_branch: "main".into(), name: "agents-w".into(), ..Default::default() };
+    let tree = WorktreeRecord {
+        path: "/src/app.worktrees/agents-w".into(),
+        branch: "agents/w".into(),
+        base_branch: "main".into(),
+        name: "agents-w".into(),
+        repo_root: "/src/app".into(),
+        ..Default::default()
+    };
     h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app".into()), worktree: Some(tree) }));
     h.settle();
     h.agent_reply(chat, "t1", "ok");
@@ -133,8 +147,36 @@ fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is
     let r = moved_on.send_request(1, "subscribe", json!({"channel": "ahp-session:/w"}));
     moved_on.settle();
     let reply = moved_on.take_reply(1, r).expect("subscribe reply");
-    let message = reply["error"]["message"].as_str().unwrap_or_default();
+    let message = refused(&reply);
     assert!(message.contains("not woken") && message.contains("not a trusted folder"), "{reply}");
     assert!(moved_on.backend_cmds().is_empty(), "no agent was started");
     assert_eq!(moved_on.host.view().sessions.get("ahp-session:/w").map(|s| s.phase.name()), Some("asleep"));
+}
+
+/// Only part of a repository is trusted (`/mono/pkg`): a worktree session
+/// made there works in the same folder of its tree (`<tree>/pkg`), and only
+/// that part of the tree is trusted, not its top.
+#[test]
+fn a_tree_cut_from_a_trusted_folder_of_a_repository_is_trusted_there_alone() {
+    let mut h = Harness::new(trusting(&["/mono/pkg"]));
+    h.connect(1, "c");
+    let mono = RepoFacts { root: Some("/mono".into()), current_branch: Some("main".into()), default_branch: None, branches: vec!["main".into()] };
+    assert_eq!(create(&mut h, "p", "file:///mono/pkg", json!({"isolation": "worktree"}), mono.clone())["result"], Value::Null);
+    let chat = "ahp-chat:/ahp-session@p";
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.start_turn(1, chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Begin { .. })]), "{cmds:?}");
+    let tree = WorktreeRecord { path: "/mono.worktrees/agents-p".into(), branch: "agents/p".into(), name: "agents-p".into(), repo_root: "/mono".into(), ..Default::default() };
+    h.done(cmds[0].0, Outcome::Git(GitResult::Begun { repo_root: Some("/mono".into()), worktree: Some(tree) }));
+    let started = h.settle();
+    assert!(
+        started.iter().any(|(_, c)| matches!(c, ahpd_core::BackendCmd::Start { working_directory: Some(w), .. } if w == "file:///mono.worktrees/agents-p/pkg")),
+        "the agent starts in the tree's pkg: {started:?}"
+    );
+    let record = h.host.view().sessions.get("ahp-session:/p").expect("session").record.clone();
+    assert_eq!(record.working_directories, ["file:///mono.worktrees/agents-p/pkg"]);
+    assert_eq!(create(&mut h, "in-pkg", "file:///mono.worktrees/agents-p/pkg/src", json!({}), mono.clone())["result"], Value::Null);
+    let message = refused(&create(&mut h, "top", "file:///mono.worktrees/agents-p", json!({}), mono));
+    assert!(message.contains("not a trusted folder"), "{message}");
 }

@@ -138,6 +138,8 @@ struct ServeArgs {
     /// `trusted_folders`). With none, every folder is trusted; with some, a
     /// session is made, moved or woken only in one of them or inside one,
     /// or in a worktree this host made from a trusted repository.
+    /// Also `AHPD_TRUSTED_FOLDERS`, folders separated by `:` as in `PATH`
+    /// (read when no flag is given).
     #[arg(long = "trusted-folder", value_name = "DIR")]
     trusted_folder: Vec<PathBuf>,
     /// The policy file (`[[rules]]`), re-read on SIGHUP [default: allow
@@ -196,7 +198,11 @@ impl ServeArgs {
             show_external_sessions: self.show_external_sessions,
             users: self.users,
             policy: self.policy,
-            trusted_folders: self.trusted_folder,
+            trusted_folders: if self.trusted_folder.is_empty() {
+                std::env::var_os("AHPD_TRUSTED_FOLDERS").filter(|v| !v.is_empty()).map(|v| std::env::split_paths(&v).collect()).unwrap_or_default()
+            } else {
+                self.trusted_folder
+            },
             log_format: self.log_format,
             agents: self.agent,
             limits: settings::FileLimits {
@@ -555,16 +561,15 @@ async fn next_signal() -> &'static str {
 }
 
 /// The core's folder trust from `trusted_folders` (`None`: no list, every
-/// folder trusted). Each folder is kept as given, made absolute against the
-/// working directory, and also as its canonical path when that differs (a
-/// client may name it either way); the list is logged once.
+/// folder trusted; the paths are absolute, settled by `settings`). Each
+/// folder is kept as given and also as its canonical path when that differs
+/// (a client may name it either way); the list is logged once.
 fn trust(folders: Option<&[PathBuf]>) -> ahpd_core::trust::Trust {
     let Some(folders) = folders else { return ahpd_core::trust::Trust::default() };
     let mut names = Vec::new();
-    for folder in folders {
-        let absolute = std::path::absolute(folder).unwrap_or_else(|_| folder.clone());
-        if let Ok(real) = std::fs::canonicalize(&absolute) {
-            if real != absolute {
+    for absolute in folders {
+        if let Ok(real) = std::fs::canonicalize(absolute) {
+            if real != *absolute {
                 names.push(real.to_string_lossy().into_owned());
             }
         } else {

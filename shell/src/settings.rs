@@ -155,6 +155,27 @@ fn read(path: &Path, what: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("could not read the {what} {}: {e}", path.display()))
 }
 
+/// One entry of `trusted_folders` settled: a path (not a URI, not empty),
+/// `~/…` taken from `$HOME`, a relative one joined to `base` (the config
+/// file's folder, or the working directory for a flag).
+pub fn trusted_folder(entry: &Path, base: &Path) -> Result<PathBuf, String> {
+    let text = entry.to_string_lossy();
+    if text.trim().is_empty() {
+        return Err("an empty folder names no place".to_owned());
+    }
+    if text.contains("://") || text.starts_with("file:") {
+        return Err(format!("{text:?} is a URI: name the folder by its path"));
+    }
+    let expanded = match text.strip_prefix("~/").or_else(|| (text == "~").then_some("")) {
+        Some(rest) => match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(home) => PathBuf::from(home).join(rest),
+            None => return Err(format!("{text:?} starts with ~ but HOME is not set")),
+        },
+        None => entry.to_owned(),
+    };
+    Ok(if expanded.is_relative() { base.join(expanded) } else { expanded })
+}
+
 /// `$XDG_CONFIG_HOME/ahpd/config.toml`, else `~/.config/ahpd/config.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
     if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
@@ -188,8 +209,9 @@ pub fn load_config_file(explicit: Option<&Path>) -> Result<(Option<PathBuf>, Fil
     if let Some(p) = file.claude_projects.as_mut().filter(|p| p.is_relative() && !p.as_os_str().is_empty()) {
         *p = base.join(&*p);
     }
-    for p in file.trusted_folders.iter_mut().flatten().filter(|p| p.is_relative()) {
-        *p = base.join(&*p);
+    if let Some(list) = file.trusted_folders.take() {
+        let settled = list.iter().map(|p| trusted_folder(p, &base)).collect::<Result<Vec<_>, _>>();
+        file.trusted_folders = Some(settled.map_err(|e| format!("{}: trusted_folders: {e}", path.display()))?);
     }
     for (name, value) in &file.agents {
         crate::agents::from_file(name, value).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -474,7 +496,12 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         users,
         policy_file,
         policy,
-        trusted_folders: if given.trusted_folders.is_empty() { file.trusted_folders } else { Some(given.trusted_folders) },
+        trusted_folders: if given.trusted_folders.is_empty() {
+            file.trusted_folders
+        } else {
+            let cwd = std::env::current_dir().map_err(|e| format!("--trusted-folder: no working directory to resolve against: {e}"))?;
+            Some(given.trusted_folders.iter().map(|p| trusted_folder(p, &cwd)).collect::<Result<_, _>>().map_err(|e| format!("--trusted-folder: {e}"))?)
+        },
         log_format: given.log_format.or(file.log_format).unwrap_or_default(),
     })
 }
@@ -527,10 +554,16 @@ impl Settings {
             None => { let _ = writeln!(o, "# policy: none (everything allowed)"); }
         }
         match &self.trusted_folders {
+            Some(list) if list.is_empty() => {
+                let _ = writeln!(o, "trusted_folders = []  # no folder is trusted: no session with a folder can be made");
+            }
             Some(list) => {
                 let _ = writeln!(o, "trusted_folders = [{}]", list.iter().map(|p| path_str(p)).collect::<Vec<_>>().join(", "));
+                for p in list.iter().filter(|p| !p.is_dir()) {
+                    let _ = writeln!(o, "# warning: trusted folder {} is not a folder here (yet)", path_str(p));
+                }
             }
-            None => { let _ = writeln!(o, "# trusted_folders: not set (every folder is trusted)"); }
+            None => { let _ = writeln!(o, "# trusted_folders: not set (agents may run in every folder)"); }
         }
         let l = &self.limits;
         let _ = writeln!(o, "\n[limits]");

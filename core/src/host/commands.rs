@@ -386,10 +386,15 @@ impl Host {
 
     /// Answers every waiter of a failed or abandoned wake with `reason`:
     /// requests get -32603, actions are rejected unapplied.
-    pub(crate) fn fail_waiters(&mut self, _uri: &Uri, waiters: Vec<Waiter>, reason: &str) {
+    pub(crate) fn fail_waiters(&mut self, uri: &Uri, waiters: Vec<Waiter>, reason: &str) {
+        self.fail_waiters_with(uri, waiters, INTERNAL_ERROR, reason);
+    }
+
+    /// [`Host::fail_waiters`] with requests answered by error `code`.
+    pub(crate) fn fail_waiters_with(&mut self, _uri: &Uri, waiters: Vec<Waiter>, code: i32, reason: &str) {
         for waiter in waiters {
             match waiter {
-                Waiter::Request { conn, id, .. } => self.reply_error(conn, id, error(INTERNAL_ERROR, reason.to_owned())),
+                Waiter::Request { conn, id, .. } => self.reply_error(conn, id, error(code, reason.to_owned())),
                 Waiter::Action(q) => {
                     let origin = self.origin_of(q.conn, q.client_seq);
                     self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned());

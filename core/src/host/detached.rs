@@ -243,7 +243,7 @@ impl Host {
     /// at `path` is, if any: such a tree is in use and stays on disk.
     fn tree_user(&self, path: &str) -> Option<Uri> {
         self.sessions.iter().find_map(|(uri, s)| {
-            let uses = s.record.working_directories.iter().any(|w| path_of_uri(w).as_deref() == Some(path));
+            let uses = s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path)));
             (uses && !matches!(s.phase, Phase::Disposing { .. })).then(|| uri.clone())
         })
     }

@@ -86,6 +86,20 @@ pub enum GitOp {
     Detached(super::detached::DetachedOp),
 }
 
+/// The folder of the tree at `tree` that matches `folder` of the checkout
+/// whose top is `checkout_root`: `<tree>/pkg` for `<checkout>/pkg`; the
+/// tree's top when `folder` is not inside `checkout_root` (or either is not
+/// an absolute path).
+pub(crate) fn same_folder_in_tree(folder: &str, checkout_root: Option<&str>, tree: &str) -> String {
+    let (Some(folder), Some(root)) = (crate::git::normalize_path(folder), checkout_root.and_then(crate::git::normalize_path)) else {
+        return tree.to_owned();
+    };
+    match folder.strip_prefix(root.as_str()) {
+        Some(rest) if rest.starts_with('/') && root != "/" => format!("{}{rest}", tree.trim_end_matches('/')),
+        _ => tree.to_owned(),
+    }
+}
+
 /// How to cut a tree on `new_branch` (already checked) from a session's
 /// config `values`: its base branch, branch options and patterns.
 pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: String) -> WorktreePlan {
@@ -134,6 +148,12 @@ impl Host {
                 Err(e) => return self.reply_error(conn, id, e),
             }
         };
+        // Git is not asked about a folder the operator did not trust.
+        if let Some(uri) = folder.as_ref() {
+            if let Err(reason) = self.trusted(std::slice::from_ref(uri)) {
+                return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+            }
+        }
         match folder.as_deref().and_then(path_of_uri) {
             Some(folder) => {
                 self.git(Op::Git(GitOp::Resolve { conn, id, params, completions }), GitCmd::Inspect { folder });
@@ -419,10 +439,13 @@ impl Host {
         if !tree.base_branch.is_empty() {
             session.record.config.insert(table::BRANCH.to_owned(), Value::String(tree.base_branch.clone()));
         }
-        // Into the tree: the process root is replaced, and every agent is
-        // started again there before the turn runs.
+        // Into the tree, at the folder matching the one the client picked
+        // (a session made in `<repo>/pkg` works in `<tree>/pkg`): the process
+        // root is replaced, and every agent is started again there before
+        // the turn runs.
         let old = session.record.working_directories.first().cloned();
-        let new = uri_of_path(&tree.path);
+        let (picked, checkout_root) = session.record.git.as_ref().map(|g| (g.folder.clone(), g.repo_root.clone())).unwrap_or_default();
+        let new = uri_of_path(&same_folder_in_tree(&picked, checkout_root.as_deref(), &tree.path));
         match session.record.working_directories.first_mut() {
             Some(first) => *first = new.clone(),
             None => session.record.working_directories.push(new.clone()),

@@ -152,7 +152,8 @@ impl Host {
             return;
         }
         let own_tree = git.worktree.as_ref().map(|w| w.path.clone());
-        if root.is_some() && (root == own_tree || (own_tree.is_none() && root.as_deref() == Some(git.folder.as_str()))) {
+        let in_own_tree = root.as_deref().zip(own_tree.as_deref()).is_some_and(|(r, t)| crate::trust::within(r, t));
+        if root.is_some() && (in_own_tree || (own_tree.is_none() && root.as_deref() == Some(git.folder.as_str()))) {
             return;
         }
         if git.repo_root.is_some() {

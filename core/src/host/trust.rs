@@ -10,24 +10,25 @@ use crate::effect::LogLevel;
 use crate::trust::MadeTree;
 
 impl Host {
-    /// The trees this host made, with where each came from: every
-    /// session's own tree, the ones sessions kept from folders they moved
-    /// away from, and the window's detached trees.
+    /// The trees this host made, each with the repository it is a checkout
+    /// of: every session's own tree, the ones sessions kept from folders
+    /// they moved away from, and the window's detached trees.
     fn made_trees(&self) -> Vec<MadeTree<'_>> {
+        fn known(w: &crate::git::WorktreeRecord) -> Option<&str> {
+            (!w.repo_root.is_empty()).then_some(w.repo_root.as_str())
+        }
         let mut trees = Vec::new();
         for session in self.sessions.values() {
             let Some(git) = session.record.git.as_ref() else { continue };
             if let Some(w) = &git.worktree {
-                trees.push(MadeTree { path: &w.path, repo: git.repo_root.as_deref(), origin: &git.folder });
+                trees.push(MadeTree { path: &w.path, repo: known(w).or(git.repo_root.as_deref()) });
             }
-            for former in &git.former {
-                if let Some(w) = &former.worktree {
-                    trees.push(MadeTree { path: &w.path, repo: None, origin: &former.folder });
-                }
+            for w in git.former.iter().filter_map(|f| f.worktree.as_ref()) {
+                trees.push(MadeTree { path: &w.path, repo: known(w) });
             }
         }
         for (_, d) in self.detached.iter() {
-            trees.push(MadeTree { path: &d.tree.path, repo: None, origin: &d.repo });
+            trees.push(MadeTree { path: &d.tree.path, repo: known(&d.tree) });
         }
         trees
     }
@@ -35,14 +36,19 @@ impl Host {
     /// Whether agents may run in every one of `folders` (Sessions page: "A
     /// worktree the host made is trusted when the repository it came from
     /// is"). `Err` is the reason a client reads. Free when no list of
-    /// trusted folders is kept.
+    /// trusted folders is kept. With a list, a session with no folder is
+    /// refused: its agent would start wherever the host runs it, which no
+    /// entry of the list names.
     pub(crate) fn trusted(&self, folders: &[Uri]) -> Result<(), String> {
-        if !self.config.trust.gated() || folders.is_empty() {
+        if !self.config.trust.gated() {
             return Ok(());
+        }
+        if folders.is_empty() {
+            return Err("this host runs agents only in trusted folders: name a working directory in one of them".to_owned());
         }
         let trees = self.made_trees();
         for folder in folders {
-            self.config.trust.check(folder, trees.iter().copied())?;
+            self.config.trust.check(folder, &trees)?;
         }
         Ok(())
     }
@@ -62,7 +68,7 @@ impl Host {
         for (chat, turn_id, _) in pending {
             self.fail_turn(session_uri, &chat, &turn_id, &reason);
         }
-        self.fail_waiters(session_uri, waiters, &reason);
+        self.fail_waiters_with(session_uri, waiters, crate::protocol::error::PERMISSION_DENIED, &reason);
         true
     }
 }

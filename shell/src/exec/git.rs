@@ -107,6 +107,20 @@ fn workdir_string(repo: &Repository) -> String {
     dir.trim_end_matches('/').to_owned()
 }
 
+/// The top folder of the repository's main checkout: for a linked
+/// worktree, the checkout its common `.git` folder belongs to (when that
+/// has one); else the repository's own.
+fn main_workdir(repo: &Repository) -> String {
+    if repo.is_worktree() {
+        if let Ok(main) = Repository::open(repo.commondir()) {
+            if main.workdir().is_some() {
+                return workdir_string(&main);
+            }
+        }
+    }
+    workdir_string(repo)
+}
+
 /// The facts `resolveSessionConfig` needs about the repository `folder` is
 /// in.
 pub fn inspect(folder: &Path) -> Result<RepoFacts, String> {
@@ -170,7 +184,7 @@ fn begin(folder: &Path, checkpoint_ref: &str, plan: Option<&WorktreePlan>, workt
     };
     let start = worktree.as_ref().map(|w| PathBuf::from(&w.path)).unwrap_or_else(|| folder.to_path_buf());
     let exclude = worktree.as_ref().map(|w| w.placed.clone()).unwrap_or_default();
-    let at = Repository::open(&start).map_err(|e| err("could not open the session's folder", e))?;
+    let at = Repository::discover(&start).map_err(|e| err("could not open the session's folder", e))?;
     write_checkpoint(&at, checkpoint_ref, &exclude)?;
     Ok(GitResult::Begun { repo_root: Some(root), worktree })
 }
@@ -196,7 +210,11 @@ fn resolve_base<'r>(repo: &'r Repository, base: &str) -> Result<(git2::Commit<'r
 }
 
 fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<&str>) -> Result<WorktreeRecord, String> {
-    let root = workdir_string(repo);
+    // The tree goes beside the repository's main checkout, also when the
+    // folder it is cut from is inside another worktree; ignored files are
+    // placed from the checkout the folder is in.
+    let checkout = workdir_string(repo);
+    let root = main_workdir(repo);
     prune_stale(repo)?;
     let facts = facts_of(repo)?;
     if repo.head().is_err() && facts.branches.is_empty() {
@@ -260,7 +278,7 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
     let mut opts = WorktreeAddOptions::new();
     opts.reference(Some(&reference));
     repo.worktree(&folder, Path::new(&path), Some(&opts)).map_err(|e| err(&format!("git could not make the worktree at {path} on {branch}"), e))?;
-    let placed = place_ignored(repo, Path::new(&root), Path::new(&path), &plan.symlink_folders, &plan.include_files);
+    let placed = place_ignored(repo, Path::new(&checkout), Path::new(&path), &plan.symlink_folders, &plan.include_files);
     Ok(WorktreeRecord {
         path,
         branch,
@@ -271,6 +289,7 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
         links: plan.symlink_folders.clone(),
         copies: plan.include_files.clone(),
         off_disk: false,
+        repo_root: root,
     })
 }
 
@@ -409,7 +428,8 @@ fn write_checkpoint<'r>(repo: &'r Repository, checkpoint_ref: &str, exclude: &[S
 /// A turn's checkpoint, and the session's changes: the diff stat from
 /// `base` (a ref or a commit id) to the tree just written.
 fn checkpoint(workdir: &Path, checkpoint_ref: &str, base: &str, exclude: &[String]) -> Result<Changes, String> {
-    let repo = Repository::open(workdir).map_err(|e| err(&format!("could not open {}", workdir.display()), e))?;
+    // A folder inside a repository checkpoints the repository it is in.
+    let repo = Repository::discover(workdir).map_err(|e| err(&format!("could not open {}", workdir.display()), e))?;
     let lock = repo_lock(&repo);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
     let tree = write_checkpoint(&repo, checkpoint_ref, exclude)?;
@@ -640,6 +660,38 @@ mod tests {
         fs::write(tree.join("seed.txt"), "edited\n").expect("edit");
         assert_eq!(archive_tree(&dir, &w).expect("archive"), GitResult::TreeArchived { kept: true });
         assert!(tree.join("seed.txt").exists());
+    }
+
+    /// A tree cut from a folder inside another worktree goes beside the
+    /// repository's main checkout and says so (`repo_root`); a folder
+    /// session in a subfolder of a repository checkpoints that repository.
+    #[test]
+    fn trees_go_beside_the_main_checkout_and_subfolders_checkpoint_their_repository() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("app");
+        let repo = init(&dir, "main");
+        commit(&repo, &[("pkg/a.txt", "a\n")], "one");
+        let first = begin_tree(&dir, &plan("main")).expect("tree");
+        assert_eq!(first.repo_root, dir.display().to_string());
+        let mut second_plan = plan("main");
+        second_plan.new_branch = "agents/s2".into();
+        let inside = PathBuf::from(&first.path).join("pkg");
+        let second = match begin(&inside, "refs/agents/s2/checkpoints/turn/0", Some(&second_plan), None).expect("begin") {
+            GitResult::Begun { repo_root, worktree: Some(w) } => {
+                assert_eq!(repo_root.as_deref(), Some(first.path.as_str()), "the checkout the folder is in");
+                w
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        assert!(second.path.starts_with(&format!("{}.worktrees/", dir.display())), "{}", second.path);
+        assert_eq!(second.repo_root, dir.display().to_string());
+
+        // A folder session in app/pkg: turn/0 and later checkpoints work.
+        let sub = dir.join("pkg");
+        assert!(matches!(begin(&sub, "refs/agents/s3/checkpoints/turn/0", None, None), Ok(GitResult::Begun { repo_root: Some(_), worktree: None })));
+        fs::write(sub.join("a.txt"), "b\n").expect("edit");
+        let changes = checkpoint(&sub, "refs/agents/s3/checkpoints/turn/1", "refs/agents/s3/checkpoints/turn/0", &[]).expect("checkpoint");
+        assert_eq!(changes, Changes { files: 1, additions: 1, deletions: 1 });
     }
 
     #[test]

@@ -186,8 +186,11 @@ pub fn compose(
     if facts.is_repo() {
         let worktree = wants_worktree(asked, facts);
         let seed = default_branch(facts, worktree);
-        let mut branch = prop("string", "Branch", "The base to work from.", seed.clone().map(Value::String).unwrap_or(Value::Null));
-        branch.r#enum = Some(seed.into_iter().map(Value::String).collect());
+        // With no branch to seed (an unborn or detached HEAD and no remote
+        // default) the property has no default and no value.
+        let mut branch = prop("string", "Branch", "The base to work from.", Value::Null);
+        branch.default = seed.clone().map(Value::String);
+        branch.r#enum = seed.map(|s| vec![Value::String(s)]);
         branch.enum_dynamic = Some(true);
         out.push((BRANCH.to_owned(), branch));
         out.push((BRANCH_PREFIX.to_owned(), prop("string", "Branch prefix", "Prepended to the branch the worktree creates.", Value::String(String::new()))));
@@ -306,7 +309,6 @@ fn string_list(v: &Value) -> Option<Vec<String>> {
 pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<String, Value>) -> Map<String, Value> {
     let mut values = Map::new();
     for (key, p) in &schema.properties {
-        let default = p.default.clone().unwrap_or(Value::Null);
         let given = asked.get(key);
         let taken = match key.as_str() {
             ISOLATION => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
@@ -319,7 +321,11 @@ pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<Str
             SCOPE => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
             _ => given.filter(|v| shape_fits(p, v)).cloned(),
         };
-        values.insert(key.clone(), taken.unwrap_or(default));
+        // A property with no default (a branch with nothing to seed it)
+        // has no value unless one was taken.
+        if let Some(v) = taken.or_else(|| p.default.clone().filter(|d| !d.is_null())) {
+            values.insert(key.clone(), v);
+        }
     }
     for (key, v) in asked {
         if !values.contains_key(key) && !is_table_key(key) && key != COMPUTER {

@@ -289,6 +289,21 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
     assert!(dropped[0].contains("bogus"));
     let row = again.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row after restart");
     assert_eq!(row["changes"], json!({"files": 2, "additions": 5, "deletions": 1}));
+    // Read back, it reports the config it was made with: a worktree
+    // session on the branch its tree was cut from. A record stored before
+    // offers were kept reads one from its git record.
+    for (label, stored) in [("kept", record.clone()), ("older", ahpd_core::SessionRecord { offer: None, ..record.clone() })] {
+        let mut back = Harness::with_records(Config::default(), vec![stored]);
+        back.connect(1, "c");
+        let r = back.send_request(1, "subscribe", json!({"channel": uri}));
+        back.settle();
+        let reply = back.take_reply(1, r).expect("subscribe reply");
+        let config = &reply["result"]["snapshot"]["state"]["config"];
+        assert_eq!(config["values"]["isolation"], "worktree", "{label}: {reply}");
+        assert_eq!(config["values"]["branch"], "develop", "{label}: {reply}");
+        assert!(config["values"].get("bogus").is_none(), "{label}: only offered keys: {reply}");
+        assert_eq!(config["schema"]["properties"]["isolation"]["enum"], json!(["folder", "worktree"]), "{label}");
+    }
     // disposeSession removes the checkpoints and the tree before it answers.
     let id = h.send_request(1, "disposeSession", json!({"channel": uri}));
     h.settle_backend();

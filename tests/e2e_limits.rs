@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use ahp::ahp_types::actions::StateAction;
 use ahp::ahp_types::commands::DisposeSessionParams;
@@ -181,21 +180,6 @@ fn names(dir: &Path) -> Vec<PathBuf> {
     tree(dir).into_keys().collect()
 }
 
-fn ahpd(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-        .args(args)
-        .env_remove("AHPD_DATA_DIR")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ahpd");
-    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(bytes).expect("write stdin");
-    }
-    child.wait_with_output().expect("ahpd output")
-}
 
 /// The hostile ids of issue 11, plus two aimed at the canary itself.
 fn hostile_ids() -> Vec<String> {
@@ -256,7 +240,7 @@ async fn hostile_ids_touch_nothing_beside_or_in_the_data_dir() {
     // The offline CLI: export refuses the URI before reading anything;
     // import refuses a document whose id is hostile before writing anything.
     let d = data.to_str().expect("utf-8 path");
-    let out = ahpd(&["session", "export", &sid, "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "export", &sid, "--data-dir", d], None);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let good: Value = serde_json::from_slice(&out.stdout).expect("export is JSON");
     let data_before_cli = names(&data);
@@ -266,7 +250,7 @@ async fn hostile_ids_touch_nothing_beside_or_in_the_data_dir() {
         } else {
             for uri in [format!("ahp-session:/{bad}"), bad.clone()] {
                 let out_file = tmp.path().join("export-out.json");
-                let out = ahpd(&["session", "export", &uri, "--data-dir", d, "-o", out_file.to_str().expect("utf-8")], None);
+                let out = ahpd_cli(&["session", "export", &uri, "--data-dir", d, "-o", out_file.to_str().expect("utf-8")], None);
                 assert_ne!(out.status.code(), Some(0), "export {uri:?} was accepted");
                 assert!(!out.stderr.is_empty(), "export {uri:?} says why");
                 assert!(!out_file.exists(), "export {uri:?} wrote a file");
@@ -276,7 +260,7 @@ async fn hostile_ids_touch_nothing_beside_or_in_the_data_dir() {
             let mut doc = good.clone();
             doc["id"] = Value::String(id.clone());
             let bytes = serde_json::to_vec(&doc).expect("JSON");
-            let out = ahpd(&["session", "import", "-", "--data-dir", d], Some(&bytes));
+            let out = ahpd_cli(&["session", "import", "-", "--data-dir", d], Some(&bytes));
             assert_eq!(out.status.code(), Some(1), "import {id:?}: {}", String::from_utf8_lossy(&out.stderr));
             assert!(!out.stderr.is_empty(), "import {id:?} says why");
         }

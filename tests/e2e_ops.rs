@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use ahp::ahp_types::actions::{SessionTitleChangedAction, StateAction};
 use ahp::ahp_types::commands::{AuthenticateParams, DisposeSessionParams};
 use ahp::ahp_types::ROOT_RESOURCE_URI;
-use ahp::{Client, SessionSubscription, SubscriptionEvent};
+use ahp::{Client, SubscriptionEvent};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -188,25 +188,6 @@ fn sample(metrics: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Sends a user turn and waits for its completion.
-async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_id: &str, text: &str) {
-    within("dispatch turn", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch turn");
-    within("turn complete", async {
-        loop {
-            match csub.recv().await {
-                Some(SubscriptionEvent::Action(env)) => {
-                    assert!(env.rejection_reason.is_none(), "turn rejected: {env:?}");
-                    if matches!(&env.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id) {
-                        return;
-                    }
-                }
-                Some(_) => {}
-                None => panic!("chat subscription closed"),
-            }
-        }
-    })
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_with_a_workload_and_healthz_is_ok() {

@@ -13,9 +13,8 @@ mod common;
 use common::*;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,25 +45,6 @@ const STORM_SEED: u64 = 0x5EED_2026_0005;
 // ---------------------------------------------------------------------------
 
 
-/// Sends a user turn on `chat` and waits for its completion on `csub`.
-async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_id: &str, text: &str) {
-    within("dispatch turn", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch turn");
-    within("turn complete", async {
-        loop {
-            match csub.recv().await {
-                Some(SubscriptionEvent::Action(env)) => {
-                    assert!(env.rejection_reason.is_none(), "turn rejected: {env:?}");
-                    if matches!(&env.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id) {
-                        return;
-                    }
-                }
-                Some(_) => {}
-                None => panic!("chat subscription closed"),
-            }
-        }
-    })
-    .await;
-}
 
 /// Creates an echo session, subscribes to its default chat and has one
 /// turn in it (so it is announced and stored). Returns (session, chat).
@@ -598,21 +578,6 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
 // ahpd session export | import, ahpd sessions list
 // ---------------------------------------------------------------------------
 
-/// Runs `ahpd <args>` to completion.
-fn ahpd(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-        .args(args)
-        .env_remove("AHPD_DATA_DIR")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ahpd");
-    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(bytes).expect("write stdin");
-    }
-    child.wait_with_output().expect("ahpd output")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -637,7 +602,7 @@ async fn export_then_import_brings_a_session_back() {
 
     // `session show` prints the row and every message in order, with who
     // sent the user's.
-    let out = ahpd(&["session", "show", &sid, "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "show", &sid, "--data-dir", d], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     let shown = text(&out.stdout);
     assert!(shown.contains(&format!("session   {sid}")), "{shown}");
@@ -645,15 +610,15 @@ async fn export_then_import_brings_a_session_back() {
     let reply = shown.find("assistant: Echo: hello").expect("first reply");
     let again = shown.find("user [cli-1]: again").expect("second message");
     assert!(hello < reply && reply < again, "{shown}");
-    assert_eq!(code(&ahpd(&["session", "show", "ahp-session:/nope", "--data-dir", d], None)), 1);
+    assert_eq!(code(&ahpd_cli(&["session", "show", "ahp-session:/nope", "--data-dir", d], None)), 1);
 
     // Export to stdout and to a file: the same document.
-    let out = ahpd(&["session", "export", &sid, "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "export", &sid, "--data-dir", d], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     let doc: Value = serde_json::from_slice(&out.stdout).expect("export is JSON");
     let file = tmp.path().join("out.json");
     let f = file.to_str().expect("utf-8 path");
-    let out = ahpd(&["session", "export", &sid, "-o", f, "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "export", &sid, "-o", f, "--data-dir", d], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     assert!(out.stdout.is_empty());
     let from_file: Value = serde_json::from_slice(&std::fs::read(&file).expect("read export")).expect("JSON");
@@ -688,21 +653,21 @@ async fn export_then_import_brings_a_session_back() {
     // Import into a fresh data directory; the URI is printed.
     let data2 = tmp.path().join("data2");
     let d2 = data2.to_str().expect("utf-8 path");
-    let out = ahpd(&["session", "import", f, "--data-dir", d2], None);
+    let out = ahpd_cli(&["session", "import", f, "--data-dir", d2], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), sid);
     assert!(text(&out.stderr).contains("next starts"), "{}", text(&out.stderr));
 
     // A second import of the same id gets a new URI; the first is untouched.
     let first = std::fs::read(record_path(&data2, &sid)).expect("record");
-    let out = ahpd(&["session", "import", "-", "--data-dir", d2], Some(&std::fs::read(&file).expect("read")));
+    let out = ahpd_cli(&["session", "import", "-", "--data-dir", d2], Some(&std::fs::read(&file).expect("read")));
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     let second = text(&out.stdout).trim().to_owned();
     assert_eq!(second, format!("{sid}-imported-1"));
     assert_eq!(std::fs::read(record_path(&data2, &sid)).expect("record"), first);
 
     // sessions list: a table and JSON.
-    let out = ahpd(&["sessions", "list", "--data-dir", d2], None);
+    let out = ahpd_cli(&["sessions", "list", "--data-dir", d2], None);
     assert_eq!(code(&out), 0, "stderr: {}", text(&out.stderr));
     let table = text(&out.stdout);
     let header = table.lines().next().expect("a header");
@@ -711,7 +676,7 @@ async fn export_then_import_brings_a_session_back() {
     }
     assert_eq!(table.lines().count(), 3, "{table}");
     assert!(table.lines().any(|l| l.starts_with(&format!("{sid} ")) && l.contains("hello") && l.contains("unread")), "{table}");
-    let out = ahpd(&["sessions", "list", "--json", "--data-dir", d2], None);
+    let out = ahpd_cli(&["sessions", "list", "--json", "--data-dir", d2], None);
     assert_eq!(code(&out), 0);
     let rows: Value = serde_json::from_slice(&out.stdout).expect("list --json is JSON");
     let uris: BTreeSet<&str> = rows.as_array().expect("an array").iter().filter_map(|r| r["resource"].as_str()).collect();
@@ -787,7 +752,7 @@ fn import_refuses_hostile_files_and_exit_codes_follow_the_convention() {
         doc["id"] = Value::String(id.to_owned());
         let file = tmp.path().join("hostile.json");
         std::fs::write(&file, serde_json::to_vec(&doc).expect("encode")).expect("write");
-        let out = ahpd(&["session", "import", file.to_str().expect("utf-8"), "--data-dir", d], None);
+        let out = ahpd_cli(&["session", "import", file.to_str().expect("utf-8"), "--data-dir", d], None);
         assert_eq!(code(&out), 1, "{id:?}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains("refused"), "{id:?}: {}", text(&out.stderr));
         assert!(out.stdout.is_empty());
@@ -796,20 +761,20 @@ fn import_refuses_hostile_files_and_exit_codes_follow_the_convention() {
     // A file that is not an export at all.
     let junk = tmp.path().join("junk.json");
     std::fs::write(&junk, b"\0\0\0").expect("write");
-    let out = ahpd(&["session", "import", junk.to_str().expect("utf-8"), "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "import", junk.to_str().expect("utf-8"), "--data-dir", d], None);
     assert_eq!(code(&out), 1);
     assert!(!data.exists());
     // Usage errors.
-    assert_eq!(code(&ahpd(&["session", "import"], None)), 2);
-    assert_eq!(code(&ahpd(&["session", "export", "ahp-session:/../x", "--data-dir", d], None)), 2);
-    assert_eq!(code(&ahpd(&["sessions", "list", "--bogus"], None)), 2);
-    assert_eq!(code(&ahpd(&["session"], None)), 2);
+    assert_eq!(code(&ahpd_cli(&["session", "import"], None)), 2);
+    assert_eq!(code(&ahpd_cli(&["session", "export", "ahp-session:/../x", "--data-dir", d], None)), 2);
+    assert_eq!(code(&ahpd_cli(&["sessions", "list", "--bogus"], None)), 2);
+    assert_eq!(code(&ahpd_cli(&["session"], None)), 2);
     // Runtime errors.
-    let out = ahpd(&["session", "export", "ahp-session:/nope", "--data-dir", d], None);
+    let out = ahpd_cli(&["session", "export", "ahp-session:/nope", "--data-dir", d], None);
     assert_eq!(code(&out), 1);
     assert!(text(&out.stderr).starts_with("ahpd: "), "{}", text(&out.stderr));
-    assert_eq!(code(&ahpd(&["sessions", "list", "--data-dir", d], None)), 1);
+    assert_eq!(code(&ahpd_cli(&["sessions", "list", "--data-dir", d], None)), 1);
     // --help says when an import is picked up.
-    let help = text(&ahpd(&["session", "import", "--help"], None).stdout);
+    let help = text(&ahpd_cli(&["session", "import", "--help"], None).stdout);
     assert!(help.contains("next starts"), "{help}");
 }

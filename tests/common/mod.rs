@@ -393,3 +393,42 @@ pub fn confirm_tool(turn_id: &str, tool_call_id: &str, approved: bool) -> StateA
         selected_option_id: None,
     })
 }
+
+/// Runs `ahpd <args>` to completion (stdin from `stdin`, or none), with no
+/// `AHPD_DATA_DIR` inherited; returns its exit status and output.
+pub fn ahpd_cli(args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .args(args)
+        .env_remove("AHPD_DATA_DIR")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ahpd");
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(bytes).expect("write stdin");
+    }
+    child.wait_with_output().expect("ahpd output")
+}
+
+/// Sends a user turn on `chat` and waits for its completion on `csub`
+/// (the turn must not be rejected).
+pub async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_id: &str, text: &str) {
+    within("dispatch turn", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch turn");
+    within("turn complete", async {
+        loop {
+            match csub.recv().await {
+                Some(SubscriptionEvent::Action(env)) => {
+                    assert!(env.rejection_reason.is_none(), "turn rejected: {env:?}");
+                    if matches!(&env.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id) {
+                        return;
+                    }
+                }
+                Some(_) => {}
+                None => panic!("chat subscription closed"),
+            }
+        }
+    })
+    .await;
+}

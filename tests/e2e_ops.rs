@@ -30,8 +30,15 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 /// Runs `ahpd <args>` to completion, with no config file of the developer's
 /// in the way.
 fn ahpd(args: &[&str], config_home: &Path) -> Output {
+    ahpd_with_env(args, config_home, &[])
+}
+
+/// [`ahpd`] with `env` set as well.
+fn ahpd_with_env(args: &[&str], config_home: &Path, env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ahpd"))
         .args(args)
+        .env_remove("AHPD_TRUSTED_FOLDERS")
+        .envs(env.iter().copied())
         .env("XDG_CONFIG_HOME", config_home)
         .env_remove("AHPD_DATA_DIR")
         .env_remove("AHPD_LISTEN")
@@ -117,6 +124,15 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "/only/this"], tmp.path());
     assert_eq!(code(&out), 0);
     assert!(text(&out.stdout).contains("trusted_folders = [\"/only/this\"]"), "{}", text(&out.stdout));
+    // AHPD_TRUSTED_FOLDERS: `:`-separated when no flag is given; a URI is
+    // refused whole, naming the variable.
+    let env_check = |value: &str| ahpd_with_env(&["config", "check", "--config", good.to_str().expect("utf-8")], tmp.path(), &[("AHPD_TRUSTED_FOLDERS", value)]);
+    let out = env_check("/a:/b/../c");
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("trusted_folders = [\"/a\", \"/c\"]"), "{}", text(&out.stdout));
+    let out = env_check("file:///tmp");
+    assert_eq!(code(&out), 1);
+    assert!(text(&out.stderr).contains("AHPD_TRUSTED_FOLDERS") && text(&out.stderr).contains("is a URI"), "{}", text(&out.stderr));
     // A trusted folder is a path, not a URI.
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "file:///only/this"], tmp.path());
     assert_eq!(code(&out), 1);

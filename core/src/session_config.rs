@@ -92,11 +92,13 @@ fn prop(kind: &str, title: &str, description: &str, default: Value) -> Prop {
     }
 }
 
-fn string_list_prop(title: &str, description: &str) -> Prop {
-    let mut p = prop("array", title, description, Value::Array(Vec::new()));
-    p.items = Some(ahp_types::state::ConfigPropertySchema {
-        r#type: "string".to_owned(),
-        title: "Pattern".to_owned(),
+/// A plain JSON-schema property of type `kind` titled `title`, every other
+/// field absent (ahp-types gives `ConfigPropertySchema` no `Default`); the
+/// root config's and a list's item schema start from it.
+pub fn plain_property(kind: &str, title: &str) -> ahp_types::state::ConfigPropertySchema {
+    ahp_types::state::ConfigPropertySchema {
+        r#type: kind.to_owned(),
+        title: title.to_owned(),
         description: None,
         default: None,
         r#enum: None,
@@ -109,7 +111,12 @@ fn string_list_prop(title: &str, description: &str) -> Prop {
         properties: None,
         required: None,
         additional_properties: None,
-    });
+    }
+}
+
+fn string_list_prop(title: &str, description: &str) -> Prop {
+    let mut p = prop("array", title, description, Value::Array(Vec::new()));
+    p.items = Some(plain_property("string", "Pattern"));
     p
 }
 

@@ -161,6 +161,11 @@ fn create_cuts_a_tree_from_the_sessions_folder_and_config_and_leaves_the_session
     // A second tree for the same session gets a handle of its own.
     let r2 = make(&mut h, 1, &uri, "Fix the login page, then the tests", tree("fix-the-login-page-then-2"));
     assert_ne!(handle_of(&r2), handle);
+    // For a session in a folder inside the repository, the resource is the
+    // tree's matching folder, as a session's own tree is entered.
+    let (in_pkg, _) = create_in(&mut h, 1, "pkg", "file:///src/app/pkg", worktree_config());
+    let r3 = make(&mut h, 1, &in_pkg, "Fix the package", tree("fix-the-package"));
+    assert_eq!(r3["result"]["resource"], "file:///src/app.worktrees/fix-the-package/pkg", "{r3}");
 
     // The session is untouched: still creating, its tree still pending.
     let snap = h.request(1, "subscribe", json!({"channel": uri}));

@@ -199,9 +199,16 @@ impl ServeArgs {
             users: self.users,
             policy: self.policy,
             trusted_folders: if self.trusted_folder.is_empty() {
-                std::env::var_os("AHPD_TRUSTED_FOLDERS").filter(|v| !v.is_empty()).map(|v| std::env::split_paths(&v).collect()).unwrap_or_default()
+                // `:`-separated as in PATH; a URI is kept whole so that it is
+                // refused as one rather than split at its scheme.
+                let from_env = std::env::var_os("AHPD_TRUSTED_FOLDERS").filter(|v| !v.is_empty());
+                let folders = from_env.map(|v| match v.to_str() {
+                    Some(text) if text.contains("://") || text.starts_with("file:") => vec![PathBuf::from(text)],
+                    _ => std::env::split_paths(&v).collect(),
+                });
+                settings::TrustedGiven { source: "AHPD_TRUSTED_FOLDERS", folders: folders.unwrap_or_default() }
             } else {
-                self.trusted_folder
+                settings::TrustedGiven { source: "--trusted-folder", folders: self.trusted_folder }
             },
             log_format: self.log_format,
             agents: self.agent,

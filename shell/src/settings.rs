@@ -173,7 +173,10 @@ pub fn trusted_folder(entry: &Path, base: &Path) -> Result<PathBuf, String> {
         },
         None => entry.to_owned(),
     };
-    Ok(if expanded.is_relative() { base.join(expanded) } else { expanded })
+    let absolute = if expanded.is_relative() { base.join(expanded) } else { expanded };
+    // Shown and compared as the daemon compares them: `.` and `..` taken
+    // lexically, no trailing slash.
+    Ok(absolute.to_str().and_then(ahpd_core::git::normalize_path).map(PathBuf::from).unwrap_or(absolute))
 }
 
 /// `$XDG_CONFIG_HOME/ahpd/config.toml`, else `~/.config/ahpd/config.toml`.
@@ -383,14 +386,25 @@ pub struct Given {
     pub users: Option<PathBuf>,
     /// `--policy`.
     pub policy: Option<PathBuf>,
-    /// `--trusted-folder` flags, in order given (empty: not given).
-    pub trusted_folders: Vec<PathBuf>,
+    /// `--trusted-folder` flags in order given, else `AHPD_TRUSTED_FOLDERS`
+    /// (empty: neither given).
+    pub trusted_folders: TrustedGiven,
     /// `--log-format`.
     pub log_format: Option<LogFormat>,
     /// `--agent NAME='command args'` flags, in order given.
     pub agents: Vec<String>,
     /// `--limit-*` flags.
     pub limits: FileLimits,
+}
+
+/// Trusted folders as the command line or the environment gave them, and
+/// which of the two (named in errors).
+#[derive(Debug, Default, Clone)]
+pub struct TrustedGiven {
+    /// `--trusted-folder` or `AHPD_TRUSTED_FOLDERS`.
+    pub source: &'static str,
+    /// The folders, in order given; empty: not given.
+    pub folders: Vec<PathBuf>,
 }
 
 /// Every option settled, files read and checked.
@@ -496,11 +510,12 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         users,
         policy_file,
         policy,
-        trusted_folders: if given.trusted_folders.is_empty() {
+        trusted_folders: if given.trusted_folders.folders.is_empty() {
             file.trusted_folders
         } else {
-            let cwd = std::env::current_dir().map_err(|e| format!("--trusted-folder: no working directory to resolve against: {e}"))?;
-            Some(given.trusted_folders.iter().map(|p| trusted_folder(p, &cwd)).collect::<Result<_, _>>().map_err(|e| format!("--trusted-folder: {e}"))?)
+            let source = given.trusted_folders.source;
+            let cwd = std::env::current_dir().map_err(|e| format!("{source}: no working directory to resolve against: {e}"))?;
+            Some(given.trusted_folders.folders.iter().map(|p| trusted_folder(p, &cwd)).collect::<Result<_, _>>().map_err(|e| format!("{source}: {e}"))?)
         },
         log_format: given.log_format.or(file.log_format).unwrap_or_default(),
     })

@@ -321,7 +321,10 @@ impl Host {
                     self.log(LogLevel::Info, "detached.tree_made", Some(session.clone()), format!(
                         "{} on {} (handle {handle})", worktree.path, worktree.branch
                     ));
-                    let resource = uri_of_path(&worktree.path);
+                    // The tree's folder matching the one the session was
+                    // in, as a session's own tree is entered.
+                    let checkout_root = (!worktree.repo_root.is_empty()).then_some(worktree.repo_root.as_str());
+                    let resource = uri_of_path(&super::git::same_folder_in_tree(&repo, checkout_root, &worktree.path));
                     let entry = Detached {
                         owner,
                         session,

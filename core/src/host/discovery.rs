@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::RootConfigChangedAction;
-use ahp_types::state::{ConfigPropertySchema, ConfigSchema, RootConfigState};
+use ahp_types::state::{ConfigSchema, RootConfigState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
 use super::{Host, Op};
@@ -22,28 +22,17 @@ pub const SHOW_EXTERNAL: &str = "showExternalSessions";
 
 /// The root config state: one property, `showExternalSessions`.
 pub fn root_config(mode: ExternalMode) -> RootConfigState {
-    let property = ConfigPropertySchema {
-        r#type: "string".to_owned(),
-        title: "Show external sessions".to_owned(),
-        description: Some("Which sessions that agents' own CLIs wrote outside this host the catalogue lists.".to_owned()),
-        default: Some(serde_json::Value::from("none")),
-        r#enum: Some(ExternalMode::ALL.iter().map(|m| serde_json::Value::from(m.name())).collect()),
-        enum_labels: Some(vec![
-            "None".to_owned(),
-            "Recent".to_owned(),
-            "Last 24 hours".to_owned(),
-            "Last 7 days".to_owned(),
-            "Last 30 days".to_owned(),
-        ]),
-        enum_descriptions: None,
-        read_only: None,
-        items: None,
-        min_items: None,
-        max_items: None,
-        properties: None,
-        required: None,
-        additional_properties: None,
-    };
+    let mut property = crate::session_config::plain_property("string", "Show external sessions");
+    property.description = Some("Which sessions that agents' own CLIs wrote outside this host the catalogue lists.".to_owned());
+    property.default = Some(serde_json::Value::from("none"));
+    property.r#enum = Some(ExternalMode::ALL.iter().map(|m| serde_json::Value::from(m.name())).collect());
+    property.enum_labels = Some(vec![
+        "None".to_owned(),
+        "Recent".to_owned(),
+        "Last 24 hours".to_owned(),
+        "Last 7 days".to_owned(),
+        "Last 30 days".to_owned(),
+    ]);
     RootConfigState {
         schema: ConfigSchema {
             r#type: "object".to_owned(),

@@ -249,6 +249,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         changes: None,
         external: false,
         offer: None,
+        in_tree: None,
         git: None,
     };
     Ok(Imported { record, turns })
@@ -298,6 +299,7 @@ mod tests {
             changes: None,
             external: false,
             offer: None,
+            in_tree: None,
             git: None,
         }
     }

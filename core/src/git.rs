@@ -176,6 +176,19 @@ pub struct WorktreeRecord {
     pub repo_root: String,
 }
 
+/// A tree this host made, not the session's own, that a session was made
+/// in (a window's detached worktree): kept in the session's record so the
+/// tree is still known as the host's after a restart, when the window's
+/// handles are gone (`crate::trust`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeOrigin {
+    /// The tree's folder.
+    pub path: String,
+    /// The top folder of the repository it is a checkout of.
+    pub repo_root: String,
+}
+
 /// A diff stat: files touched, lines added and removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Changes {

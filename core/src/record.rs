@@ -71,6 +71,10 @@ pub struct SessionRecord {
     /// reports no config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offer: Option<crate::session_config::ConfigOffer>,
+    /// The window's tree the session was made in, if it was made in one
+    /// (see [`crate::git::TreeOrigin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_tree: Option<crate::git::TreeOrigin>,
 }
 
 /// One chat's durable record.

@@ -180,3 +180,43 @@ fn a_tree_cut_from_a_trusted_folder_of_a_repository_is_trusted_there_alone() {
     let message = refused(&create(&mut h, "top", "file:///mono.worktrees/agents-p", json!({}), mono));
     assert!(message.contains("not a trusted folder"), "{message}");
 }
+
+/// A session made in a window's own tree (a detached worktree) keeps
+/// knowing the tree is the host's after a restart, when the window's
+/// handles are gone: it is woken there while its repository is trusted.
+#[test]
+fn a_session_in_a_windows_tree_is_still_trusted_after_a_restart() {
+    let mut h = Harness::new(trusting(&["/src/app"]));
+    h.connect(1, "c");
+    create(&mut h, "a", "file:///src/app", json!({"isolation": "worktree"}), repo_facts());
+    let id = h.send_request(1, "vscode/createAgentHostDetachedWorktree", json!({"session": "ahp-session:/a", "prompt": "fix it"}));
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::MakeTree { .. })]), "{cmds:?}");
+    let tree = WorktreeRecord { path: "/src/app.worktrees/fix-it".into(), branch: "agents/fix-it".into(), name: "fix-it".into(), repo_root: "/src/app".into(), ..Default::default() };
+    h.done(cmds[0].0, Outcome::Git(GitResult::TreeMade { worktree: tree }));
+    let reply = h.take_reply(1, id).expect("create reply");
+    assert_eq!(reply["result"]["resource"], "file:///src/app.worktrees/fix-it", "{reply}");
+    assert_eq!(create(&mut h, "b", "file:///src/app.worktrees/fix-it", json!({}), repo_facts())["result"], Value::Null);
+    let chat = "ahp-chat:/ahp-session@b";
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.start_turn(1, chat, 1, "t1", "hi");
+    for (op, command) in h.git_cmds() {
+        assert!(matches!(command, GitCmd::Begin { .. }), "{command:?}");
+        h.done(op, Outcome::Git(GitResult::Begun { repo_root: Some("/src/app.worktrees/fix-it".into()), worktree: None }));
+    }
+    h.settle();
+    h.agent_reply(chat, "t1", "ok");
+    for (op, _) in h.git_cmds() {
+        h.done(op, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
+    }
+    h.settle();
+    let record = h.host.view().sessions.get("ahp-session:/b").expect("session").record.clone();
+    assert_eq!(record.in_tree.as_ref().map(|t| t.path.as_str()), Some("/src/app.worktrees/fix-it"));
+
+    let mut again = Harness::with_records(trusting(&["/src/app"]), vec![record]);
+    again.connect(1, "c");
+    let r = again.send_request(1, "subscribe", json!({"channel": "ahp-session:/b"}));
+    again.settle();
+    let reply = again.take_reply(1, r).expect("subscribe reply");
+    assert!(reply.get("result").is_some(), "woken in the window's tree: {reply}");
+}

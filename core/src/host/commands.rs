@@ -106,6 +106,7 @@ impl Host {
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (ahp-protocol.md
         // section 6: otherwise "the server uses only the first").
+        let in_tree = self.window_tree_of(params.working_directories.as_deref().and_then(|d| d.first()));
         let asked: serde_json::Map<String, Value> = params.config.unwrap_or_default().into_iter().collect();
         let memberships = self.memberships_of(conn);
         let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
@@ -140,6 +141,7 @@ impl Host {
             changes: None,
             external: false,
             offer: Some(offer),
+            in_tree,
             git: None,
         };
         let chat = chat_state(&record.chats[0], Vec::new());

@@ -226,6 +226,7 @@ impl Host {
             changes: None,
             external,
             offer: None,
+            in_tree: None,
             git: None,
         }
     }

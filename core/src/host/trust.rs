@@ -30,7 +30,19 @@ impl Host {
         for (_, d) in self.detached.iter() {
             trees.push(MadeTree { path: &d.tree.path, repo: known(&d.tree) });
         }
+        for t in self.sessions.values().filter_map(|s| s.record.in_tree.as_ref()) {
+            trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
+        }
         trees
+    }
+
+    /// The window's tree (a detached worktree) `folder` is inside, if any,
+    /// as a new session's record keeps it.
+    pub(crate) fn window_tree_of(&self, folder: Option<&Uri>) -> Option<crate::git::TreeOrigin> {
+        let path = crate::git::path_of_uri(folder?).and_then(|p| crate::git::normalize_path(&p))?;
+        self.detached.iter().map(|(_, d)| &d.tree).find(|t| !t.repo_root.is_empty() && crate::trust::within(&path, &t.path)).map(|t| {
+            crate::git::TreeOrigin { path: t.path.clone(), repo_root: t.repo_root.clone() }
+        })
     }
 
     /// Whether agents may run in every one of `folders` (Sessions page: "A

@@ -152,6 +152,7 @@ mod tests {
             git: None,
             external,
             offer: None,
+            in_tree: None,
         }
     }
 

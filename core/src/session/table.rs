@@ -188,6 +188,7 @@ mod tests {
             git: None,
             external: false,
             offer: None,
+            in_tree: None,
         };
         let id = ResourceId::parse(&record.resource).expect("valid id");
         Session::new(id, record, Phase::Asleep, None, true, MonoTime(0))

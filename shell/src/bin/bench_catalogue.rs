@@ -424,6 +424,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         changes: None,
         external: false,
         offer: None,
+        in_tree: None,
         git: None,
     }
 }

@@ -103,13 +103,14 @@ impl Host {
         if !self.config.agents.iter().any(|a| a.provider == provider) {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
         }
-        // The first is the process root; the rest are peers, kept only when
-        // the agent advertises multipleWorkingDirectories (ahp-protocol.md
-        // section 6: otherwise "the server uses only the first").
-        let in_tree = self.window_tree_of(params.working_directories.as_deref().and_then(|d| d.first()));
+        // The config, settled against the folder's repository.
         let asked: serde_json::Map<String, Value> = params.config.unwrap_or_default().into_iter().collect();
         let memberships = self.memberships_of(conn);
         let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
+        let in_tree = self.window_tree_of(params.working_directories.as_deref().and_then(|d| d.first()));
+        // The first is the process root; the rest are peers, kept only when
+        // the agent advertises multipleWorkingDirectories (ahp-protocol.md
+        // section 6: otherwise "the server uses only the first").
         let working_directories = crate::folders::initial(&params.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
         let now_iso = self.now.wall.to_iso();
         let record = SessionRecord {

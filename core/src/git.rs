@@ -315,6 +315,24 @@ pub fn normalize_path(path: &str) -> Option<String> {
     Some(format!("/{}", parts.join("/")))
 }
 
+/// `path` moved from under `from` to under `to` (`/r/pkg/x` from `/r` to
+/// `/t` is `/t/pkg/x`; `from` itself is `to`), all three normalized first;
+/// `None` when `path` is not `from` or inside it by whole components, or
+/// `from` is `/`. A worktree is a second checkout of one repository, so
+/// this maps a folder between the two (into a tree for a session's folder,
+/// back to the repository for its trust).
+pub fn rebase_path(path: &str, from: &str, to: &str) -> Option<String> {
+    let (path, from, to) = (normalize_path(path)?, normalize_path(from)?, normalize_path(to)?);
+    if from == "/" {
+        return None;
+    }
+    let rest = path.strip_prefix(from.as_str())?;
+    if !rest.is_empty() && !rest.starts_with('/') {
+        return None;
+    }
+    Some(if to == "/" && !rest.is_empty() { rest.to_owned() } else { format!("{to}{rest}") })
+}
+
 /// A local path from a `file:` URI (`file:///a%20b` is `/a b`); `None` for
 /// any other scheme.
 pub fn path_of_uri(uri: &str) -> Option<String> {
@@ -359,6 +377,18 @@ pub fn uri_of_path(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_moves_between_checkouts_by_whole_components() {
+        assert_eq!(rebase_path("/r/pkg/x", "/r", "/t").as_deref(), Some("/t/pkg/x"));
+        assert_eq!(rebase_path("/r/", "/r", "/t/").as_deref(), Some("/t"));
+        assert_eq!(rebase_path("/r/pkg/../y", "/r", "/t").as_deref(), Some("/t/y"));
+        assert_eq!(rebase_path("/r2/x", "/r", "/t"), None, "a prefix sibling");
+        assert_eq!(rebase_path("/other", "/r", "/t"), None);
+        assert_eq!(rebase_path("/x", "/", "/t"), None, "from / moves nothing");
+        assert_eq!(rebase_path("/r/x", "/r", "/").as_deref(), Some("/x"));
+        assert_eq!(rebase_path("r/x", "/r", "/t"), None, "relative");
+    }
 
     #[test]
     fn file_uris_round_trip() {

@@ -108,12 +108,8 @@ impl Trust {
             return false;
         }
         trees.iter().any(|t| {
-            let (Some(tree), Some(repo)) = (normalize(t.path), t.repo.and_then(normalize)) else { return false };
-            if tree == "/" || !within(path, &tree) {
-                return false;
-            }
-            let mapped = format!("{}{}", repo.trim_end_matches('/'), &path[tree.len()..]);
-            self.trusts(&mapped, trees, hops - 1)
+            let mapped = t.repo.and_then(|repo| crate::git::rebase_path(path, t.path, repo));
+            mapped.is_some_and(|m| self.trusts(&m, trees, hops - 1))
         })
     }
 }

@@ -91,13 +91,7 @@ pub enum GitOp {
 /// tree's top when `folder` is not inside `checkout_root` (or either is not
 /// an absolute path).
 pub(crate) fn same_folder_in_tree(folder: &str, checkout_root: Option<&str>, tree: &str) -> String {
-    let (Some(folder), Some(root)) = (crate::git::normalize_path(folder), checkout_root.and_then(crate::git::normalize_path)) else {
-        return tree.to_owned();
-    };
-    match folder.strip_prefix(root.as_str()) {
-        Some(rest) if rest.starts_with('/') && root != "/" => format!("{}{rest}", tree.trim_end_matches('/')),
-        _ => tree.to_owned(),
-    }
+    checkout_root.and_then(|root| crate::git::rebase_path(folder, root, tree)).unwrap_or_else(|| tree.to_owned())
 }
 
 /// How to cut a tree on `new_branch` (already checked) from a session's

@@ -19,6 +19,9 @@ impl Host {
         }
         let mut trees = Vec::new();
         for session in self.sessions.values() {
+            if let Some(t) = &session.record.in_tree {
+                trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
+            }
             let Some(git) = session.record.git.as_ref() else { continue };
             if let Some(w) = &git.worktree {
                 trees.push(MadeTree { path: &w.path, repo: known(w).or(git.repo_root.as_deref()) });
@@ -29,9 +32,6 @@ impl Host {
         }
         for (_, d) in self.detached.iter() {
             trees.push(MadeTree { path: &d.tree.path, repo: known(&d.tree) });
-        }
-        for t in self.sessions.values().filter_map(|s| s.record.in_tree.as_ref()) {
-            trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
         }
         trees
     }

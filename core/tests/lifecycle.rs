@@ -121,6 +121,11 @@ fn protocol_errors_get_their_codes_and_the_host_carries_on() {
     let f = h.frames(1);
     assert_eq!(f[0]["error"]["code"], -32700);
     assert_eq!(f[0]["id"], Value::Null);
+    // A response is never answered, even one whose id is null (JSON-RPC
+    // 2.0 lets an error response carry one).
+    h.raw(1, r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#);
+    h.raw(1, r#"{"jsonrpc":"2.0","id":"x","result":{}}"#);
+    assert_eq!(h.frames(1), Vec::<Value>::new(), "responses get no answer");
     let r = h.request(1, "ping", json!({"channel": "ahp-root://"}));
     assert_eq!(r["result"], Value::Null, "ping before initialize");
     let r = h.request(1, "listSessions", json!({"channel": "ahp-root://"}));

@@ -81,7 +81,8 @@ pub struct DecodeError {
 /// Errors: not JSON (or nested deeper than serde_json's 128 levels) →
 /// -32700; JSON that is not a JSON-RPC 2.0 request or notification, an id
 /// that is not a non-negative integer, or a frame over [`FRAME_MAX_BYTES`]
-/// → -32600.
+/// → -32600. A frame with no `method` and a `result` or `error` is a
+/// [`Incoming::Response`] whatever its id (never answered).
 pub fn decode(text: &str) -> Result<Incoming, DecodeError> {
     decode_bounded(text, FRAME_MAX_BYTES)
 }
@@ -104,6 +105,12 @@ pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeEr
             error: error(INVALID_REQUEST, "a JSON-RPC message must be a JSON object"),
         });
     };
+    // A response is never answered (JSON-RPC 2.0, section 5): one whose
+    // id is null (an error the peer could not tie to a request) or not an
+    // integer is still a response, and the host sent no request to match.
+    if !object.contains_key("method") && (object.contains_key("result") || object.contains_key("error")) {
+        return Ok(Incoming::Response);
+    }
     let id = match object.get("id") {
         None => None,
         // A request whose id is null is still a request (JSON-RPC 2.0): it
@@ -138,9 +145,6 @@ pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeEr
         Some(_) => {
             return Err(DecodeError { id, error: error(INVALID_REQUEST, "method must be a string") })
         }
-        None if object.contains_key("result") || object.contains_key("error") => {
-            return Ok(Incoming::Response)
-        }
         None => return Err(DecodeError { id, error: error(INVALID_REQUEST, "method is missing") }),
     };
     let params = object.remove("params").unwrap_or(Value::Null);
@@ -160,6 +164,22 @@ mod tests {
         assert!(matches!(r, Ok(Incoming::Request { id: 3, ref method, .. }) if method == "ping"));
         let n = decode(r#"{"jsonrpc":"2.0","method":"unsubscribe","params":{}}"#);
         assert!(matches!(n, Ok(Incoming::Notification { .. })));
+    }
+
+    /// Fuzz finding (decode, CI of c36a70d): a response re-encodes with
+    /// `id: null`, which the decoder answered as a bad request.
+    #[test]
+    fn responses_are_taken_whatever_their_id_and_round_trip() {
+        for frame in [
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse error"}}"#,
+            r#"{"jsonrpc":"2.0","id":"a","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":null}"#,
+            r#"{"jsonrpc":"2.0","result":"x","params":{"channel":"ahp-root://"}}"#,
+        ] {
+            let message = decode(frame);
+            assert_eq!(message, Ok(Incoming::Response), "{frame}");
+            assert_eq!(decode(&Incoming::Response.to_json()), Ok(Incoming::Response));
+        }
     }
 
     #[test]

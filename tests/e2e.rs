@@ -19,6 +19,7 @@ use ahp::ahp_types::state::{
     ResponsePart, SessionLifecycle,
     SnapshotState, ToolCallState, TurnState,
 };
+use ahp::ahp_types::ROOT_RESOURCE_URI;
 use ahp::SubscriptionEvent;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -88,6 +89,20 @@ async fn full_session_flow_survives_restart() {
     // and its turn comes back from the agent's transcript.
     daemon.kill();
     let daemon = Daemon::start(&data);
+    // A client that names the session and its chat in its handshake is
+    // answered with both, the session woken from the agent's transcript.
+    let early = connect(&daemon.url).await;
+    let named = vec![ROOT_RESOURCE_URI.to_owned(), sid.clone(), chat.clone()];
+    let init = within("initialize naming a session", early.initialize("e2e-1-early".to_owned(), vec!["1.0.0".to_owned()], named.clone()))
+        .await
+        .expect("initialize");
+    let shown: Vec<String> = init.snapshots.iter().map(|s| s.resource.clone()).collect();
+    assert_eq!(shown, named, "a snapshot of every channel named");
+    match &init.snapshots[2].state {
+        SnapshotState::Chat(ch) => assert!(ch.turns.iter().any(|t| markdown(t).contains("Echo: hello")), "{:?}", ch.turns),
+        other => panic!("expected the chat's snapshot, got {other:?}"),
+    }
+    early.shutdown().await;
     let (c, _, mut root) = connect_init(&daemon.url, "e2e-1b").await;
     assert!(list(&c).await.iter().any(|s| s.resource == sid), "listed after restart");
     let (chat_state, _csub) = subscribe_chat(&c, &chat).await;

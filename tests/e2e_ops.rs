@@ -307,10 +307,13 @@ async fn raw_with_bearer(url: &str, token: &str) -> Raw {
 
 /// Sends a request and returns its reply, failing on a frame with the
 /// shell's reserved id (which must never reach a client); `None` when the
-/// connection closes first.
+/// connection is closed before or while it is sent.
 async fn raw_request(ws: &mut Raw, id: u64, method: &str, params: Value) -> Option<Value> {
     let frame = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-    within("raw send", ws.send(WsMessage::Text(frame.to_string().into()))).await.expect("raw send");
+    // A connection the daemon already closed cannot be sent to: no reply.
+    if within("raw send", ws.send(WsMessage::Text(frame.to_string().into()))).await.is_err() {
+        return None;
+    }
     within("raw reply", async {
         loop {
             match ws.next().await {
@@ -345,8 +348,10 @@ async fn only_the_owner_deletes_and_tokens_stay_out_of_the_log() {
     authenticate(&bob, TOKEN_B).await.expect("bob authenticates");
     let (sid, _chat, _ssub, _cs, _csub) = new_session(&bob).await;
 
-    // Nobody signed in may not delete it either.
-    let (anon, _, _r) = connect_init(&daemon.url, "ops-anon").await;
+    // Nobody signed in may not delete it either, nor is sent the catalogue
+    // its handshake asked for.
+    let (anon, anon_init, _r) = connect_init(&daemon.url, "ops-anon").await;
+    assert!(anon_init.snapshots.is_empty(), "{:?}", anon_init.snapshots);
     let params = || DisposeSessionParams { channel: sid.clone(), meta: None };
     let e = rpc_error(within("anon dispose", anon.request::<_, Value>("disposeSession", params())).await);
     assert_eq!(e.code, -32009, "{e:?}");
@@ -364,16 +369,20 @@ async fn only_the_owner_deletes_and_tokens_stay_out_of_the_log() {
     // Alice again, with a bearer token in the handshake: the same refusal,
     // and the shell's own authenticate reply never reaches her.
     let mut raw = raw_with_bearer(&daemon.url, TOKEN_A).await;
-    let init = raw_request(&mut raw, 1, "initialize", initialize_params("ops-alice-raw")).await.expect("initialize reply");
-    assert!(init.get("result").is_some(), "{init}");
+    // She is signed in before her first frame, so what her handshake names
+    // is hers to read.
+    let mut handshake = initialize_params("ops-alice-raw");
+    handshake["initialSubscriptions"] = json!([ROOT_RESOURCE_URI, sid]);
+    let init = raw_request(&mut raw, 1, "initialize", handshake).await.expect("initialize reply");
+    let shown: Vec<&str> = init["result"]["snapshots"].as_array().into_iter().flatten().filter_map(|s| s["resource"].as_str()).collect();
+    assert_eq!(shown, [ROOT_RESOURCE_URI, sid.as_str()], "{init}");
     let reply = raw_request(&mut raw, 2, "disposeSession", json!({ "channel": sid })).await.expect("dispose reply");
     assert_eq!(reply["error"]["code"], -32009, "{reply}");
     assert_eq!(reply["error"]["message"], "Only the session's owner can delete it.", "{reply}");
 
-    // A wrong bearer token: the connection is closed after initialize.
+    // A wrong bearer token: the connection is closed before it is served.
     let mut raw_bad = raw_with_bearer(&daemon.url, TOKEN_WRONG).await;
-    let _ = raw_request(&mut raw_bad, 1, "initialize", initialize_params("ops-mallory")).await;
-    let next = raw_request(&mut raw_bad, 2, "listSessions", json!({ "channel": ROOT_RESOURCE_URI })).await;
+    let next = raw_request(&mut raw_bad, 1, "initialize", initialize_params("ops-mallory")).await;
     assert!(next.is_none(), "a connection with a wrong bearer token was served: {next:?}");
 
     // The owner may.

@@ -12,6 +12,8 @@
 //!   durable, apply, stamp `serverSeq`, echo).
 //! - `backend`: backend events and command completions.
 //! - `residency`: sleep after idle, the residency limit, waking.
+//! - `handshake`: an `initialize` or `reconnect` held for the wakes of the
+//!   sessions it names.
 //! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
 
 mod admission;
@@ -27,6 +29,7 @@ mod detached;
 mod discovery;
 mod dispatch;
 mod git;
+mod handshake;
 mod trees;
 mod trust;
 mod residency;
@@ -62,6 +65,40 @@ pub struct Conn {
     pub credit_milli: u64,
     /// When the credit was last topped up.
     pub credit_at: MonoTime,
+    /// An `initialize` or `reconnect` held until the sessions it names are
+    /// woken (`host/handshake.rs`); at most one per connection.
+    pub handshake: Option<Handshake>,
+}
+
+/// A handshake (`initialize` or `reconnect`) waiting for the wakes of the
+/// sessions it names whose state is not held, so that its reply carries a
+/// snapshot of each (Sessions page, "Sleep and wake": a session after a
+/// restart is a row until something needs it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handshake {
+    /// The request id.
+    pub id: u64,
+    /// `initialize` or `reconnect`, re-run when the last wake ends.
+    pub method: String,
+    /// The request's params, re-run as they came.
+    pub params: serde_json::Value,
+    /// The sessions it named that were woken for it: watched until the
+    /// reply, so no sleep or eviction takes one it has just woken.
+    pub sessions: BTreeSet<Uri>,
+    /// Those whose wake has not ended yet.
+    pub waiting: BTreeSet<Uri>,
+}
+
+impl Conn {
+    /// Whether this connection watches `session`: it is subscribed to the
+    /// session or to one of its chats, or holds a handshake waiting for it
+    /// (Sessions page, "Sleep and wake": none goes while a client watches
+    /// it, and a watched session does not sleep).
+    pub fn watches(&self, session: &SessionRecord) -> bool {
+        self.subscriptions.contains(&session.resource)
+            || session.chats.iter().any(|chat| self.subscriptions.contains(&chat.resource))
+            || self.handshake.as_ref().is_some_and(|h| h.sessions.contains(&session.resource))
+    }
 }
 
 /// What an in-flight command effect was for, by op id.
@@ -456,8 +493,11 @@ impl Host {
             "ping" => self.reply(conn, id, serde_json::Value::Null),
             "initialize" => self.on_initialize(conn, id, params),
             "reconnect" => self.on_reconnect(conn, id, params),
-            _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
+            // Signing in may come first, so that a handshake's subscriptions
+            // are checked against who the connection is (the shell signs a
+            // connection in with its `Authorization: Bearer` token so).
             "authenticate" => self.on_authenticate(conn, id, params),
+            _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
             "subscribe" => self.on_subscribe(conn, id, params),
             "createSession" => self.on_create_session(conn, id, params),
             "disposeSession" => self.on_dispose_session(conn, id, params),
@@ -614,10 +654,7 @@ impl Host {
 
     /// Whether any connection watches the session or one of its chats.
     pub(crate) fn is_watched(&self, session: &Session) -> bool {
-        self.conns.values().any(|c| {
-            c.subscriptions.contains(&session.record.resource)
-                || session.record.chats.iter().any(|chat| c.subscriptions.contains(&chat.resource))
-        })
+        self.conns.values().any(|c| c.watches(&session.record))
     }
 
     /// Checks that `conn` holds the grant for `op` (always, on a host with

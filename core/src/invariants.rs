@@ -58,12 +58,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
     if counted.len() <= limit {
         return Ok(());
     }
-    let watched = |s: &crate::session::Session| {
-        view.conns.values().any(|c| {
-            c.subscriptions.contains(&s.record.resource)
-                || s.record.chats.iter().any(|ch| c.subscriptions.contains(&ch.resource))
-        })
-    };
+    let watched = |s: &crate::session::Session| view.conns.values().any(|c| c.watches(&s.record));
     let unpinned = counted
         .iter()
         .filter(|s| {

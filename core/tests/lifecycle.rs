@@ -238,10 +238,17 @@ fn a_restarted_host_numbers_its_envelopes_above_the_last_process_and_a_reconnect
     now.wall.0 += 1000;
     let mut h2 = Harness::with_records_at(Config::default(), records, now);
     h2.input(ahpd_core::Input::Connected { conn: ahpd_core::ConnId(1) });
-    let r = h2.request(1, "reconnect", json!({
+    let rid = h2.send_request(1, "reconnect", json!({
         "channel": "ahp-root://", "clientId": "c1", "lastSeenServerSeq": last_seen, "subscriptions": ["ahp-root://", uri]
     }));
+    // The session is only a row after the restart: it is woken first, and
+    // the reply waits for it.
+    assert_eq!(h2.take_reply(1, rid), None, "the reply waits for the wake");
+    h2.settle_backend();
+    let r = h2.take_reply(1, rid).expect("the reply once the session woke");
     assert_eq!(r["result"]["type"], "snapshot", "another process's envelopes are never replayed: {r}");
+    let resources: Vec<&str> = r["result"]["snapshots"].as_array().expect("snapshots").iter().filter_map(|s| s["resource"].as_str()).collect();
+    assert_eq!(resources, ["ahp-root://", uri.as_str()], "a snapshot of each channel named: {r}");
     let seqs: Vec<u64> = r["result"]["snapshots"].as_array().expect("snapshots").iter().filter_map(|s| s["fromSeq"].as_u64()).collect();
     assert!(!seqs.is_empty() && seqs.iter().all(|s| *s > last_seen), "new numbers start above the old ones: {seqs:?} vs {last_seen}");
 }

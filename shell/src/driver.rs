@@ -33,8 +33,8 @@ pub enum Event {
         /// Where its outgoing frames go, in order.
         writer: Writer,
         /// The handshake's `Authorization: Bearer` token, if any: fed to
-        /// the core as an `authenticate` request once the connection is
-        /// initialized, before any later frame of the client.
+        /// the core as an `authenticate` request right after
+        /// `Input::Connected`, before the client's first frame.
         bearer: Option<String>,
     },
     /// One frame from a client (fed as `Input::Frame`), with its request's
@@ -135,9 +135,6 @@ pub struct Driver {
     pub grace: Duration,
     writers: HashMap<ConnId, Writer>,
     metrics: Metrics,
-    /// Handshake bearer tokens waiting for their connection's
-    /// `initialize` (or `reconnect`).
-    bearers: HashMap<ConnId, String>,
     /// Connections whose handshake `authenticate` reply is owed (and is to
     /// be swallowed).
     swallow: HashSet<ConnId>,
@@ -165,7 +162,6 @@ impl Driver {
             grace,
             writers: HashMap::new(),
             metrics: Metrics::default(),
-            bearers: HashMap::new(),
             swallow: HashSet::new(),
             registry: None,
         }
@@ -202,21 +198,16 @@ impl Driver {
                 },
                 () = sleep_until_opt(deadline.map(|d| self.clock.instant_of(d))) => Event::Input(Input::Tick),
             };
-            let mut handshake_check = None;
+            let mut bearer_token = None;
             let input = match event {
                 Event::Opened { conn, writer, bearer } => {
                     self.writers.insert(conn, writer);
-                    if let Some(token) = bearer {
-                        self.bearers.insert(conn, token);
-                    }
+                    bearer_token = bearer.map(|token| (conn, token));
                     Input::Connected { conn }
                 }
                 Event::Frame { conn, text, request } => {
                     if let Some((id, method)) = &request {
                         self.metrics.request_in(conn, *id, method);
-                        if matches!(method.as_str(), "initialize" | "reconnect") && self.bearers.contains_key(&conn) {
-                            handshake_check = Some(conn);
-                        }
                     }
                     Input::Frame { conn, text }
                 }
@@ -228,8 +219,8 @@ impl Driver {
             };
             last_tick = matches!(input, Input::Tick).then(|| self.clock.now().mono);
             self.feed(input);
-            if let Some(conn) = handshake_check {
-                self.handshake_authenticate(conn);
+            if let Some((conn, token)) = bearer_token {
+                self.handshake_authenticate(conn, token);
             }
         }
         self.writers.clear();
@@ -260,19 +251,16 @@ impl Driver {
         }
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
-            self.bearers.remove(&conn);
             self.swallow.remove(&conn);
             self.metrics.forget_conn(conn);
         }
     }
 
-    /// Once `conn` is initialized, feeds its handshake bearer token to the
-    /// core as an `authenticate` request (before any later client frame).
-    fn handshake_authenticate(&mut self, conn: ConnId) {
-        if !self.host.view().conns.get(&conn).is_some_and(|c| c.initialized) {
-            return;
-        }
-        let Some(token) = self.bearers.remove(&conn) else { return };
+    /// Feeds a new connection's handshake bearer token to the core as an
+    /// `authenticate` request, before the client's first frame, so that its
+    /// `initialize` (and the subscriptions it names) is checked against
+    /// who it is.
+    fn handshake_authenticate(&mut self, conn: ConnId, token: String) {
         let frame = serde_json::json!({
             "jsonrpc": "2.0",
             "id": HANDSHAKE_AUTH_ID,

@@ -394,10 +394,12 @@ impl Host {
     }
 
     /// [`Host::fail_waiters`] with requests answered by error `code`.
-    pub(crate) fn fail_waiters_with(&mut self, _uri: &Uri, waiters: Vec<Waiter>, code: i32, reason: &str) {
+    /// A handshake waiting among them is answered without the session.
+    pub(crate) fn fail_waiters_with(&mut self, uri: &Uri, waiters: Vec<Waiter>, code: i32, reason: &str) {
         for waiter in waiters {
             match waiter {
                 Waiter::Request { conn, id, .. } => self.reply_error(conn, id, error(code, reason.to_owned())),
+                Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
                 Waiter::Action(q) => {
                     let origin = self.origin_of(q.conn, q.client_seq);
                     self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned());

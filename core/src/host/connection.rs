@@ -21,8 +21,18 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, 
 }
 
 impl Host {
+    /// `initialize`: negotiates the version and subscribes to each of
+    /// `initialSubscriptions` the connection may read, answering with their
+    /// snapshots; sessions among them whose state is not held are woken
+    /// first (`host/handshake.rs`).
     pub(crate) fn on_initialize(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: InitializeParams = match parse(params) {
+        self.initialize(conn, id, params, true);
+    }
+
+    /// [`Host::on_initialize`]; `may_wait` is false when it runs again after
+    /// the wakes it waited for, and channels still not held are left out.
+    pub(crate) fn initialize(&mut self, conn: ConnId, id: u64, raw: Value, may_wait: bool) {
+        let params: InitializeParams = match parse(raw.clone()) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
@@ -35,13 +45,33 @@ impl Host {
             }
             Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, e)),
         };
+        let mut initial: Vec<Uri> = Vec::new();
+        for uri in params.initial_subscriptions.unwrap_or_default() {
+            if !initial.contains(&uri) {
+                initial.push(uri);
+            }
+        }
+        let max = self.config.limits.subscriptions_per_conn;
+        if initial.len() > max {
+            let message = format!("too many initialSubscriptions: a connection may hold {max} subscriptions");
+            return self.reply_error(conn, id, error(INVALID_PARAMS, message));
+        }
+        // What the connection may not read is left out, as if unknown: a
+        // grant is checked here as on `subscribe`.
+        initial.retain(|uri| self.may_read(conn, uri));
+        if may_wait && self.hold_for_wakes(conn, id, "initialize", raw, &initial) {
+            return;
+        }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.client_id = Some(params.client_id.clone());
             c.initialized = true;
         }
         let mut snapshots = Vec::new();
-        for uri in params.initial_subscriptions.unwrap_or_default() {
+        for uri in initial {
             if let Some(snapshot) = self.snapshot(&uri, None) {
+                if let Some(session) = self.session_of(&uri) {
+                    self.touch(&session);
+                }
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.subscriptions.insert(uri);
                 }
@@ -71,9 +101,17 @@ impl Host {
     /// `reconnect`: replay every envelope after `lastSeenServerSeq` on the
     /// listed channels when the buffer still holds them all, else fresh
     /// snapshots. Accepted without a prior `initialize` (the `ahp`
-    /// multi-host client sends it first).
+    /// multi-host client sends it first). Sessions whose state is not held
+    /// are woken first (`host/handshake.rs`); a channel that is unknown,
+    /// that the connection may not read, or whose session could not be
+    /// woken is `missing` (left out of a snapshot answer).
     pub(crate) fn on_reconnect(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: ReconnectParams = match parse(params) {
+        self.reconnect(conn, id, params, true);
+    }
+
+    /// [`Host::on_reconnect`]; `may_wait` as for [`Host::initialize`].
+    pub(crate) fn reconnect(&mut self, conn: ConnId, id: u64, raw: Value, may_wait: bool) {
+        let params: ReconnectParams = match parse(raw.clone()) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
@@ -81,22 +119,34 @@ impl Host {
         let mut live = Vec::new();
         let mut missing = Vec::new();
         for uri in params.subscriptions {
-            if uri == ROOT_RESOURCE_URI || self.session_of(&uri).is_some_and(|s| self.snapshot(&uri, None).is_some() || self.sessions.contains_key(&s)) {
-                live.push(uri);
-            } else {
+            let known = uri == ROOT_RESOURCE_URI || self.session_of(&uri).is_some_and(|s| self.sessions.contains_key(&s));
+            if !known || !self.may_read(conn, &uri) {
                 missing.push(uri);
+            } else if !live.contains(&uri) {
+                live.push(uri);
             }
         }
+        if may_wait && self.hold_for_wakes(conn, id, "reconnect", raw, &live) {
+            return;
+        }
+        let (live, unheld): (Vec<Uri>, Vec<Uri>) =
+            live.into_iter().partition(|uri| uri == ROOT_RESOURCE_URI || self.snapshot(uri, None).is_some());
+        missing.extend(unheld);
         let oldest = self.replay.front().map(|e| e.server_seq);
         let replayable = last_seen >= self.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
-        // A channel whose state is not held, was made after the client
-        // last heard from us (evicted and rebuilt from its backend), or
-        // whose URI this process retired (disposed, perhaps made anew since)
-        // cannot be brought up to date by replay: answer with snapshots.
+        // A channel whose state was made after the client last heard from
+        // us (evicted and rebuilt from its backend), or whose URI this
+        // process retired (disposed, perhaps made anew since), cannot be
+        // brought up to date by replay: answer with snapshots.
         let rebuilt = live.iter().filter(|uri| *uri != ROOT_RESOURCE_URI).any(|uri| {
             let state = self.session_of(uri).and_then(|s| self.sessions.get(&s)).and_then(|s| s.resident.as_ref());
             self.retired.contains(uri) || state.is_none_or(|r| r.born_seq >= last_seen)
         });
+        for uri in &live {
+            if let Some(session) = self.session_of(uri) {
+                self.touch(&session);
+            }
+        }
         let result = if replayable && last_seen <= self.server_seq && !rebuilt {
             let actions = self
                 .replay
@@ -129,14 +179,7 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
-        let op = if params.channel == ROOT_RESOURCE_URI {
-            crate::grants::Operation::SessionList
-        } else if self.sessions.contains_key(&params.channel) {
-            crate::grants::Operation::SessionState
-        } else {
-            crate::grants::Operation::ChatTurns
-        };
-        if let Err(e) = self.authorize(conn, op) {
+        if let Err(e) = self.authorize(conn, self.read_operation(&params.channel)) {
             return self.reply_error(conn, id, e);
         }
         if let Some(e) = self.subscriptions_full(conn, &params.channel) {
@@ -192,13 +235,15 @@ impl Host {
 
     /// The -32602 refusal when `conn` already has as many requests waiting
     /// for wakes as it may.
-    fn waiting_full(&mut self, conn: ConnId) -> Option<ahp_types::messages::JsonRpcError> {
+    pub(crate) fn waiting_full(&mut self, conn: ConnId) -> Option<ahp_types::messages::JsonRpcError> {
         let max = self.config.limits.pending_requests_per_conn;
+        let held = self.conns.get(&conn).is_some_and(|c| c.handshake.is_some());
         let waiting: usize = self
             .sessions
             .values()
             .map(|s| s.waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
-            .sum();
+            .sum::<usize>()
+            + usize::from(held);
         if waiting < max {
             return None;
         }
@@ -223,7 +268,9 @@ impl Host {
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
         if self.conns.remove(&conn).is_some() {
             for session in self.sessions.values_mut() {
-                session.waiters.retain(|w| !matches!(w, Waiter::Request { conn: c, .. } if *c == conn));
+                session.waiters.retain(|w| {
+                    !matches!(w, Waiter::Request { conn: c, .. } | Waiter::Handshake { conn: c, .. } if *c == conn)
+                });
             }
             self.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
             self.check_residency();

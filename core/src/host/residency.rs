@@ -264,6 +264,7 @@ impl Host {
                         self.on_request(conn, id, &method, params);
                     }
                 }
+                Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
                 Waiter::Action(q) => {
                     let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
                     if busy {

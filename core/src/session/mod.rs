@@ -56,6 +56,15 @@ pub enum Waiter {
     },
     /// A client-dispatched action to apply once the session is live.
     Action(QueuedAction),
+    /// An `initialize` or `reconnect` naming this session among its
+    /// channels, answered once every session it waits for has woken or
+    /// failed to (`host/handshake.rs`).
+    Handshake {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+    },
 }
 
 /// A client-dispatched action waiting for its turn on a session.

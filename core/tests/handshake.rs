@@ -1,0 +1,236 @@
+//! `initialize` and `reconnect` naming sessions whose state is not held
+//! (Sessions page, "Sleep and wake"; reference-server.md 2.14): the reply
+//! waits for their wakes and carries a snapshot of every channel named;
+//! what cannot be woken or read is left out, never failing the handshake.
+
+mod harness;
+
+use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
+use ahpd_core::{BackendCmd, Config, ConnId, Input, Outcome};
+use harness::Harness;
+use serde_json::{json, Value};
+
+fn config(residency_limit: usize) -> Config {
+    Config { sleep_after_ms: 0, residency_limit, ..Config::default() }
+}
+
+fn session_with_turn(h: &mut Harness, id: &str) -> (String, String) {
+    let (uri, chat) = h.create(1, id);
+    h.start_turn(1, &chat, 1, "t1", "hello");
+    h.settle_backend();
+    h.agent_reply(&chat, "t1", "Echo: hello");
+    (uri, chat)
+}
+
+fn records(h: &Harness) -> Vec<ahpd_core::SessionRecord> {
+    h.host.view().sessions.values().map(|s| s.record.clone()).collect()
+}
+
+fn resident(h: &Harness, uri: &str) -> bool {
+    h.host.view().sessions.get(uri).expect("the session is listed").resident.is_some()
+}
+
+fn phase(h: &Harness, uri: &str) -> &'static str {
+    h.host.view().sessions.get(uri).expect("the session is listed").phase.name()
+}
+
+fn initialize(h: &mut Harness, conn: u64, channels: &[&str]) -> u64 {
+    h.input(Input::Connected { conn: ConnId(conn) });
+    h.send_request(conn, "initialize", json!({
+        "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": format!("client-{conn}"),
+        "initialSubscriptions": channels,
+    }))
+}
+
+fn resources(reply: &Value, list: &str) -> Vec<String> {
+    reply["result"][list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list}: {reply}"))
+        .iter()
+        .filter_map(|s| s["resource"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Whether `conn` was sent an envelope on `channel` among `frames`.
+fn saw_envelope(frames: &[Value], channel: &str) -> bool {
+    frames.iter().any(|f| f["method"] == "action" && f["params"]["channel"] == channel)
+}
+
+#[test]
+fn initial_subscriptions_wake_what_a_restart_left_as_rows_and_answer_with_every_snapshot() {
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (_, b_chat) = session_with_turn(&mut h, "b");
+    let mut h = Harness::with_records(config(10), records(&h));
+    let rid = initialize(&mut h, 1, &["ahp-root://", &a, &a_chat, &b_chat]);
+    assert_eq!(h.take_reply(1, rid), None, "the reply waits for the wakes");
+    let starts: Vec<String> = h
+        .backend_cmds()
+        .into_iter()
+        .filter_map(|(op, chat, cmd)| match cmd {
+            BackendCmd::Start { resume: true, conversation_id, .. } => {
+                h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+                Some(chat)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, [a_chat.clone(), b_chat.clone()], "both sessions resumed, each once");
+    let reply = h.take_reply(1, rid).expect("answered once both woke");
+    assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", a.as_str(), a_chat.as_str(), b_chat.as_str()]);
+    assert_eq!(reply["result"]["snapshots"][1]["state"]["title"], "hello", "its title, from its first message: {reply}");
+    // The client is subscribed to what it named: another client's turn in
+    // `a`'s chat reaches it.
+    h.connect(2, "c2");
+    h.start_turn(2, &a_chat, 1, "t2", "again");
+    assert!(saw_envelope(&h.frames(1), &a_chat), "the chat's envelopes reach the first client");
+}
+
+#[test]
+fn a_session_that_cannot_be_woken_is_left_out_and_the_rest_is_answered() {
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let (b, _) = session_with_turn(&mut h, "b");
+    let mut h = Harness::with_records(config(10), records(&h));
+    let rid = initialize(&mut h, 1, &[&a, &b]);
+    for (op, chat, cmd) in h.backend_cmds() {
+        let BackendCmd::Start { conversation_id, .. } = cmd else { continue };
+        let outcome = if h.host.view().chats.get(&chat) == Some(&a) {
+            Outcome::Failed { message: "no such conversation".into() }
+        } else {
+            Outcome::Started { conversation_id, history: Vec::new() }
+        };
+        h.done(op, outcome);
+    }
+    let reply = h.take_reply(1, rid).expect("answered");
+    assert!(reply.get("error").is_none(), "a failed wake does not fail the handshake: {reply}");
+    assert_eq!(resources(&reply, "snapshots"), [b.as_str()]);
+    assert_eq!(phase(&h, &a), "asleep", "it stays asleep for the next waker");
+    assert!(!resident(&h, &a));
+    // Nothing holds `a` for this client: a later subscribe tries again.
+    let sid = h.send_request(1, "subscribe", json!({"channel": a}));
+    h.settle_backend();
+    assert!(h.take_reply(1, sid).expect("subscribed")["result"]["snapshot"].is_object());
+}
+
+#[test]
+fn sessions_woken_for_a_handshake_are_held_until_it_answers_whatever_the_residency_limit() {
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let (b, _) = session_with_turn(&mut h, "b");
+    let (c, _) = session_with_turn(&mut h, "c");
+    let mut h = Harness::with_records(config(1), records(&h));
+    let rid = initialize(&mut h, 1, &[&a, &b, &c]);
+    // The wakes end one by one; none is taken by the limit before the
+    // reply, though each is over it.
+    let starts: Vec<_> = h.backend_cmds().into_iter().filter(|(_, _, cmd)| matches!(cmd, BackendCmd::Start { .. })).collect();
+    assert_eq!(starts.len(), 3);
+    let mut woken = Vec::new();
+    for (op, chat, cmd) in starts {
+        let BackendCmd::Start { conversation_id, .. } = cmd else { continue };
+        h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+        woken.push(h.host.view().chats.get(&chat).cloned().expect("a chat of a session"));
+        h.advance(60_000);
+        if woken.len() < 3 {
+            assert_eq!(h.take_reply(1, rid), None, "still waiting");
+            assert!(woken.iter().all(|s| resident(&h, s)), "{woken:?} all held");
+        }
+    }
+    let reply = h.take_reply(1, rid).expect("answered");
+    assert_eq!(resources(&reply, "snapshots"), [a.as_str(), b.as_str(), c.as_str()]);
+    assert!([&a, &b, &c].iter().all(|s| resident(&h, s)), "watched sessions stay over the limit");
+    // Once the client leaves, the limit applies again.
+    h.input(Input::Disconnected { conn: ConnId(1) });
+    h.advance(60_000);
+    assert_eq!([&a, &b, &c].iter().filter(|s| resident(&h, s)).count(), 1);
+}
+
+#[test]
+fn a_client_that_leaves_mid_handshake_pins_nothing_and_is_sent_nothing() {
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let (b, _) = session_with_turn(&mut h, "b");
+    let mut h = Harness::with_records(config(1), records(&h));
+    let rid = initialize(&mut h, 1, &[&a, &b]);
+    h.input(Input::Disconnected { conn: ConnId(1) });
+    h.settle_backend();
+    assert_eq!(h.take_reply(1, rid), None);
+    assert_eq!(h.frames(1), Vec::<Value>::new());
+    assert_eq!([&a, &b].iter().filter(|s| resident(&h, s)).count(), 1, "the limit holds once nobody waits");
+}
+
+#[test]
+fn a_reconnect_wakes_evicted_sessions_and_answers_with_their_snapshots() {
+    let mut h = Harness::new(config(1));
+    h.connect(1, "c1");
+    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let last_seen = h.frames(1).iter().filter_map(|f| f["params"]["serverSeq"].as_u64()).max().unwrap_or(0);
+    let (b, _) = session_with_turn(&mut h, "b");
+    assert!(!resident(&h, &a), "the limit took the least recently used");
+    h.input(Input::Disconnected { conn: ConnId(1) });
+    h.input(Input::Connected { conn: ConnId(3) });
+    let rid = h.send_request(3, "reconnect", json!({
+        "channel": "ahp-root://", "clientId": "c1", "lastSeenServerSeq": last_seen,
+        "subscriptions": ["ahp-root://", a_chat, "ahp-session:/never-made"]
+    }));
+    assert_eq!(h.take_reply(3, rid), None, "the reply waits for the wake");
+    h.settle_backend();
+    let reply = h.take_reply(3, rid).expect("answered");
+    assert_eq!(reply["result"]["type"], "snapshot", "a rebuilt state is never replayed onto: {reply}");
+    assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", a_chat.as_str()]);
+    assert!(resident(&h, &a) && !resident(&h, &b), "the watched one stays, the other went");
+}
+
+fn directory() -> UsersDirectory {
+    let user = |id: &str, role| User {
+        id: id.into(),
+        token_sha256: token_hash(&format!("token-{id}")),
+        role,
+        administrator: false,
+        memberships: vec![Membership { team: "t".into(), project: id.into(), primary: true }],
+    };
+    UsersDirectory { users: vec![user("owner", Role::Member)], plugins: Vec::new() }
+}
+
+#[test]
+fn a_handshake_subscribes_only_to_what_the_connection_may_read() {
+    let mut h = Harness::new(Config { users: Some(directory()), ..Config::default() });
+    h.connect(1, "c1");
+    let r = h.request(1, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": "token-owner"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let (uri, chat) = h.create(1, "s");
+    // Signed in with nobody: the root, the session and its chat are left
+    // out, as `subscribe` would refuse them.
+    let rid = initialize(&mut h, 2, &["ahp-root://", &uri, &chat]);
+    let reply = h.take_reply(2, rid).expect("answered");
+    assert_eq!(resources(&reply, "snapshots"), Vec::<String>::new(), "{reply}");
+    h.create(1, "t");
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let frames = h.frames(2);
+    assert!(frames.iter().all(|f| f["method"] != "root/sessionAdded"), "no catalogue rows: {frames:?}");
+    assert!(!saw_envelope(&frames, &chat), "no turns");
+    let rid = h.send_request(2, "reconnect", json!({
+        "channel": "ahp-root://", "clientId": "c2", "lastSeenServerSeq": 0, "subscriptions": ["ahp-root://", chat]
+    }));
+    let reply = h.take_reply(2, rid).expect("answered");
+    let shown: Vec<&Value> = reply["result"]["snapshots"].as_array().map(|s| s.iter().collect()).unwrap_or_default();
+    assert!(shown.is_empty(), "{reply}");
+    if reply["result"]["type"] == "replay" {
+        assert_eq!(reply["result"]["missing"], json!(["ahp-root://", chat]), "{reply}");
+        assert_eq!(reply["result"]["actions"], json!([]), "{reply}");
+    }
+    // Signed in before the handshake (as the daemon does with a bearer
+    // token), the same names are answered.
+    h.input(Input::Connected { conn: ConnId(3) });
+    let r = h.request(3, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": "token-owner"}));
+    assert_eq!(r["result"], json!({}), "{r}");
+    let rid = h.send_request(3, "initialize", json!({
+        "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c3", "initialSubscriptions": ["ahp-root://", uri, chat],
+    }));
+    let reply = h.take_reply(3, rid).expect("answered");
+    assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", uri.as_str(), chat.as_str()]);
+}

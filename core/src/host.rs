@@ -342,6 +342,12 @@ impl Host {
             ));
         }
         record.config = values;
+        // A record stored before the offer was kept reads one from its git
+        // record, once, here: a session's reported config changes only when
+        // the host says so, never because a later send wrote git facts.
+        if record.offer.is_none() && !record.external {
+            record.offer = crate::session::state::offer_from_git(&record);
+        }
         let can_resume = self.agent_can_resume(&record.provider);
         for chat in &record.chats {
             self.chats.insert(chat.resource.clone(), uri.clone());

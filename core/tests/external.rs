@@ -218,3 +218,43 @@ fn a_scan_answering_after_a_dispose_does_not_bring_the_session_back() {
     answer_scan(&mut h, "echo", vec![own_row("gone", &chat, "ahp-session@gone", now - 1000)]);
     assert!(h.list(1).is_empty(), "the disposed session stays gone");
 }
+
+/// The config a session reports changes only when the host says so: a
+/// session read back from its backend's own list (its record lost) has no
+/// offer, and its first send writing git facts does not make one appear
+/// under its subscribers (the sim found this, seed 1902 of 0835691's sim).
+/// A restart reads one from those facts.
+#[test]
+fn a_rediscovered_session_reports_the_same_config_before_and_after_its_first_send() {
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    let row = ScannedRow {
+        conversation_id: "ahp-session@mine".into(),
+        session: Some("ahp-session:/mine".into()),
+        chat: Some("ahp-chat:/ahp-session@mine".into()),
+        title: "mine".into(),
+        working_directory: Some("file:///w/repo".into()),
+        created_at: WallTime(now - 5000),
+        modified_at: WallTime(now - 1000),
+    };
+    answer_scan(&mut h, "echo", vec![row]);
+    let sid = h.send_request(1, "subscribe", json!({"channel": "ahp-session:/mine"}));
+    h.settle_no_repo();
+    let before = h.take_reply(1, sid).expect("subscribed")["result"]["snapshot"]["state"]["config"].clone();
+    assert_eq!(before, Value::Null, "no offer was ever made to it");
+    h.start_turn(1, "ahp-chat:/ahp-session@mine", 1, "t1", "hello");
+    h.settle_no_repo();
+    assert!(h.host.view().sessions.get("ahp-session:/mine").is_some_and(|s| s.record.git.is_some()), "the send asked git");
+    h.connect(2, "c2");
+    let after = h.request(2, "subscribe", json!({"channel": "ahp-session:/mine"}));
+    assert_eq!(after["result"]["snapshot"]["state"]["config"], before, "{after}");
+    // Read back after a restart, the git facts give it one.
+    let records: Vec<_> = h.host.view().sessions.values().map(|s| s.record.clone()).collect();
+    let mut h = Harness::with_records(config(), records);
+    h.connect(1, "c1");
+    let sid = h.send_request(1, "subscribe", json!({"channel": "ahp-session:/mine"}));
+    h.settle_no_repo();
+    let reply = h.take_reply(1, sid).expect("subscribed");
+    assert_eq!(reply["result"]["snapshot"]["state"]["config"]["values"], json!({"isolation": "folder"}), "{reply}");
+}

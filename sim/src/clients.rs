@@ -48,8 +48,11 @@ pub struct Mirror {
 /// What a request was, so its reply can be checked and used.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReqKind {
-    /// `initialize`.
-    Initialize,
+    /// `initialize`, with the channels its `initialSubscriptions` named.
+    Initialize {
+        /// The channels named, in order.
+        named: Vec<Uri>,
+    },
     /// `reconnect` with the channels it listed.
     Reconnect,
     /// `subscribe` to a channel, with or without a view limit.
@@ -266,14 +269,26 @@ impl Client {
 
     fn initialize(&mut self, rng: &mut SimRng) -> ClientOut {
         self.mirrors.clear();
-        let initial: Vec<&str> = if rng.chance(0.7) { vec![ROOT_RESOURCE_URI] } else { vec![] };
+        let mut initial: Vec<Uri> = if rng.chance(0.7) { vec![ROOT_RESOURCE_URI.to_owned()] } else { vec![] };
+        // Sometimes name sessions it heard of too: after a host restart or
+        // an eviction they are rows, woken before the reply.
+        if rng.chance(0.3) {
+            let known: Vec<Uri> = self.known.iter().cloned().collect();
+            for _ in 0..3 {
+                if let Some(uri) = rng.pick(&known) {
+                    if !initial.contains(uri) {
+                        initial.push(uri.clone());
+                    }
+                }
+            }
+        }
         let params = json!({
             "channel": ROOT_RESOURCE_URI,
             "protocolVersions": ["1.0.0"],
             "clientId": self.client_id,
             "initialSubscriptions": initial,
         });
-        self.send_request("initialize", params, ReqKind::Initialize)
+        self.send_request("initialize", params, ReqKind::Initialize { named: initial })
     }
 
     /// The connection is gone (closed by either side, or the host crashed).
@@ -525,10 +540,20 @@ impl Client {
             return Err(breach("client_frame_json", format!("a reply must carry exactly one of result and error: {text}")));
         }
         match (req.kind, result) {
-            (ReqKind::Initialize, Some(result)) => {
+            (ReqKind::Initialize { named }, Some(result)) => {
                 let init: InitializeResult = decode("initialize result", result)?;
                 if init.protocol_version != "1.0.0" {
                     return Err(breach("client_handshake", format!("negotiated {}", init.protocol_version)));
+                }
+                // A snapshot only of what was named, in the order named.
+                let mut rest = named.iter();
+                for snapshot in &init.snapshots {
+                    if !rest.any(|uri| *uri == snapshot.resource) {
+                        return Err(breach("client_handshake", format!("snapshot of {} not named in {named:?}, or out of order", snapshot.resource)));
+                    }
+                }
+                if named.first().is_some_and(|u| u == ROOT_RESOURCE_URI) && init.snapshots.first().is_none_or(|s| s.resource != ROOT_RESOURCE_URI) {
+                    return Err(breach("client_handshake", "the root was named and not answered".to_owned()));
                 }
                 self.ready = true;
                 self.watermark = init.server_seq.max(0) as u64;
@@ -537,7 +562,7 @@ impl Client {
                 }
                 Ok(Vec::new())
             }
-            (ReqKind::Initialize, None) => Err(breach("client_handshake", format!("initialize refused: {text}"))),
+            (ReqKind::Initialize { .. }, None) => Err(breach("client_handshake", format!("initialize refused: {text}"))),
             (ReqKind::Reconnect, Some(result)) => {
                 let result: ReconnectResult = decode("reconnect result", result)?;
                 self.ready = true;

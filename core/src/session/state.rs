@@ -46,25 +46,27 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
 
 /// The `config` a session's state reports (`{schema, values}`, Sessions
 /// page, "Configuration keys"), composed from what its folder was offered
-/// when it was made. A session stored before offers were kept has one
-/// read from what its git record says (in a repository or not, the branch
-/// its tree was cut from); `None` for an external session, or an old one
-/// that never asked git. Held as JSON, not in [`SessionState`], because
+/// when it was made (a record stored before offers were kept gets one from
+/// [`offer_from_git`] when it is read back); `None` when it has no offer:
+/// an external session, one adopted from a backend's own list or imported,
+/// or an old one that never asked git. Held as JSON, not in [`SessionState`], because
 /// `ahp_types` keeps a schema's properties in a `HashMap` whose order
 /// changes every run; this JSON keeps the page's order, and snapshots are
 /// written with it.
 pub fn session_config(record: &SessionRecord) -> Option<serde_json::Value> {
-    let offer = match &record.offer {
-        Some(offer) => offer.clone(),
-        None if record.external => return None,
-        None => {
-            let git = record.git.as_ref()?;
-            let branch = git.worktree.as_ref().map(|w| w.base_branch.clone()).filter(|b| !b.is_empty());
-            crate::session_config::ConfigOffer { repo: git.repo_root.is_some() || git.worktree.is_some(), branch }
-        }
-    };
+    let offer = record.offer.as_ref()?;
     let backend = crate::session_config::backend_properties(&record.provider);
-    Some(crate::session_config::reported(&offer, record.scope.as_deref(), backend, &record.config))
+    Some(crate::session_config::reported(offer, record.scope.as_deref(), backend, &record.config))
+}
+
+/// The offer a record stored before offers were kept is read back with:
+/// in a repository when its git record names one or a tree, the branch its
+/// tree was cut from; `None` when it never asked git. Applied once, when
+/// the record is read back (`Host::new`).
+pub fn offer_from_git(record: &SessionRecord) -> Option<crate::session_config::ConfigOffer> {
+    let git = record.git.as_ref()?;
+    let branch = git.worktree.as_ref().map(|w| w.base_branch.clone()).filter(|b| !b.is_empty());
+    Some(crate::session_config::ConfigOffer { repo: git.repo_root.is_some() || git.worktree.is_some(), branch })
 }
 
 /// A chat channel's state from its record and the turns the backend

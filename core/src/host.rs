@@ -29,7 +29,7 @@ mod detached;
 mod discovery;
 mod dispatch;
 mod git;
-mod handshake;
+pub(crate) mod handshake;
 mod trees;
 mod trust;
 mod residency;
@@ -82,11 +82,18 @@ pub struct Handshake {
     pub method: String,
     /// The request's params, re-run as they came.
     pub params: serde_json::Value,
-    /// The sessions it named that were woken for it: watched until the
-    /// reply, so no sleep or eviction takes one it has just woken.
+    /// Every session it named (by the session or one of its chats):
+    /// watched until the reply, so no sleep or eviction takes one it has
+    /// just woken, or one it found held, while others wake.
     pub sessions: BTreeSet<Uri>,
     /// Those whose wake has not ended yet.
     pub waiting: BTreeSet<Uri>,
+    /// When it is answered with what is held, wakes ended or not (ten
+    /// seconds after it came, `host/handshake.rs`).
+    pub until: MonoTime,
+    /// The connection's frames that came while it waited, in order: run
+    /// once it is answered, as if the wakes had been instant.
+    pub queued: Vec<String>,
 }
 
 impl Conn {
@@ -423,7 +430,8 @@ impl Host {
         let sleep = self.held_sessions().filter_map(|(_, s)| self.sleep_due_at(s)).min();
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
-        [sleep, sweep, self.awareness_deadline()].into_iter().flatten().min()
+        let handshake = self.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
+        [sleep, sweep, self.awareness_deadline(), handshake].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -468,6 +476,15 @@ impl Host {
             }
             return;
         }
+        if self.queue_behind_handshake(conn, text) {
+            return;
+        }
+        self.run_frame(conn, text);
+    }
+
+    /// Decodes one frame of `conn` and runs it (rate and handshake checks
+    /// done).
+    pub(crate) fn run_frame(&mut self, conn: ConnId, text: &str) {
         match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
             Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
@@ -673,7 +690,9 @@ impl Host {
         match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
             Some(p) if p.holds(op) => Ok(()),
             Some(_) => Err(error(PERMISSION_DENIED, crate::grants::refusal(op))),
-            None => Err(error(PERMISSION_DENIED, format!("authenticate first: {} needs a signed-in user", op.name()))),
+            // The same words whatever was asked, so that a connection not
+            // signed in cannot tell which channels exist.
+            None => Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only")),
         }
     }
 

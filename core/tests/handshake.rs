@@ -133,7 +133,7 @@ fn sessions_woken_for_a_handshake_are_held_until_it_answers_whatever_the_residen
         let BackendCmd::Start { conversation_id, .. } = cmd else { continue };
         h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
         woken.push(h.host.view().chats.get(&chat).cloned().expect("a chat of a session"));
-        h.advance(60_000);
+        h.advance(3_000);
         if woken.len() < 3 {
             assert_eq!(h.take_reply(1, rid), None, "still waiting");
             assert!(woken.iter().all(|s| resident(&h, s)), "{woken:?} all held");
@@ -213,6 +213,16 @@ fn a_handshake_subscribes_only_to_what_the_connection_may_read() {
     let frames = h.frames(2);
     assert!(frames.iter().all(|f| f["method"] != "root/sessionAdded"), "no catalogue rows: {frames:?}");
     assert!(!saw_envelope(&frames, &chat), "no turns");
+    // Nor can it tell which channels exist: a subscribe and an action are
+    // refused in the same words for a session that exists and one that
+    // does not.
+    let refusal = |h: &mut Harness, channel: &str| {
+        let r = h.request(2, "subscribe", json!({"channel": channel}));
+        h.dispatch(2, channel, 9, json!({"type": "session/isReadChanged", "isRead": true}));
+        let echo: Vec<Value> = h.frames(2).into_iter().map(|f| f["params"]["rejectionReason"].clone()).collect();
+        (r["error"].clone(), echo)
+    };
+    assert_eq!(refusal(&mut h, &uri), refusal(&mut h, "ahp-session:/never-made"));
     let rid = h.send_request(2, "reconnect", json!({
         "channel": "ahp-root://", "clientId": "c2", "lastSeenServerSeq": 0, "subscriptions": ["ahp-root://", chat]
     }));
@@ -233,4 +243,98 @@ fn a_handshake_subscribes_only_to_what_the_connection_may_read() {
     }));
     let reply = h.take_reply(3, rid).expect("answered");
     assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", uri.as_str(), chat.as_str()]);
+}
+
+#[test]
+fn a_held_session_named_beside_sleeping_ones_is_kept_while_they_wake() {
+    // Found by a new-user trial: with the limit at 1, the wake of one named
+    // session evicted another named one that was held and unwatched.
+    let mut h = Harness::new(config(1));
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let (b, _) = session_with_turn(&mut h, "b");
+    let (c, _) = session_with_turn(&mut h, "c");
+    h.input(Input::Disconnected { conn: ConnId(1) });
+    h.advance(60_000);
+    assert!(!resident(&h, &a) && !resident(&h, &b) && resident(&h, &c), "only the newest is held");
+    let rid = initialize(&mut h, 2, &[&a, &b, &c]);
+    h.settle_backend();
+    let reply = h.take_reply(2, rid).expect("answered");
+    assert_eq!(resources(&reply, "snapshots"), [a.as_str(), b.as_str(), c.as_str()]);
+    h.connect(3, "c3");
+    let c_chat = h.host.view().sessions.get(&c).map(|s| s.record.default_chat.clone()).expect("c");
+    h.start_turn(3, &c_chat, 1, "t9", "still there?");
+    assert!(saw_envelope(&h.frames(2), &c), "the first client hears of the turn in c");
+}
+
+#[test]
+fn frames_sent_while_a_handshake_waits_run_after_its_answer_in_order() {
+    // Found by a new-user trial: they were refused ("initialize first") and
+    // a message dispatched meanwhile was lost.
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (_, b_chat) = session_with_turn(&mut h, "b");
+    let mut h = Harness::with_records(config(10), records(&h));
+    let rid = initialize(&mut h, 1, &[&a, &a_chat]);
+    let list = h.send_request(1, "listSessions", json!({"channel": "ahp-root://"}));
+    let sub = h.send_request(1, "subscribe", json!({"channel": b_chat}));
+    h.dispatch(1, &a_chat, 1, json!({
+        "type": "chat/turnStarted", "turnId": "t2", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "sent early", "origin": {"kind": "user"}}
+    }));
+    assert_eq!(h.frames(1), Vec::<Value>::new(), "nothing is answered before the handshake");
+    h.settle();
+    let frames = h.frames(1);
+    let position = |pred: &dyn Fn(&Value) -> bool| frames.iter().position(pred);
+    let init_at = position(&|f| f["id"] == rid).expect("initialize answered");
+    let list_at = position(&|f| f["id"] == list).expect("listSessions answered");
+    let sub_at = position(&|f| f["id"] == sub).expect("subscribe answered");
+    let echo_at = position(&|f| f["params"]["action"]["turnId"] == "t2").expect("the turn is echoed");
+    assert!(init_at < list_at && list_at < sub_at, "{frames:?}");
+    assert!(frames[list_at]["result"]["items"].is_array(), "{}", frames[list_at]);
+    assert!(frames[sub_at]["result"]["snapshot"].is_object(), "{}", frames[sub_at]);
+    assert!(frames[echo_at]["params"]["rejectionReason"].is_null(), "the early message ran: {}", frames[echo_at]);
+}
+
+#[test]
+fn a_handshake_waits_at_most_ten_seconds_then_answers_with_what_is_held() {
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, _) = session_with_turn(&mut h, "a");
+    let mut h = Harness::with_records(config(10), records(&h));
+    let rid = initialize(&mut h, 1, &["ahp-root://", &a]);
+    let starts = h.backend_cmds();
+    h.advance(9_999);
+    assert_eq!(h.take_reply(1, rid), None, "still waiting");
+    h.advance(1);
+    let reply = h.take_reply(1, rid).expect("answered when the wait is over");
+    assert_eq!(resources(&reply, "snapshots"), ["ahp-root://"]);
+    // The wake goes on; when it ends, the client is not subscribed to it.
+    for (op, _, cmd) in starts {
+        if let BackendCmd::Start { conversation_id, .. } = cmd {
+            h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+        }
+    }
+    assert!(resident(&h, &a));
+    assert!(!h.frames(1).iter().any(|f| f["id"] == rid), "answered once");
+    assert!(!h.host.view().conns[&ConnId(1)].subscriptions.contains(&a));
+}
+
+#[test]
+fn reconnect_holds_to_the_subscription_limit_as_initialize_does() {
+    let mut cfg = config(10);
+    cfg.limits.subscriptions_per_conn = 2;
+    let mut h = Harness::new(cfg);
+    h.input(Input::Connected { conn: ConnId(1) });
+    let r = h.request(1, "reconnect", json!({
+        "channel": "ahp-root://", "clientId": "c1", "lastSeenServerSeq": 0,
+        "subscriptions": ["ahp-root://", "ahp-session:/a", "ahp-session:/b"]
+    }));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = h.request(1, "initialize", json!({
+        "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c1",
+        "initialSubscriptions": ["ahp-root://", "ahp-session:/a", "ahp-session:/b"]
+    }));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
 }

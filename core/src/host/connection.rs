@@ -115,6 +115,12 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        let max = self.config.limits.subscriptions_per_conn;
+        let distinct: std::collections::BTreeSet<&Uri> = params.subscriptions.iter().collect();
+        if distinct.len() > max {
+            let message = format!("too many subscriptions: a connection may hold {max} subscriptions");
+            return self.reply_error(conn, id, error(INVALID_PARAMS, message));
+        }
         let last_seen = params.last_seen_server_seq.max(0) as u64;
         let mut live = Vec::new();
         let mut missing = Vec::new();

@@ -94,13 +94,15 @@ impl Host {
         if channel == ROOT_RESOURCE_URI {
             return self.on_root_action(conn, channel, params.action, origin);
         }
-        // An action for a channel that does not exist is dropped silently.
-        let Some(session_uri) = self.session_of(&channel) else { return };
+        // The grant first, so that a caller without it is answered the
+        // same whether the channel exists or not; then an action for a
+        // channel that does not exist is dropped silently.
         if let Some(op) = operation_of(&params.action) {
             if let Err(e) = self.authorize(conn, op) {
                 return self.reject(conn, &channel, params.action, origin, e.message);
             }
         }
+        let Some(session_uri) = self.session_of(&channel) else { return };
         if let StateAction::SessionConfigChanged(change) = &params.action {
             // Every key of the table is sessionMutable: false, and so is
             // any backend key that does not say otherwise.

@@ -7,9 +7,14 @@
 //! page, "Sleep and wake"; reference-server.md 2.14: "with them, snapshots
 //! for each requested session and chat").
 //!
-//! The sessions a held handshake woke are watched by its connection until
+//! The sessions a held handshake names are watched by its connection until
 //! the reply ([`crate::host::Conn::watches`]), so neither sleep nor the
-//! residency limit takes one before the client is subscribed to it.
+//! residency limit takes one (woken for it or found held) before the client
+//! is subscribed to it. The wait is bounded: after [`HANDSHAKE_WAIT_MS`] the
+//! handshake is answered with what is held (a session still waking is left
+//! out, and goes on waking), well inside a client's request timeout (the
+//! `ahp` client's is 30 s, as long as an agent's start-up may take). The
+//! connection's frames that come meanwhile wait behind it, in order.
 
 use std::collections::BTreeSet;
 
@@ -17,9 +22,15 @@ use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
 use super::{Handshake, Host};
-use crate::effect::ConnId;
+use crate::effect::{ConnId, LogLevel};
 use crate::grants::Operation;
+use crate::protocol::codec::{self, Incoming};
+use crate::protocol::error::{error, INVALID_REQUEST};
 use crate::session::{Phase, Waiter};
+
+/// How long a handshake waits for the wakes of the sessions it names
+/// before it is answered with what is held, in ms.
+pub const HANDSHAKE_WAIT_MS: u64 = 10_000;
 
 impl Host {
     /// The grant a read of `channel` needs: the root is the session list,
@@ -47,15 +58,20 @@ impl Host {
     /// handshake or as many waiting requests as it may: the caller answers
     /// at once with what is held.
     pub(crate) fn hold_for_wakes(&mut self, conn: ConnId, id: u64, method: &str, params: Value, channels: &[Uri]) -> bool {
-        let sleepers: BTreeSet<Uri> = channels
+        let named: BTreeSet<Uri> = channels
             .iter()
             .filter(|channel| channel.as_str() != ROOT_RESOURCE_URI)
             .filter_map(|channel| self.session_of(channel))
+            .filter(|uri| self.sessions.contains_key(uri))
+            .collect();
+        let sleepers: BTreeSet<Uri> = named
+            .iter()
             .filter(|uri| {
                 self.sessions
-                    .get(uri)
+                    .get(*uri)
                     .is_some_and(|s| s.resident.is_none() && matches!(s.phase, Phase::Asleep | Phase::Waking))
             })
+            .cloned()
             .collect();
         if sleepers.is_empty() || self.conns.get(&conn).is_none_or(|c| c.handshake.is_some()) {
             return false;
@@ -63,13 +79,16 @@ impl Host {
         if self.waiting_full(conn).is_some() {
             return false;
         }
+        let until = self.now.mono.plus_ms(HANDSHAKE_WAIT_MS);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.handshake = Some(Handshake {
                 id,
                 method: method.to_owned(),
                 params,
-                sessions: sleepers.clone(),
+                sessions: named,
                 waiting: sleepers.clone(),
+                until,
+                queued: Vec::new(),
             });
         }
         for uri in &sleepers {
@@ -91,16 +110,72 @@ impl Host {
     /// and answers with the snapshots of what is held now.
     pub(crate) fn handshake_settled(&mut self, conn: ConnId, id: u64, session: &Uri) {
         let Some(c) = self.conns.get_mut(&conn) else { return };
-        let Some(held) = c.handshake.as_mut().filter(|h| h.id == id) else { return };
+        let Some(held) = c.handshake.as_mut().filter(|h| h.id == id && h.waiting.contains(session)) else { return };
         held.waiting.remove(session);
-        if !held.waiting.is_empty() {
-            return;
+        if held.waiting.is_empty() {
+            self.answer_handshake(conn);
         }
-        let Some(held) = c.handshake.take() else { return };
+    }
+
+    /// Answers every handshake whose wait is over with what is held now
+    /// (called as time moves; [`HANDSHAKE_WAIT_MS`]).
+    pub(crate) fn answer_overdue_handshakes(&mut self) {
+        let now = self.now.mono;
+        let overdue: Vec<ConnId> =
+            self.conns.iter().filter(|(_, c)| c.handshake.as_ref().is_some_and(|h| h.until <= now)).map(|(id, _)| *id).collect();
+        for conn in overdue {
+            let waiting = self.conns.get(&conn).and_then(|c| c.handshake.as_ref()).map(|h| h.waiting.len()).unwrap_or(0);
+            self.log(LogLevel::Info, "handshake.answered_early", None, format!(
+                "connection {}: {waiting} session(s) still waking after {HANDSHAKE_WAIT_MS} ms are left out",
+                conn.0
+            ));
+            self.answer_handshake(conn);
+        }
+    }
+
+    /// Runs `conn`'s held handshake again, answering with what is held,
+    /// then the frames that waited behind it, in order (a later one may
+    /// hold a handshake again; the rest then wait behind that).
+    fn answer_handshake(&mut self, conn: ConnId) {
+        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.take()) else { return };
         match held.method.as_str() {
-            "reconnect" => self.reconnect(conn, id, held.params, false),
-            _ => self.initialize(conn, id, held.params, false),
+            "reconnect" => self.reconnect(conn, held.id, held.params, false),
+            _ => self.initialize(conn, held.id, held.params, false),
         }
         self.check_residency();
+        let mut queued = held.queued.into_iter();
+        while let Some(text) = queued.next() {
+            if !self.conns.contains_key(&conn) {
+                return;
+            }
+            if let Some(next) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) {
+                next.queued.push(text);
+                next.queued.extend(queued);
+                return;
+            }
+            self.run_frame(conn, &text);
+        }
+    }
+
+    /// Keeps a frame of `conn` that came while its handshake waits, to run
+    /// after the answer. Returns false when there is no handshake waiting.
+    /// Past the connection's limit of waiting requests, a request is
+    /// refused at once (-32600) and a notification dropped, with a warning.
+    pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, text: &str) -> bool {
+        let max = self.config.limits.pending_requests_per_conn;
+        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return false };
+        if held.queued.len() < max {
+            held.queued.push(text.to_owned());
+            return true;
+        }
+        self.log(LogLevel::Warn, "limit.pending_requests", None, format!(
+            "connection {}: {max} frames already wait behind its handshake",
+            conn.0
+        ));
+        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+            let message = format!("too many requests waiting: {max} frames already wait behind this connection's handshake");
+            self.reply_error(conn, id, error(INVALID_REQUEST, message));
+        }
+        true
     }
 }

@@ -29,9 +29,11 @@ impl Host {
         Some(session.last_activity.plus_ms(self.config.sleep_after_ms))
     }
 
-    /// Fires what is due at the current time: idle sleeps, then the
-    /// once-a-minute residency sweep.
+    /// Fires what is due at the current time: handshakes whose wait is over
+    /// are answered, then idle sleeps, then the once-a-minute residency
+    /// sweep.
     pub(crate) fn fire_due(&mut self) {
+        self.answer_overdue_handshakes();
         let now = self.now.mono;
         let due: Vec<Uri> = self
             .held_sessions()

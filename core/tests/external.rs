@@ -105,16 +105,7 @@ fn a_conversation_whose_record_was_lost_comes_back_unread_and_unarchived() {
     let mut h = Harness::new(config());
     h.connect(1, "c1");
     let now = h.now.wall.0;
-    let row = ScannedRow {
-        conversation_id: "ahp-session@mine".into(),
-        session: Some("ahp-session:/mine".into()),
-        chat: Some("ahp-chat:/ahp-session@mine".into()),
-        title: "mine".into(),
-        working_directory: None,
-        created_at: WallTime(now - 5000),
-        modified_at: WallTime(now - 1000),
-    };
-    answer_scan(&mut h, "echo", vec![row]);
+    answer_scan(&mut h, "echo", vec![own_row("mine", "ahp-chat:/ahp-session@mine", "ahp-session@mine", now - 1000)]);
     let rows = h.list(1);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["resource"], "ahp-session:/mine");
@@ -229,16 +220,8 @@ fn a_rediscovered_session_reports_the_same_config_before_and_after_its_first_sen
     let mut h = Harness::new(config());
     h.connect(1, "c1");
     let now = h.now.wall.0;
-    let row = ScannedRow {
-        conversation_id: "ahp-session@mine".into(),
-        session: Some("ahp-session:/mine".into()),
-        chat: Some("ahp-chat:/ahp-session@mine".into()),
-        title: "mine".into(),
-        working_directory: Some("file:///w/repo".into()),
-        created_at: WallTime(now - 5000),
-        modified_at: WallTime(now - 1000),
-    };
-    answer_scan(&mut h, "echo", vec![row]);
+    let row = own_row("mine", "ahp-chat:/ahp-session@mine", "ahp-session@mine", now - 1000);
+    answer_scan(&mut h, "echo", vec![ScannedRow { working_directory: Some("file:///w/repo".into()), ..row }]);
     let sid = h.send_request(1, "subscribe", json!({"channel": "ahp-session:/mine"}));
     h.settle_no_repo();
     let before = h.take_reply(1, sid).expect("subscribed")["result"]["snapshot"]["state"]["config"].clone();

@@ -14,14 +14,6 @@ fn config(residency_limit: usize) -> Config {
     Config { sleep_after_ms: 0, residency_limit, ..Config::default() }
 }
 
-fn session_with_turn(h: &mut Harness, id: &str) -> (String, String) {
-    let (uri, chat) = h.create(1, id);
-    h.start_turn(1, &chat, 1, "t1", "hello");
-    h.settle_backend();
-    h.agent_reply(&chat, "t1", "Echo: hello");
-    (uri, chat)
-}
-
 fn records(h: &Harness) -> Vec<ahpd_core::SessionRecord> {
     h.host.view().sessions.values().map(|s| s.record.clone()).collect()
 }
@@ -60,8 +52,8 @@ fn saw_envelope(frames: &[Value], channel: &str) -> bool {
 fn initial_subscriptions_wake_what_a_restart_left_as_rows_and_answer_with_every_snapshot() {
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
-    let (_, b_chat) = session_with_turn(&mut h, "b");
+    let (a, a_chat) = h.session_with_turn("a");
+    let (_, b_chat) = h.session_with_turn("b");
     let mut h = Harness::with_records(config(10), records(&h));
     let rid = initialize(&mut h, 1, &["ahp-root://", &a, &a_chat, &b_chat]);
     assert_eq!(h.take_reply(1, rid), None, "the reply waits for the wakes");
@@ -91,8 +83,8 @@ fn initial_subscriptions_wake_what_a_restart_left_as_rows_and_answer_with_every_
 fn a_session_that_cannot_be_woken_is_left_out_and_the_rest_is_answered() {
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
     let mut h = Harness::with_records(config(10), records(&h));
     let rid = initialize(&mut h, 1, &[&a, &b]);
     for (op, chat, cmd) in h.backend_cmds() {
@@ -119,9 +111,9 @@ fn a_session_that_cannot_be_woken_is_left_out_and_the_rest_is_answered() {
 fn sessions_woken_for_a_handshake_are_held_until_it_answers_whatever_the_residency_limit() {
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
-    let (b, _) = session_with_turn(&mut h, "b");
-    let (c, _) = session_with_turn(&mut h, "c");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
+    let (c, _) = h.session_with_turn("c");
     let mut h = Harness::with_records(config(1), records(&h));
     let rid = initialize(&mut h, 1, &[&a, &b, &c]);
     // The wakes end one by one; none is taken by the limit before the
@@ -152,8 +144,8 @@ fn sessions_woken_for_a_handshake_are_held_until_it_answers_whatever_the_residen
 fn a_client_that_leaves_mid_handshake_pins_nothing_and_is_sent_nothing() {
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
     let mut h = Harness::with_records(config(1), records(&h));
     let rid = initialize(&mut h, 1, &[&a, &b]);
     h.input(Input::Disconnected { conn: ConnId(1) });
@@ -167,9 +159,9 @@ fn a_client_that_leaves_mid_handshake_pins_nothing_and_is_sent_nothing() {
 fn a_reconnect_wakes_evicted_sessions_and_answers_with_their_snapshots() {
     let mut h = Harness::new(config(1));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (a, a_chat) = h.session_with_turn("a");
     let last_seen = h.frames(1).iter().filter_map(|f| f["params"]["serverSeq"].as_u64()).max().unwrap_or(0);
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (b, _) = h.session_with_turn("b");
     assert!(!resident(&h, &a), "the limit took the least recently used");
     h.input(Input::Disconnected { conn: ConnId(1) });
     h.input(Input::Connected { conn: ConnId(3) });
@@ -251,9 +243,9 @@ fn a_held_session_named_beside_sleeping_ones_is_kept_while_they_wake() {
     // session evicted another named one that was held and unwatched.
     let mut h = Harness::new(config(1));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
-    let (b, _) = session_with_turn(&mut h, "b");
-    let (c, _) = session_with_turn(&mut h, "c");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
+    let (c, _) = h.session_with_turn("c");
     h.input(Input::Disconnected { conn: ConnId(1) });
     h.advance(60_000);
     assert!(!resident(&h, &a) && !resident(&h, &b) && resident(&h, &c), "only the newest is held");
@@ -273,8 +265,8 @@ fn frames_sent_while_a_handshake_waits_run_after_its_answer_in_order() {
     // a message dispatched meanwhile was lost.
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
-    let (_, b_chat) = session_with_turn(&mut h, "b");
+    let (a, a_chat) = h.session_with_turn("a");
+    let (_, b_chat) = h.session_with_turn("b");
     let mut h = Harness::with_records(config(10), records(&h));
     let rid = initialize(&mut h, 1, &[&a, &a_chat]);
     let list = h.send_request(1, "listSessions", json!({"channel": "ahp-root://"}));
@@ -301,7 +293,7 @@ fn frames_sent_while_a_handshake_waits_run_after_its_answer_in_order() {
 fn a_handshake_waits_at_most_ten_seconds_then_answers_with_what_is_held() {
     let mut h = Harness::new(config(10));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
+    let (a, _) = h.session_with_turn("a");
     let mut h = Harness::with_records(config(10), records(&h));
     let rid = initialize(&mut h, 1, &["ahp-root://", &a]);
     let starts = h.backend_cmds();

@@ -20,19 +20,11 @@ fn resident(h: &Harness, uri: &str) -> bool {
 }
 
 /// Creates a session with one finished turn, nobody subscribed.
-fn session_with_turn(h: &mut Harness, id: &str) -> (String, String) {
-    let (uri, chat) = h.create(1, id);
-    h.start_turn(1, &chat, 1, "t1", "hello");
-    h.settle_backend();
-    h.agent_reply(&chat, "t1", "Echo: hello");
-    (uri, chat)
-}
-
 #[test]
 fn a_quiet_unwatched_session_sleeps_and_stays_listed() {
     let mut h = Harness::new(config(5_000, 0));
     h.connect(1, "c1");
-    let (uri, _) = session_with_turn(&mut h, "a");
+    let (uri, _) = h.session_with_turn("a");
     h.advance(4_999);
     assert_eq!(phase(&h, &uri), "live");
     h.advance(1);
@@ -80,9 +72,9 @@ fn no_sleep_while_watched_or_mid_turn_and_the_turn_completes() {
 fn the_least_recently_used_session_is_evicted_and_wakes_with_the_same_uri() {
     let mut h = Harness::new(config(0, 1));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (a, a_chat) = h.session_with_turn("a");
     h.settle_backend();
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (b, _) = h.session_with_turn("b");
     h.settle_backend();
     assert!(!resident(&h, &a), "A, least recently used, was evicted");
     assert!(resident(&h, &b));
@@ -100,7 +92,7 @@ fn the_least_recently_used_session_is_evicted_and_wakes_with_the_same_uri() {
 fn an_archived_session_goes_at_once() {
     let mut h = Harness::new(config(0, 5));
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
+    let (a, _) = h.session_with_turn("a");
     h.settle_backend();
     h.dispatch(1, &a, 1, json!({"type": "session/isArchivedChanged", "isArchived": true}));
     h.settle_store();
@@ -114,9 +106,9 @@ fn two_subscribers_at_once_share_one_resume_and_get_the_same_snapshot() {
     let mut h = Harness::new(config(0, 1));
     h.connect(1, "c1");
     h.connect(2, "c2");
-    let (_, a_chat) = session_with_turn(&mut h, "a");
+    let (_, a_chat) = h.session_with_turn("a");
     h.settle_backend();
-    session_with_turn(&mut h, "b");
+    h.session_with_turn("b");
     h.settle_backend();
     let r1 = h.send_request(1, "subscribe", json!({"channel": a_chat}));
     let r2 = h.send_request(2, "subscribe", json!({"channel": a_chat}));
@@ -138,9 +130,9 @@ fn two_subscribers_at_once_share_one_resume_and_get_the_same_snapshot() {
 fn a_failed_resume_fails_the_waker_and_leaves_the_session_asleep_and_intact() {
     let mut h = Harness::new(config(0, 1));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (a, a_chat) = h.session_with_turn("a");
     h.settle_backend();
-    session_with_turn(&mut h, "b");
+    h.session_with_turn("b");
     h.settle_backend();
     let rid = h.send_request(1, "subscribe", json!({"channel": a_chat}));
     let (op, _, _) = h.backend_cmds().remove(0);
@@ -164,8 +156,8 @@ fn a_session_whose_backend_cannot_resume_never_sleeps() {
     cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
     let mut h = Harness::new(cfg);
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
     h.advance(120_000);
     assert_eq!(phase(&h, &a), "live");
     assert_eq!(phase(&h, &b), "live");
@@ -175,7 +167,7 @@ fn a_session_whose_backend_cannot_resume_never_sleeps() {
 fn a_restart_lists_stored_sessions_and_resumes_them_on_demand() {
     let mut h = Harness::new(config(0, 10));
     h.connect(1, "c1");
-    let (a, a_chat) = session_with_turn(&mut h, "a");
+    let (a, a_chat) = h.session_with_turn("a");
     let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
     let row_before = h.list(1)[0].clone();
     let mut h = Harness::with_records(config(0, 10), vec![record]);
@@ -195,7 +187,7 @@ fn a_restart_lists_stored_sessions_and_resumes_them_on_demand() {
 fn modified_at_only_moves_forward_even_when_the_wall_clock_goes_back() {
     let mut h = Harness::new(config(0, 0));
     h.connect(1, "c1");
-    let (a, chat) = session_with_turn(&mut h, "a");
+    let (a, chat) = h.session_with_turn("a");
     let before = h.list(1)[0]["modifiedAt"].clone();
     h.request(1, "subscribe", json!({"channel": a}));
     assert_eq!(h.list(1)[0]["modifiedAt"], before, "subscribing does not move it");
@@ -217,7 +209,7 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
     let mut h = Harness::new(cfg);
     h.connect(1, "c1");
-    let (a, chat) = session_with_turn(&mut h, "a");
+    let (a, chat) = h.session_with_turn("a");
     // The agent exits mid-turn: the turn fails, the session stays live.
     h.start_turn(1, &chat, 2, "t2", "go");
     h.settle_backend();
@@ -251,7 +243,7 @@ fn a_session_whose_backend_cannot_resume_is_started_afresh_after_a_restart() {
     cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
     let mut h = Harness::new(cfg.clone());
     h.connect(1, "c1");
-    let (a, chat) = session_with_turn(&mut h, "a");
+    let (a, chat) = h.session_with_turn("a");
     let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
     let mut h = Harness::with_records(cfg, vec![record]);
     h.connect(1, "c1");
@@ -266,7 +258,7 @@ fn a_session_whose_backend_cannot_resume_is_started_afresh_after_a_restart() {
 fn background_work_keeps_a_session_awake_until_every_chat_reports_its_end() {
     let mut h = Harness::new(config(5_000, 0));
     h.connect(1, "c1");
-    let (a, chat) = session_with_turn(&mut h, "a");
+    let (a, chat) = h.session_with_turn("a");
     let r = h.send_request(1, "createChat", json!({"channel": a, "chat": "ahp-chat:/second"}));
     h.settle();
     assert!(h.take_reply(1, r).is_some());
@@ -296,7 +288,7 @@ fn the_residency_limit_never_takes_a_session_whose_turns_could_not_be_rebuilt() 
     cfg.agents = vec![AgentSpec { can_resume: false, ..AgentSpec::echo() }];
     let mut h = Harness::new(cfg);
     h.connect(1, "c1");
-    let (a, _) = session_with_turn(&mut h, "a");
+    let (a, _) = h.session_with_turn("a");
     let rid = h.send_request(1, "disposeSession", json!({"channel": a}));
     h.settle_backend();
     let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Delete { .. })).expect("the record's delete");
@@ -306,7 +298,7 @@ fn the_residency_limit_never_takes_a_session_whose_turns_could_not_be_rebuilt() 
     assert_eq!(phase(&h, &a), "asleep");
     assert!(resident(&h, &a));
     // Over the limit, the other session goes; this one stays held.
-    let (b, _) = session_with_turn(&mut h, "b");
+    let (b, _) = h.session_with_turn("b");
     h.settle();
     h.advance(120_000);
     assert!(resident(&h, &a), "its turns are only the host's");

@@ -254,6 +254,16 @@ impl Harness {
     }
 
     /// Starts a turn as `conn` and makes its store write durable.
+    /// Makes session `id` on connection 1 and runs one echoed turn in its
+    /// default chat; returns the session and chat URIs.
+    pub fn session_with_turn(&mut self, id: &str) -> (String, String) {
+        let (uri, chat) = self.create(1, id);
+        self.start_turn(1, &chat, 1, "t1", "hello");
+        self.settle_backend();
+        self.agent_reply(&chat, "t1", "Echo: hello");
+        (uri, chat)
+    }
+
     pub fn start_turn(&mut self, conn: u64, chat: &str, seq: i64, turn: &str, text: &str) {
         self.dispatch(conn, chat, seq, json!({
             "type": "chat/turnStarted", "turnId": turn, "startedAt": "2000-01-01T00:00:00Z",

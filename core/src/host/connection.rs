@@ -51,10 +51,8 @@ impl Host {
                 initial.push(uri);
             }
         }
-        let max = self.config.limits.subscriptions_per_conn;
-        if initial.len() > max {
-            let message = format!("too many initialSubscriptions: a connection may hold {max} subscriptions");
-            return self.reply_error(conn, id, error(INVALID_PARAMS, message));
+        if let Some(e) = self.too_many_named(initial.len()) {
+            return self.reply_error(conn, id, e);
         }
         // What the connection may not read is left out, as if unknown: a
         // grant is checked here as on `subscribe`.
@@ -115,11 +113,9 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
-        let max = self.config.limits.subscriptions_per_conn;
         let distinct: std::collections::BTreeSet<&Uri> = params.subscriptions.iter().collect();
-        if distinct.len() > max {
-            let message = format!("too many subscriptions: a connection may hold {max} subscriptions");
-            return self.reply_error(conn, id, error(INVALID_PARAMS, message));
+        if let Some(e) = self.too_many_named(distinct.len()) {
+            return self.reply_error(conn, id, e);
         }
         let last_seen = params.last_seen_server_seq.max(0) as u64;
         let mut live = Vec::new();

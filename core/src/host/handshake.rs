@@ -25,7 +25,7 @@ use super::{Handshake, Host};
 use crate::effect::{ConnId, LogLevel};
 use crate::grants::Operation;
 use crate::protocol::codec::{self, Incoming};
-use crate::protocol::error::{error, INVALID_REQUEST};
+use crate::protocol::error::{error, INVALID_PARAMS, INVALID_REQUEST};
 use crate::session::{Phase, Waiter};
 
 /// How long a handshake waits for the wakes of the sessions it names
@@ -49,6 +49,15 @@ impl Host {
     /// on a host with no users directory).
     pub(crate) fn may_read(&self, conn: ConnId, channel: &str) -> bool {
         self.authorize(conn, self.read_operation(channel)).is_ok()
+    }
+
+    /// The -32602 refusal of a handshake naming `count` distinct channels
+    /// when a connection may hold fewer subscriptions.
+    pub(crate) fn too_many_named(&self, count: usize) -> Option<ahp_types::messages::JsonRpcError> {
+        let max = self.config.limits.subscriptions_per_conn;
+        (count > max).then(|| {
+            error(INVALID_PARAMS, format!("too many subscriptions named: a connection may hold {max} subscriptions"))
+        })
     }
 
     /// Holds handshake `id` of `conn` (`method` with its `params` as they

@@ -211,7 +211,11 @@ fn a_handshake_subscribes_only_to_what_the_connection_may_read() {
     let refusal = |h: &mut Harness, channel: &str| {
         let r = h.request(2, "subscribe", json!({"channel": channel}));
         h.dispatch(2, channel, 9, json!({"type": "session/isReadChanged", "isRead": true}));
+        // A second trial found actions no client may send told apart.
+        h.dispatch(2, channel, 10, json!({"type": "chat/bogus"}));
+        h.dispatch(2, channel, 11, json!({"type": "root/activeSessionsChanged", "activeSessions": 3}));
         let echo: Vec<Value> = h.frames(2).into_iter().map(|f| f["params"]["rejectionReason"].clone()).collect();
+        assert_eq!(echo.len(), 3, "{echo:?}");
         (r["error"].clone(), echo)
     };
     assert_eq!(refusal(&mut h, &uri), refusal(&mut h, "ahp-session:/never-made"));

@@ -95,12 +95,13 @@ impl Host {
             return self.on_root_action(conn, channel, params.action, origin);
         }
         // The grant first, so that a caller without it is answered the
-        // same whether the channel exists or not; then an action for a
-        // channel that does not exist is dropped silently.
-        if let Some(op) = operation_of(&params.action) {
-            if let Err(e) = self.authorize(conn, op) {
-                return self.reject(conn, &channel, params.action, origin, e.message);
-            }
+        // same whether the channel exists or not (an action no client may
+        // send needs the grant to read the session, as knowing of the
+        // channel does); then an action for a channel that does not exist is
+        // dropped silently.
+        let op = operation_of(&params.action).unwrap_or(crate::grants::Operation::SessionState);
+        if let Err(e) = self.authorize(conn, op) {
+            return self.reject(conn, &channel, params.action, origin, e.message);
         }
         let Some(session_uri) = self.session_of(&channel) else { return };
         if let StateAction::SessionConfigChanged(change) = &params.action {

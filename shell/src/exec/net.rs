@@ -369,6 +369,8 @@ mod tests {
         let h = parse_head(b"GET / HTTP/1.1\r\nUpgrade: WebSocket\r\nAuthorization: Bearer abc\r\n\r\n").unwrap_or_default();
         assert!(h.upgrade);
         assert_eq!(h.bearer.as_deref(), Some("abc"));
+        let h = parse_head(b"GET / HTTP/1.1\r\nupgrade: websocket\r\nauthorization: bearer  abc \r\n\r\n").unwrap_or_default();
+        assert_eq!(h.bearer.as_deref(), Some("abc"), "the scheme and the header's name in any case");
         assert!(parse_head(b"nonsense\r\n\r\n").is_none());
     }
 

@@ -67,7 +67,7 @@ pub struct Config {
     pub list_default_max: usize,
     /// Turns per `fetchTurns` page, in turns.
     pub turns_page_len: usize,
-    /// The host secret that authenticates paging cursors (decisions.md, 4),
+    /// The host secret that authenticates paging cursors (docs/DECISIONS.md, 4),
     /// kept in the data dir by the shell so cursors outlive restarts.
     pub cursor_secret: Vec<u8>,
     /// Lowercase hex SHA-256 of the host's own token (the shell keeps the

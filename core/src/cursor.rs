@@ -1,7 +1,7 @@
 //! `listSessions` cursors: the last row served, encoded and authenticated
 //! (Sessions page, "Finding one": "A cursor is the last row served,
 //! encoded, and is opaque by contract; one this host did not issue is
-//! refused with -32602"; decisions.md, 4).
+//! refused with -32602"; docs/DECISIONS.md, 4).
 //!
 //! Layout before hex encoding: 8 bytes of `modifiedAt` (ms, big-endian,
 //! offset so negatives sort), the session URI's bytes, then the first 16

@@ -1,4 +1,4 @@
-//! Everything the host asks the world to do, as data (style guide 3.2).
+//! Everything the host asks the world to do, as data (docs/STYLE.md 3.2).
 //!
 //! The shell executes effects in the order `Host::handle` returns them. Every
 //! backend and store command carries a fresh [`OpId`]; its result comes back

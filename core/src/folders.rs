@@ -1,4 +1,4 @@
-//! A session's working directories (issue 9; `ahp-protocol.md` section 6,
+//! A session's working directories (issue 9; docs/REFERENCE-NOTES.md, AHP 6,
 //! `session/workingDirectory*`): the first is the process root, the folder
 //! the agent's process runs in, and can only be replaced
 //! (`session/workingDirectoryReplaced`), never removed; the rest are peers,

@@ -425,7 +425,7 @@ impl Host {
 
     /// The monotonic time at which the host next has something to do (an
     /// idle session falls asleep, the residency sweep runs), or `None`.
-    /// Derived from state, never stored (style guide 3.3).
+    /// Derived from state, never stored (docs/STYLE.md 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
         let sleep = self.held_sessions().filter_map(|(_, s)| self.sleep_due_at(s)).min();
         let sweep = (self.config.residency_limit > 0)

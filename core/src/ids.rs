@@ -1,4 +1,4 @@
-//! Session and chat identifiers, validated at the edge (decisions.md, 5).
+//! Session and chat identifiers, validated at the edge (docs/DECISIONS.md, 5).
 //!
 //! A session URI is `<scheme>:/<id>` (Sessions page, "The life of a
 //! session": `ahp-session:/<id>`, `<provider>:/<id>`, or a scheme of the

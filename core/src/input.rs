@@ -1,4 +1,4 @@
-//! Everything that can happen to the host, as data (style guide 3.2).
+//! Everything that can happen to the host, as data (docs/STYLE.md 3.2).
 
 use ahp_types::actions::StateAction;
 use ahp_types::state::Turn;

@@ -1,5 +1,5 @@
 //! State rules, one pure function each, checked after every simulated step
-//! (style guide 3.7). Each cites the sentence of the Sessions page it
+//! (docs/STYLE.md 3.7). Each cites the sentence of the Sessions page it
 //! enforces.
 
 use ahp_types::state::SessionLifecycle;

@@ -1,5 +1,5 @@
 //! The core's only randomness: a SplitMix64 stream seeded in `Host::new`
-//! (style guide 3.4). Written in-tree so a seed replays the same run across
+//! (docs/STYLE.md 3.4). Written in-tree so a seed replays the same run across
 //! dependency bumps.
 
 /// A deterministic 64-bit pseudo-random stream (SplitMix64).

@@ -5,7 +5,7 @@
 //!
 //! The schema is emitted through an order-preserving JSON map, because
 //! `ahp_types::state::SessionConfigSchema` keeps its properties in a
-//! `HashMap` (build-notes.md): serialized through that struct, the order a
+//! `HashMap` (docs/BUILD-NOTES.md): serialized through that struct, the order a
 //! client draws the controls in would change every run.
 
 use ahp_types::commands::SessionConfigValueItem;

@@ -1,4 +1,4 @@
-//! Time as data: the core never reads a clock (style guide 3.3).
+//! Time as data: the core never reads a clock (docs/STYLE.md 3.3).
 //!
 //! [`MonoTime`] drives every decision (idle timers, residency sweeps, turn
 //! durations); [`WallTime`] is only stamped into data (`createdAt`,
@@ -21,7 +21,7 @@ impl MonoTime {
 
 /// Wall-clock time in milliseconds since the Unix epoch (UTC). It may jump
 /// backwards or forwards; the core only stamps it into data and keeps
-/// `modifiedAt` forward-only itself (decisions.md, 6).
+/// `modifiedAt` forward-only itself (docs/DECISIONS.md, 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 pub struct WallTime(pub i64);
 

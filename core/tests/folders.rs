@@ -1,4 +1,4 @@
-//! Working directories (issue 9; `ahp-protocol.md` section 6): the first is
+//! Working directories (issue 9; docs/REFERENCE-NOTES.md, AHP 6): the first is
 //! the process root and can only be replaced, never removed; the rest are
 //! peers; a backend that cannot take peers is told none; rows carry the
 //! folders as recorded, a folder gone from disk included.

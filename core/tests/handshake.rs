@@ -1,5 +1,5 @@
 //! `initialize` and `reconnect` naming sessions whose state is not held
-//! (Sessions page, "Sleep and wake"; reference-server.md 2.14): the reply
+//! (Sessions page, "Sleep and wake"; docs/REFERENCE-NOTES.md, 2.14): the reply
 //! waits for their wakes and carries a snapshot of every channel named;
 //! what cannot be woken or read is left out, never failing the handshake.
 

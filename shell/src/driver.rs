@@ -1,4 +1,4 @@
-//! The single event loop (style guide 3.5): wait for the next event or the
+//! The single event loop (docs/STYLE.md 3.5): wait for the next event or the
 //! core's next deadline, read both clocks once, call `Host::handle`, and
 //! execute the returned effects in order. No other place calls the core.
 

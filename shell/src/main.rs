@@ -1,6 +1,6 @@
 //! `ahpd`: hosts AI-agent sessions over the Agent Host Protocol (JSON-RPC
 //! 2.0 over WebSocket). Every session rule lives in `ahpd-core`; this binary
-//! is the thin shell around it (style guide 3.5): a WebSocket listener, a
+//! is the thin shell around it (docs/STYLE.md 3.5): a WebSocket listener, a
 //! session store, agent backends, and one driver loop that feeds the core.
 
 #![forbid(unsafe_code)]

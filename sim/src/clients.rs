@@ -1,5 +1,5 @@
 //! Simulated clients that speak JSON text to the host, and the models they
-//! keep (style guide 3.6, "Clients as models").
+//! keep (docs/STYLE.md 3.6, "Clients as models").
 //!
 //! Each client keeps a mirror of every channel it subscribed to: seeded from
 //! the snapshot, advanced by applying every accepted `action` envelope with

@@ -1,4 +1,4 @@
-//! Swarm options: the scenario a seed picks before step 1 (style guide 3.6).
+//! Swarm options: the scenario a seed picks before step 1 (docs/STYLE.md 3.6).
 //! Every knob is drawn from the options stream, and some faults are switched
 //! off entirely per seed so that rare interleavings are not drowned out.
 

@@ -1,5 +1,5 @@
 //! The simulator's randomness: the run seed split into independent
-//! SplitMix64 streams (style guide 3.4), so drawing more from one stream
+//! SplitMix64 streams (docs/STYLE.md 3.4), so drawing more from one stream
 //! (say, a new fault kind) never shifts the values another stream yields.
 
 use ahpd_core::rng::Rng;

@@ -1,7 +1,7 @@
 //! The world: the host, its clients, backend and store, the event heap and
 //! the clock. Each step pops the earliest of the heap and the host's
 //! deadline, advances simulated time, calls `Host::handle` and routes the
-//! effects (style guide 3.6).
+//! effects (docs/STYLE.md 3.6).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -6,7 +6,7 @@
 //! writes.
 //!
 //! What ahp-types 1.0.0 has no shape for rides on the session state's
-//! `_meta` (decisions.md, 1; `docs/AWARENESS.md`): `ahpd.peers` (the peer
+//! `_meta` (docs/DECISIONS.md, 1; `docs/AWARENESS.md`): `ahpd.peers` (the peer
 //! records), `ahpd.awarenessWarnings`, `ahpd.awarenessEvents` (the last
 //! [`EVENTS_KEPT`] events, each with a rising `seq`) and `ahpd.awareness`
 //! (`{tier, error}`), all set through `session/metaChanged`.
@@ -152,7 +152,7 @@ impl Host {
     }
 
     /// The file name of `uri`'s record: `<pid>-<store key>.json`, both parts
-    /// validated (decisions.md, 5).
+    /// validated (docs/DECISIONS.md, 5).
     fn record_name(&self, uri: &Uri) -> Option<String> {
         let session = self.sessions.get(uri)?;
         let key = ResourceId::parse(uri).ok()?.store_key();

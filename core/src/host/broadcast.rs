@@ -1,6 +1,6 @@
 //! `serverSeq`, fan-out and the replay buffer; keeping the session's chat
 //! list, the catalogue row and the root's `activeSessions` in step with the
-//! chats (`ahp-protocol.md` section 12: the host alone produces the
+//! chats (docs/REFERENCE-NOTES.md, AHP 12: the host alone produces the
 //! cross-channel mirrors).
 
 use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome};
@@ -59,7 +59,7 @@ impl Host {
     }
 
     /// Sends a rejected client action back to the client that sent it,
-    /// unapplied, with its reason (`ahp-protocol.md` section 5, step 4).
+    /// unapplied, with its reason (docs/REFERENCE-NOTES.md, AHP 5, step 4).
     pub(crate) fn reject(&mut self, conn: ConnId, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>, reason: String) {
         self.stats.rejections += 1;
         self.server_seq += 1;
@@ -216,7 +216,7 @@ impl Host {
     /// state's `_meta` (`ahpd.status`, `ahpd.activity`) through
     /// `session/metaChanged`: ahp-types 1.0.0 has no action that sets a
     /// session state's activity bits, and the page asks that "the session's
-    /// row and its state both carry the aggregate" (decisions.md, 1).
+    /// row and its state both carry the aggregate" (docs/DECISIONS.md, 1).
     fn mirror_aggregate(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get(session_uri) else { return };
         let Some(resident) = session.resident.as_ref() else { return };

@@ -109,8 +109,8 @@ impl Host {
         let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
         let in_tree = self.window_tree_of(params.working_directories.as_deref().and_then(|d| d.first()));
         // The first is the process root; the rest are peers, kept only when
-        // the agent advertises multipleWorkingDirectories (ahp-protocol.md
-        // section 6: otherwise "the server uses only the first").
+        // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
+        // AHP 6: otherwise "the server uses only the first").
         let working_directories = crate::folders::initial(&params.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
         let now_iso = self.now.wall.to_iso();
         let record = SessionRecord {

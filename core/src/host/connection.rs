@@ -1,6 +1,6 @@
 //! Connection-level commands: `initialize`, `reconnect`, `subscribe`,
-//! `unsubscribe`, and what a disconnect ends (`ahp-protocol.md` sections
-//! 2-4).
+//! `unsubscribe`, and what a disconnect ends (docs/REFERENCE-NOTES.md,
+//! AHP 2-4).
 
 use ahp_types::commands::{
     Implementation, InitializeParams, InitializeResult, ReconnectParams, ReconnectReplayResult, ReconnectResult,

@@ -1,5 +1,5 @@
 //! Client-dispatched actions (`dispatchAction`), write-ahead
-//! (`ahp-protocol.md` section 5; decisions.md, 2): validate against the
+//! (docs/REFERENCE-NOTES.md, AHP 5; docs/DECISIONS.md, 2): validate against the
 //! current state, make what the host stores durable, then apply with the
 //! protocol's reducer, stamp `serverSeq` and echo with the client's origin,
 //! or echo unapplied with a `rejectionReason`.

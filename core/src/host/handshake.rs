@@ -4,7 +4,7 @@
 //! session after a restart or an eviction is only a row until it is woken,
 //! so the reply is held until every such session has woken or failed to,
 //! then the request runs again and answers with what is held (Sessions
-//! page, "Sleep and wake"; reference-server.md 2.14: "with them, snapshots
+//! page, "Sleep and wake"; docs/REFERENCE-NOTES.md, 2.14: "with them, snapshots
 //! for each requested session and chat").
 //!
 //! The sessions a held handshake names are watched by its connection until

@@ -1,5 +1,5 @@
 //! JSON-RPC error replies with the codes of the AHP contract
-//! (`ahp-protocol.md` section 10).
+//! (docs/REFERENCE-NOTES.md, AHP 10).
 
 use ahp_types::errors::UnsupportedProtocolVersionErrorData;
 use ahp_types::messages::JsonRpcError;
@@ -18,7 +18,7 @@ pub const INTERNAL_ERROR: i32 = -32603;
 pub const SESSION_NOT_FOUND: i32 = -32001;
 /// -32002: no agent with that provider.
 pub const PROVIDER_NOT_FOUND: i32 = -32002;
-/// -32003: `createSession` on a URI that exists (decisions.md, 3).
+/// -32003: `createSession` on a URI that exists (docs/DECISIONS.md, 3).
 pub const SESSION_ALREADY_EXISTS: i32 = -32003;
 /// -32004: the operation needs no turn to be running.
 pub const TURN_IN_PROGRESS: i32 = -32004;

@@ -1,5 +1,5 @@
 //! What the host is doing with a session, and the legal moves between
-//! (style guide 3.2: states say what they wait for; one function checks
+//! (docs/STYLE.md 3.2: states say what they wait for; one function checks
 //! every edge against this table).
 
 use crate::effect::ConnId;

@@ -81,7 +81,7 @@ pub struct QueuedAction {
 }
 
 /// A client action or command whose store write is in flight: applied,
-/// echoed and answered only when the write is durable (decisions.md, 2).
+/// echoed and answered only when the write is durable (docs/DECISIONS.md, 2).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Parked {
     /// The store write.

@@ -360,7 +360,10 @@ impl Host {
             self.chats.insert(chat.resource.clone(), uri.clone());
         }
         let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
-        session.announced = true;
+        // Listed from the store's rows: a client's listing holds this row,
+        // so the first change after a restart is told as a change of it.
+        let summary = session.summary();
+        session.mark_announced(summary);
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
         self.catalogue.insert(modified_at.0, &uri, slot, external);

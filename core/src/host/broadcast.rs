@@ -170,7 +170,10 @@ impl Host {
             return;
         }
         let fresh = session.summary();
-        let Some(old) = session.sent_summary.replace(Box::new(fresh.clone())) else { return };
+        let Some(old) = session.sent_summary.replace(Box::new(fresh.clone())) else {
+            debug_assert!(false, "announced session {session_uri} has no row on record");
+            return;
+        };
         if !self.shown_to_clients(session_uri) {
             return;
         }
@@ -262,14 +265,12 @@ impl Host {
         if session.announced {
             return;
         }
-        session.announced = true;
         let modified = session.modified_at.0;
         let external = session.record.external;
         let summary = session.summary();
+        session.mark_announced(summary.clone());
         let Some(slot) = self.sessions.slot(session_uri) else { return };
         self.catalogue.insert(modified, session_uri, slot, external);
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.sent_summary = Some(Box::new(summary.clone()));
         if !self.shown_to_clients(session_uri) {
             return;
         }

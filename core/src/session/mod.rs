@@ -207,6 +207,16 @@ pub struct Session {
 }
 
 impl Session {
+    /// Marks the session announced and records `summary` as the row every
+    /// root subscriber now holds (from `root/sessionAdded`, or from a
+    /// listing of the store's rows after a restart). The two go together:
+    /// an announced session with no row on record would have its next
+    /// change diffed against nothing, and never broadcast.
+    pub fn mark_announced(&mut self, summary: SessionSummary) {
+        self.announced = true;
+        self.sent_summary = Some(Box::new(summary));
+    }
+
     /// A session the host knows from `record`, in `phase`, with no work in
     /// hand and nothing waiting. `created_at`/`modified_at` are read from
     /// the record (a `modifiedAt` before `createdAt` is raised to it).

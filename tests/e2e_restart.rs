@@ -1,0 +1,83 @@
+//! End-to-end tests of what a restart must keep true for every client
+//! (issue 19): the real `ahpd` binary on a loopback port, restarted over
+//! the same data dir, driven by the official `ahp` client.
+
+mod common;
+
+use common::*;
+
+use ahp::ahp_types::actions::{SessionIsArchivedChangedAction, SessionIsReadChangedAction, StateAction};
+use ahp::{SessionSubscription, SubscriptionEvent};
+use ahp::ahp_types::notifications::SessionSummaryChangedParams;
+
+/// Status bits (Sessions page, "The state a session reports").
+const IN_PROGRESS: u32 = 8;
+const IS_READ: u32 = 32;
+const IS_ARCHIVED: u32 = 64;
+
+/// The next `root/sessionSummaryChanged` for `sid` on a root subscription.
+async fn next_row_change(root: &mut SessionSubscription, sid: &str, what: &str) -> SessionSummaryChangedParams {
+    wait_for(root, what, |event| match event {
+        SubscriptionEvent::SessionSummaryChanged(p) if p.session == sid => Some(p),
+        _ => None,
+    })
+    .await
+}
+
+/// A session read back from the store after a restart is one a second
+/// window already holds as a row (from its listing): the first change of
+/// that row — archived, read, or a turn starting — must reach it as
+/// `root/sessionSummaryChanged`. Before the fix the restored session had no
+/// row on record and its first change was only recorded, never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_a_sessions_first_row_changes_reach_every_root_subscriber() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let mut sids = Vec::new();
+    for n in 0..3 {
+        let (sid, chat, _ssub, _chat, mut csub) = new_session(&c).await;
+        turn(&c, &chat, &mut csub, &format!("t{n}"), "hello").await;
+        sids.push((sid, chat));
+    }
+    drop(c);
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+
+    let daemon = Daemon::start(&data);
+    let (writer, _, _wroot) = connect_init(&daemon.url, "writer").await;
+    let (watcher, _, mut root) = connect_init(&daemon.url, "watcher").await;
+    let listed = list(&watcher).await;
+    for (sid, _) in &sids {
+        assert!(listed.iter().any(|r| &r.resource == sid), "{sid} not listed after the restart");
+    }
+
+    // Archived: the first change of session 0's row.
+    let (archived, _) = &sids[0];
+    let action = StateAction::SessionIsArchivedChanged(SessionIsArchivedChangedAction { is_archived: true });
+    within("dispatch archived", writer.dispatch(archived.clone(), action)).await.expect("dispatch");
+    let change = next_row_change(&mut root, archived, "archived row change").await;
+    let status = change.changes.status.expect("the change carries the status");
+    assert_ne!(status & IS_ARCHIVED, 0, "status {status} lacks IsArchived");
+
+    // Read: the first change of session 1's row.
+    let (read, _) = &sids[1];
+    let action = StateAction::SessionIsReadChanged(SessionIsReadChangedAction { is_read: true });
+    within("dispatch read", writer.dispatch(read.clone(), action)).await.expect("dispatch");
+    let change = next_row_change(&mut root, read, "read row change").await;
+    let status = change.changes.status.expect("the change carries the status");
+    assert_ne!(status & IS_READ, 0, "status {status} lacks IsRead");
+
+    // A turn: the first change of session 2's row says it is running.
+    let (running, chat) = &sids[2];
+    let (_state, mut csub) = subscribe_chat(&writer, chat).await;
+    within("dispatch turn", writer.dispatch(chat.clone(), user_turn("after-restart", "/slow 300 hi"))).await.expect("dispatch");
+    let change = next_row_change(&mut root, running, "running row change").await;
+    let status = change.changes.status.expect("the change carries the status");
+    assert_ne!(status & IN_PROGRESS, 0, "status {status} lacks InProgress");
+    wait_for(&mut csub, "turn complete", |event| match event {
+        SubscriptionEvent::Action(env) if is_turn_complete(&env) => Some(()),
+        _ => None,
+    })
+    .await;
+}

@@ -91,6 +91,11 @@ fn a_person_turn_adopts_an_external_session() {
     h.settle();
     assert!(h.take_reply(1, rid).expect("reply")["result"]["snapshot"].is_object());
     assert!(h.list(1).is_empty(), "opened but still external under none");
+    // Its state carries the mark its row does, from the first snapshot on.
+    let sid = h.send_request(1, "subscribe", json!({"channel": "claude:/e1"}));
+    h.settle();
+    let snapshot = h.take_reply(1, sid).expect("reply")["result"]["snapshot"]["state"].clone();
+    assert_eq!(snapshot["_meta"]["vscode.external"], true, "the state is marked external: {snapshot}");
     h.start_turn(1, chat, 1, "t1", "take over");
     h.settle();
     let frames = h.frames(1);
@@ -98,6 +103,11 @@ fn a_person_turn_adopts_an_external_session() {
     let rows = h.list(1);
     assert_eq!(rows.len(), 1);
     assert!(rows[0]["_meta"].is_null(), "the mark went: {}", rows[0]);
+    // And from its state: a fresh snapshot no longer carries it.
+    let sid = h.send_request(1, "subscribe", json!({"channel": "claude:/e1"}));
+    h.settle();
+    let snapshot = h.take_reply(1, sid).expect("reply")["result"]["snapshot"]["state"].clone();
+    assert_ne!(snapshot["_meta"]["vscode.external"], true, "the state's mark went too: {snapshot}");
 }
 
 #[test]

@@ -40,7 +40,10 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
         customizations: None,
         changesets: None,
         input_needed: None,
-        meta: None,
+        // The row and the state carry the same mark (Sessions page,
+        // "Finding one": "Its row and its state carry
+        // _meta['vscode.external']: true"), from the first snapshot on.
+        meta: record.external.then(external_meta),
     }
 }
 

@@ -81,3 +81,39 @@ async fn after_a_restart_a_sessions_first_row_changes_reach_every_root_subscribe
     })
     .await;
 }
+
+/// A crash between a temp file's create and its rename leaves
+/// `.<name>.tmp-<pid>-<n>` behind in the store, the echo agent's folder and
+/// the awareness registry; the next start removes every one whose writer is
+/// gone, and keeps the files it does not own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_removes_the_temp_files_a_crash_left_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let (_sid, chat, _ssub, _chat, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t0", "hello").await;
+    drop(c);
+    daemon.kill();
+
+    // No process has pid 999999999 (above the kernel's largest pid).
+    let folders = [data.join("sessions"), data.join("echo"), data.join("active-agents")];
+    for folder in &folders {
+        std::fs::create_dir_all(folder).expect("mkdir");
+        std::fs::write(folder.join(".ahp-session@x.json.tmp-999999999-7"), b"half a write").expect("write temp");
+        std::fs::write(folder.join("keep.txt"), b"not ours").expect("write other");
+    }
+    let daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "reader").await;
+    assert!(!list(&c).await.is_empty(), "the session is still listed");
+    for folder in &folders {
+        let names: Vec<String> = std::fs::read_dir(folder)
+            .expect("read dir")
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        assert!(!names.iter().any(|n| n.contains(".tmp-")), "{}: temp files left: {names:?}", folder.display());
+        assert!(names.iter().any(|n| n == "keep.txt"), "{}: a file not ours was removed: {names:?}", folder.display());
+    }
+}

@@ -412,6 +412,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
+    // What a crash mid-write left (the store sweeps its own as it loads).
+    exec::fsutil::remove_stray_temps(&echo_dir);
+    if let Some(dir) = &awareness_dir {
+        exec::fsutil::remove_stray_temps(dir);
+    }
     let trust = trust(settings.trusted_folders.as_deref());
     let config = Config {
         host_name: host_name(),

@@ -28,6 +28,66 @@ pub fn temp_path(dir: &Path, final_name: &str) -> PathBuf {
     dir.join(format!(".{final_name}{TEMP_MARKER}{}-{n}", std::process::id()))
 }
 
+/// The pid a temp file name was written by (`.<name>.tmp-<pid>-<n>`), if
+/// the name is one of [`temp_path`]'s.
+fn temp_writer(name: &str) -> Option<u32> {
+    if !name.starts_with('.') {
+        return None;
+    }
+    let (_, tail) = name.rsplit_once(TEMP_MARKER)?;
+    let (pid, n) = tail.split_once('-')?;
+    n.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+/// Removes the temp files in `dir` that a crash left behind (a write that
+/// died between its create and its rename): every [`temp_path`] name whose
+/// writer is neither this process nor another process alive now. A
+/// directory other processes write too (the awareness registry) keeps a
+/// live writer's temp file, which is about to be renamed. Returns how many
+/// were removed; each is logged.
+///
+/// Errors: none: a directory that cannot be read, or a file that cannot be
+/// removed, is logged and left.
+pub fn remove_stray_temps(dir: &Path) -> usize {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return 0,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not look for stray temp files");
+            return 0;
+        }
+    };
+    let own = std::process::id();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let Ok(name) = entry.file_name().into_string() else { continue };
+        let Some(pid) = temp_writer(&name) else { continue };
+        if pid == own || process_alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                removed += 1;
+                tracing::info!(file = %path.display(), "removed a stray temp file");
+            }
+            Err(e) => tracing::warn!(file = %path.display(), error = %e, "could not remove a stray temp file"),
+        }
+    }
+    removed
+}
+
+/// Whether process `pid` exists now (a signal-0 probe; "not permitted"
+/// means it exists and is somebody else's).
+fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == rustix::io::Errno::PERM,
+    }
+}
+
 /// Writes `bytes` to `dir/name` atomically: a unique temp file in the same
 /// directory, written and fsynced, then renamed over the target. The
 /// directory itself is NOT fsynced (call [`sync_dir`] once per batch).
@@ -132,5 +192,25 @@ mod tests {
         assert!(remove_durable(dir.path(), "x.json").is_ok());
         assert!(remove_durable(dir.path(), "x.json").is_ok());
         assert_eq!(random_bytes(32).len(), 32);
+    }
+
+    #[test]
+    fn stray_temps_of_gone_writers_are_removed_and_live_writers_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let own = std::process::id();
+        for name in [
+            ".a.json.tmp-999999999-1".to_owned(),   // a writer that is gone
+            format!(".b.json.tmp-{own}-3"),          // this process, mid-write
+            ".c.json.tmp-x-1".to_owned(),            // not one of our names
+            "d.json".to_owned(),
+        ] {
+            fs::write(d.join(&name), b"x").expect("write");
+        }
+        assert_eq!(remove_stray_temps(d), 1);
+        let mut left: Vec<String> = fs::read_dir(d).expect("read").flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
+        left.sort();
+        assert_eq!(left, [".b.json.tmp-".to_owned() + &format!("{own}-3"), ".c.json.tmp-x-1".to_owned(), "d.json".to_owned()]);
+        assert_eq!(remove_stray_temps(&d.join("missing")), 0);
     }
 }

@@ -171,6 +171,7 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 ///
 /// Errors: the directory cannot be read at all.
 pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
+    fsutil::remove_stray_temps(dir);
     let mut names: Vec<String> = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = match entry {
@@ -190,10 +191,6 @@ pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
     for name in names {
         let path = dir.join(&name);
         if name.starts_with('.') && name.contains(TEMP_MARKER) {
-            match fs::remove_file(&path) {
-                Ok(()) => tracing::info!(file = %path.display(), "removed a stray temp file"),
-                Err(e) => tracing::warn!(file = %path.display(), error = %e, "could not remove a stray temp file"),
-            }
             continue;
         }
         let Some(stem) = name.strip_suffix(".json") else { continue };
@@ -274,13 +271,14 @@ mod tests {
         let ok: Vec<bool> = out.iter().map(|(_, o)| *o == Outcome::Ok).collect();
         assert_eq!(ok, vec![true, true, true, true, false, false]);
         fs::write(d.join("broken.json"), b"{not json").expect("write");
-        fs::write(d.join(".x.json.tmp-1-2"), b"partial").expect("write");
+        // A temp file of a writer that is gone (no process has this pid).
+        fs::write(d.join(".x.json.tmp-999999999-2"), b"partial").expect("write");
         let loaded = load(d, 42).expect("load");
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].key, "ahp-session@abc");
         assert!(d.join("broken.json.corrupt-42").exists());
         assert!(!d.join("broken.json").exists());
-        assert!(!d.join(".x.json.tmp-1-2").exists());
+        assert!(!d.join(".x.json.tmp-999999999-2").exists());
         // A second corrupt file at the same millisecond is not overwritten.
         fs::write(d.join("broken.json"), b"{again").expect("write");
         load(d, 42).expect("load");

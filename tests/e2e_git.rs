@@ -89,6 +89,19 @@ async fn a_worktree_session_works_in_its_own_tree_and_dispose_removes_it() {
     assert!(!repo_dir.join("notes.txt").exists(), "the picked folder is untouched");
     assert!(fs::symlink_metadata(tree.join("node_modules")).expect("linked").file_type().is_symlink());
     assert_eq!(fs::read_to_string(tree.join(".env")).expect("copied"), "SECRET=1\n");
+    // The link the host placed is not in the tree's `git status` (the
+    // ignore pattern `node_modules/` names directories, and a link is not
+    // one), so `git add -A` there cannot commit a link into the checkout;
+    // the main checkout's status is unchanged by it.
+    let status = |dir: &Path| -> String {
+        let out = std::process::Command::new("git").arg("-C").arg(dir).args(["status", "--porcelain", "--untracked-files=all"]).output().expect("run git");
+        assert!(out.status.success(), "git status in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let in_tree = status(tree);
+    assert!(!in_tree.contains("node_modules"), "the placed link shows in the tree's status:\n{in_tree}");
+    assert!(in_tree.contains("notes.txt"), "the agent's own file does show:\n{in_tree}");
+    assert!(!status(&repo_dir).contains("node_modules"), "the main checkout's status is unchanged");
 
     // The row's changes: the tree's Branch Changes, the copy and the link not
     // among them.

@@ -360,6 +360,9 @@ fn place_ignored(repo: &Repository, main: &Path, tree: &Path, links: &[String], 
             Err(e) => tracing::warn!(path = %rel, "worktree: could not link {rel}: {e}"),
         }
     }
+    if let Err(e) = exclude_links(repo, &placed) {
+        tracing::warn!(repo = %main.display(), "worktree: could not exclude the linked folders from git status: {e}");
+    }
     for rel in to_copy {
         if placed.iter().any(|l| rel.starts_with(&format!("{l}/"))) {
             continue;
@@ -375,6 +378,52 @@ fn place_ignored(repo: &Repository, main: &Path, tree: &Path, links: &[String], 
         }
     }
     placed
+}
+
+/// The first line of the block the host keeps in a repository's
+/// `info/exclude`.
+const EXCLUDE_HEADER: &str = "# ahpd: folders linked into worktrees (worktreeSymlinkFolders)";
+
+/// Keeps the folders linked into a tree out of git's view of it: a link is
+/// not a directory, so an ignore pattern such as `node_modules/` does not
+/// match it and `git add -A` in the tree would commit a link into the main
+/// checkout. Each link's path is added, anchored (`/node_modules`), to the
+/// repository's `info/exclude`, which git reads from the common directory
+/// for every checkout (a tree's own `info/exclude` is never read). Only
+/// git-ignored folders are linked, so the main checkout already ignores
+/// each path: the entry changes nothing there. Idempotent.
+///
+/// Errors: the exclude file cannot be read or written.
+fn exclude_links(repo: &Repository, links: &[String]) -> Result<(), String> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let info = repo.commondir().join("info");
+    let path = info.join("exclude");
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("could not read {}: {e}", path.display())),
+    };
+    let present: std::collections::BTreeSet<&str> = text.lines().collect();
+    let missing: Vec<String> = links.iter().map(|l| format!("/{l}")).filter(|l| !present.contains(l.as_str())).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut out = text.clone();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    if !present.contains(EXCLUDE_HEADER) {
+        out.push_str(EXCLUDE_HEADER);
+        out.push('\n');
+    }
+    for line in missing {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    fs::create_dir_all(&info).map_err(|e| format!("could not make {}: {e}", info.display()))?;
+    fs::write(&path, out).map_err(|e| format!("could not write {}: {e}", path.display()))
 }
 
 /// Copies a file, or a folder recursively; a symlink is copied as a link,
@@ -653,6 +702,14 @@ mod tests {
         assert_eq!(head.as_deref(), Some(w.branch.as_str()));
         assert!(fs::symlink_metadata(tree.join("node_modules")).expect("link").file_type().is_symlink());
         assert_eq!(fs::read_to_string(tree.join(".env")).expect("copy"), "SECRET=1\n");
+        // Neither the link nor the copy is in the tree's status.
+        let mut opts = git2::StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true);
+        let in_tree = Repository::open(&tree).expect("open");
+        let listed: Vec<String> = in_tree.statuses(Some(&mut opts)).expect("status").iter().filter_map(|e| e.path().ok().map(str::to_owned)).collect();
+        assert!(listed.is_empty(), "placed paths show in the tree's status: {listed:?}");
+        let exclude = fs::read_to_string(repo.commondir().join("info/exclude")).expect("exclude");
+        assert_eq!(exclude.matches("/node_modules\n").count(), 1, "written once, however often the tree is placed: {exclude}");
         // Putting back a tree that is there changes nothing.
         assert_eq!(restore_tree(&dir, &w).expect("again"), GitResult::TreeRestored);
 

@@ -388,11 +388,25 @@ async fn hostile_claude_transcripts_are_listed_and_never_fail_the_listing() {
         &format!("{}\n{}\n", user_line(cwd, &t0, &prompt), assistant_line(cwd, &t1, &"z".repeat(100_000))),
     );
 
+    // A first prompt longer than the head the scan reads (a pasted file of
+    // 100,000 characters, and one of 70 KB), written in Claude Code's own
+    // field order, where `type` and `timestamp` follow the message: the row
+    // is still titled by it and attributed by its cwd.
+    for (n, len) in [(6, 100_000), (7, 70 * 1024)] {
+        let prompt = format!("pasted {n}: {}", "p".repeat(len));
+        let first = format!(
+            "{{\"parentUuid\":null,\"isSidechain\":false,\"cwd\":{},\"sessionId\":\"x\",\"message\":{{\"role\":\"user\",\"content\":{}}},\"type\":\"user\",\"timestamp\":\"{t0}\"}}",
+            json!(cwd),
+            json!(prompt)
+        );
+        write_file(&slug.join(format!("{}.jsonl", uuid(n))), &format!("{first}\n{}\n", assistant_line(cwd, &t1, "read it")));
+    }
+
     let data = tmp.path().join("data");
     let projects_arg = projects.to_str().expect("utf-8 path").to_owned();
     let daemon = Daemon::start_with(&data, &["--claude-projects", &projects_arg, "--show-external-sessions", "last30Days"]);
     let (c, _, _root) = connect_init(&daemon.url, "cat-hostile").await;
-    let rows = wait_rows(&c, "5 hostile transcripts", |rows| claude_rows(rows).len() == 5).await;
+    let rows = wait_rows(&c, "7 hostile transcripts", |rows| claude_rows(rows).len() == 7).await;
     let by_id = |n: u64| {
         let uri = format!("claude:/{}", uuid(n));
         claude_rows(&rows).into_iter().find(|r| r.resource == uri).cloned().unwrap_or_else(|| panic!("{uri} listed"))
@@ -414,6 +428,10 @@ async fn hostile_claude_transcripts_are_listed_and_never_fail_the_listing() {
     assert_eq!(by_id(4).title, "after the surrogate");
     let emoji = by_id(5).title;
     assert!(emoji.starts_with(&"a".repeat(49)) && emoji.contains('🦀'), "{emoji:?}");
+    for n in [6, 7] {
+        let title = by_id(n).title;
+        assert!(title.starts_with(&format!("pasted {n}: ppp")), "a long first prompt titles its row: {title:?}");
+    }
     c.shutdown().await;
 }
 

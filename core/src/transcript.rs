@@ -176,19 +176,216 @@ impl Scan {
     }
 
     /// Scans the complete lines of `bytes`; `from_start`/`to_end` say
-    /// whether its first/last line is whole.
+    /// whether its first/last line is whole. A last line cut by the end of
+    /// a head (`from_start` and not `to_end`) is read as far as it goes, for
+    /// the working directory and the first prompt only: a first message
+    /// longer than the head (a pasted file) still names the row.
     fn chunk(&mut self, bytes: &[u8], from_start: bool, to_end: bool) {
         let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
         if !from_start && !lines.is_empty() {
             lines.remove(0);
         }
-        if !to_end {
-            lines.pop();
-        }
+        let cut = if to_end { None } else { lines.pop() };
         for l in lines {
             self.line(l);
         }
+        if let Some(prefix) = cut.filter(|_| from_start) {
+            self.cut_line(prefix);
+        }
     }
+
+    /// A line whose end was not read: closed where it was cut
+    /// ([`close_truncated`]) and read for what a head owes the row when
+    /// nothing before it said so: the `cwd`, and the first prompt of a user
+    /// message (its `type` may come after the message, so the message's
+    /// `role` stands in). Never counted as a message or a bad line.
+    fn cut_line(&mut self, prefix: &[u8]) {
+        if self.cwd.is_some() && self.first_prompt.is_some() {
+            return;
+        }
+        let Some(closed) = close_truncated(prefix) else { return };
+        let Ok(line) = serde_json::from_slice::<Line<'_>>(&closed) else { return };
+        if self.cwd.is_none() {
+            self.cwd = string(line.cwd);
+        }
+        let sidechain = line.is_sidechain.is_some_and(|r| r.get() == "true");
+        let role = || line.message.and_then(|m| serde_json::from_str::<MessageRole<'_>>(m.get()).ok()).and_then(|m| string(m.role));
+        let is_user = match string(line.kind) {
+            Some(kind) => kind == "user",
+            None => role().as_deref() == Some("user"),
+        };
+        if is_user && !sidechain && self.first_prompt.is_none() {
+            if let Some(text) = user_text(line.message) {
+                let cleaned = clean_title(&text);
+                if !cleaned.is_empty() {
+                    self.first_prompt = Some(cleaned);
+                }
+            }
+        }
+    }
+}
+
+/// A message's `role`, raw.
+#[derive(Deserialize)]
+struct MessageRole<'a> {
+    #[serde(borrow, default)]
+    role: Option<&'a RawValue>,
+}
+
+/// Most nesting [`close_truncated`] follows; a deeper line is not read.
+const CLOSE_DEPTH_MAX: usize = 64;
+
+/// What a container of a cut document expects next.
+#[derive(Clone, Copy, PartialEq)]
+enum Expect {
+    Key,
+    Colon,
+    Value,
+    CommaOrEnd,
+}
+
+/// The closers of the containers `open` (innermost last), appended to `out`.
+fn close_all(out: &mut Vec<u8>, open: &[(u8, Expect)]) {
+    for &(c, _) in open.iter().rev() {
+        out.push(if c == b'{' { b'}' } else { b']' });
+    }
+}
+
+/// Turns the first bytes of a JSON object whose end was cut off into a
+/// complete document that keeps every member read whole and, when the cut
+/// fell inside a string value, that value up to the cut. Whatever was
+/// half read otherwise (a key, a number, `tru`) is dropped back to the last
+/// member that was whole, and the open containers are closed. `None` when
+/// the bytes do not start an object or nest deeper than
+/// [`CLOSE_DEPTH_MAX`]. One pass over the input.
+fn close_truncated(bytes: &[u8]) -> Option<Vec<u8>> {
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace())?;
+    if bytes[start] != b'{' {
+        return None;
+    }
+    // The containers open, innermost last, and what each expects next.
+    let mut stack: Vec<(u8, Expect)> = Vec::new();
+    // The last place the document could end, with the containers then open.
+    let mut safe: (usize, Vec<(u8, Expect)>) = (start, Vec::new());
+    let mut i = start;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        let expect = stack.last().map(|&(_, e)| e);
+        match b {
+            b'{' | b'[' if matches!(expect, None | Some(Expect::Value)) => {
+                if stack.len() >= CLOSE_DEPTH_MAX {
+                    return None;
+                }
+                if let Some(top) = stack.last_mut() {
+                    top.1 = Expect::CommaOrEnd;
+                }
+                stack.push((b, if b == b'{' { Expect::Key } else { Expect::Value }));
+                i += 1;
+                safe = (i, stack.clone());
+            }
+            b'}' | b']' if stack.last().is_some_and(|&(open, e)| match (open, b) {
+                (b'{', b'}') => matches!(e, Expect::Key | Expect::CommaOrEnd),
+                (b'[', b']') => matches!(e, Expect::Value | Expect::CommaOrEnd),
+                _ => false,
+            }) => {
+                stack.pop();
+                i += 1;
+                if stack.is_empty() {
+                    return Some(bytes[start..i].to_vec());
+                }
+                safe = (i, stack.clone());
+            }
+            b'"' if matches!(expect, Some(Expect::Key | Expect::Value)) => {
+                let is_key = expect == Some(Expect::Key);
+                // The string's end, stepping over escapes.
+                let mut j = i + 1;
+                let mut closed = false;
+                while j < bytes.len() {
+                    match bytes[j] {
+                        b'\\' => j += 2,
+                        b'"' => {
+                            closed = true;
+                            break;
+                        }
+                        _ => j += 1,
+                    }
+                }
+                if !closed {
+                    if is_key {
+                        break;
+                    }
+                    // Cut inside a value: keep it up to the last whole
+                    // character, never half an escape.
+                    let body = &bytes[i + 1..];
+                    let mut end = body.len();
+                    let mut k = 0;
+                    while k < body.len() {
+                        if body[k] == b'\\' {
+                            let len = if body.get(k + 1) == Some(&b'u') { 6 } else { 2 };
+                            if k + len > body.len() {
+                                end = k;
+                                break;
+                            }
+                            k += len;
+                        } else {
+                            k += 1;
+                        }
+                    }
+                    let whole = match std::str::from_utf8(&body[..end]) {
+                        Ok(_) => end,
+                        Err(e) => e.valid_up_to(),
+                    };
+                    let mut out = bytes[start..i + 1 + whole].to_vec();
+                    out.push(b'"');
+                    close_all(&mut out, &stack);
+                    return Some(out);
+                }
+                i = j + 1;
+                if let Some(top) = stack.last_mut() {
+                    top.1 = if is_key { Expect::Colon } else { Expect::CommaOrEnd };
+                }
+                if !is_key {
+                    safe = (i, stack.clone());
+                }
+            }
+            b':' if expect == Some(Expect::Colon) => {
+                if let Some(top) = stack.last_mut() {
+                    top.1 = Expect::Value;
+                }
+                i += 1;
+            }
+            b',' if expect == Some(Expect::CommaOrEnd) => {
+                if let Some(top) = stack.last_mut() {
+                    top.1 = if top.0 == b'{' { Expect::Key } else { Expect::Value };
+                }
+                i += 1;
+            }
+            _ if expect == Some(Expect::Value) => {
+                // A number or a literal: whole only when something follows.
+                let mut j = i;
+                while j < bytes.len() && !matches!(bytes[j], b',' | b'}' | b']') && !bytes[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                if j == bytes.len() {
+                    break;
+                }
+                i = j;
+                if let Some(top) = stack.last_mut() {
+                    top.1 = Expect::CommaOrEnd;
+                }
+                safe = (i, stack.clone());
+            }
+            _ => return None,
+        }
+    }
+    let (end, open) = safe;
+    let mut out = bytes[start..end].to_vec();
+    close_all(&mut out, &open);
+    Some(out)
 }
 
 /// Summarizes one transcript from the first `head` bytes and (when the file
@@ -315,6 +512,62 @@ mod tests {
         assert_eq!(s.first_timestamp.as_deref(), Some("2026-03-01T00:00:00Z"));
         assert_eq!(s.title, "from a block");
         assert_eq!(s.message_estimate, 2);
+    }
+
+    #[test]
+    fn a_first_prompt_longer_than_the_head_still_names_the_row() {
+        // Claude Code writes `type` and `timestamp` after the message.
+        for len in [70_000, 100_000, HEAD_BYTES - 40] {
+            let prompt = format!("paste: {}", "x".repeat(len));
+            let line = format!(
+                r#"{{"parentUuid":null,"isSidechain":false,"cwd":"/w/long","message":{{"role":"user","content":"{prompt}"}},"type":"user","timestamp":"2026-01-01T00:00:00Z"}}"#
+            );
+            let text = format!("{line}\n{ASSISTANT}\n");
+            let head = &text.as_bytes()[..HEAD_BYTES.min(text.len())];
+            let tail = &text.as_bytes()[text.len() - 200..];
+            let s = summarize("x", head, Some(tail), text.len() as u64).expect("summary");
+            assert_eq!(s.cwd.as_deref(), Some("/w/long"), "len {len}");
+            assert!(s.title.starts_with("paste: xxx"), "len {len}: {:?}", s.title);
+            assert_eq!(s.title.chars().count(), TITLE_MAX_CHARS);
+        }
+        // The same with the prompt as a text block.
+        let line = format!(r#"{{"cwd":"/w/b","message":{{"role":"user","content":[{{"type":"text","text":"block {}"#, "y".repeat(HEAD_BYTES));
+        let s = summarize("x", &line.as_bytes()[..HEAD_BYTES], Some(b"\n"), 10 * HEAD_BYTES as u64).expect("summary");
+        assert_eq!((s.cwd.as_deref(), s.title.get(..7)), (Some("/w/b"), Some("block y")));
+        // An assistant line cut the same way names nothing.
+        let line = format!(r#"{{"cwd":"/w/c","message":{{"role":"assistant","content":"{}"#, "z".repeat(HEAD_BYTES));
+        let s = summarize("x", &line.as_bytes()[..HEAD_BYTES], Some(b"\n"), 10 * HEAD_BYTES as u64).expect("summary");
+        assert_eq!((s.cwd.as_deref(), s.title.as_str()), (Some("/w/c"), ""));
+    }
+
+    #[test]
+    fn a_cut_line_is_closed_keeping_what_was_whole() {
+        let close = |s: &[u8]| close_truncated(s).map(|v| String::from_utf8(v).expect("utf-8"));
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (br#"{"a":"b","c":"de"#, Some(r#"{"a":"b","c":"de"}"#)),
+            (br#"{"a":1,"b":tru"#, Some(r#"{"a":1}"#)),
+            (br#"{"a":{"b":[1,2"#, Some(r#"{"a":{"b":[1]}}"#)),
+            (br#"{"a":"x\u12"#, Some(r#"{"a":"x"}"#)),
+            (br#"{"a":"x\"#, Some(r#"{"a":"x"}"#)),
+            (br#"{"a":"x\n"#, Some(r#"{"a":"x\n"}"#)),
+            (br#"{"a":"x\"y"#, Some(r#"{"a":"x\"y"}"#)),
+            (b"{\"a\":\"\xc3\xa9\xf0\x9f", Some("{\"a\":\"\u{e9}\"}")),
+            (br#"{"ke"#, Some("{}")),
+            (br#"{"a":"b"} trailing"#, Some(r#"{"a":"b"}"#)),
+            (b"[1,2", None),
+            (b"{]", None),
+            (b"{\"a\"}", None),
+        ];
+        for (input, want) in cases {
+            assert_eq!(close(input).as_deref(), *want, "{:?}", String::from_utf8_lossy(input));
+        }
+        assert_eq!(close("[".repeat(100).as_bytes()), None);
+        assert_eq!(close(format!("{{\"a\":{}", "[".repeat(100)).as_bytes()), None);
+        for text in ["", "{", "{\"", "{\"a\"", "{\"a\":", "{\"a\":\"", "{\"a\":[", "{\"a\":[\"x\","] {
+            if let Some(c) = close(text.as_bytes()) {
+                assert!(serde_json::from_str::<serde_json::Value>(&c).is_ok(), "{text:?} -> {c:?}");
+            }
+        }
     }
 
     #[test]

@@ -323,6 +323,9 @@ fn close_truncated(bytes: &[u8]) -> Option<Vec<u8>> {
                     let body = &bytes[i + 1..];
                     let mut end = body.len();
                     let mut k = 0;
+                    // Where a high surrogate's escape began, while it is
+                    // the last thing read: cut alone, it is not JSON.
+                    let mut high_surrogate_at = None;
                     while k < body.len() {
                         if body[k] == b'\\' {
                             let len = if body.get(k + 1) == Some(&b'u') { 6 } else { 2 };
@@ -330,10 +333,16 @@ fn close_truncated(bytes: &[u8]) -> Option<Vec<u8>> {
                                 end = k;
                                 break;
                             }
+                            let high = len == 6 && matches!(body.get(k + 2..k + 4), Some([b'd' | b'D', b'8' | b'9' | b'a' | b'b' | b'A' | b'B']));
+                            high_surrogate_at = high.then_some(k);
                             k += len;
                         } else {
+                            high_surrogate_at = None;
                             k += 1;
                         }
+                    }
+                    if let Some(at) = high_surrogate_at.filter(|&at| at + 6 == end) {
+                        end = at;
                     }
                     let whole = match std::str::from_utf8(&body[..end]) {
                         Ok(_) => end,
@@ -369,6 +378,10 @@ fn close_truncated(bytes: &[u8]) -> Option<Vec<u8>> {
                 let mut j = i;
                 while j < bytes.len() && !matches!(bytes[j], b',' | b'}' | b']') && !bytes[j].is_ascii_whitespace() {
                     j += 1;
+                }
+                if j == i {
+                    // `,` or a closer where a value belongs: not JSON.
+                    return None;
                 }
                 if j == bytes.len() {
                     break;
@@ -557,10 +570,22 @@ mod tests {
             (b"[1,2", None),
             (b"{]", None),
             (b"{\"a\"}", None),
+            (b"{\"a\":}", None),
+            (b"{\"a\":[1,,", None),
+            (b"{\"a\":[}", None),
         ];
         for (input, want) in cases {
             assert_eq!(close(input).as_deref(), *want, "{:?}", String::from_utf8_lossy(input));
         }
+        // Every cut of a line with every kind of member closes to JSON
+        // that keeps the line's whole members.
+        let line = r#"{"n":-1.5e3,"t":true,"z":null,"s":"a\"b\\c\u00e9\ud83e\udd80 🦀","o":{"k":[1,"two",{"x":[]}],"e":{}},"last":"end"}"#;
+        for cut in 1..line.len() {
+            let closed = close(&line.as_bytes()[..cut]).unwrap_or_else(|| panic!("cut at {cut}"));
+            let value: serde_json::Value = serde_json::from_str(&closed).unwrap_or_else(|e| panic!("cut at {cut}: {closed:?}: {e}"));
+            assert!(value.is_object(), "cut at {cut}");
+        }
+        assert_eq!(close(line.as_bytes()).as_deref(), Some(line));
         assert_eq!(close("[".repeat(100).as_bytes()), None);
         assert_eq!(close(format!("{{\"a\":{}", "[".repeat(100)).as_bytes()), None);
         for text in ["", "{", "{\"", "{\"a\"", "{\"a\":", "{\"a\":\"", "{\"a\":[", "{\"a\":[\"x\","] {

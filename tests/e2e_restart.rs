@@ -117,3 +117,49 @@ async fn a_restart_removes_the_temp_files_a_crash_left_behind() {
         assert!(names.iter().any(|n| n == "keep.txt"), "{}: a file not ours was removed: {names:?}", folder.display());
     }
 }
+
+/// Copies every file of `from` into `to` (one level, as the echo agent
+/// keeps its transcripts).
+fn copy_files(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+        }
+    }
+}
+
+/// "disposeSession ... drops the row", for good: a disposed session whose
+/// transcript is put back (restored from a backup) is not listed again by
+/// the next start's pass over the transcripts. Before the store kept a
+/// tombstone, it came back as a session whose record had been lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disposed_session_stays_disposed_when_its_transcript_is_put_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let backup = dir.path().join("backup");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let (sid, chat, _ssub, _chat, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t0", "keep me out").await;
+    copy_files(&data.join("echo"), &backup);
+    let params = ahp::ahp_types::commands::DisposeSessionParams { channel: sid.clone(), meta: None };
+    let _: serde_json::Value = within("disposeSession", c.request("disposeSession", params)).await.expect("disposeSession");
+    drop(c);
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+
+    copy_files(&backup, &data.join("echo"));
+    let daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "reader").await;
+    // The start's pass over the transcripts found it and kept it unlisted.
+    within("the pass over the transcripts", async {
+        while !daemon.log_text().contains("catalogue.tombstones_held") {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let rows = list(&c).await;
+    assert!(rows.iter().all(|r| r.resource != sid), "the disposed session is listed again: {rows:?}");
+    let out = ahpd_cli(&["sessions", "list", "--data-dir", data.to_str().expect("utf-8")], None);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&sid), "the offline listing shows the tombstone");
+}

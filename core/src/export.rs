@@ -250,6 +250,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         external: false,
         offer: None,
         in_tree: None,
+        deleted: false,
         git: None,
     };
     Ok(Imported { record, turns })
@@ -300,6 +301,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
+            deleted: false,
             git: None,
         }
     }

@@ -141,9 +141,15 @@ pub enum Op {
         /// The session.
         session: Uri,
     },
-    /// Removing a session record for `disposeSession`.
+    /// Replacing a session record by its tombstone for `disposeSession`.
     StoreDelete {
         /// The session.
+        session: Uri,
+    },
+    /// Removing a tombstone whose backend copy is gone: nothing waits on
+    /// the answer.
+    StoreForget {
+        /// The disposed session.
         session: Uri,
     },
     /// A git command (`host/git.rs`).
@@ -205,6 +211,10 @@ pub struct Host {
     /// state; `reconnect` answers a listed one with snapshots, never a
     /// replay onto that state (the URI may have been made anew since).
     pub(crate) retired: BTreeSet<Uri>,
+    /// Disposed sessions whose tombstone the store holds, by URI: what a
+    /// pass over their backend's transcripts must not list again, across
+    /// restarts (see [`crate::record::SessionRecord::deleted`]).
+    pub(crate) tombstones: BTreeMap<Uri, SessionRecord>,
     /// Connections refused at `Connected` (over `Limits::connections_max`),
     /// until their `Disconnected`: their frames are answered with the
     /// refusal and otherwise ignored.
@@ -304,6 +314,7 @@ impl Host {
             chats: BTreeMap::new(),
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
+            tombstones: BTreeMap::new(),
             refused: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),
@@ -334,6 +345,10 @@ impl Host {
             }
         };
         let uri = id.uri();
+        if record.deleted {
+            self.tombstones.insert(uri, record);
+            return;
+        }
         let chat_clash = record.chats.iter().any(|c| self.chats.contains_key(&c.resource));
         if self.sessions.contains_key(&uri) || chat_clash || record.chats.is_empty() {
             self.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());

@@ -75,6 +75,14 @@ pub struct SessionRecord {
     /// (see [`crate::git::TreeOrigin`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_tree: Option<crate::git::TreeOrigin>,
+    /// A tombstone: the session was disposed, and this record stays only
+    /// so a backend's copy that outlives the dispose (a transcript its CLI
+    /// keeps, or one put back from a backup) is not listed again after a
+    /// restart (Sessions page, "The life of a session": disposeSession
+    /// "drops the row"). Removed by the first pass over the backend's
+    /// transcripts that no longer finds any of its chats. Never a session.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// One chat's durable record.

@@ -251,3 +251,91 @@ fn a_rediscovered_session_reports_the_same_config_before_and_after_its_first_sen
     let reply = h.take_reply(1, sid).expect("subscribed");
     assert_eq!(reply["result"]["snapshot"]["state"]["config"]["values"], json!({"isolation": "folder"}), "{reply}");
 }
+
+/// Answers store and backend commands until none is pending, keeping the
+/// store's records in `store` as a disk would.
+fn settle_into(h: &mut Harness, store: &mut std::collections::BTreeMap<String, ahpd_core::SessionRecord>) {
+    loop {
+        let ops = h.store_ops();
+        let backend = h.settle_backend();
+        if ops.is_empty() && backend.is_empty() {
+            return;
+        }
+        for (op, command) in ops {
+            match command {
+                ahpd_core::StoreCmd::Put { record } => {
+                    store.insert(record.key.clone(), *record);
+                }
+                ahpd_core::StoreCmd::Delete { key } => {
+                    store.remove(&key);
+                }
+            }
+            h.done(op, Outcome::Ok);
+        }
+    }
+}
+
+/// "disposeSession ... drops the row": a disposed session whose backend's
+/// copy outlives the dispose (a transcript its CLI keeps, an echo
+/// conversation put back from a backup) is not listed again after a
+/// restart. Its record becomes a tombstone, which the first pass that no
+/// longer finds the copy removes. Before tombstones, the restart's scan
+/// listed both sessions again.
+#[test]
+fn a_disposed_session_stays_disposed_across_restarts_while_its_backends_copy_lasts() {
+    let mut store = std::collections::BTreeMap::new();
+    let mut h = Harness::new(config());
+    h.connect(1, "c1");
+    answer_scan(&mut h, "echo", vec![]);
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "claude", vec![external("e1", now - DAY)]);
+    set_mode(&mut h, "last30Days");
+    let (uri, chat) = h.create(1, "gone");
+    h.start_turn(1, &chat, 1, "t1", "hello");
+    h.agent_reply(&chat, "t1", "hi");
+    settle_into(&mut h, &mut store);
+    assert_eq!(h.list(1).len(), 2, "the host's own session and the external one");
+    for channel in [uri.as_str(), "claude:/e1"] {
+        let rid = h.send_request(1, "disposeSession", json!({"channel": channel}));
+        settle_into(&mut h, &mut store);
+        assert!(h.take_reply(1, rid).expect("dispose reply")["error"].is_null(), "{channel}");
+    }
+    assert!(h.list(1).is_empty());
+    let tombstone = store.get("ahp-session@gone").expect("a tombstone in the store");
+    assert!(tombstone.deleted && tombstone.title.is_empty() && tombstone.chats[0].senders.is_empty(), "{tombstone:?}");
+    assert!(store.get("claude@e1").is_some_and(|r| r.deleted), "the external session's tombstone");
+
+    // The restart: both backend copies are still there.
+    let records: Vec<_> = store.values().cloned().collect();
+    let mut h = Harness::with_records(config(), records);
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![own_row("gone", &chat, "ahp-session@gone", now - 1000)]);
+    answer_scan(&mut h, "claude", vec![external("e1", now - DAY)]);
+    set_mode(&mut h, "last30Days");
+    settle_into(&mut h, &mut store);
+    assert!(h.list(1).is_empty(), "neither comes back");
+    assert!(store.values().all(|r| r.deleted), "both tombstones kept while the copies last");
+
+    // The echo conversation's copy is gone: the next pass drops its
+    // tombstone; the claude transcript is still there, so its stays.
+    h.advance(10 * 60 * 1000);
+    h.list(1);
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("e1", now - DAY)]);
+    settle_into(&mut h, &mut store);
+    assert!(!store.contains_key("ahp-session@gone"), "the spent tombstone is removed");
+    assert!(store.contains_key("claude@e1"));
+    assert!(h.list(1).is_empty());
+
+    // A session made anew under the disposed URI is a new session.
+    let (again, chat) = h.create(1, "gone");
+    h.start_turn(1, &chat, 2, "t2", "hello again");
+    h.agent_reply(&chat, "t2", "hi");
+    settle_into(&mut h, &mut store);
+    assert_eq!(again, uri);
+    // (The harness answered that session's writes itself.)
+    let rows = h.list(1);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["resource"], uri.as_str());
+}

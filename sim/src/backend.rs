@@ -270,8 +270,11 @@ impl Backend {
                     Self::stop(agent);
                     agent.turn = None;
                 }
-                self.conversations.remove(&conversation_id);
-                self.meta.remove(&conversation_id);
+                // Sometimes the backend's copy outlives the delete.
+                if !(cx.faults.delete_keeps_copy > 0.0 && cx.faults_rng.chance(cx.faults.delete_keeps_copy)) {
+                    self.conversations.remove(&conversation_id);
+                    self.meta.remove(&conversation_id);
+                }
                 self.done(cx, chat, op, Outcome::Ok, latency);
             }
         }

@@ -34,6 +34,10 @@ pub struct Faults {
     /// An agent's output for a turn is still in flight when the turn is
     /// cancelled: one more event for the finished turn arrives.
     pub stale_event: f64,
+    /// A backend `Delete` answers Ok but its copy of the conversation
+    /// stays (a transcript its CLI keeps, or one put back from a backup):
+    /// the disposed session must stay disposed across rescans and restarts.
+    pub delete_keeps_copy: f64,
     /// Mean sim time between host crashes, in ms (`None` = no crashes).
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
@@ -55,6 +59,7 @@ impl Faults {
             store_fail: 0.0,
             send_fail: 0.0,
             stale_event: 0.0,
+            delete_keeps_copy: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
         }
@@ -136,10 +141,11 @@ impl Options {
             store_fail: fault(&mut rng, 0.01, 0.2),
             send_fail: fault(&mut rng, 0.01, 0.1),
             stale_event: fault(&mut rng, 0.1, 0.8),
+            delete_keeps_copy: 0.0,
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
         };
-        Options {
+        let mut options = Options {
             seed,
             clients,
             session_ids,
@@ -159,7 +165,10 @@ impl Options {
             safety_steps: rng.range(800, 2_500),
             liveness_steps: 20_000,
             faults,
-        }
+        };
+        // Drawn last, so the draws above keep their values.
+        options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
+        options
     }
 
     /// The core's settings for this scenario.
@@ -219,7 +228,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} host_crash={} wall_jump={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} host_crash={} wall_jump={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -231,6 +240,7 @@ impl fmt::Display for Options {
             p(x.store_fail),
             p(x.send_fail),
             p(x.stale_event),
+            p(x.delete_keeps_copy),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
         )

@@ -49,6 +49,13 @@ impl Host {
             }
             Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
             Op::Registry { scan } => self.on_registry_done(op, scan, outcome),
+            Op::StoreForget { session } => {
+                if let Outcome::Failed { message } = outcome {
+                    // Still on disk: read back at the next start, and
+                    // removed by the first pass after it.
+                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
+                }
+            }
             Op::StoreDelete { session } => {
                 let failure = match outcome {
                     Outcome::Failed { message } => Some(message),

@@ -144,7 +144,11 @@ impl Host {
             offer: Some(offer),
             in_tree,
             git: None,
+            deleted: false,
         };
+        // A session made anew under a disposed one's URI: its record
+        // replaces the tombstone.
+        self.tombstones.remove(&uri);
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
@@ -232,13 +236,16 @@ impl Host {
         self.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
     }
 
-    /// Second step of a dispose, once every backend delete answered: drop
-    /// the store record.
+    /// Second step of a dispose, once every backend delete answered: the
+    /// store record becomes a tombstone ([`tombstone_of`]), so a backend copy
+    /// that outlives the dispose is not listed again after a restart; the
+    /// next pass over the backend's transcripts that finds none of it
+    /// removes the tombstone.
     pub(crate) fn dispose_store_step(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
-        let key = session.record.key.clone();
+        let record = Box::new(tombstone_of(&session.record));
         let op = self.new_op(Op::StoreDelete { session: uri.clone() });
-        self.effects.push(Effect::Store { op, command: StoreCmd::Delete { key } });
+        self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
     }
 
     /// Last step of a dispose: forget the session, end subscriptions to it,
@@ -273,6 +280,7 @@ impl Host {
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };
+        self.tombstones.insert(uri.clone(), tombstone_of(&session.record));
         self.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {
@@ -432,5 +440,30 @@ impl Host {
             ([], []) => Ok(None),
             _ => Err(error(INVALID_PARAMS, "your memberships do not resolve to one place to charge: name a scope")),
         }
+    }
+}
+
+/// The tombstone a disposed session leaves in the store: what names its
+/// backend's copy (provider, chats and their conversation ids) and nothing
+/// of the host's own (title, bits, settings, owner, senders are gone).
+pub(crate) fn tombstone_of(record: &SessionRecord) -> SessionRecord {
+    SessionRecord {
+        title: String::new(),
+        is_read: false,
+        is_archived: false,
+        config: Default::default(),
+        owner: None,
+        scope: None,
+        changes: None,
+        offer: None,
+        in_tree: None,
+        git: None,
+        deleted: true,
+        chats: record
+            .chats
+            .iter()
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), ..c.clone() })
+            .collect(),
+        ..record.clone()
     }
 }

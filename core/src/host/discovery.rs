@@ -139,11 +139,31 @@ impl Host {
                 }
             }
         }
+        // Disposed sessions of this provider, by conversation id: a row of
+        // one is not listed again, and a tombstone none of whose rows this
+        // pass found has nothing left to guard.
+        let mut tombstoned: BTreeMap<String, Uri> = BTreeMap::new();
+        for (uri, t) in &self.tombstones {
+            if t.provider == provider {
+                for c in &t.chats {
+                    tombstoned.insert(c.conversation_id.clone(), uri.clone());
+                }
+            }
+        }
+        let mut guarding = BTreeSet::new();
         let mut seen = BTreeSet::new();
         let mut skipped = 0usize;
         for row in default_chats_first(rows) {
             if ids::validate_conversation_id(&row.conversation_id).is_err() {
                 skipped += 1;
+                continue;
+            }
+            let tombstone = tombstoned.get(&row.conversation_id).cloned().or_else(|| {
+                let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
+                self.tombstones.contains_key(&session).then_some(session)
+            });
+            if let Some(uri) = tombstone {
+                guarding.insert(uri);
                 continue;
             }
             seen.insert(row.conversation_id.clone());
@@ -174,6 +194,23 @@ impl Host {
             .collect();
         for uri in gone {
             self.forget_listed(&uri);
+        }
+        if !guarding.is_empty() {
+            self.log(LogLevel::Info, "catalogue.tombstones_held", None, format!(
+                "{provider}: {} disposed sessions' transcripts are still there and stay unlisted",
+                guarding.len()
+            ));
+        }
+        let spent: Vec<Uri> = self
+            .tombstones
+            .iter()
+            .filter(|(uri, t)| t.provider == provider && !guarding.contains(*uri))
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        for uri in spent {
+            let Some(t) = self.tombstones.remove(&uri) else { continue };
+            let op = self.new_op(Op::StoreForget { session: uri.clone() });
+            self.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.key } });
         }
     }
 
@@ -227,6 +264,7 @@ impl Host {
             external,
             offer: None,
             in_tree: None,
+            deleted: false,
             git: None,
         }
     }

@@ -153,6 +153,7 @@ mod tests {
             external,
             offer: None,
             in_tree: None,
+            deleted: false,
         }
     }
 

@@ -189,6 +189,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
+            deleted: false,
         };
         let id = ResourceId::parse(&record.resource).expect("valid id");
         Session::new(id, record, Phase::Asleep, None, true, MonoTime(0))

@@ -425,6 +425,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         external: false,
         offer: None,
         in_tree: None,
+        deleted: false,
         git: None,
     }
 }

@@ -120,8 +120,8 @@ pub fn list(args: &ListArgs) -> Result<(), String> {
     out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| format!("could not write to stdout: {e}"))
 }
 
-/// Every record under `dir` that parses and whose key matches its file
-/// name, newest `modifiedAt` first (then by URI). Nothing is changed.
+/// Every record under `dir` that parses, is not a tombstone and whose key
+/// matches its file name, newest `modifiedAt` first (then by URI). Nothing is changed.
 ///
 /// Errors: the directory cannot be listed.
 pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
@@ -139,6 +139,8 @@ pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
             .map_err(|e| e.to_string())
             .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
         match parsed {
+            // A tombstone is a disposed session, not one to list.
+            Ok(record) if record.deleted => {}
             Ok(record) if record.key == stem => records.push(record),
             Ok(record) => note(&format!(
                 "skipped {}: it holds the record of {}",

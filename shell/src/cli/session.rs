@@ -194,6 +194,9 @@ pub fn build_export(data_dir: &Path, id: &ResourceId) -> Result<ExportedSession,
     if record.key != key || record.resource != uri {
         return Err(format!("the store record {} names another session ({})", path.display(), ids::printable(&record.resource)));
     }
+    if record.deleted {
+        return Err(format!("session {uri} was disposed; the store keeps only its tombstone"));
+    }
     let mut turns = BTreeMap::new();
     if record.provider == ECHO_PROVIDER {
         let echo_dir = data_dir.join("echo");
@@ -376,7 +379,11 @@ pub fn import_doc(data_dir: &Path, doc: &ExportedSession) -> Result<Uri, String>
 fn is_taken(sessions_dir: &Path, echo_dir: &Path, uri: &str, chat_count: usize) -> Result<bool, String> {
     let key = ResourceId::parse(uri).map_err(|e| e.to_string())?.store_key();
     let record = store::file_name(&key).ok_or_else(|| format!("session {} has no safe store key", ids::printable(uri)))?;
-    let mut paths = vec![sessions_dir.join(record)];
+    let record = sessions_dir.join(record);
+    // A disposed session's tombstone does not hold its URI: an import
+    // brings the session back over it.
+    let tombstone = fs::read(&record).ok().and_then(|b| serde_json::from_slice::<SessionRecord>(&b).ok()).is_some_and(|r| r.deleted);
+    let mut paths = if tombstone { Vec::new() } else { vec![record] };
     for i in 0..chat_count {
         let conversation = if i == 0 { key.clone() } else { format!("{key}.{i}") };
         paths.push(transcript::path(echo_dir, &conversation)?);

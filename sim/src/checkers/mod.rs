@@ -294,6 +294,14 @@ pub struct PreCrash {
 /// had acknowledged (or those of a write that was in flight at the crash).
 pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Result<(), Violation> {
     for (key, record) in &store.durable {
+        if record.deleted {
+            // A disposed session stays disposed across restarts, whatever
+            // its backend's transcripts still hold.
+            if view.sessions.contains_key(&record.resource) {
+                return Err(breach("rule5_restart_keeps_acked", format!("disposed session {key} (its tombstone is durable) is listed after the restart")));
+            }
+            continue;
+        }
         let Some(s) = view.sessions.get(&record.resource) else {
             return Err(breach("rule5_restart_keeps_acked", format!("durable record {key} is not listed after the restart")));
         };

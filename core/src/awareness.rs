@@ -561,7 +561,7 @@ mod tests {
             repository: None,
             branch: None,
             head: None,
-            status: 1,
+            status: crate::session::state::IDLE,
             activity: String::new(),
             claims: claims.iter().map(|s| s.to_string()).collect(),
             updated_at: 1_000,

@@ -151,14 +151,26 @@ pub fn list(
 ) -> Result<Listing, JsonRpcError> {
     let limit = match params.limit {
         None => config.list_default_max,
-        Some(n) if n < 1 => return Err(error(INVALID_PARAMS, "limit must be at least 1")),
-        Some(n) => (n as u64).min(config.list_limit_max as u64) as usize,
+        Some(n) if n < 1 => {
+            crate::mark!("list_limit_below_one_refused");
+            return Err(error(INVALID_PARAMS, "limit must be at least 1"));
+        }
+        Some(n) if n as u64 > config.list_limit_max as u64 => {
+            // "A limit is capped at 500 however many were asked for."
+            crate::mark!("list_limit_capped");
+            config.list_limit_max
+        }
+        Some(n) => n as usize,
     };
     let after = match params.cursor.as_deref() {
         None => None,
         Some(text) => match cursor::decode(text, &config.cursor_secret) {
             Some(row) => Some(row),
-            None => return Err(error(INVALID_PARAMS, "unknown cursor: it was not issued by this host")),
+            None => {
+                // "one this host did not issue is refused with -32602".
+                crate::mark!("list_cursor_refused");
+                return Err(error(INVALID_PARAMS, "unknown cursor: it was not issued by this host"));
+            }
         },
     };
     let mut rows: Vec<((i64, &Uri), &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
@@ -167,12 +179,17 @@ pub fn list(
         let key = (ms, uri);
         let Some(session) = sessions.at(slot, uri) else { continue };
         if session.record.external && !external.shows(session.modified_at, key.1) {
+            crate::mark!("list_external_hidden");
             hidden += 1;
             continue;
         }
         let keep = match owner {
             None => true,
-            Some(None) => false,
+            Some(None) => {
+                // "A connection with no principal owns nothing".
+                crate::mark!("list_owner_filter_no_principal");
+                false
+            }
             Some(Some(me)) => session.record.owner.as_deref() == Some(me.as_str()),
         };
         if keep {
@@ -183,6 +200,9 @@ pub fn list(
         }
     }
     let more = rows.len() > limit;
+    if more {
+        crate::mark!("list_page_has_next_cursor");
+    }
     rows.truncate(limit);
     let next_cursor = if more {
         rows.last().map(|((ms, uri), _)| cursor::encode(&RowKey { modified_ms: *ms, uri: (*uri).clone() }, &config.cursor_secret))

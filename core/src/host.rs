@@ -161,6 +161,17 @@ pub enum Op {
     },
 }
 
+/// How a session went during one input (Sessions page, "Sleep and wake"):
+/// what the step rules of `invariants.rs` check the rule "None goes while a
+/// client watches it or while it has work in hand" against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Went {
+    /// Put to sleep after idle: its agents went, its state stayed.
+    Slept,
+    /// Evicted by the residency limit: its agents and its state went.
+    Evicted,
+}
+
 /// Counters the simulator and `/metrics` read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -235,6 +246,9 @@ pub struct Host {
     /// The window's own trees, by handle (`host/detached.rs`).
     pub(crate) detached: crate::detached::Registry,
     pub(crate) effects: Vec<Effect>,
+    /// The sessions put to sleep or evicted by the current input, in
+    /// order (emptied as each input starts): for the step rules.
+    pub(crate) went: Vec<(Uri, Went)>,
 }
 
 /// A read-only view of the host for checkers, the simulator and debugging.
@@ -263,6 +277,8 @@ pub struct HostView<'a> {
     pub stats: &'a Stats,
     /// When the host next wants a tick.
     pub next_deadline: Option<MonoTime>,
+    /// The sessions the last input put to sleep or evicted, in order.
+    pub went: &'a [(Uri, Went)],
 }
 
 impl Host {
@@ -326,6 +342,7 @@ impl Host {
             awareness: awareness::Awareness::default(),
             detached: crate::detached::Registry::default(),
             effects: Vec::new(),
+            went: Vec::new(),
         };
         for record in restored {
             host.restore(record);
@@ -337,6 +354,7 @@ impl Host {
         let id = match ResourceId::parse(&record.resource) {
             Ok(id) if id.store_key() == record.key => id,
             Ok(_) | Err(_) => {
+                crate::mark!("restore_record_skipped");
                 self.log(LogLevel::Warn, "store.record_skipped", None, format!(
                     "stored record {} does not name a valid session; left on disk, not listed",
                     crate::ids::printable(&record.key)
@@ -415,6 +433,7 @@ impl Host {
         // is clamped rather than trusted.
         let mono = now.mono.max(self.now.mono);
         self.now = Now { mono, wall: now.wall };
+        self.went.clear();
         if self.last_scan_at.is_none() {
             // The first input: the first pass over every backend's
             // transcripts runs behind whatever it is.
@@ -466,6 +485,7 @@ impl Host {
             catalogue: &self.catalogue,
             stats: &self.stats,
             next_deadline: self.next_deadline(),
+            went: &self.went,
         }
     }
 
@@ -481,6 +501,7 @@ impl Host {
         }
         if !self.take_frame_credit(conn) {
             let limit = self.config.limits.frames_per_second;
+            crate::mark!("limit_rate_refused");
             self.log(LogLevel::Warn, "limit.rate", None, format!("connection {} sends more than {limit} frames/s", conn.0));
             let id = match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
                 Ok(Incoming::Request { id, .. }) => Some(id),
@@ -674,6 +695,21 @@ impl Host {
         }
     }
 
+    /// Moves the session's `modifiedAt` forward to `to` (never back: see
+    /// [`Session::advance_modified_at`], "modifiedAt ... moves forward
+    /// only") and its catalogue row with it. Every site that moves a
+    /// session's `modifiedAt` calls this.
+    pub(crate) fn advance_modified_at(&mut self, uri: &Uri, to: WallTime) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        let was = session.advance_modified_at(to);
+        let (now, announced) = (session.modified_at, session.announced);
+        // An unannounced session has no row to move (`moved` would find
+        // none either).
+        if announced {
+            self.catalogue.moved(was.0, now.0, uri);
+        }
+    }
+
     /// Marks the session used now (LRU, Sessions page "Sleep and wake": "a
     /// session is used when it starts, when a client subscribes to it, and
     /// when a turn starts in it").
@@ -707,10 +743,21 @@ impl Host {
         }
         match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
             Some(p) if p.holds(op) => Ok(()),
-            Some(_) => Err(error(PERMISSION_DENIED, crate::grants::refusal(op))),
+            Some(_) => {
+                crate::mark!("grant_refused_missing_grant");
+                if op.is_read() {
+                    crate::mark!("grant_refused_read_op");
+                } else {
+                    crate::mark!("grant_refused_write_op");
+                }
+                Err(error(PERMISSION_DENIED, crate::grants::refusal(op)))
+            }
             // The same words whatever was asked, so that a connection not
             // signed in cannot tell which channels exist.
-            None => Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only")),
+            None => {
+                crate::mark!("grant_refused_not_signed_in");
+                Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only"))
+            }
         }
     }
 

@@ -1,10 +1,22 @@
 //! State rules, one pure function each, checked after every simulated step
 //! (docs/STYLE.md 3.7). Each cites the sentence of the Sessions page it
 //! enforces.
+//!
+//! Two kinds: [`ALL`] rules read the state after an input
+//! ([`check_all`]); [`STEP`] rules compare it with a [`Before`] snapshot
+//! taken just before the input ([`check_step`]), for rules about what an
+//! input may change ("moves forward only", "never moves", "none goes
+//! while ...").
+
+use std::collections::BTreeMap;
 
 use ahp_types::state::SessionLifecycle;
+use ahp_types::Uri;
 
-use crate::host::HostView;
+use crate::host::{HostView, Went};
+use crate::session::Session;
+use crate::time::WallTime;
+use crate::session::state::{ACTIVITY_MASK, IDLE, INPUT_NEEDED, IN_PROGRESS};
 use crate::session::Phase;
 
 /// A broken rule: its id and what was seen.
@@ -32,12 +44,73 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_catalogue_lists_announced", inv_catalogue_lists_announced),
     ("inv_held_index_consistent", inv_held_index_consistent),
     ("inv_row_aggregate", inv_row_aggregate),
+    ("inv_archived_goes_at_once", inv_archived_goes_at_once),
 ];
 
 /// Runs every rule; the first violation wins.
 pub fn check_all(view: &HostView<'_>) -> Result<(), Violation> {
     for (_, check) in ALL {
         check(view)?;
+    }
+    Ok(())
+}
+
+/// What the step rules need of the state before an input: per session,
+/// a few facts copied out (cheap: no records or states are cloned).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Before {
+    /// Every session known before the input, by URI.
+    pub sessions: BTreeMap<Uri, SessionBefore>,
+}
+
+/// One session's facts before an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionBefore {
+    /// `createdAt`, ms.
+    pub created_at: WallTime,
+    /// `modifiedAt`, ms.
+    pub modified_at: WallTime,
+    /// Whether its state was held.
+    pub held: bool,
+    /// Whether it was live.
+    pub live: bool,
+}
+
+/// Takes the snapshot [`check_step`] compares the state after the next
+/// input with.
+pub fn before(view: &HostView<'_>) -> Before {
+    Before {
+        sessions: view
+            .sessions
+            .iter()
+            .map(|(uri, s)| {
+                let facts = SessionBefore {
+                    created_at: s.created_at,
+                    modified_at: s.modified_at,
+                    held: s.resident.is_some(),
+                    live: s.phase == Phase::Live,
+                };
+                (uri.clone(), facts)
+            })
+            .collect(),
+    }
+}
+
+type StepCheck = fn(&Before, &HostView<'_>) -> Result<(), Violation>;
+
+/// Every step rule, by id.
+pub const STEP: &[(&str, StepCheck)] = &[
+    ("inv_created_at_never_moves", inv_created_at_never_moves),
+    ("inv_modified_at_forward_only", inv_modified_at_forward_only),
+    ("inv_none_goes_watched_or_busy", inv_none_goes_watched_or_busy),
+    ("inv_least_recently_used_goes_first", inv_least_recently_used_goes_first),
+];
+
+/// Runs every step rule against the snapshot taken before the input; the
+/// first violation wins.
+pub fn check_step(before: &Before, after: &HostView<'_>) -> Result<(), Violation> {
+    for (_, check) in STEP {
+        check(before, after)?;
     }
     Ok(())
 }
@@ -224,20 +297,161 @@ pub fn inv_held_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
 pub fn inv_row_aggregate(view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, s) in view.sessions {
         let Some(resident) = &s.resident else { continue };
-        let bits: Vec<u32> = resident.chats.values().map(|c| c.status & 0x1F).collect();
-        let default = resident.chats.get(&s.record.default_chat).map_or(0, |c| c.status & 0x1F);
-        let expected = if bits.contains(&24) {
-            24
-        } else if bits.contains(&8) {
-            8
+        let bits: Vec<u32> = resident.chats.values().map(|c| c.status & ACTIVITY_MASK).collect();
+        let default = resident.chats.get(&s.record.default_chat).map_or(0, |c| c.status & ACTIVITY_MASK);
+        // InputNeeded first: it carries the InProgress bit.
+        let expected = if bits.contains(&INPUT_NEEDED) {
+            INPUT_NEEDED
+        } else if bits.contains(&IN_PROGRESS) {
+            IN_PROGRESS
         } else if default == 0 {
-            1
+            IDLE
         } else {
             default
         };
-        let row = s.summary().status & 0x1F;
+        let row = s.summary().status & ACTIVITY_MASK;
         if row != expected {
             return fail("inv_row_aggregate", format!("{uri}: row activity {row}, chats {bits:?} (default {default}) say {expected}"));
+        }
+    }
+    Ok(())
+}
+
+/// "An archived session goes at once" (Sessions page, "Sleep and wake"):
+/// with the residency limit on, no archived session the limit may take
+/// keeps its state once an input is handled.
+pub fn inv_archived_goes_at_once(view: &HostView<'_>) -> Result<(), Violation> {
+    if view.config.residency_limit == 0 {
+        return Ok(());
+    }
+    for (uri, s) in held(view) {
+        if s.record.is_archived && evictable(view, s) {
+            return fail("inv_archived_goes_at_once", format!("{uri} is archived and evictable but still held"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the residency limit may take `s` in `view`, read from the
+/// state alone (the same rule as the host's own `evictable`, written out
+/// again so that the check does not trust it): state held, something said,
+/// live or asleep, resumable, nothing in hand, nobody watching.
+fn evictable(view: &HostView<'_>, s: &Session) -> bool {
+    s.resident.is_some()
+        && s.has_turns()
+        && matches!(s.phase, Phase::Live | Phase::Asleep)
+        && s.can_resume
+        && !s.has_work_in_hand()
+        && !watched(view, s)
+}
+
+/// The sessions whose state is held (by the host's index, which
+/// `inv_held_index_consistent` checks).
+fn held<'v>(view: &'v HostView<'_>) -> impl Iterator<Item = (&'v Uri, &'v Session)> + 'v {
+    view.held.iter().filter_map(|u| view.sessions.get_key_value(u))
+}
+
+fn watched(view: &HostView<'_>, s: &Session) -> bool {
+    view.conns.values().any(|c| c.watches(&s.record))
+}
+
+/// "createdAt is when the session was first started and never moves"
+/// (Sessions page, "The state a session reports"): no input changes a
+/// known session's `createdAt`.
+pub fn inv_created_at_never_moves(before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, b) in &before.sessions {
+        if let Some(s) = view.sessions.get(uri) {
+            if s.created_at != b.created_at {
+                return fail("inv_created_at_never_moves", format!("{uri}: createdAt {} -> {}", b.created_at.0, s.created_at.0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// "modifiedAt is the last change ... so it moves forward only and a chat
+/// closed or moved away takes nothing back with it" (Sessions page, "The
+/// state a session reports"), whatever the wall clock does: no input
+/// moves a known session's `modifiedAt` back, and its record says the same
+/// time.
+pub fn inv_modified_at_forward_only(before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, b) in &before.sessions {
+        if let Some(s) = view.sessions.get(uri) {
+            if s.modified_at < b.modified_at {
+                return fail("inv_modified_at_forward_only", format!("{uri}: modifiedAt {} -> {}", b.modified_at.0, s.modified_at.0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// "None goes while a client watches it or while it has work in hand ...
+/// a session whose backend cannot resume it never sleeps" (Sessions page,
+/// "Sleep and wake"). Every session the input put to sleep was live
+/// before it; after the input no session that went is watched, none's backend is
+/// one that cannot resume it, and none has work in hand that going does
+/// not end (a parked write, queued work, waiters, git work, turns waiting
+/// for the agent; a slept one, whose state stays, also no turn running,
+/// message queued or question waiting). Sends and background work end
+/// with the agents and cannot be seen afterwards; an input may end them
+/// and let the session go in one step. Conversely every session whose
+/// state went while it stayed known is one the input says it evicted.
+pub fn inv_none_goes_watched_or_busy(before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
+    const RULE: &str = "inv_none_goes_watched_or_busy";
+    for (uri, how) in view.went {
+        let Some(s) = view.sessions.get(uri) else { continue };
+        let Some(b) = before.sessions.get(uri) else {
+            return fail(RULE, format!("{uri} went ({how:?}) in the input that made it"));
+        };
+        // A sleep takes a live session only ("A session does not sleep
+        // while it is waking"); an eviction may follow a wake that ended
+        // in the same input, once its waiters were served.
+        if *how == Went::Slept && !b.live {
+            return fail(RULE, format!("{uri} went ({how:?}) from a phase it may not go from"));
+        }
+        if watched(view, s) {
+            return fail(RULE, format!("{uri} went ({how:?}) while a client watches it"));
+        }
+        if !s.can_resume {
+            return fail(RULE, format!("{uri} went ({how:?}) though its backend cannot resume it"));
+        }
+        let left = s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || !s.pending_sends.is_empty();
+        if left || (*how == Went::Slept && s.has_work_in_hand()) {
+            return fail(RULE, format!("{uri} went ({how:?}) with work in hand"));
+        }
+        if *how == Went::Evicted && s.resident.is_some() {
+            return fail(RULE, format!("{uri} evicted but its state is held"));
+        }
+    }
+    for (uri, b) in &before.sessions {
+        let Some(s) = view.sessions.get(uri) else { continue };
+        if b.held && s.resident.is_none() && !view.went.iter().any(|(u, how)| u == uri && *how == Went::Evicted) {
+            return fail(RULE, format!("{uri}'s state went without an eviction"));
+        }
+    }
+    Ok(())
+}
+
+/// "Over that count the least recently used session goes first ... An
+/// archived session goes at once" (Sessions page, "Sleep and wake"): a
+/// session the input evicted that is not archived was the least recently
+/// used of those the limit may take. Checked against what is left: no
+/// session still evictable after the input was used less recently (ties
+/// on the use stamp break on the URI, as the limit picks).
+pub fn inv_least_recently_used_goes_first(_before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
+    let victims = view.went.iter().filter(|(_, how)| *how == Went::Evicted);
+    for (uri, _) in victims {
+        let Some(v) = view.sessions.get(uri) else { continue };
+        if v.record.is_archived {
+            continue;
+        }
+        let older = held(view)
+            .find(|(u, s)| evictable(view, s) && !view.went.iter().any(|(w, _)| w == *u) && (s.last_used, *u) < (v.last_used, uri));
+        if let Some((u, s)) = older {
+            return fail("inv_least_recently_used_goes_first", format!(
+                "{uri} (used at {}) evicted while {u} (used at {}) stayed",
+                v.last_used, s.last_used
+            ));
         }
     }
     Ok(())

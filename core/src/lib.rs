@@ -40,6 +40,7 @@ pub mod ids;
 pub mod input;
 pub mod invariants;
 pub mod lru;
+pub mod marks;
 pub mod policy;
 pub mod protocol;
 pub mod record;
@@ -53,7 +54,7 @@ pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};
 pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, RegistryCmd, ResultBody, StoreCmd};
-pub use host::{Host, HostView};
+pub use host::{Host, HostView, Went};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};
 pub use time::{MonoTime, Now, WallTime};

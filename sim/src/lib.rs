@@ -18,8 +18,10 @@
 pub mod backend;
 pub mod checkers;
 pub mod clients;
+pub mod marks;
 pub mod options;
 pub mod queue;
+pub mod range;
 pub mod rng;
 pub mod store;
 pub mod trace;

@@ -14,9 +14,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ahpd_core::host::Stats;
-use sim::world::add_stats;
-use sim::{run_seed, Failure, Options, RunConfig, Summary, World};
+use sim::range::SeedError;
+use sim::{Failure, Options, RunConfig, Summary, World};
 
 struct Args {
     seeds: Option<(u64, u64)>,
@@ -129,70 +128,47 @@ fn main() -> ExitCode {
     let single = end - first == 1;
     let run = RunConfig { keep_trace: false, hash: args.check_determinism, safety_steps: args.steps_max };
     let started = Instant::now();
-    let mut totals = Stats::default();
-    let mut summed = Summary::default();
-    let mut failures = 0u64;
     let mut exit = 0u8;
-    for seed in first..end {
-        if single {
-            println!("seed: {seed}");
-            println!("{}", Options::from_seed(seed));
-        }
-        let result = run_seed(seed, run);
-        match result {
-            Ok(summary) => {
-                if args.check_determinism {
-                    match run_seed(seed, run) {
-                        Ok(again) if again.hash == summary.hash && again.steps == summary.steps => {}
-                        Ok(again) => {
-                            eprintln!(
-                                "NONDETERMINISM at seed {seed}: hash {:016x} vs {:016x}, steps {} vs {}\nreplay: cargo run -p sim -- --seed {seed} --check-determinism",
-                                summary.hash, again.hash, summary.steps, again.steps
-                            );
-                            failures += 1;
-                            exit = exit.max(4);
-                        }
-                        Err(f) => {
-                            eprintln!("NONDETERMINISM at seed {seed}: the second run failed:\n{f}");
-                            failures += 1;
-                            exit = exit.max(4);
-                        }
-                    }
-                }
-                add_stats(&mut totals, &summary.stats);
-                summed.steps += summary.steps;
-                summed.sim_ms += summary.sim_ms;
-                summed.crashes += summary.crashes;
-                summed.turns_completed += summary.turns_completed;
-                summed.requests += summary.requests;
-                summed.applied += summary.applied;
-                summed.walks += summary.walks;
-                summed.mirror_checks += summary.mirror_checks;
-                for (event, n) in &summary.log_events {
-                    *summed.log_events.entry(event).or_default() += n;
-                }
-                if single {
-                    println!(
-                        "ok: {} steps, {} ms sim time, {} crashes, {} turns, hash {:016x}",
-                        summary.steps, summary.sim_ms, summary.crashes, summary.turns_completed, summary.hash
-                    );
-                }
-            }
-            Err(failure) => {
-                failures += 1;
-                exit = exit.max(exit_for(&failure));
+    let summed: Summary;
+    let failures: u64;
+    if single {
+        println!("seed: {first}");
+        println!("{}", Options::from_seed(first));
+    }
+    // Every core: seeds in parallel, results in seed order.
+    let threads = if single { 1 } else { sim::range::threads() };
+    let report = sim::range::run_range(first, end, run, args.check_determinism, threads);
+    failures = report.failures.len() as u64;
+    for (seed, error) in &report.failures {
+        match error {
+            SeedError::Failed(failure) => {
+                exit = exit.max(exit_for(failure));
                 if !single {
                     println!("seed: {seed}");
                 }
                 println!("{failure}");
-                write_full_trace(seed, run, &failure);
+                write_full_trace(*seed, run, failure);
             }
+            SeedError::Nondeterministic(how) => {
+                eprintln!("NONDETERMINISM at seed {seed}: {how}\nreplay: cargo run -p sim -- --seed {seed} --check-determinism");
+                exit = exit.max(4);
+            }
+        }
+    }
+    summed = report.summed.clone();
+    let totals = summed.stats.clone();
+    if single {
+        if let Some(summary) = &report.only {
+            println!(
+                "ok: {} steps, {} ms sim time, {} crashes, {} turns, hash {:016x}",
+                summary.steps, summary.sim_ms, summary.crashes, summary.turns_completed, summary.hash
+            );
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
     let seeds = end - first;
     println!(
-        "{seeds} seeds, {failures} failed, {:.1} s, {:.0} schedules/minute, {} steps, {} sim s",
+        "{seeds} seeds, {failures} failed, {:.1} s on {threads} threads, {:.0} schedules/minute, {} steps, {} sim s",
         elapsed,
         seeds as f64 / elapsed.max(1e-9) * 60.0,
         summed.steps,
@@ -216,5 +192,11 @@ fn main() -> ExitCode {
     );
     let events: Vec<String> = summed.log_events.iter().map(|(e, n)| format!("{e}={n}")).collect();
     println!("host log events: {}", events.join(" "));
+    let hit: Vec<String> = summed.marks.iter().map(|(m, n)| format!("{m}={n}")).collect();
+    println!("marks hit ({}): {}", summed.marks.len(), hit.join(" "));
+    let missed: Vec<&str> = sim::marks::EXPECTED.iter().copied().filter(|m| !summed.marks.contains_key(m)).collect();
+    let pending: Vec<&str> = sim::marks::EXPECTED_PENDING.iter().copied().filter(|m| !summed.marks.contains_key(m)).collect();
+    println!("expected marks missed ({}): {}", missed.len(), missed.join(" "));
+    println!("pending marks not hit ({}): {}", pending.len(), pending.join(" "));
     ExitCode::from(exit)
 }

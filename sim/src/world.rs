@@ -82,6 +82,9 @@ pub struct Summary {
     /// How many times the host logged each event (a coarse coverage map:
     /// `session.rediscovered`, `session.resume_failed`, ...).
     pub log_events: BTreeMap<&'static str, u64>,
+    /// How many times each coverage mark of the core was hit
+    /// (`ahpd_core::marks`; the list a range must hit is `sim::marks`).
+    pub marks: BTreeMap<&'static str, u64>,
 }
 
 /// Adds `b`'s counters into `a`.
@@ -128,6 +131,7 @@ pub struct World {
     verbose: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
     log_events: BTreeMap<&'static str, u64>,
+    marks: BTreeMap<&'static str, u64>,
 }
 
 impl World {
@@ -141,6 +145,9 @@ impl World {
     /// target); the random streams are still those of `options.seed`.
     pub fn with_options(options: Options, run: RunConfig) -> World {
         let seed = options.seed;
+        // The core's marks are counted per thread: start this seed's count
+        // afresh (one world at a time runs on a thread).
+        let _ = ahpd_core::marks::take();
         let config = options.config();
         let mut core_rng = SimRng::new(seed, Stream::Core);
         let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
@@ -175,6 +182,7 @@ impl World {
             verbose: run.keep_trace,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
+            marks: BTreeMap::new(),
         };
         world.history.on_host_start(&world.host.view());
         for client in 0..world.clients.len() {
@@ -239,7 +247,16 @@ impl World {
     /// Runs to the end: the safety phase, heal, then liveness until settled.
     pub fn run(&mut self) -> Result<Summary, Failure> {
         while self.step()? == Progress::Running {}
+        self.take_marks();
         Ok(self.summary())
+    }
+
+    /// Moves the marks this thread counted since the last call into the
+    /// world's own.
+    fn take_marks(&mut self) {
+        for (name, n) in ahpd_core::marks::take() {
+            *self.marks.entry(name).or_default() += n;
+        }
     }
 
     /// Runs at most `steps` steps (or to the end, whichever comes first).
@@ -269,6 +286,7 @@ impl World {
             mirror_checks: self.mirror_checks,
             hash: self.hash.map_or(0, |h| h.0),
             log_events: self.log_events.clone(),
+            marks: self.marks.clone(),
         }
     }
 

@@ -28,8 +28,10 @@ impl Driver {
     fn input(&mut self, input: Input) {
         self.now.mono = self.now.mono.plus_ms(1);
         self.now.wall = WallTime(self.now.wall.0 + 1);
+        let before = ahpd_core::invariants::before(&self.host.view());
         let effects = self.host.handle(self.now, input);
-        if let Err(v) = ahpd_core::invariants::check_all(&self.host.view()) {
+        let view = self.host.view();
+        if let Err(v) = ahpd_core::invariants::check_all(&view).and_then(|()| ahpd_core::invariants::check_step(&before, &view)) {
             panic!("{}: {}", v.rule, v.detail);
         }
         self.effects.extend(effects);

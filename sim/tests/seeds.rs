@@ -1,67 +1,59 @@
-//! A fixed range of seeds through the whole simulation (safety phase with
-//! faults, then liveness), split into chunks so the test harness runs them
-//! in parallel. Any failure panics with its seed, rule, trace and the exact
-//! replay command (`cargo run -p sim -- --seed <N>`).
+//! The CI seed range through the whole simulation (safety phase with
+//! faults, then liveness), on every core (`sim::range`: one shared seed
+//! counter, results in seed order). Any failure panics with its seed,
+//! rule, trace and the exact replay command (`cargo run -p sim -- --seed
+//! <N>`). The same range must hit every coverage mark `sim::marks`
+//! expects.
 
+use sim::range::{run_range, threads, SeedError};
 use sim::{run_seed, RunConfig};
 
-/// Seeds per chunk; chunks cover `0..CHUNKS * CHUNK`.
-const CHUNK: u64 = 250;
+/// Seeds `0..SEEDS` run in CI.
+const SEEDS: u64 = 2000;
 
-fn run_chunk(index: u64) {
-    let mut sleeps = 0;
-    let mut wakes = 0;
-    for seed in index * CHUNK..(index + 1) * CHUNK {
-        match run_seed(seed, RunConfig::default()) {
-            Ok(summary) => {
-                sleeps += summary.stats.sleeps;
-                wakes += summary.stats.wakes;
-            }
-            Err(failure) => panic!("seed {seed} failed; replay with `{}`\n{failure}", failure.replay_command()),
+#[test]
+fn seeds_0000_1999_and_marks() {
+    let report = run_range(0, SEEDS, RunConfig::default(), false, threads());
+    if let Some((seed, error)) = report.failures.first() {
+        match error {
+            SeedError::Failed(failure) => panic!(
+                "{} of {SEEDS} seeds failed; the first, seed {seed}: replay with `{}`\n{failure}",
+                report.failures.len(),
+                failure.replay_command()
+            ),
+            SeedError::Nondeterministic(how) => panic!("seed {seed} is not deterministic: {how}"),
         }
     }
+    let stats = &report.summed.stats;
     // The swarm must exercise the rules it checks.
-    assert!(sleeps > 0 && wakes > 0, "chunk {index}: no sleeps ({sleeps}) or wakes ({wakes}): the options no longer reach them");
+    assert!(stats.sleeps > 0 && stats.wakes > 0 && stats.evictions > 0, "no sleeps ({}), wakes ({}) or evictions ({}): the options no longer reach them", stats.sleeps, stats.wakes, stats.evictions);
+    let missed: Vec<&str> = sim::marks::EXPECTED.iter().copied().filter(|m| !report.summed.marks.contains_key(m)).collect();
+    assert!(missed.is_empty(), "expected coverage marks not hit by seeds 0..{SEEDS}: {missed:?} (sim/src/marks.rs)");
 }
 
+/// Every listed mark is listed once and is one the core has: a name in
+/// the lists but in no `mark!` of core/src would never be hit.
 #[test]
-fn seeds_0000_0249() {
-    run_chunk(0);
-}
-
-#[test]
-fn seeds_0250_0499() {
-    run_chunk(1);
-}
-
-#[test]
-fn seeds_0500_0749() {
-    run_chunk(2);
-}
-
-#[test]
-fn seeds_0750_0999() {
-    run_chunk(3);
-}
-
-#[test]
-fn seeds_1000_1249() {
-    run_chunk(4);
-}
-
-#[test]
-fn seeds_1250_1499() {
-    run_chunk(5);
-}
-
-#[test]
-fn seeds_1500_1749() {
-    run_chunk(6);
-}
-
-#[test]
-fn seeds_1750_1999() {
-    run_chunk(7);
+fn mark_lists_name_marks_of_the_core() {
+    let mut all: Vec<&str> = sim::marks::EXPECTED.iter().chain(sim::marks::EXPECTED_PENDING).copied().collect();
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a mark is listed twice in sim/src/marks.rs");
+    fn sources(dir: &std::path::Path, out: &mut String) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    let mut core = String::new();
+    sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src"), &mut core);
+    let unknown: Vec<&str> = all.iter().copied().filter(|m| !core.contains(&format!("mark!(\"{m}\")"))).collect();
+    assert!(unknown.is_empty(), "listed marks no mark! in core/src has: {unknown:?}");
 }
 
 /// The same seed twice gives the same rolling hash of every input and
@@ -73,6 +65,7 @@ fn determinism() {
         let a = run_seed(seed, run).unwrap_or_else(|f| panic!("{f}"));
         let b = run_seed(seed, run).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!((a.hash, a.steps), (b.hash, b.steps), "seed {seed} is not deterministic; replay with `cargo run -p sim -- --seed {seed} --check-determinism`");
+        assert_eq!(a.marks, b.marks, "seed {seed} hit other marks on its second run");
         assert_ne!(a.hash, 0);
     }
     let x = run_seed(7, run).unwrap_or_else(|f| panic!("{f}"));

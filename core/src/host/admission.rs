@@ -26,6 +26,7 @@ impl Host {
             return self.admit(conn);
         }
         self.refused.insert(conn);
+        crate::mark!("limit_connections_refused");
         self.log(LogLevel::Warn, "limit.connections", None, format!(
             "connection {} refused: {} connections open, the limit is {max}", conn.0, self.conns.len()
         ));

@@ -203,6 +203,7 @@ impl Host {
     /// `session_awareness_error` on every live session (recoverable: the
     /// sessions go on; peers keep their last known value).
     fn awareness_error(&mut self, message: String) {
+        crate::mark!("awareness_error");
         self.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
         self.awareness.error = Some(message.clone());
         let live: Vec<Uri> = self.awareness.published.keys().cloned().collect();
@@ -238,6 +239,7 @@ impl Host {
 
     fn note_skipped(&mut self, name: &str, why: String) {
         if self.awareness.skipped.insert(name.to_owned()) {
+            crate::mark!("awareness_record_skipped");
             self.log(LogLevel::Info, "awareness.record_skipped", None, format!("{}: {why}", printable(name)));
         }
     }
@@ -261,6 +263,7 @@ impl Host {
         let warnings = rules::warnings(tier, &me, self.awareness.baseline.get(uri).map(String::as_str), &fresh);
         let before = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
         for w in warnings.iter().filter(|w| !before.contains(w)) {
+            crate::mark!("awareness_warning");
             self.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
         }
         self.awareness.peers.insert(uri.clone(), fresh);
@@ -362,6 +365,7 @@ impl Host {
             Tier::Coordinate if !auto => {
                 action.confirmed = None;
                 action.confirmation_title = Some(StringOrMarkdown::Plain(format!("Write anyway? {message}")));
+                crate::mark!("awareness_write_held");
                 self.log(LogLevel::Warn, "awareness.write_held", Some(session_uri.clone()), message);
                 false
             }

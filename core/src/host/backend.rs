@@ -44,6 +44,7 @@ impl Host {
                 if parked {
                     self.on_parked_write(&session, failure);
                 } else if let Some(message) = failure {
+                    crate::mark!("store_write_failed");
                     self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
                 }
             }
@@ -94,6 +95,7 @@ impl Host {
                         crate::protocol::error::INTERNAL_ERROR,
                         format!("the backend would not start: {message}"),
                     ));
+                    crate::mark!("create_refused_backend_failed");
                     self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
                 }
                 Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
@@ -131,6 +133,7 @@ impl Host {
                     self.store_put(session_uri);
                 }
                 Outcome::Failed { message } => {
+                    crate::mark!("chat_start_failed");
                     self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
                 Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {}
@@ -212,6 +215,7 @@ impl Host {
             self.let_agents_go(session_uri);
             self.after_chat_change(session_uri, chat);
             self.announce(session_uri);
+            crate::mark!("creation_failed_start_owed");
             self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
         self.end_turn_bookkeeping(session_uri, chat);
@@ -253,6 +257,7 @@ impl Host {
                 if let Some(turn_id) = running {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
                 }
+                crate::mark!("agent_exited");
                 self.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
                 if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
                     // A backend that cannot resume never sleeps.

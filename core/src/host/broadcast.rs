@@ -13,7 +13,7 @@ use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
 use super::Host;
 use crate::effect::{ConnId, LogLevel, Outbound};
-use crate::session::state::chat_summary;
+use crate::session::state::{chat_summary, ACTIVITY_MASK, ERROR, IDLE};
 use crate::time::WallTime;
 
 impl Host {
@@ -71,6 +71,7 @@ impl Host {
             rejection_reason: Some(reason.clone()),
         };
         self.send(conn, Outbound::Action(Box::new(envelope)));
+        crate::mark!("action_rejected");
         self.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
     }
 
@@ -110,13 +111,8 @@ impl Host {
         let fresh = chat_summary(chat);
         let listed = resident.session.chats.iter().find(|c| c.resource == *chat_uri).cloned();
         // Forward-only modifiedAt (Sessions page: "it moves forward only").
-        let was = session.modified_at;
-        if let Some(t) = WallTime::parse_iso(&fresh.modified_at) {
-            session.modified_at = session.modified_at.max(t);
-        }
-        if session.announced {
-            self.catalogue.moved(was.0, session.modified_at.0, session_uri);
-        }
+        let to = WallTime::parse_iso(&fresh.modified_at).unwrap_or(session.modified_at);
+        self.advance_modified_at(session_uri, to);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(resident) = session.resident.as_ref() else { return };
         let Some(chat) = resident.chats.get(chat_uri) else { return };
@@ -124,12 +120,12 @@ impl Host {
         // The chat's change count is the host's own (`host/chat_changes.rs`):
         // its record says it, whatever the chat's state held at its start.
         fresh.changes = session.chat_changes(chat_uri).cloned();
-        session.record.modified_at = session.modified_at.to_iso();
         if let Some(rec) = session.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
-            rec.status = fresh.status & !crate::session::state::ACTIVITY_MASK
-                | match fresh.status & crate::session::state::ACTIVITY_MASK {
-                    2 => 2,
-                    _ => 1,
+            // The record keeps where a chat rests: Error or Idle.
+            rec.status = fresh.status & !ACTIVITY_MASK
+                | match fresh.status & ACTIVITY_MASK {
+                    ERROR => ERROR,
+                    _ => IDLE,
                 };
             rec.modified_at = fresh.modified_at.clone();
             rec.title = fresh.title.clone();
@@ -272,6 +268,7 @@ impl Host {
         let Some(slot) = self.sessions.slot(session_uri) else { return };
         self.catalogue.insert(modified, session_uri, slot, external);
         if !self.shown_to_clients(session_uri) {
+            crate::mark!("announce_hidden_external");
             return;
         }
         let params = ahp_types::notifications::SessionAddedParams {
@@ -279,6 +276,7 @@ impl Host {
             summary,
         };
         self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        crate::mark!("announced_at_first_turn");
         self.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
     }
 

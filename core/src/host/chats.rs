@@ -84,6 +84,7 @@ impl Host {
         }
         if self.sessions.get(&session_uri).is_some_and(|s| s.resident.is_none()) {
             if let Some(s) = self.sessions.get_mut(&session_uri) {
+                crate::mark!("create_chat_wakes_session");
                 s.waiters.push(Waiter::Request { conn, id, method: "createChat".to_owned(), params: raw });
             }
             return self.wake(&session_uri);
@@ -93,7 +94,7 @@ impl Host {
             title: String::new(),
             conversation_id: chat_id.store_key(),
             modified_at: self.now.wall.to_iso(),
-            status: 1,
+            status: crate::session::state::IDLE,
             fresh: true,
             senders: Default::default(),
         changes: None,
@@ -163,6 +164,7 @@ impl Host {
         }
         self.summary_changed(session_uri);
         self.reply(conn, id, Value::Null);
+        crate::mark!("chat_created");
         self.log(LogLevel::Info, "chat.created", Some(session_uri.clone()), chat_uri.clone());
         if let Some(message) = initial_message {
             let turn_id = self.rng.hex_id();
@@ -238,6 +240,7 @@ impl Host {
         self.recount_active();
         self.summary_changed(session_uri);
         self.reply(conn, id, Value::Null);
+        crate::mark!("chat_disposed");
         self.log(LogLevel::Info, "chat.disposed", Some(session_uri.clone()), chat);
     }
 }

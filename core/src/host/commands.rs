@@ -47,6 +47,7 @@ impl Host {
         }
         // No agent, and no git, in a folder the operator did not trust.
         if let Err(reason) = self.trusted(params.working_directories.as_deref().unwrap_or_default()) {
+            crate::mark!("create_refused_untrusted_folder");
             self.log(LogLevel::Warn, "session.untrusted_folder", Some(params.channel.clone()), reason.clone());
             return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
         }
@@ -81,6 +82,7 @@ impl Host {
         let asked_provider = params.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
         let folder = params.working_directories.as_ref().and_then(|d| d.first().cloned());
         if let Err(reason) = self.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
+            crate::mark!("create_refused_by_policy");
             self.log(LogLevel::Warn, "session.policy_refused", Some(params.channel.clone()), reason.clone());
             return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
         }
@@ -133,7 +135,7 @@ impl Host {
                 title: String::new(),
                 conversation_id: rid.store_key(),
                 modified_at: now_iso,
-                status: 1,
+                status: crate::session::state::IDLE,
                 fresh: true,
                 senders: BTreeMap::new(),
             changes: None,
@@ -203,6 +205,7 @@ impl Host {
             let principal = self.conns.get(&conn).and_then(|c| c.principal.as_ref());
             let admin = principal.is_some_and(|p| p.is_administrator());
             if !admin && session.record.owner != principal.map(|p| p.owner()) {
+                crate::mark!("dispose_refused_not_owner");
                 self.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
             }
@@ -254,6 +257,7 @@ impl Host {
         let Some(session) = self.sessions.get(uri) else { return };
         let Phase::Disposing { conn, id } = session.phase.clone() else { return };
         if let Some(message) = store_error {
+            crate::mark!("dispose_store_failed_session_stays");
             // The record is still on disk: the session stays, asleep, and the
             // client is told its dispose did not happen.
             self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
@@ -300,6 +304,10 @@ impl Host {
                 session: uri.clone(),
             };
             self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+        } else if !session.announced {
+            // "One removed before it is announced goes without a
+            // root/sessionRemoved."
+            crate::mark!("dispose_provisional_unannounced");
         }
         self.recount_active();
         self.reply(conn, id, Value::Null);
@@ -329,11 +337,13 @@ impl Host {
         match crate::catalogue::list(&self.catalogue, &self.sessions, &params, &self.config, owner_filter.as_ref(), &external) {
             Ok(result) => {
                 if result.hidden_external > 0 {
+                    crate::mark!("list_hid_external_logged");
                     self.log(LogLevel::Info, "catalogue.external_hidden", None, format!(
                         "showExternalSessions={} hid {} external sessions", self.external_mode().name(), result.hidden_external
                     ));
                 }
                 if result.overflowed {
+                    crate::mark!("list_default_truncated_logged");
                     self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
                         "listSessions without a limit answered {} rows of a larger catalogue", result.rows
                     ));
@@ -368,6 +378,7 @@ impl Host {
             return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         let Some(resident) = session.resident.as_ref() else {
+            crate::mark!("fetch_turns_wakes_session");
             session.waiters.push(Waiter::Request { conn, id, method: "fetchTurns".to_owned(), params: raw });
             self.wake(&session_uri);
             return;

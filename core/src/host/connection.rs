@@ -209,6 +209,7 @@ impl Host {
                 return self.reply_error(conn, id, e);
             }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
+                crate::mark!("subscribe_wakes_session");
                 s.waiters.push(Waiter::Request { conn, id, method: "subscribe".to_owned(), params: raw });
             }
             self.wake(&session_uri);
@@ -231,6 +232,7 @@ impl Host {
         if c.subscriptions.contains(channel) || c.subscriptions.len() < max {
             return None;
         }
+        crate::mark!("limit_subscriptions_refused");
         self.log(LogLevel::Warn, "limit.subscriptions", None, format!("connection {} holds {max} subscriptions", conn.0));
         Some(error(INVALID_PARAMS, format!("too many subscriptions: a connection may hold {max}; unsubscribe first")))
     }
@@ -249,6 +251,7 @@ impl Host {
         if waiting < max {
             return None;
         }
+        crate::mark!("limit_pending_requests_refused");
         self.log(LogLevel::Warn, "limit.pending_requests", None, format!("connection {} has {max} requests waiting", conn.0));
         Some(error(INVALID_PARAMS, format!("too many requests waiting: a connection may have {max} waiting at once")))
     }
@@ -360,10 +363,12 @@ impl Host {
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.principal = Some(principal);
                 }
+                crate::mark!("authenticated");
                 self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
                 self.reply(conn, id, serde_json::json!({}));
             }
             None => {
+                crate::mark!("auth_failed");
                 self.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
                 self.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
             }

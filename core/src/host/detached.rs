@@ -231,6 +231,7 @@ impl Host {
             }
         }
         for handle in expired {
+            crate::mark!("detached_expired");
             self.log(LogLevel::Info, "detached.expired", None, format!(
                 "handle {handle} went unnamed for {} h: let go", data::RETENTION_MS / 3_600_000
             ));
@@ -318,6 +319,7 @@ impl Host {
         match purpose {
             DetachedOp::Make { conn, id, handle, owner, session, folder_uri, repo } => match outcome {
                 Outcome::Git(GitResult::TreeMade { worktree }) => {
+                    crate::mark!("detached_tree_made");
                     self.log(LogLevel::Info, "detached.tree_made", Some(session.clone()), format!(
                         "{} on {} (handle {handle})", worktree.path, worktree.branch
                     ));
@@ -345,6 +347,7 @@ impl Host {
                     self.reply(conn, id, Value::Object(result));
                 }
                 Outcome::Failed { message } => {
+                    crate::mark!("detached_make_failed");
                     self.log(LogLevel::Warn, "detached.make_failed", Some(session), message.clone());
                     self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be made: {message}")));
                 }

@@ -127,6 +127,7 @@ impl Host {
         let rows = match outcome {
             Outcome::Scanned { rows } => rows,
             Outcome::Failed { message } => {
+                crate::mark!("scan_failed");
                 return self.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
             }
             _ => return,
@@ -163,6 +164,7 @@ impl Host {
                 self.tombstones.contains_key(&session).then_some(session)
             });
             if let Some(uri) = tombstone {
+                crate::mark!("tombstone_hides_row");
                 guarding.insert(uri);
                 continue;
             }
@@ -177,6 +179,7 @@ impl Host {
             }
         }
         if skipped > 0 {
+            crate::mark!("scan_rows_skipped");
             self.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
         }
         // External sessions whose transcript went, untouched here, go too.
@@ -209,6 +212,7 @@ impl Host {
             .collect();
         for uri in spent {
             let Some(t) = self.tombstones.remove(&uri) else { continue };
+            crate::mark!("tombstone_spent");
             let op = self.new_op(Op::StoreForget { session: uri.clone() });
             self.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.key } });
         }
@@ -220,14 +224,10 @@ impl Host {
         if !session.record.external || session.resident.is_some() {
             return;
         }
-        let was = session.modified_at;
-        session.modified_at = session.modified_at.max(row.modified_at);
-        session.record.modified_at = session.modified_at.to_iso();
         if !row.title.is_empty() {
             session.record.title = row.title.clone();
         }
-        let now = session.modified_at;
-        self.catalogue.moved(was.0, now.0, uri);
+        self.advance_modified_at(uri, row.modified_at);
         self.summary_changed(uri);
     }
 
@@ -297,6 +297,7 @@ impl Host {
         }
         self.insert_listed(record, id);
         self.store_put(&uri);
+        crate::mark!("rediscovered_from_transcripts");
         self.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
     }
 
@@ -309,14 +310,8 @@ impl Host {
             return;
         }
         session.record.chats.push(chat_from_row(chat.clone(), row));
-        let was = session.modified_at;
-        session.modified_at = session.modified_at.max(row.modified_at);
-        session.record.modified_at = session.modified_at.to_iso();
-        let (now, announced) = (session.modified_at, session.announced);
         self.chats.insert(chat, uri.clone());
-        if announced {
-            self.catalogue.moved(was.0, now.0, uri);
-        }
+        self.advance_modified_at(uri, row.modified_at);
         self.store_put(uri);
         self.summary_changed(uri);
     }
@@ -371,6 +366,7 @@ impl Host {
         } else {
             self.summary_changed(uri);
         }
+        crate::mark!("external_adopted_by_person_turn");
         self.log(LogLevel::Info, "session.adopted", Some(uri.clone()), String::new());
     }
 
@@ -422,6 +418,7 @@ impl Host {
                 _ => {}
             }
         }
+        crate::mark!("external_mode_changed");
         self.log(LogLevel::Info, "catalogue.external_mode", None, format!(
             "{} now: {added} external sessions shown, {removed} no longer shown", self.external_mode().name()
         ));
@@ -441,7 +438,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
         title: String::new(),
         conversation_id: row.conversation_id.clone(),
         modified_at: row.modified_at.to_iso(),
-        status: 1,
+        status: crate::session::state::IDLE,
         fresh: false,
         senders: Default::default(),
     changes: None,

@@ -175,6 +175,7 @@ impl Host {
             // Its state was evicted: wake it, and take the action when the
             // state is back.
             if let Some(s) = self.sessions.get_mut(session_uri) {
+                crate::mark!("action_waits_for_wake");
                 s.waiters.push(Waiter::Action(q));
             }
             return self.wake(session_uri);
@@ -445,6 +446,7 @@ impl Host {
                 if root_now != root_shown {
                     self.root_moved(session_uri);
                     self.let_agents_go(session_uri);
+                    crate::mark!("root_replaced_agent_restarts");
                     self.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
                         "the agent starts again in {}", crate::ids::printable(root_now.as_deref().unwrap_or(""))
                     ));
@@ -525,6 +527,7 @@ impl Host {
         if let Some(l) = lifecycle {
             if l != SessionLifecycle::Ready {
                 self.emit(session_uri, StateAction::SessionReady(ahp_types::actions::SessionReadyAction {}), None);
+                crate::mark!("session_ready_after_announce");
                 self.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
             }
         }

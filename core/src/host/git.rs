@@ -251,6 +251,7 @@ impl Host {
         if git.repo_root.is_none() || git.moved {
             return;
         }
+        crate::mark!("checkpoint_written_at_turn_end");
         git.checkpoints += 1;
         let n = git.checkpoints;
         let key = session.record.key.clone();
@@ -361,6 +362,7 @@ impl Host {
         match outcome {
             Outcome::Git(GitResult::Repo(facts)) => facts,
             Outcome::Failed { message } => {
+                crate::mark!("git_inspect_failed");
                 self.log(LogLevel::Warn, "git.inspect_failed", None, message);
                 RepoFacts::not_a_repo()
             }
@@ -405,6 +407,7 @@ impl Host {
             }
             Outcome::Failed { message } => {
                 let pending = std::mem::take(&mut session.pending_sends);
+                crate::mark!("worktree_failed_fails_send");
                 self.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
                 for (chat, turn_id, _) in pending {
                     self.fail_turn(session_uri, &chat, &turn_id, &format!("the worktree could not be made: {message}"));
@@ -451,6 +454,7 @@ impl Host {
             let action = StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction { directory: old, replacement: new });
             self.emit(session_uri, action, None);
         }
+        crate::mark!("worktree_made_at_first_send");
         self.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
         self.store_put(session_uri);
         self.summary_changed(session_uri);

@@ -103,6 +103,7 @@ impl Host {
         for uri in &sleepers {
             self.touch(uri);
             if let Some(s) = self.sessions.get_mut(uri) {
+                crate::mark!("handshake_waits_for_wake");
                 s.waiters.push(Waiter::Handshake { conn, id });
             }
         }
@@ -134,6 +135,7 @@ impl Host {
             self.conns.iter().filter(|(_, c)| c.handshake.as_ref().is_some_and(|h| h.until <= now)).map(|(id, _)| *id).collect();
         for conn in overdue {
             let waiting = self.conns.get(&conn).and_then(|c| c.handshake.as_ref()).map(|h| h.waiting.len()).unwrap_or(0);
+            crate::mark!("handshake_answered_early");
             self.log(LogLevel::Info, "handshake.answered_early", None, format!(
                 "connection {}: {waiting} session(s) still waking after {HANDSHAKE_WAIT_MS} ms are left out",
                 conn.0

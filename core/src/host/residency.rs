@@ -18,15 +18,50 @@ impl Host {
     /// not sleep now: sleep is off, it is not live, its backend cannot
     /// resume it, a client watches it, or it has work in hand.
     pub(crate) fn sleep_due_at(&self, session: &Session) -> Option<MonoTime> {
-        if self.config.sleep_after_ms == 0
-            || session.phase != Phase::Live
-            || !session.can_resume
-            || session.has_work_in_hand()
-            || self.is_watched(session)
-        {
+        if self.config.sleep_after_ms == 0 || self.sleep_refusal(session).is_some() {
             return None;
         }
         Some(session.last_activity.plus_ms(self.config.sleep_after_ms))
+    }
+
+    /// Why `session` may not sleep now, or `None` when it may (Sessions
+    /// page, "Sleep and wake": "A session does not sleep while it is
+    /// waking", nor "while any of its chats has a turn running ... or
+    /// background work", nor "while a client is subscribed to it", and "a
+    /// session whose backend cannot resume it never sleeps").
+    fn sleep_refusal(&self, session: &Session) -> Option<&'static str> {
+        if session.phase != Phase::Live {
+            Some("not live")
+        } else if !session.can_resume {
+            Some("cannot resume")
+        } else if session.has_work_in_hand() {
+            Some("work in hand")
+        } else if self.is_watched(session) {
+            Some("watched")
+        } else {
+            None
+        }
+    }
+
+    /// Coverage marks for the sessions whose quiet time is over but that
+    /// may not sleep: the rule's refusals, seen where they decide.
+    fn mark_sleep_refusals(&self, now: MonoTime) {
+        if !cfg!(feature = "sim") || self.config.sleep_after_ms == 0 {
+            return;
+        }
+        for (_, s) in self.held_sessions() {
+            if s.last_activity.plus_ms(self.config.sleep_after_ms) > now {
+                continue;
+            }
+            match (s.phase.clone(), self.sleep_refusal(s)) {
+                (Phase::Waking, _) => crate::mark!("sleep_refused_waking"),
+                (_, Some("cannot resume")) => crate::mark!("sleep_refused_not_resumable"),
+                (_, Some("work in hand")) if s.busy => crate::mark!("sleep_refused_background_busy"),
+                (_, Some("work in hand")) => crate::mark!("sleep_refused_work_in_hand"),
+                (_, Some("watched")) => crate::mark!("sleep_refused_watched"),
+                _ => {}
+            }
+        }
     }
 
     /// Fires what is due at the current time: handshakes whose wait is over
@@ -40,8 +75,11 @@ impl Host {
             .filter(|(_, s)| self.sleep_due_at(s).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
+        self.mark_sleep_refusals(now);
         for uri in due {
+            crate::mark!("sleep_after_idle");
             self.let_agents_go(&uri);
+            self.went.push((uri.clone(), super::Went::Slept));
             self.stats.sleeps += 1;
             self.log(LogLevel::Info, "session.slept", Some(uri), String::new());
         }
@@ -115,14 +153,42 @@ impl Host {
             .map(|(u, _)| u.clone())
             .collect();
         for uri in archived {
+            crate::mark!("evict_archived_at_once");
             self.evict(&uri);
         }
         while self.resident_count() > self.config.residency_limit {
+            self.mark_eviction_skips();
             let candidates = self.held_sessions().filter(|(_, s)| self.evictable(s)).map(|(u, s)| (u, s.last_used));
             let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
-                Some(uri) => self.evict(&uri),
-                None => break,
+                Some(uri) => {
+                    crate::mark!("evict_least_recently_used");
+                    self.evict(&uri);
+                }
+                None => {
+                    crate::mark!("residency_over_limit_all_pinned");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Coverage marks for the counted sessions the limit may not take:
+    /// "None goes while a client watches it or while it has work in hand",
+    /// and one whose backend cannot resume it is pinned.
+    fn mark_eviction_skips(&self) {
+        if !cfg!(feature = "sim") {
+            return;
+        }
+        for (_, s) in self.held_sessions().filter(|(_, s)| s.has_turns()) {
+            if !matches!(s.phase, Phase::Live | Phase::Asleep) {
+                crate::mark!("evict_skip_changing_phase");
+            } else if !s.can_resume {
+                crate::mark!("evict_skip_pinned_not_resumable");
+            } else if s.has_work_in_hand() {
+                crate::mark!("evict_skip_work_in_hand");
+            } else if self.is_watched(s) {
+                crate::mark!("evict_skip_watched");
             }
         }
     }
@@ -135,6 +201,7 @@ impl Host {
             s.resident = None;
         }
         self.held.remove(uri);
+        self.went.push((uri.clone(), super::Went::Evicted));
         self.stats.evictions += 1;
         self.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
     }
@@ -145,6 +212,10 @@ impl Host {
     pub(crate) fn wake(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         if session.phase != Phase::Asleep {
+            if session.phase == Phase::Waking {
+                // "Wakers that arrive together share one resume."
+                crate::mark!("wake_coalesced");
+            }
             return;
         }
         // No agent starts in a folder that is no longer trusted.
@@ -169,6 +240,11 @@ impl Host {
             .iter()
             .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && !owed && !c.fresh))
             .collect();
+        if can_resume {
+            crate::mark!("wake_resumes");
+        } else {
+            crate::mark!("wake_starts_afresh_not_resumable");
+        }
         self.set_phase(uri, Phase::Waking);
         let mut ops = BTreeSet::new();
         for (chat, conversation_id, resume) in chats {
@@ -204,6 +280,7 @@ impl Host {
         let Some(session) = self.sessions.get_mut(uri) else { return };
         let waiters = std::mem::take(&mut session.waiters);
         if let Some(message) = session.wake_error.take() {
+            crate::mark!("resume_failed_fails_waiters");
             session.wake_history.clear();
             let provider = session.record.provider.clone();
             let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
@@ -222,6 +299,7 @@ impl Host {
             return;
         }
         if session.resident.is_none() {
+            crate::mark!("wake_rebuilds_evicted_state");
             let history = std::mem::take(&mut session.wake_history);
             let chats: Vec<_> = session
                 .record

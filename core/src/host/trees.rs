@@ -68,16 +68,19 @@ impl Host {
     pub(crate) fn on_tree_archived(&mut self, session_uri: &Uri, path: &str, archived: bool, outcome: Outcome) {
         match outcome {
             Outcome::Git(GitResult::TreeArchived { kept: true }) => {
+                crate::mark!("tree_kept_dirty");
                 self.log(LogLevel::Warn, "git.tree_kept", Some(session_uri.clone()), format!("{path} holds uncommitted work: it stays on disk"));
             }
             Outcome::Git(GitResult::TreeArchived { kept: false }) | Outcome::Git(GitResult::TreeRestored) => {
                 let Some(tree) = self.tree_mut(session_uri, path) else { return };
                 tree.off_disk = archived;
+                crate::mark!("tree_restored_before_wake");
                 let event = if archived { "git.tree_archived" } else { "git.tree_restored" };
                 self.log(LogLevel::Info, event, Some(session_uri.clone()), path.to_owned());
                 self.store_put(session_uri);
             }
             Outcome::Failed { message } => {
+                crate::mark!("tree_restore_failed");
                 let event = if archived { "git.archive_failed" } else { "git.restore_failed" };
                 self.log(LogLevel::Warn, event, Some(session_uri.clone()), format!("{path}: {message}"));
             }

@@ -72,6 +72,7 @@ impl Host {
     pub(crate) fn refuse_untrusted_wake(&mut self, session_uri: &Uri) -> bool {
         let Some(session) = self.sessions.get(session_uri) else { return false };
         let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
+        crate::mark!("wake_refused_untrusted_folder");
         self.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
         let Some(session) = self.sessions.get_mut(session_uri) else { return true };
         let pending = std::mem::take(&mut session.pending_sends);

@@ -217,6 +217,23 @@ impl Session {
         self.sent_summary = Some(Box::new(summary));
     }
 
+    /// Moves `modifiedAt` to `to` when that is later, never back (Sessions
+    /// page, "The state a session reports": "modifiedAt is the last change
+    /// ... so it moves forward only and a chat closed or moved away takes
+    /// nothing back with it"; a wall clock that jumps backwards is clamped
+    /// here). The record's text follows. Returns the value before, so the
+    /// caller can move the catalogue row. The one place `modified_at`
+    /// moves after [`Session::new`].
+    pub fn advance_modified_at(&mut self, to: WallTime) -> WallTime {
+        let was = self.modified_at;
+        if to < was {
+            crate::mark!("modified_at_clamped");
+        }
+        self.modified_at = was.max(to);
+        self.record.modified_at = self.modified_at.to_iso();
+        was
+    }
+
     /// A session the host knows from `record`, in `phase`, with no work in
     /// hand and nothing waiting. `created_at`/`modified_at` are read from
     /// the record (a `modifiedAt` before `createdAt` is raised to it).

@@ -36,9 +36,10 @@ impl Harness {
     }
 
     pub fn input(&mut self, input: Input) {
+        let before = ahpd_core::invariants::before(&self.host.view());
         let effects = self.host.handle(self.now, input);
         let view = self.host.view();
-        if let Err(v) = ahpd_core::invariants::check_all(&view) {
+        if let Err(v) = ahpd_core::invariants::check_all(&view).and_then(|()| ahpd_core::invariants::check_step(&before, &view)) {
             panic!("invariant {} broken: {}", v.rule, v.detail);
         }
         self.pending.extend(effects);

@@ -37,9 +37,6 @@ pub struct History {
     announced: BTreeSet<Uri>,
     /// Each session's phase after the previous step.
     prev_phases: BTreeMap<Uri, Phase>,
-    /// Each session's `(createdAt, modifiedAt)` in ms after the previous
-    /// step, in this host incarnation.
-    prev_times: BTreeMap<Uri, (i64, i64)>,
     /// How many times each URI was removed from the host (for page walks).
     pub incarnations: BTreeMap<Uri, u64>,
     added_this_step: BTreeSet<Uri>,
@@ -51,6 +48,9 @@ pub struct History {
 #[derive(Debug, Clone, Default)]
 pub struct Before {
     root_subscribers: BTreeSet<ConnId>,
+    /// The core's snapshot for its step rules
+    /// (`ahpd_core::invariants::check_step`).
+    core: ahpd_core::invariants::Before,
     /// The step answers a transcript scan (sessions may appear asleep).
     pub scan: bool,
 }
@@ -64,7 +64,6 @@ impl History {
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
         self.announced = view.sessions.iter().filter(|(_, s)| s.announced).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.clone())).collect();
-        self.prev_times = view.sessions.iter().map(|(u, s)| (u.clone(), (s.created_at.0, s.modified_at.0))).collect();
     }
 
     /// Notes what the step's checks compare against.
@@ -72,7 +71,7 @@ impl History {
         self.added_this_step.clear();
         self.removed_this_step.clear();
         self.ready_unannounced.clear();
-        Before { root_subscribers: root_subscribers(view), scan: false }
+        Before { root_subscribers: root_subscribers(view), core: ahpd_core::invariants::before(view), scan: false }
     }
 
     /// Rule 4, on each effect in the order the host returned them.
@@ -115,6 +114,10 @@ impl History {
     /// parts of rule 4 that need the state after the step.
     pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
         ahpd_core::invariants::check_all(view)?;
+        // "createdAt ... never moves", "modifiedAt ... moves forward only"
+        // (a wall clock that jumps backwards never moves it back: the
+        // sim's clock jumps are among its faults), and who may go.
+        ahpd_core::invariants::check_step(&before.core, view)?;
         for (uri, prev) in &self.prev_phases {
             match view.sessions.get(uri) {
                 Some(s) if s.phase != *prev && !lifecycle::is_legal(prev, &s.phase) => {
@@ -150,20 +153,6 @@ impl History {
                 return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
             }
         }
-        // "createdAt ... never moves"; "modifiedAt moves forward only ... A
-        // wall clock that jumps backwards never moves it back" (the sim's
-        // clock jumps are among its faults).
-        for (uri, s) in view.sessions {
-            if let Some((created, modified)) = self.prev_times.get(uri) {
-                if s.created_at.0 != *created {
-                    return Err(breach("created_at_never_moves", format!("{uri}: createdAt {created} -> {}", s.created_at.0)));
-                }
-                if s.modified_at.0 < *modified {
-                    return Err(breach("modified_at_forward_only", format!("{uri}: modifiedAt {modified} -> {}", s.modified_at.0)));
-                }
-            }
-        }
-        self.prev_times = view.sessions.iter().map(|(u, s)| (u.clone(), (s.created_at.0, s.modified_at.0))).collect();
         self.prev_phases.clear();
         for (uri, s) in view.sessions {
             self.prev_phases.insert(uri.clone(), s.phase.clone());

@@ -23,6 +23,7 @@ pub mod queue;
 pub mod rng;
 pub mod store;
 pub mod trace;
+pub mod users;
 pub mod world;
 
 use std::fmt;

@@ -102,6 +102,9 @@ pub struct Options {
     pub liveness_steps: u64,
     /// The faults of the safety phase.
     pub faults: Faults,
+    /// The users directory and who each client signs in as (`None`: a host
+    /// with no users directory; `users.rs`).
+    pub users: Option<crate::users::Cast>,
 }
 
 /// Probability that a fault kind is switched off for a whole seed.
@@ -159,6 +162,7 @@ impl Options {
             safety_steps: rng.range(800, 2_500),
             liveness_steps: 20_000,
             faults,
+            users: crate::users::Cast::draw(seed, clients),
         }
     }
 
@@ -187,6 +191,8 @@ impl Options {
             turns_page_len: 3,
             cursor_secret: b"sim-cursor-secret".to_vec(),
             scan_interval_ms: self.scan_interval_ms,
+            users: self.users.as_ref().map(|u| u.directory.clone()),
+            host_token_sha256: self.users.as_ref().map(|_| ahpd_core::grants::token_hash(crate::users::HOST_TOKEN)),
             ..Config::default()
         }
     }
@@ -233,6 +239,10 @@ impl fmt::Display for Options {
             p(x.stale_event),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
-        )
+        )?;
+        match &self.users {
+            Some(cast) => write!(f, "\n{cast}"),
+            None => write!(f, "\nusers: no directory"),
+        }
     }
 }

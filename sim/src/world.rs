@@ -275,7 +275,16 @@ impl World {
             walks: self.clients.iter().map(|c| c.stats.walks).sum(),
             mirror_checks: self.mirror_checks,
             hash: self.hash.map_or(0, |h| h.0),
-            log_events: self.log_events.clone(),
+            log_events: {
+                // The world's own checkers, beside the host's events.
+                let mut events = self.log_events.clone();
+                events.insert("sim.grant_refusals_judged", self.grants.refusals_judged);
+                events.insert("sim.owner_refusals_judged", self.grants.owner_refusals_judged);
+                events.insert("sim.creations_judged", self.grants.creations_judged);
+                events.insert("sim.let_go_judged", self.residency.let_go_judged);
+                events.insert("sim.lru_victims_judged", self.residency.victims_judged);
+                events
+            },
         }
     }
 

@@ -156,6 +156,12 @@ pub struct Grants {
     /// Each `createSession` sent, by connection and request id: the owner
     /// and the scope the session must record (`Err`: it must not exist).
     creates: BTreeMap<(ConnId, u64), (Option<String>, Result<Option<String>, ()>)>,
+    /// Refusals judged (for the range run's coverage map).
+    pub refusals_judged: u64,
+    /// Owner-only refusals judged.
+    pub owner_refusals_judged: u64,
+    /// Sessions whose owner and scope were judged at creation.
+    pub creations_judged: u64,
 }
 
 /// What a step's checks compare against.
@@ -256,6 +262,7 @@ impl Grants {
                 None => {
                     if let Phase::Starting { conn, id } = &s.phase {
                         if let Some((owner, scope)) = self.creates.remove(&(*conn, *id)) {
+                            self.creations_judged += 1;
                             if s.record.owner != owner {
                                 return Err(breach("owner_never_changes", format!(
                                     "{uri} was made by {owner:?} and records owner {:?}", s.record.owner
@@ -286,9 +293,11 @@ impl Grants {
         Ok(())
     }
 
-    fn check_frame(&self, view: &HostView<'_>, before: &GrantsBefore, frame: &Frame, effects: &[Effect]) -> Result<(), Violation> {
+    fn check_frame(&mut self, view: &HostView<'_>, before: &GrantsBefore, frame: &Frame, effects: &[Effect]) -> Result<(), Violation> {
         // Held behind a handshake, or dropped: nothing to judge this step.
         let Some(answer) = answer_of(frame, effects) else { return Ok(()) };
+        self.refusals_judged += u64::from(before.predicted.is_some());
+        self.owner_refusals_judged += u64::from(before.predicted == Some(Predicted::Owner));
         let who = before.signer.as_ref().map_or("a connection not signed in".to_owned(), |s| s.owner.clone());
         let what = format!("{} {} {}", frame.method, frame.action.as_deref().unwrap_or(""), frame.channel);
         if frame.method == "authenticate" && answer == Answer::Done && self.users {

@@ -122,6 +122,10 @@ pub struct Residency {
     /// Per session: (lo, hi) step stamps, see the module docs.
     stamps: BTreeMap<Uri, (u64, u64)>,
     step: u64,
+    /// Evictions judged against another evictable session (coverage).
+    pub victims_judged: u64,
+    /// Sleeps and evictions judged (coverage).
+    pub let_go_judged: u64,
 }
 
 /// A step's before-view.
@@ -231,14 +235,25 @@ impl Residency {
             }
         }
         let after: BTreeMap<&Uri, Seen> = view.sessions.iter().map(|(u, s)| (u, seen(view, u, s))).collect();
+        // What the host says it let go this step (an agent that exited, a
+        // failed creation or wake is not a sleep).
+        let mut let_go: BTreeMap<&Uri, &'static str> = BTreeMap::new();
+        for e in effects {
+            if let Effect::Log(l) = e {
+                if let (Some(uri), "session.slept" | "session.evicted") = (&l.session, l.event) {
+                    let_go.insert(uri, l.event);
+                }
+            }
+        }
         for (uri, b) in &before.sessions {
             let Some(a) = after.get(uri) else { continue };
-            let evicted = b.resident && !a.resident;
-            let slept = b.live && a.asleep;
+            let evicted = let_go.get(uri) == Some(&"session.evicted");
+            let slept = let_go.get(uri) == Some(&"session.slept") && a.asleep;
             if !evicted && !slept {
                 continue;
             }
             let how = if evicted { "evicted" } else { "slept" };
+            self.let_go_judged += 1;
             if let Some(c) = b.watchers.intersection(&a.watchers).next() {
                 return Err(breach("no_sleep_while_watched", format!("{uri} {how} while connection {} was subscribed throughout", c.0)));
             }
@@ -250,6 +265,7 @@ impl Residency {
             }
             if evicted && !b.archived && !a.archived {
                 let lo = self.stamps.get(uri).map_or(0, |s| s.0);
+                self.victims_judged += u64::from(before.sessions.iter().any(|(o, ob)| o != uri && ob.evictable));
                 for (other, ob) in &before.sessions {
                     let Some(oa) = after.get(other) else { continue };
                     let hi = self.stamps.get(other).map_or(u64::MAX, |s| s.1);

@@ -18,7 +18,9 @@
 //!   residency limit, an archived session evictable before and after a
 //!   step is not still resident after it.
 //! - `no_sleep_while_watched`: "None goes while a client watches it": no
-//!   session sleeps or is evicted in a step throughout which one
+//!   session sleeps or is evicted (as the host logs it: `session.slept`,
+//!   `session.evicted`; an agent that exits is not a sleep) in a step
+//!   throughout which one
 //!   connection was subscribed to it or to one of its chats.
 //! - `no_sleep_while_busy`: "... or while it has work in hand": no session
 //!   sleeps or is evicted with a turn running, a message queued or

@@ -69,6 +69,19 @@ pub enum ReqKind {
         /// The session URI.
         uri: Uri,
     },
+    /// `authenticate` with the client's own token: must succeed.
+    Auth,
+    /// A request that must be refused with this JSON-RPC error code.
+    Expect {
+        /// The code.
+        code: i64,
+    },
+    /// `listSessions` with `_meta: {"ahpd.owner": "me"}`: no rows when
+    /// `empty` (a host with no users directory names nobody).
+    Mine {
+        /// Whether the answer must have no rows.
+        empty: bool,
+    },
     /// Anything whose result is not used.
     Plain,
 }
@@ -159,9 +172,11 @@ pub struct Client {
     pub known: BTreeSet<Uri>,
     /// Counters.
     pub stats: ClientStats,
-    /// The host restarted since this client last connected: start over
-    /// with `initialize` (see [`Client::on_host_restart`]).
-    fresh_start: bool,
+    /// Who it signs in as on every connection (`users.rs`), if anybody.
+    pub signer: Option<crate::users::Signer>,
+    /// Whether the host has a users directory (then a client that is not
+    /// signed in may read nothing).
+    pub users_host: bool,
 }
 
 /// The session URI of id `n`.
@@ -221,11 +236,17 @@ impl Client {
             walk: None,
             known: BTreeSet::new(),
             stats: ClientStats::default(),
-            fresh_start: false,
+            signer: None,
+            users_host: false,
         }
     }
 
-    fn send_request(&mut self, method: &'static str, params: Value, kind: ReqKind) -> ClientOut {
+    /// Whether the host lets this client read sessions (`session:read`).
+    pub fn may_read(&self) -> bool {
+        !self.users_host || self.signer.is_some()
+    }
+
+    pub(crate) fn send_request(&mut self, method: &'static str, params: Value, kind: ReqKind) -> ClientOut {
         let id = self.next_id;
         self.next_id += 1;
         self.outstanding.insert(id, Req { method, kind });
@@ -233,7 +254,7 @@ impl Client {
         ClientOut::Frame(request(id, method, params))
     }
 
-    fn dispatch(&mut self, channel: &str, action: Value) -> ClientOut {
+    pub(crate) fn dispatch(&mut self, channel: &str, action: Value) -> ClientOut {
         self.client_seq += 1;
         self.stats.dispatches += 1;
         ClientOut::Frame(
@@ -252,8 +273,15 @@ impl Client {
         self.conn_last_seq = 0;
         self.outstanding.clear();
         self.walk = None;
-        let fresh = std::mem::take(&mut self.fresh_start);
-        if !fresh && !self.mirrors.is_empty() && rng.chance(0.6) {
+        // Signing in comes first, so that the handshake's channels are
+        // checked against who the connection is.
+        let mut out = Vec::new();
+        if let Some(token) = self.signer.as_ref().map(|s| s.token.clone()) {
+            out.push(self.send_request("authenticate", json!({"channel": ROOT_RESOURCE_URI, "resource": "ahpd", "token": token}), ReqKind::Auth));
+        }
+        // After a host crash too: serverSeq starts from the wall clock, so
+        // a `lastSeenServerSeq` of the old process is told from the new.
+        if !self.mirrors.is_empty() && rng.chance(0.6) {
             let subscriptions: Vec<Uri> = self.mirrors.keys().cloned().collect();
             let params = json!({
                 "channel": ROOT_RESOURCE_URI,
@@ -261,10 +289,11 @@ impl Client {
                 "lastSeenServerSeq": self.watermark,
                 "subscriptions": subscriptions,
             });
-            vec![self.send_request("reconnect", params, ReqKind::Reconnect)]
+            out.push(self.send_request("reconnect", params, ReqKind::Reconnect));
         } else {
-            vec![self.initialize(rng)]
+            out.push(self.initialize(rng));
         }
+        out
     }
 
     fn initialize(&mut self, rng: &mut SimRng) -> ClientOut {
@@ -298,17 +327,6 @@ impl Client {
         self.ready = false;
         self.outstanding.clear();
         self.walk = None;
-    }
-
-    /// The host process restarted. Narrow exclusion (CORE ISSUE, see
-    /// `docs/SIMULATION.md`): the restarted host counts `serverSeq` from 0
-    /// again, so a `lastSeenServerSeq` from before the restart cannot be
-    /// told apart from one of the new process and a `reconnect` may be
-    /// answered with a replay onto state of the old process. Until the
-    /// sequence survives restarts, clients start over with `initialize`
-    /// after a host crash instead of exercising that path.
-    pub fn on_host_restart(&mut self) {
-        self.fresh_start = true;
     }
 
     /// Whether the client is idle: connected, answered, nothing in flight.
@@ -356,6 +374,9 @@ impl Client {
             _ => default_chat_of(&session),
         };
         let mut out = Vec::new();
+        if let Some(users_out) = crate::users::think(self, rng, &session, &chat) {
+            return users_out;
+        }
         match rng.weighted(&weights) {
             0 => {
                 let provider = if ctx.oneshot && rng.chance(0.3) { "oneshot" } else { "echo" };
@@ -552,7 +573,7 @@ impl Client {
                         return Err(breach("client_handshake", format!("snapshot of {} not named in {named:?}, or out of order", snapshot.resource)));
                     }
                 }
-                if named.first().is_some_and(|u| u == ROOT_RESOURCE_URI) && init.snapshots.first().is_none_or(|s| s.resource != ROOT_RESOURCE_URI) {
+                if self.may_read() && named.first().is_some_and(|u| u == ROOT_RESOURCE_URI) && init.snapshots.first().is_none_or(|s| s.resource != ROOT_RESOURCE_URI) {
                     return Err(breach("client_handshake", "the root was named and not answered".to_owned()));
                 }
                 self.ready = true;
@@ -613,7 +634,25 @@ impl Client {
             }
             (ReqKind::List, None) => {
                 let walk = self.walk.take();
+                if !self.may_read() {
+                    // Refused: a connection not signed in reads nothing.
+                    return Ok(Vec::new());
+                }
                 Err(breach("client_list_walk", format!("a page of a walk was refused ({} pages in): {text}", walk.map_or(0, |w| w.pages))))
+            }
+            (ReqKind::Auth, None) => Err(breach("client_auth", format!("client {} was refused its own token: {text}", self.index))),
+            (ReqKind::Expect { code }, result) => {
+                let got = error.as_ref().and_then(|e| e.get("code")).and_then(Value::as_i64);
+                if result.is_some() || got != Some(code) {
+                    return Err(breach("client_expected_error", format!("client {} {} answered {text}, not error {code}", self.index, req.method)));
+                }
+                Ok(Vec::new())
+            }
+            (ReqKind::Mine { empty: true }, Some(result)) => {
+                if result.get("items").and_then(Value::as_array).is_some_and(|rows| !rows.is_empty()) {
+                    return Err(breach("owner_filter", format!("a host with no users directory answered rows to ahpd.owner=me: {text}")));
+                }
+                Ok(Vec::new())
             }
             _ => Ok(Vec::new()),
         }

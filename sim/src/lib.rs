@@ -25,6 +25,7 @@ pub mod range;
 pub mod rng;
 pub mod store;
 pub mod trace;
+pub mod users;
 pub mod world;
 
 use std::fmt;

@@ -107,6 +107,9 @@ pub struct Options {
     pub liveness_steps: u64,
     /// The faults of the safety phase.
     pub faults: Faults,
+    /// The users directory and who each client signs in as (`None`: a host
+    /// with no users directory; `users.rs`).
+    pub users: Option<crate::users::Cast>,
 }
 
 /// Probability that a fault kind is switched off for a whole seed.
@@ -165,6 +168,7 @@ impl Options {
             safety_steps: rng.range(800, 2_500),
             liveness_steps: 20_000,
             faults,
+            users: crate::users::Cast::draw(seed, clients),
         };
         // Drawn last, so the draws above keep their values.
         options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
@@ -196,6 +200,8 @@ impl Options {
             turns_page_len: 3,
             cursor_secret: b"sim-cursor-secret".to_vec(),
             scan_interval_ms: self.scan_interval_ms,
+            users: self.users.as_ref().map(|u| u.directory.clone()),
+            host_token_sha256: self.users.as_ref().map(|_| ahpd_core::grants::token_hash(crate::users::HOST_TOKEN)),
             ..Config::default()
         }
     }
@@ -243,6 +249,10 @@ impl fmt::Display for Options {
             p(x.delete_keeps_copy),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
-        )
+        )?;
+        match &self.users {
+            Some(cast) => write!(f, "\n{cast}"),
+            None => write!(f, "\nusers: no directory"),
+        }
     }
 }

@@ -132,6 +132,8 @@ pub struct World {
     scan_ops: std::collections::BTreeSet<OpId>,
     log_events: BTreeMap<&'static str, u64>,
     marks: BTreeMap<&'static str, u64>,
+    grants: checkers::grants::Grants,
+    residency: checkers::residency::Residency,
 }
 
 impl World {
@@ -150,11 +152,12 @@ impl World {
         let _ = ahpd_core::marks::take();
         let config = options.config();
         let mut core_rng = SimRng::new(seed, Stream::Core);
+        let (users, residency_limit) = (options.users.is_some(), options.residency_limit);
         let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
         let mut world = World {
             safety_steps: run.safety_steps.unwrap_or(options.safety_steps),
             faults: options.faults.clone(),
-            clients: (0..options.clients).map(Client::new).collect(),
+            clients: (0..options.clients).map(|i| crate::users::client(i, &options)).collect(),
             options,
             config,
             host,
@@ -183,8 +186,12 @@ impl World {
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
             marks: BTreeMap::new(),
+            grants: checkers::grants::Grants::new(users),
+            residency: checkers::residency::Residency::new(residency_limit),
         };
         world.history.on_host_start(&world.host.view());
+        world.grants.on_host_start(&world.host.view());
+        world.residency.on_host_start(&world.host.view());
         for client in 0..world.clients.len() {
             let delay = world.workload.range(0, 50);
             world.q.push(delay, Event::Reconnect { client });
@@ -285,7 +292,16 @@ impl World {
             walks: self.clients.iter().map(|c| c.stats.walks).sum(),
             mirror_checks: self.mirror_checks,
             hash: self.hash.map_or(0, |h| h.0),
-            log_events: self.log_events.clone(),
+            log_events: {
+                // The world's own checkers, beside the host's events.
+                let mut events = self.log_events.clone();
+                events.insert("sim.grant_refusals_judged", self.grants.refusals_judged);
+                events.insert("sim.owner_refusals_judged", self.grants.owner_refusals_judged);
+                events.insert("sim.creations_judged", self.grants.creations_judged);
+                events.insert("sim.let_go_judged", self.residency.let_go_judged);
+                events.insert("sim.lru_victims_judged", self.residency.victims_judged);
+                events
+            },
             marks: self.marks.clone(),
         }
     }
@@ -502,6 +518,7 @@ impl World {
         };
         let before_phase = phase_of(&self.host);
         let mut before: Before = self.history.before_step(&self.host.view());
+        let (grants_before, residency_before) = self.users_rules_before(&input, &label, subject.clone(), now);
         // A scan's answer may list sessions this host lost (rediscovered
         // from the backend's transcripts): they appear asleep.
         before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
@@ -531,6 +548,8 @@ impl World {
         for effect in &effects {
             self.history.on_effect(effect).map_err(|v| self.violation(v))?;
         }
+        self.grants.after_step(&self.host.view(), &grants_before, &effects).map_err(|v| self.violation(v))?;
+        self.residency.after_step(&self.host.view(), &residency_before, &effects).map_err(|v| self.violation(v))?;
         if self.verbose {
             for effect in &effects {
                 let text = match effect {
@@ -554,6 +573,21 @@ impl World {
         }
         self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
         Ok(())
+    }
+
+    /// The grants and residency rules' before-views of one input
+    /// (`checkers/grants.rs`, `checkers/residency.rs`).
+    fn users_rules_before(&mut self, input: &Input, label: &str, subject: Option<Uri>, now: Now) -> (checkers::grants::GrantsBefore, checkers::residency::ResidencyBefore) {
+        let view = self.host.view();
+        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono);
+        let (frame, text) = match input {
+            Input::Frame { conn, text } => (checkers::grants::Frame::parse(*conn, text), text.as_str()),
+            _ => (None, label),
+        };
+        let signer = frame.as_ref().and_then(|f| self.conn_owner.get(&f.conn)).and_then(|&c| self.clients[c].signer.as_ref());
+        let subscribe = frame.as_ref().filter(|f| f.method == "subscribe").and_then(|f| Some((f.conn, f.id?, f.channel.clone())));
+        let residency = self.residency.before_step(&view, text, subject, subscribe);
+        (self.grants.before_step(&view, frame, signer, due), residency)
     }
 
     fn route(&mut self, effect: Effect) {
@@ -627,7 +661,6 @@ impl World {
         self.op_subject.clear();
         self.scan_ops.clear();
         for client in 0..self.clients.len() {
-            self.clients[client].on_host_restart();
             if self.clients[client].conn.is_some() {
                 self.clients[client].on_closed();
                 let d = self.workload.range(10, 1_000);
@@ -639,6 +672,8 @@ impl World {
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
         self.history.on_host_start(&self.host.view());
+        self.grants.on_host_start(&self.host.view());
+        self.residency.on_host_start(&self.host.view());
         checkers::check_restart(&pre, &self.store, &self.host.view()).map_err(|v| self.violation(v))?;
         self.store.settle_after_crash();
         Ok(())

@@ -245,3 +245,66 @@ fn a_dispose_the_store_refuses_leaves_the_session_asleep_with_nothing_running() 
     assert_eq!(s.phase.name(), "asleep");
     assert!(!s.busy && s.sends_in_flight.is_empty() && !s.has_active_turn());
 }
+
+/// Seeds 110, 194, 247, 346 of issue 18's users option
+/// (`owner_never_changes`). A `createSession` in a folder waits for the
+/// folder's repository facts; its connection closed meanwhile, and when
+/// the facts came the session was made anyway, with the owner of a
+/// connection that no longer existed: none, on a host with a users
+/// directory (nobody but an administrator could delete it, and it was
+/// charged to nobody). Fix: a create whose connection is gone when its
+/// facts come makes nothing (`Host::create_with_facts`); nobody is left to
+/// answer.
+#[test]
+fn a_create_whose_connection_left_while_its_folder_was_read_makes_nothing() {
+    use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
+    let bob = User {
+        id: "bob".into(),
+        token_sha256: token_hash("token-bob"),
+        role: Role::Member,
+        administrator: false,
+        memberships: vec![Membership { team: "ops".into(), project: "infra".into(), primary: true }],
+    };
+    let mut d = Driver::new(Config { users: Some(UsersDirectory { users: vec![bob], plugins: Vec::new() }), ..Config::default() });
+    d.connect(1, "a");
+    let auth = d.request(1, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": "token-bob"}));
+    assert!(d.reply(auth).is_some_and(|r| r["error"].is_null()));
+    d.request(1, "createSession", json!({"channel": SESSION, "provider": "echo", "workingDirectories": ["file:///work/a"]}));
+    let git: Vec<_> = d.effects.iter().filter_map(|e| match e {
+        Effect::Git { op, command } => Some((*op, command.clone())),
+        _ => None,
+    }).collect();
+    assert_eq!(git.len(), 1, "the folder is read first");
+    d.input(Input::Disconnected { conn: ConnId(1) });
+    let (op, command) = git[0].clone();
+    d.input(Input::Done { op, outcome: Outcome::Git(command.no_repo_answer()) });
+    assert!(d.host.view().sessions.get(SESSION).is_none(), "a session was made for a connection that is gone");
+    assert!(d.backend().is_empty(), "no agent is started for it");
+}
+
+/// Seeds 106, 256 of issue 18 (`no_sleep_while_busy`). The agent of one
+/// chat exited; the host failed that chat's turn, closed the other chats'
+/// agents and put the session to sleep, leaving a turn running in another
+/// chat: an asleep session with a turn in hand, whose agent was gone, that
+/// no event would ever end. Fix: when the session goes to sleep on an
+/// exit, the other chats' running turns fail too ("A session sleeps with
+/// nothing running").
+#[test]
+fn an_agent_exit_leaves_no_turn_running_in_another_chat() {
+    let mut d = Driver::new(Config::default());
+    d.connect(1, "a");
+    d.session_with_running_turn(1);
+    let other = "ahp-chat:/c1";
+    let made = d.request(1, "createChat", json!({"channel": SESSION, "chat": other}));
+    d.settle();
+    assert!(d.reply(made).is_some_and(|r| r["error"].is_null()));
+    d.dispatch(1, other, json!({"type": "chat/turnStarted", "turnId": "t2",
+        "startedAt": "2026-01-01T00:00:00.000Z", "message": {"text": "there", "origin": {"kind": "user"}}}));
+    d.settle();
+    d.input(Input::Backend { chat: CHAT.to_owned(), event: BackendEvent::Exited { message: "killed".to_owned() } });
+    let view = d.host.view();
+    let s = view.sessions.get(SESSION).expect("the session is held");
+    assert_eq!(s.phase.name(), "asleep");
+    let running: Vec<_> = s.resident.iter().flat_map(|r| r.chats.iter()).filter(|(_, c)| c.active_turn.is_some()).map(|(u, _)| u.clone()).collect();
+    assert!(running.is_empty(), "turns left running on an asleep session: {running:?}");
+}

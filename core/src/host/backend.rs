@@ -258,6 +258,28 @@ impl Host {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
                 }
                 crate::mark!("agent_exited");
+                if self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
+                    // The other chats' agents are closed below and the
+                    // session sleeps, which it does with nothing running
+                    // (Sessions page, "Sleep and wake"): their turns end too
+                    // (one was left running on an asleep session: sim
+                    // issue 18).
+                    let others: Vec<(Uri, String)> = self
+                        .sessions
+                        .get(&session_uri)
+                        .and_then(|s| s.resident.as_ref())
+                        .map(|r| {
+                            r.chats
+                                .iter()
+                                .filter(|(c, _)| *c != chat)
+                                .filter_map(|(c, st)| st.active_turn.as_ref().map(|t| (c.clone(), t.id.clone())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for (other, turn_id) in others {
+                        self.fail_turn(&session_uri, &other, &turn_id, &format!("the session's agent exited: {message}"));
+                    }
+                }
                 self.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
                 if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
                     // A backend that cannot resume never sleeps.

@@ -64,6 +64,16 @@ impl Host {
     /// only then is the session made and its backend started (Sessions
     /// page, "The life of a session").
     pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, raw: Value, facts: &crate::git::RepoFacts) {
+        // The connection that asked left while its folder was read: nobody
+        // is there to answer, and its principal, the owner the session
+        // would be written with ("written when the session opens"), is
+        // gone with it. A create that cannot be answered makes nothing (a
+        // session made then was nobody's on a users host: sim issue 18).
+        if !self.conns.contains_key(&conn) {
+            let uri = raw.get("channel").and_then(Value::as_str).map(printable);
+            self.log(LogLevel::Info, "session.create_abandoned", uri, "the connection that asked is gone".to_owned());
+            return;
+        }
         let params: CreateSessionParams = match parse(raw) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),

@@ -1,0 +1,291 @@
+//! History rules of sleep and eviction (Sessions page, "Sleep and wake"),
+//! from the world's side: which connections subscribed, which turns the
+//! clients were told started, which steps named which session.
+//! Independent of the core's LRU stamps and `inv_*` rules.
+//!
+//! - `lru_eviction_order`: "Over that count the least recently used
+//!   session goes first ... a session is used when it starts, when a client
+//!   subscribes to it, and when a turn starts in it." The world keeps two
+//!   step stamps per session: `lo`, the last step it was certainly used
+//!   (it went live from starting, began to wake, a subscribe to it or its
+//!   chat was answered in the frame's own step, or an accepted
+//!   `chat/turnStarted` went out on one of its chats), and `hi`, the last
+//!   step it may have been used (any step whose input or reply named it,
+//!   whose phase moved, or that answered a handshake). A session evicted
+//!   while another one, evictable before and after that step, has
+//!   `hi < lo` of the evicted one is a wrong victim.
+//! - `archived_goes_at_once`: "An archived session goes at once": with a
+//!   residency limit, an archived session evictable before and after a
+//!   step is not still resident after it.
+//! - `no_sleep_while_watched`: "None goes while a client watches it": no
+//!   session sleeps or is evicted (as the host logs it: `session.slept`,
+//!   `session.evicted`; an agent that exits is not a sleep) in a step
+//!   throughout which one
+//!   connection was subscribed to it or to one of its chats.
+//! - `no_sleep_while_busy`: "... or while it has work in hand": no session
+//!   sleeps or is evicted with a turn running, a message queued or
+//!   steering, or a question open in a step whose input was not about it
+//!   (only its own inputs end that work); a session asleep after a step
+//!   holds none of it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ahp_types::actions::StateAction;
+use ahp_types::Uri;
+use ahpd_core::invariants::Violation;
+use ahpd_core::session::{Phase, Session};
+use ahpd_core::{ConnId, Effect, HostView, Outbound};
+
+fn breach(rule: &'static str, detail: String) -> Violation {
+    Violation { rule, detail }
+}
+
+/// The session ids a text names: every `ahp-session` followed by `:/`,
+/// `@` or `-` and an id (`ahp-session:/s3`, `ahp-chat:/ahp-session@s3`,
+/// `ahp-chat:/ahp-session-s3-c1`).
+pub fn named_ids(text: &str, out: &mut BTreeSet<String>) {
+    let mut rest = text;
+    while let Some(at) = rest.find("ahp-session") {
+        rest = &rest[at + "ahp-session".len()..];
+        let tail = rest.strip_prefix(":/").or_else(|| rest.strip_prefix('@')).or_else(|| rest.strip_prefix('-'));
+        if let Some(tail) = tail {
+            let id: String = tail.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+            if !id.is_empty() {
+                out.insert(id);
+            }
+        }
+    }
+}
+
+/// The id of a session URI (`ahp-session:/s3` → `s3`).
+fn id_of(uri: &str) -> &str {
+    uri.strip_prefix("ahp-session:/").unwrap_or(uri)
+}
+
+/// What a session was, as these rules need it, at one instant.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    resident: bool,
+    live: bool,
+    asleep: bool,
+    archived: bool,
+    /// Evictable by the page: state held, something said, live or asleep,
+    /// resumable, nothing in hand, nobody watching.
+    evictable: bool,
+    /// A turn running, a message queued or steering, a question open.
+    chat_work: bool,
+    /// Connections subscribed to it or one of its chats.
+    watchers: BTreeSet<ConnId>,
+}
+
+fn chat_work(s: &Session) -> bool {
+    s.resident.as_ref().is_some_and(|r| {
+        r.chats.values().any(|c| c.active_turn.is_some() || c.steering_message.is_some() || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty()))
+            || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())
+    })
+}
+
+fn seen(view: &HostView<'_>, uri: &Uri, s: &Session) -> Seen {
+    let chats: BTreeSet<&Uri> = s.record.chats.iter().map(|c| &c.resource).collect();
+    let mut watchers = BTreeSet::new();
+    let mut held_by_handshake = false;
+    for (id, c) in view.conns {
+        if c.subscriptions.contains(uri) || c.subscriptions.iter().any(|x| chats.contains(x)) {
+            watchers.insert(*id);
+        }
+        held_by_handshake |= c.handshake.as_ref().is_some_and(|h| h.sessions.contains(uri));
+    }
+    let work = chat_work(s);
+    let in_hand = work || s.busy || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty();
+    let live = s.phase == Phase::Live;
+    let asleep = s.phase == Phase::Asleep;
+    Seen {
+        resident: s.resident.is_some(),
+        live,
+        asleep,
+        archived: s.record.is_archived,
+        evictable: s.resident.is_some()
+            && s.announced
+            && (live || asleep)
+            && s.record.provider != "oneshot"
+            && !in_hand
+            && watchers.is_empty()
+            && !held_by_handshake,
+        chat_work: work,
+        watchers,
+    }
+}
+
+/// What the rules remember between steps.
+#[derive(Debug, Clone, Default)]
+pub struct Residency {
+    /// The residency limit (0 = off).
+    limit: usize,
+    /// Per session: (lo, hi) step stamps, see the module docs.
+    stamps: BTreeMap<Uri, (u64, u64)>,
+    step: u64,
+    /// Evictions judged against another evictable session (coverage).
+    pub victims_judged: u64,
+    /// Sleeps and evictions judged (coverage).
+    pub let_go_judged: u64,
+}
+
+/// A step's before-view.
+#[derive(Debug, Clone, Default)]
+pub struct ResidencyBefore {
+    sessions: BTreeMap<Uri, Seen>,
+    phases: BTreeMap<Uri, &'static str>,
+    /// Session ids the step's input named.
+    named: BTreeSet<String>,
+    /// The session the input was about (an agent's event, an op's answer).
+    subject: Option<Uri>,
+    /// A `subscribe` frame: its connection, id and channel.
+    subscribe: Option<(ConnId, u64, Uri)>,
+}
+
+impl Residency {
+    /// The rules for residency limit `limit`.
+    pub fn new(limit: usize) -> Residency {
+        Residency { limit, ..Residency::default() }
+    }
+
+    /// A host (re)started: every session's stamps are this step's, so no
+    /// order is claimed between sessions used by another process.
+    pub fn on_host_start(&mut self, view: &HostView<'_>) {
+        let step = self.step;
+        self.stamps = view.sessions.iter().map(|(u, _)| (u.clone(), (step, step))).collect();
+    }
+
+    /// Before `Host::handle`: the sessions' view and what the input names.
+    pub fn before_step(&mut self, view: &HostView<'_>, input_text: &str, subject: Option<Uri>, subscribe: Option<(ConnId, u64, Uri)>) -> ResidencyBefore {
+        self.step += 1;
+        let mut named = BTreeSet::new();
+        named_ids(input_text, &mut named);
+        ResidencyBefore {
+            sessions: view.sessions.iter().map(|(u, s)| (u.clone(), seen(view, u, s))).collect(),
+            phases: view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.name())).collect(),
+            named,
+            subject,
+            subscribe,
+        }
+    }
+
+    /// After the step: stamps, then the rules.
+    pub fn after_step(&mut self, view: &HostView<'_>, before: &ResidencyBefore, effects: &[Effect]) -> Result<(), Violation> {
+        let step = self.step;
+        let session_of = |channel: &str| -> Option<Uri> {
+            if view.sessions.contains_key(channel) {
+                Some(channel.to_owned())
+            } else {
+                view.chats.get(channel).cloned()
+            }
+        };
+        // Certain uses this step, and what the replies named.
+        let mut used: BTreeSet<Uri> = BTreeSet::new();
+        let mut named = before.named.clone();
+        let mut everything = false;
+        for e in effects {
+            let Effect::Send { conn, message } = e else { continue };
+            match message {
+                Outbound::Action(env) => {
+                    if let Some(s) = session_of(&env.channel) {
+                        named.insert(id_of(&s).to_owned());
+                        if env.rejection_reason.is_none() && matches!(env.action, StateAction::ChatTurnStarted(_)) {
+                            used.insert(s);
+                        }
+                    }
+                }
+                Outbound::Result { id, .. } => {
+                    if let Some((c, rid, channel)) = &before.subscribe {
+                        if c == conn && rid == id {
+                            if let Some(s) = session_of(channel) {
+                                used.insert(s);
+                            }
+                        }
+                    }
+                    let text = message.to_json();
+                    // A handshake's answer may touch every session it named.
+                    everything |= text.contains("\"snapshots\"") || text.contains("\"missing\"");
+                    named_ids(&text, &mut named);
+                }
+                Outbound::Notification { params, .. } => named_ids(&params.to_string(), &mut named),
+                Outbound::Error { .. } => {}
+            }
+        }
+        for (uri, s) in view.sessions {
+            let was = before.phases.get(uri).copied();
+            let now = s.phase.name();
+            if was != Some(now) {
+                named.insert(id_of(uri).to_owned());
+                let started = was == Some("starting") && s.phase == Phase::Live;
+                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking | Phase::Live)) {
+                    used.insert(uri.clone());
+                }
+            }
+        }
+        if let Some(s) = &before.subject {
+            named.insert(id_of(s).to_owned());
+        }
+        self.stamps.retain(|u, _| view.sessions.contains_key(u));
+        for (uri, _) in view.sessions {
+            let stamp = self.stamps.entry(uri.clone()).or_insert((step, step));
+            if everything || named.contains(id_of(uri)) {
+                stamp.1 = step;
+            }
+            if used.contains(uri) {
+                *stamp = (step, step);
+            }
+        }
+        let after: BTreeMap<&Uri, Seen> = view.sessions.iter().map(|(u, s)| (u, seen(view, u, s))).collect();
+        // What the host says it let go this step (an agent that exited, a
+        // failed creation or wake is not a sleep).
+        let mut let_go: BTreeMap<&Uri, &'static str> = BTreeMap::new();
+        for e in effects {
+            if let Effect::Log(l) = e {
+                if let (Some(uri), "session.slept" | "session.evicted") = (&l.session, l.event) {
+                    let_go.insert(uri, l.event);
+                }
+            }
+        }
+        for (uri, b) in &before.sessions {
+            let Some(a) = after.get(uri) else { continue };
+            let evicted = let_go.get(uri) == Some(&"session.evicted");
+            let slept = let_go.get(uri) == Some(&"session.slept") && a.asleep;
+            if !evicted && !slept {
+                continue;
+            }
+            let how = if evicted { "evicted" } else { "slept" };
+            self.let_go_judged += 1;
+            if let Some(c) = b.watchers.intersection(&a.watchers).next() {
+                return Err(breach("no_sleep_while_watched", format!("{uri} {how} while connection {} was subscribed throughout", c.0)));
+            }
+            if b.chat_work && before.subject.as_ref() != Some(uri) && !before.named.contains(id_of(uri)) {
+                return Err(breach("no_sleep_while_busy", format!("{uri} {how} with a turn, a queued message or a question in hand")));
+            }
+            if slept && a.chat_work {
+                return Err(breach("no_sleep_while_busy", format!("{uri} is asleep with work in hand")));
+            }
+            if evicted && !b.archived && !a.archived {
+                let lo = self.stamps.get(uri).map_or(0, |s| s.0);
+                self.victims_judged += u64::from(before.sessions.iter().any(|(o, ob)| o != uri && ob.evictable));
+                for (other, ob) in &before.sessions {
+                    let Some(oa) = after.get(other) else { continue };
+                    let hi = self.stamps.get(other).map_or(u64::MAX, |s| s.1);
+                    if other != uri && ob.evictable && oa.evictable && !ob.archived && !oa.archived && hi < lo {
+                        return Err(breach("lru_eviction_order", format!(
+                            "{uri} (used at step {lo}) was evicted while {other} (last possibly used at step {hi}) was evictable and stays"
+                        )));
+                    }
+                }
+            }
+        }
+        if self.limit > 0 {
+            for (uri, a) in &after {
+                if a.archived && a.evictable && before.sessions.get(*uri).is_some_and(|b| b.archived && b.evictable) {
+                    return Err(breach("archived_goes_at_once", format!("{uri} is archived, evictable and still resident")));
+                }
+            }
+        }
+        Ok(())
+    }
+}

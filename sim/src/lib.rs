@@ -20,6 +20,7 @@ pub mod checkers;
 pub mod clients;
 pub mod options;
 pub mod queue;
+pub mod registry;
 pub mod rng;
 pub mod store;
 pub mod trace;

@@ -38,6 +38,8 @@ pub struct Faults {
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
     pub wall_jump_mean_ms: Option<u64>,
+    /// A registry scan fails (`session_awareness_error`).
+    pub registry_fail: f64,
 }
 
 impl Faults {
@@ -57,6 +59,7 @@ impl Faults {
             stale_event: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
+            registry_fail: 0.0,
         }
     }
 }
@@ -102,6 +105,8 @@ pub struct Options {
     pub liveness_steps: u64,
     /// The faults of the safety phase.
     pub faults: Faults,
+    /// Workspace awareness: on or off, heartbeat, foreign peers, tiers.
+    pub awareness: crate::registry::AwarenessOptions,
 }
 
 /// Probability that a fault kind is switched off for a whole seed.
@@ -138,7 +143,13 @@ impl Options {
             stale_event: fault(&mut rng, 0.1, 0.8),
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
+            registry_fail: 0.0,
         };
+        // Awareness is drawn from its own stream so that its knobs never
+        // shift the values of the others.
+        let awareness = crate::registry::AwarenessOptions::from_seed(seed);
+        let mut faults = faults;
+        faults.registry_fail = awareness.registry_fail;
         Options {
             seed,
             clients,
@@ -159,6 +170,7 @@ impl Options {
             safety_steps: rng.range(800, 2_500),
             liveness_steps: 20_000,
             faults,
+            awareness,
         }
     }
 
@@ -187,6 +199,7 @@ impl Options {
             turns_page_len: 3,
             cursor_secret: b"sim-cursor-secret".to_vec(),
             scan_interval_ms: self.scan_interval_ms,
+            awareness: self.awareness.config(),
             ..Config::default()
         }
     }
@@ -219,7 +232,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} host_crash={} wall_jump={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} host_crash={} wall_jump={} registry_fail={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -233,6 +246,8 @@ impl fmt::Display for Options {
             p(x.stale_event),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
-        )
+            p(x.registry_fail),
+        )?;
+        write!(f, "\n{}", self.awareness)
     }
 }

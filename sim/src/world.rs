@@ -15,6 +15,7 @@ use crate::checkers::{self, Before, History, PreCrash};
 use crate::clients::{Client, ClientCtx, ClientOut};
 use crate::options::{Faults, Options};
 use crate::queue::{Event, Lane, Queue};
+use crate::registry::Registry;
 use crate::rng::{Fnv, SimRng, Stream};
 use crate::store::Store;
 use crate::trace::Trace;
@@ -128,6 +129,8 @@ pub struct World {
     verbose: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
     log_events: BTreeMap<&'static str, u64>,
+    registry: Registry,
+    aware: checkers::awareness::AwarenessChecker,
 }
 
 impl World {
@@ -142,6 +145,7 @@ impl World {
     pub fn with_options(options: Options, run: RunConfig) -> World {
         let seed = options.seed;
         let config = options.config();
+        let options_awareness = options.awareness;
         let mut core_rng = SimRng::new(seed, Stream::Core);
         let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
         let mut world = World {
@@ -175,6 +179,8 @@ impl World {
             verbose: run.keep_trace,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
+            registry: Registry::new(seed, options_awareness),
+            aware: Default::default(),
         };
         world.history.on_host_start(&world.host.view());
         for client in 0..world.clients.len() {
@@ -268,7 +274,27 @@ impl World {
             walks: self.clients.iter().map(|c| c.stats.walks).sum(),
             mirror_checks: self.mirror_checks,
             hash: self.hash.map_or(0, |h| h.0),
-            log_events: self.log_events.clone(),
+            log_events: {
+                let mut events = self.log_events.clone();
+                let (r, a) = (&self.registry.stats, &self.aware.stats);
+                for (name, n) in [
+                    ("sim.registry.scans", r.scans),
+                    ("sim.registry.scan_failures", r.scan_failures),
+                    ("sim.registry.foreign_joins", r.joins),
+                    ("sim.registry.foreign_updates", r.updates),
+                    ("sim.registry.foreign_leaves", r.leaves),
+                    ("sim.registry.foreign_deaths", r.deaths),
+                    ("sim.awareness.peer_sets_checked", a.peer_sets),
+                    ("sim.awareness.nonempty_peer_sets", a.nonempty_peer_sets),
+                    ("sim.awareness.writes_vetted", a.writes),
+                    ("sim.awareness.writes_held", a.held),
+                ] {
+                    if n > 0 {
+                        events.insert(name, n);
+                    }
+                }
+                events
+            },
         }
     }
 
@@ -348,6 +374,7 @@ impl World {
                     oneshot: self.options.non_resumable_agent,
                     list_limit_max: self.options.list_limit_max,
                     incarnations: &self.history.incarnations,
+                    awareness: self.options.awareness,
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
                 self.client_out(client, outs);
@@ -373,6 +400,7 @@ impl World {
                         oneshot: self.options.non_resumable_agent,
                     list_limit_max: self.options.list_limit_max,
                         incarnations: &self.history.incarnations,
+                        awareness: self.options.awareness,
                     };
                     let outs = self.clients[client].think(&mut self.workload, &ctx);
                     self.client_out(client, outs);
@@ -487,6 +515,16 @@ impl World {
         // A scan's answer may list sessions this host lost (rediscovered
         // from the backend's transcripts): they appear asleep.
         before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
+        let aware = self.config.awareness.enabled;
+        let aware_before = if aware {
+            let truth = match &input {
+                Input::Done { op, .. } => self.registry.take_truth(*op),
+                _ => None,
+            };
+            Some(self.aware.before_step(&self.host.view(), &input, truth))
+        } else {
+            None
+        };
         if let Some(h) = &mut self.hash {
             h.write(format!("{} {:?} {:?}", self.q.now, now, input).as_bytes());
         }
@@ -531,10 +569,24 @@ impl World {
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
         }
+        // What the awareness rules read of the effects (the rest is routed
+        // away below).
+        let aware_effects: Vec<Effect> = if aware {
+            effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Log(_) | Effect::Backend { command: ahpd_core::BackendCmd::ConfirmTool { .. }, .. }))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
         for effect in effects {
             self.route(effect);
         }
         self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
+        if let Some(b) = aware_before {
+            self.aware.after_step(&self.host.view(), b, &aware_effects, &self.registry).map_err(|v| self.violation(v))?;
+        }
         Ok(())
     }
 
@@ -583,9 +635,10 @@ impl World {
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
             }
-            // Awareness is off in the simulated config (`Config::default`):
-            // the host issues no registry commands.
-            Effect::Registry { .. } => {}
+            Effect::Registry { op, command } => {
+                let wall_ms = self.now_host().wall.0;
+                self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);
+            }
         }
     }
 
@@ -618,6 +671,11 @@ impl World {
         }
         self.host_epoch = self.q.now;
         let seed = self.core_rng.next_u64();
+        // A new process: another pid (or the same pid, another start time).
+        let (pid, start) = self.registry.on_host_crash();
+        self.config.awareness.pid = pid;
+        self.config.awareness.pid_start = start;
+        self.aware.on_host_start();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
         self.history.on_host_start(&self.host.view());

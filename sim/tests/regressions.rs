@@ -258,7 +258,7 @@ fn a_session_keeps_its_awareness_tier_across_a_restart() {
     let mut d = Driver::new(Config::default());
     d.connect(1, "a");
     let id = d.request(1, "createSession", json!({"channel": SESSION, "provider": "echo",
-        "workingDirectories": ["file:///work/a"], "config": {"sessionAwareness": "coordinate", "autoApprove": true}}));
+        "config": {"sessionAwareness": "coordinate", "autoApprove": true}}));
     d.settle();
     assert!(d.reply(id).is_some_and(|r| r["error"].is_null()));
     let record = d.host.view().sessions.get(SESSION).expect("the session is held").record.clone();

@@ -55,6 +55,16 @@ pub const TIER_KEY: &str = "sessionAwareness";
 /// The session config key that makes conflicting writes proceed with a
 /// warning instead of waiting for approval (an auto-approve mode).
 pub const AUTO_APPROVE_KEY: &str = "autoApprove";
+/// The session config keys awareness owns (the host's, not a backend's):
+/// a session keeps them for its whole life, across restarts too.
+pub const HOST_KEYS: [&str; 2] = [TIER_KEY, AUTO_APPROVE_KEY];
+
+/// Whether `key` is one of the session config keys awareness owns
+/// ([`HOST_KEYS`]).
+pub fn is_host_key(key: &str) -> bool {
+    HOST_KEYS.contains(&key)
+}
+
 /// The `_meta` key of a `chat/toolCallReady` by which a backend declares the
 /// absolute paths the tool call will write (a list of strings). A backend
 /// that declares writes on a call it marks `confirmed` waits for the host's

@@ -395,7 +395,9 @@ pub fn restore_values(stored: &Map<String, Value>, backend: &[(String, Prop)]) -
                 continue;
             }
         }
-        if is_table_key(key) || backend.iter().any(|(k, _)| k == key) {
+        // The awareness keys are the host's own (spec 004: the session's
+        // tier): a restart must not drop a session to the default tier.
+        if is_table_key(key) || backend.iter().any(|(k, _)| k == key) || crate::awareness::is_host_key(key) {
             out.insert(key.clone(), v.clone());
         } else {
             dropped.push(key.clone());

@@ -31,6 +31,12 @@ enum Step {
     ToolStart(String),
     /// The tool call is ready and waits for the client's confirmation.
     ToolReady(String),
+    /// The tool call is ready, declares the paths it will write
+    /// (`_meta["ahpd.writes"]`, workspace awareness) and waits for the
+    /// host's word.
+    ToolReadyWrites(String, Vec<String>),
+    /// The agent reports the paths it wrote (its claims).
+    Wrote(Vec<String>),
     /// The confirmed tool call finished.
     ToolDone(String),
     /// The turn completes.
@@ -58,6 +64,8 @@ struct TurnRun {
     parts: Vec<ResponsePart>,
     open_part: Option<String>,
     waiting: Option<String>,
+    /// The paths the waiting tool call writes once confirmed.
+    writes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -209,7 +217,7 @@ impl Backend {
                 let agent = self.agents.entry(chat.clone()).or_default();
                 agent.script.retain(|s| !s.is_turn());
                 agent.script.extend(script);
-                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None });
+                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new() });
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
             }
@@ -244,6 +252,10 @@ impl Backend {
                             turn.waiting = None;
                             if approved {
                                 agent.script.push_front(Step::ToolDone(tool_call_id));
+                                let writes = std::mem::take(&mut turn.writes);
+                                if !writes.is_empty() {
+                                    agent.script.push_front(Step::Wrote(writes));
+                                }
                             }
                             resume = true;
                         }
@@ -340,7 +352,17 @@ impl Backend {
             self.parts += 1;
             let id = format!("tool-{}", self.parts);
             steps.push(Step::ToolStart(id.clone()));
-            steps.push(Step::ToolReady(id));
+            let a = &cx.options.awareness;
+            if a.enabled && a.write_tools > 0.0 && cx.world.chance(a.write_tools) {
+                let paths = crate::registry::WRITE_PATHS;
+                let mut writes: Vec<String> = paths.iter().filter(|_| cx.world.chance(0.4)).map(|p| (*p).to_owned()).collect();
+                if writes.is_empty() {
+                    writes.push(paths[cx.world.below(paths.len() as u64) as usize].to_owned());
+                }
+                steps.push(Step::ToolReadyWrites(id, writes));
+            } else {
+                steps.push(Step::ToolReady(id));
+            }
         }
         for i in 0..cx.world.below(2) {
             steps.push(Step::Delta(format!("more {i}. ")));
@@ -460,6 +482,16 @@ impl Backend {
                             "invocationMessage": "run the tests"
                         }))))
                     }
+                    Step::ToolReadyWrites(id, writes) => {
+                        turn.waiting = Some(id.clone());
+                        turn.writes = writes.clone();
+                        Some(BackendEvent::Action(action(json!({
+                            "type": "chat/toolCallReady", "turnId": turn_id, "toolCallId": id,
+                            "invocationMessage": "edit the files", "confirmed": "not-needed",
+                            "_meta": {"ahpd.writes": writes}
+                        }))))
+                    }
+                    Step::Wrote(paths) => Some(BackendEvent::Wrote { paths }),
                     Step::ToolDone(id) => Some(BackendEvent::Action(action(json!({
                         "type": "chat/toolCallComplete", "turnId": turn_id, "toolCallId": id,
                         "result": {"success": true, "pastTenseMessage": "ran the tests"}

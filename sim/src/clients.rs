@@ -82,6 +82,8 @@ pub enum ReqKind {
         /// Whether the answer must have no rows.
         empty: bool,
     },
+    /// `ahpd/listPeers`: its answer's shape is checked.
+    Peers,
     /// Anything whose result is not used.
     Plain,
 }
@@ -127,6 +129,8 @@ pub struct ClientCtx<'a> {
     /// How many times each URI was removed from the host (a walk may see a
     /// URI again only after it was removed and made anew).
     pub incarnations: &'a BTreeMap<Uri, u64>,
+    /// Workspace awareness: the tiers sessions ask for.
+    pub awareness: crate::registry::AwarenessOptions,
 }
 
 /// Counters of what clients did, for the run summary.
@@ -357,6 +361,7 @@ impl Client {
             1,                                   // 13 a server-only action
             3,                                   // 14 createChat
             2,                                   // 15 disposeChat
+            if ctx.awareness.enabled { 2 } else { 0 }, // 16 ahpd/listPeers
         ];
         let known: Vec<Uri> = self.known.iter().cloned().collect();
         let session = match rng.pick(&known) {
@@ -383,6 +388,10 @@ impl Client {
                 let mut params = json!({"channel": session, "provider": provider});
                 if rng.chance(0.5) {
                     params["workingDirectories"] = json!(["file:///work/a", "file:///work/b"]);
+                }
+                let config = ctx.awareness.session_config(rng);
+                if !config.is_empty() {
+                    params["config"] = Value::Object(config);
                 }
                 out.push(self.send_request("createSession", params, ReqKind::Create { uri: session }));
             }
@@ -512,6 +521,9 @@ impl Client {
                 }
                 out.push(self.send_request("createChat", params, ReqKind::Plain));
             }
+            16 => {
+                out.push(self.send_request("ahpd/listPeers", json!({"channel": session}), ReqKind::Peers));
+            }
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),
@@ -630,6 +642,16 @@ impl Client {
             (ReqKind::List, Some(result)) => self.on_list_page(result, ctx),
             (ReqKind::Create { uri }, Some(_)) => {
                 self.known.insert(uri);
+                Ok(Vec::new())
+            }
+            (ReqKind::Peers, Some(result)) => {
+                let ok = result.get("enabled").is_some_and(Value::is_boolean)
+                    && result.get("tier").and_then(Value::as_str).is_some_and(|t| matches!(t, "passive" | "warn" | "coordinate"))
+                    && result.get("peers").is_some_and(Value::is_array)
+                    && result.get("warnings").is_some_and(Value::is_array);
+                if !ok {
+                    return Err(breach("client_frame_json", format!("ahpd/listPeers answered {result}")));
+                }
                 Ok(Vec::new())
             }
             (ReqKind::List, None) => {

@@ -22,6 +22,7 @@ pub mod marks;
 pub mod options;
 pub mod queue;
 pub mod range;
+pub mod registry;
 pub mod rng;
 pub mod store;
 pub mod trace;

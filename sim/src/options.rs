@@ -42,6 +42,8 @@ pub struct Faults {
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
     pub wall_jump_mean_ms: Option<u64>,
+    /// A registry scan fails (`session_awareness_error`).
+    pub registry_fail: f64,
 }
 
 impl Faults {
@@ -62,6 +64,7 @@ impl Faults {
             delete_keeps_copy: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
+            registry_fail: 0.0,
         }
     }
 }
@@ -110,6 +113,8 @@ pub struct Options {
     /// The users directory and who each client signs in as (`None`: a host
     /// with no users directory; `users.rs`).
     pub users: Option<crate::users::Cast>,
+    /// Workspace awareness: on or off, heartbeat, foreign peers, tiers.
+    pub awareness: crate::registry::AwarenessOptions,
 }
 
 /// Probability that a fault kind is switched off for a whole seed.
@@ -147,7 +152,13 @@ impl Options {
             delete_keeps_copy: 0.0,
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
+            registry_fail: 0.0,
         };
+        // Awareness is drawn from its own stream so that its knobs never
+        // shift the values of the others.
+        let awareness = crate::registry::AwarenessOptions::from_seed(seed);
+        let mut faults = faults;
+        faults.registry_fail = awareness.registry_fail;
         let mut options = Options {
             seed,
             clients,
@@ -169,6 +180,7 @@ impl Options {
             liveness_steps: 20_000,
             faults,
             users: crate::users::Cast::draw(seed, clients),
+            awareness,
         };
         // Drawn last, so the draws above keep their values.
         options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
@@ -202,6 +214,7 @@ impl Options {
             scan_interval_ms: self.scan_interval_ms,
             users: self.users.as_ref().map(|u| u.directory.clone()),
             host_token_sha256: self.users.as_ref().map(|_| ahpd_core::grants::token_hash(crate::users::HOST_TOKEN)),
+            awareness: self.awareness.config(),
             ..Config::default()
         }
     }
@@ -234,7 +247,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} host_crash={} wall_jump={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} host_crash={} wall_jump={} registry_fail={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -249,10 +262,12 @@ impl fmt::Display for Options {
             p(x.delete_keeps_copy),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
+            p(x.registry_fail),
         )?;
         match &self.users {
-            Some(cast) => write!(f, "\n{cast}"),
-            None => write!(f, "\nusers: no directory"),
+            Some(cast) => write!(f, "\n{cast}")?,
+            None => write!(f, "\nusers: no directory")?,
         }
+        write!(f, "\n{}", self.awareness)
     }
 }

@@ -15,6 +15,7 @@ use crate::checkers::{self, Before, History, PreCrash};
 use crate::clients::{Client, ClientCtx, ClientOut};
 use crate::options::{Faults, Options};
 use crate::queue::{Event, Lane, Queue};
+use crate::registry::Registry;
 use crate::rng::{Fnv, SimRng, Stream};
 use crate::store::Store;
 use crate::trace::Trace;
@@ -134,6 +135,8 @@ pub struct World {
     marks: BTreeMap<&'static str, u64>,
     grants: checkers::grants::Grants,
     residency: checkers::residency::Residency,
+    registry: Registry,
+    aware: checkers::awareness::AwarenessChecker,
 }
 
 impl World {
@@ -151,6 +154,7 @@ impl World {
         // afresh (one world at a time runs on a thread).
         let _ = ahpd_core::marks::take();
         let config = options.config();
+        let options_awareness = options.awareness;
         let mut core_rng = SimRng::new(seed, Stream::Core);
         let (users, residency_limit) = (options.users.is_some(), options.residency_limit);
         let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
@@ -188,6 +192,8 @@ impl World {
             marks: BTreeMap::new(),
             grants: checkers::grants::Grants::new(users),
             residency: checkers::residency::Residency::new(residency_limit),
+            registry: Registry::new(seed, options_awareness),
+            aware: Default::default(),
         };
         world.history.on_host_start(&world.host.view());
         world.grants.on_host_start(&world.host.view());
@@ -300,6 +306,23 @@ impl World {
                 events.insert("sim.creations_judged", self.grants.creations_judged);
                 events.insert("sim.let_go_judged", self.residency.let_go_judged);
                 events.insert("sim.lru_victims_judged", self.residency.victims_judged);
+                let (r, a) = (&self.registry.stats, &self.aware.stats);
+                for (name, n) in [
+                    ("sim.registry.scans", r.scans),
+                    ("sim.registry.scan_failures", r.scan_failures),
+                    ("sim.registry.foreign_joins", r.joins),
+                    ("sim.registry.foreign_updates", r.updates),
+                    ("sim.registry.foreign_leaves", r.leaves),
+                    ("sim.registry.foreign_deaths", r.deaths),
+                    ("sim.awareness.peer_sets_checked", a.peer_sets),
+                    ("sim.awareness.nonempty_peer_sets", a.nonempty_peer_sets),
+                    ("sim.awareness.writes_vetted", a.writes),
+                    ("sim.awareness.writes_held", a.held),
+                ] {
+                    if n > 0 {
+                        events.insert(name, n);
+                    }
+                }
                 events
             },
             marks: self.marks.clone(),
@@ -382,6 +405,7 @@ impl World {
                     oneshot: self.options.non_resumable_agent,
                     list_limit_max: self.options.list_limit_max,
                     incarnations: &self.history.incarnations,
+                    awareness: self.options.awareness,
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
                 self.client_out(client, outs);
@@ -407,6 +431,7 @@ impl World {
                         oneshot: self.options.non_resumable_agent,
                     list_limit_max: self.options.list_limit_max,
                         incarnations: &self.history.incarnations,
+                        awareness: self.options.awareness,
                     };
                     let outs = self.clients[client].think(&mut self.workload, &ctx);
                     self.client_out(client, outs);
@@ -522,6 +547,16 @@ impl World {
         // A scan's answer may list sessions this host lost (rediscovered
         // from the backend's transcripts): they appear asleep.
         before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
+        let aware = self.config.awareness.enabled;
+        let aware_before = if aware {
+            let truth = match &input {
+                Input::Done { op, .. } => self.registry.take_truth(*op),
+                _ => None,
+            };
+            Some(self.aware.before_step(&self.host.view(), &input, truth))
+        } else {
+            None
+        };
         if let Some(h) = &mut self.hash {
             h.write(format!("{} {:?} {:?}", self.q.now, now, input).as_bytes());
         }
@@ -568,10 +603,24 @@ impl World {
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
         }
+        // What the awareness rules read of the effects (the rest is routed
+        // away below).
+        let aware_effects: Vec<Effect> = if aware {
+            effects
+                .iter()
+                .filter(|e| matches!(e, Effect::Log(_) | Effect::Backend { command: ahpd_core::BackendCmd::ConfirmTool { .. }, .. }))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
         for effect in effects {
             self.route(effect);
         }
         self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
+        if let Some(b) = aware_before {
+            self.aware.after_step(&self.host.view(), b, &aware_effects, &self.registry).map_err(|v| self.violation(v))?;
+        }
         Ok(())
     }
 
@@ -635,9 +684,10 @@ impl World {
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
             }
-            // Awareness is off in the simulated config (`Config::default`):
-            // the host issues no registry commands.
-            Effect::Registry { .. } => {}
+            Effect::Registry { op, command } => {
+                let wall_ms = self.now_host().wall.0;
+                self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);
+            }
         }
     }
 
@@ -669,6 +719,11 @@ impl World {
         }
         self.host_epoch = self.q.now;
         let seed = self.core_rng.next_u64();
+        // A new process: another pid (or the same pid, another start time).
+        let (pid, start) = self.registry.on_host_crash();
+        self.config.awareness.pid = pid;
+        self.config.awareness.pid_start = start;
+        self.aware.on_host_start();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
         self.history.on_host_start(&self.host.view());

@@ -308,3 +308,29 @@ fn an_agent_exit_leaves_no_turn_running_in_another_chat() {
     let running: Vec<_> = s.resident.iter().flat_map(|r| r.chats.iter()).filter(|(_, c)| c.active_turn.is_some()).map(|(u, _)| u.clone()).collect();
     assert!(running.is_empty(), "turns left running on an asleep session: {running:?}");
 }
+
+/// Seeds 6, 9, 11, 17, 25 and most with host crashes, once awareness ran
+/// in the sim (`awareness_tier_stable`). A session made with
+/// `sessionAwareness: coordinate` (or `passive`, or `autoApprove`) came
+/// back from a restart at the default `warn` tier: reading the record
+/// back dropped every key neither the table nor the backend offers, and
+/// the awareness keys are the host's own, offered by neither, so a
+/// coordinate session's conflicting writes were no longer held after a
+/// crash. Fix: `restore_values` keeps `awareness::HOST_KEYS`.
+#[test]
+fn a_session_keeps_its_awareness_tier_across_a_restart() {
+    use ahpd_core::awareness::{auto_approve, Tier};
+    let mut d = Driver::new(Config::default());
+    d.connect(1, "a");
+    let id = d.request(1, "createSession", json!({"channel": SESSION, "provider": "echo",
+        "config": {"sessionAwareness": "coordinate", "autoApprove": true}}));
+    d.settle();
+    assert!(d.reply(id).is_some_and(|r| r["error"].is_null()));
+    let record = d.host.view().sessions.get(SESSION).expect("the session is held").record.clone();
+    assert_eq!(Tier::of_config(&record.config), Tier::Coordinate);
+    let restarted = Host::new(Config::default(), 8, vec![record], d.now);
+    let view = restarted.view();
+    let back = &view.sessions.get(SESSION).expect("the session is restored").record;
+    assert_eq!(Tier::of_config(&back.config), Tier::Coordinate, "{:?}", back.config);
+    assert!(auto_approve(&back.config));
+}

@@ -302,18 +302,19 @@ impl Host {
     /// when they moved (a resident session only).
     fn expose(&mut self, uri: &Uri) {
         let Some(resident) = self.sessions.get(uri).and_then(|s| s.resident.as_ref()) else { return };
-        let mut meta = resident.session.meta.clone().unwrap_or_default();
-        let mut moved = false;
-        for (key, value) in self.awareness_meta(uri) {
-            if meta.get(key) != Some(&value) {
-                meta.insert(key.to_owned(), value);
-                moved = true;
-            }
+        let fresh = self.awareness_meta(uri);
+        let current = resident.session.meta.as_ref();
+        // Most calls change nothing: the whole `_meta` is copied only when
+        // a key moved (a scan calls this for every live session).
+        if fresh.iter().all(|(key, value)| current.and_then(|m| m.get(*key)) == Some(value)) {
+            return;
         }
-        if moved {
-            let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
-            self.emit(uri, action, None);
+        let mut meta = current.cloned().unwrap_or_default();
+        for (key, value) in fresh {
+            meta.insert(key.to_owned(), value);
         }
+        let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
+        self.emit(uri, action, None);
     }
 
     /// The agent of one of `session_uri`'s chats wrote `paths`: they become

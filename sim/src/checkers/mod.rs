@@ -15,6 +15,7 @@
 
 pub mod grants;
 pub mod residency;
+pub mod awareness;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -18,6 +18,7 @@
 pub mod backend;
 pub mod checkers;
 pub mod clients;
+pub mod git;
 pub mod options;
 pub mod queue;
 pub mod rng;

@@ -34,6 +34,8 @@ pub struct Faults {
     /// An agent's output for a turn is still in flight when the turn is
     /// cancelled: one more event for the finished turn arrives.
     pub stale_event: f64,
+    /// A git command fails (`Outcome::Failed`) before it runs.
+    pub git_fail: f64,
     /// Mean sim time between host crashes, in ms (`None` = no crashes).
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
@@ -55,6 +57,7 @@ impl Faults {
             store_fail: 0.0,
             send_fail: 0.0,
             stale_event: 0.0,
+            git_fail: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
         }
@@ -102,7 +105,39 @@ pub struct Options {
     pub liveness_steps: u64,
     /// The faults of the safety phase.
     pub faults: Faults,
+    /// The simulated machine's git (`sim/src/git.rs`).
+    pub git: GitOptions,
 }
+
+/// The simulated machine's repositories and folder trust.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GitOptions {
+    /// Whether the machine has repositories (off: every folder is in none,
+    /// as before the simulated git).
+    pub repos: bool,
+    /// `/work/repo1`'s `origin/HEAD` names `dev` (else `main`).
+    pub remote_default_dev: bool,
+    /// `/work/repo2`'s HEAD is detached.
+    pub detached: bool,
+    /// Mean git answer latency, in ms.
+    pub git_ms: u64,
+    /// The core's `trust.folders` (`None`: every folder trusted).
+    pub trusted_folders: Option<Vec<String>>,
+    /// Probability that a client's `createSession` asks for a folder of
+    /// the machine (else the old `/work/a`, `/work/b` or none).
+    pub in_folders: f64,
+    /// Probability that such a session asks `isolation: worktree`.
+    pub worktree: f64,
+}
+
+/// Trust lists a seed may draw: some folders trusted, others not.
+const TRUST_LISTS: [&[&str]; 5] = [
+    &["/work/repo1"],
+    &["/work/repo1", "/work/plain", "/work/a"],
+    &["/work/repo1/pkg", "/work/repo2"],
+    &["/work"],
+    &[],
+];
 
 /// Probability that a fault kind is switched off for a whole seed.
 const FAULT_OFF: f64 = 0.35;
@@ -136,10 +171,26 @@ impl Options {
             store_fail: fault(&mut rng, 0.01, 0.2),
             send_fail: fault(&mut rng, 0.01, 0.1),
             stale_event: fault(&mut rng, 0.1, 0.8),
+            git_fail: 0.0,
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
         };
+        let mut faults = faults;
+        // Drawn last, so the draws above are those of the seed before the
+        // simulated git existed.
+        faults.git_fail = fault(&mut rng, 0.01, 0.15);
+        let repos = !rng.chance(0.25);
+        let git = GitOptions {
+            repos,
+            remote_default_dev: rng.chance(0.5),
+            detached: rng.chance(0.3),
+            git_ms: rng.range(1, 60),
+            trusted_folders: if rng.chance(0.7) { None } else { Some(TRUST_LISTS[rng.below(TRUST_LISTS.len() as u64) as usize].iter().map(|f| (*f).to_owned()).collect()) },
+            in_folders: if repos { 0.3 + 0.6 * rng.unit() } else { 0.3 },
+            worktree: rng.unit(),
+        };
         Options {
+            git,
             seed,
             clients,
             session_ids,
@@ -187,6 +238,10 @@ impl Options {
             turns_page_len: 3,
             cursor_secret: b"sim-cursor-secret".to_vec(),
             scan_interval_ms: self.scan_interval_ms,
+            trust: match &self.git.trusted_folders {
+                Some(list) => ahpd_core::trust::Trust::of(list),
+                None => ahpd_core::trust::Trust::default(),
+            },
             ..Config::default()
         }
     }
@@ -216,10 +271,22 @@ impl fmt::Display for Options {
             self.safety_steps,
             self.liveness_steps,
         )?;
+        let g = &self.git;
+        writeln!(
+            f,
+            "git: repos={} origin_head={} repo2_detached={} git={}ms trusted={} in_folders={:.2} worktree={:.2}",
+            g.repos,
+            if g.remote_default_dev { "dev" } else { "main" },
+            g.detached,
+            g.git_ms,
+            g.trusted_folders.as_ref().map_or("all".to_owned(), |l| format!("{l:?}")),
+            g.in_folders,
+            g.worktree,
+        )?;
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} host_crash={} wall_jump={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} git_fail={} host_crash={} wall_jump={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -231,6 +298,7 @@ impl fmt::Display for Options {
             p(x.store_fail),
             p(x.send_fail),
             p(x.stale_event),
+            p(x.git_fail),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
         )

@@ -13,6 +13,8 @@
 //! - `lifecycle_transition`: every phase change is in the core's legal
 //!   table (sled's verifier), using the previous step's phases.
 
+pub mod trees;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::StateAction;

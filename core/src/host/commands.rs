@@ -222,6 +222,9 @@ impl Host {
         for (chat, conversation_id) in chats {
             ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
         }
+        if let Some(op) = self.dispose_git(&uri) {
+            ops.insert(op);
+        }
         if let Some(s) = self.sessions.get_mut(&uri) {
             s.phase_ops = ops;
             s.pending_sends.clear();
@@ -269,8 +272,6 @@ impl Host {
             }
             return;
         }
-        // The record is gone: now its checkpoints and trees go.
-        self.dispose_git(uri);
         let Some(session) = self.drop_session(uri) else { return };
         self.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];

@@ -59,9 +59,13 @@ pub enum GitOp {
         /// The session.
         session: Uri,
     },
-    /// Removing a disposed session's checkpoints and trees (its own, or
-    /// one made for it while it was disposed, or those of the folders it
-    /// moved away from).
+    /// Removing a session's checkpoints and tree for `disposeSession`.
+    Dispose {
+        /// The session.
+        session: Uri,
+    },
+    /// Removing a tree made for a session that was disposed meanwhile, or
+    /// the refs and tree of a folder a disposed session moved away from.
     Cleanup,
     /// A session's tree taken off the disk (`archived`) or put back as the
     /// session's archived bit changed (`host/trees.rs`).
@@ -263,25 +267,27 @@ impl Host {
         }
     }
 
-    /// `disposeSession`'s git step, once the session's record is deleted:
-    /// its checkpoints and its trees (its own and those of the folders it
-    /// moved away from). Not before: a dispose the store refuses leaves the
-    /// session asleep, and it must still have its checkpoints and the tree
-    /// its agents start in.
-    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        let Some(git) = session.record.git.clone() else { return };
+    /// `disposeSession`'s git step: the session's checkpoints and its tree.
+    /// Returns the op to wait for, if any.
+    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Option<OpId> {
+        let session = self.sessions.get(session_uri)?;
+        let git = session.record.git.clone()?;
         let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
             self.git(
                 Op::Git(GitOp::Cleanup),
                 GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree: former.worktree.clone() },
             );
         }
-        if git.repo_root.is_none() || git.moved {
-            return;
+        git.repo_root.as_ref()?;
+        if git.moved {
+            return None;
         }
-        self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree: git.worktree });
+        Some(self.git(
+            Op::Git(GitOp::Dispose { session: session_uri.clone() }),
+            GitCmd::Dispose { repo: git.folder, refs_prefix, worktree: git.worktree },
+        ))
     }
 
     pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {
@@ -321,14 +327,29 @@ impl Host {
                     _ => {}
                 }
             }
-            GitOp::Detached(purpose) => self.on_detached_done(op, purpose, outcome),
-            GitOp::Cleanup => match outcome {
-                Outcome::Failed { message } => self.log(LogLevel::Warn, "git.dispose_failed", None, message),
-                Outcome::Git(GitResult::Disposed { kept_tree: true }) => {
-                    self.log(LogLevel::Warn, "git.tree_kept", None, "a disposed session's worktree holds uncommitted work: it stays on disk".to_owned())
+            GitOp::Dispose { session } => {
+                match &outcome {
+                    Outcome::Failed { message } => self.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
+                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.log(
+                        LogLevel::Warn,
+                        "git.tree_kept",
+                        Some(session.clone()),
+                        "the session's worktree holds uncommitted work: it stays on disk".to_owned(),
+                    ),
+                    _ => {}
                 }
-                _ => {}
-            },
+                let Some(s) = self.sessions.get_mut(&session) else { return };
+                s.phase_ops.remove(&op);
+                if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+                    self.dispose_store_step(&session);
+                }
+            }
+            GitOp::Detached(purpose) => self.on_detached_done(op, purpose, outcome),
+            GitOp::Cleanup => {
+                if let Outcome::Failed { message } = outcome {
+                    self.log(LogLevel::Warn, "git.dispose_failed", None, message);
+                }
+            }
             GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
             GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome),
         }

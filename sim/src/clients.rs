@@ -84,6 +84,20 @@ pub enum ReqKind {
     },
     /// `ahpd/listPeers`: its answer's shape is checked.
     Peers,
+    /// `createSession` in a folder of the machine; `untrusted` when the
+    /// seed's trust list does not cover it (then it must be refused with
+    /// -32009 and nothing made), `worktree` when it asked for a tree.
+    CreateIn {
+        /// The session URI.
+        uri: Uri,
+        /// The folder is outside every trusted folder (`None`: not known
+        /// to the client, a tree whose session may be gone).
+        untrusted: Option<bool>,
+        /// It asked `isolation: worktree`.
+        worktree: bool,
+    },
+    /// `createAgentHostDetachedWorktree` (learns the handle and the tree).
+    Detached,
     /// Anything whose result is not used.
     Plain,
 }
@@ -131,6 +145,8 @@ pub struct ClientCtx<'a> {
     pub incarnations: &'a BTreeMap<Uri, u64>,
     /// Workspace awareness: the tiers sessions ask for.
     pub awareness: crate::registry::AwarenessOptions,
+    /// The simulated machine's git and trust (`sim/src/git.rs`).
+    pub git: &'a crate::options::GitOptions,
 }
 
 /// Counters of what clients did, for the run summary.
@@ -181,6 +197,14 @@ pub struct Client {
     /// Whether the host has a users directory (then a client that is not
     /// signed in may read nothing).
     pub users_host: bool,
+    /// Tree folders (`file:` URIs) learnt from sessions' states and the
+    /// window's trees, to make sessions in and move sessions to.
+    pub trees: BTreeSet<Uri>,
+    /// The window's detached-tree handles it was given, with their tree.
+    pub handles: Vec<(String, Uri)>,
+    /// Sessions it made with `isolation: worktree` that may still be
+    /// creating (a window's tree can be cut for them).
+    worktree_creating: Vec<Uri>,
 }
 
 /// The session URI of id `n`.
@@ -242,6 +266,9 @@ impl Client {
             stats: ClientStats::default(),
             signer: None,
             users_host: false,
+            trees: BTreeSet::new(),
+            handles: Vec::new(),
+            worktree_creating: Vec::new(),
         }
     }
 
@@ -362,6 +389,7 @@ impl Client {
             3,                                   // 14 createChat
             2,                                   // 15 disposeChat
             if ctx.awareness.enabled { 2 } else { 0 }, // 16 ahpd/listPeers
+            if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
         ];
         let known: Vec<Uri> = self.known.iter().cloned().collect();
         let session = match rng.pick(&known) {
@@ -385,15 +413,19 @@ impl Client {
         match rng.weighted(&weights) {
             0 => {
                 let provider = if ctx.oneshot && rng.chance(0.3) { "oneshot" } else { "echo" };
-                let mut params = json!({"channel": session, "provider": provider});
-                if rng.chance(0.5) {
-                    params["workingDirectories"] = json!(["file:///work/a", "file:///work/b"]);
+                if rng.chance(ctx.git.in_folders) {
+                    out.push(self.create_in_folder(rng, ctx, session, provider));
+                } else {
+                    let mut params = json!({"channel": session, "provider": provider});
+                    if rng.chance(0.5) {
+                        params["workingDirectories"] = json!(["file:///work/a", "file:///work/b"]);
+                    }
+                    // Every folder must be trusted, and with a list a session
+                    // with none is refused.
+                    let folders: Vec<&str> = params["workingDirectories"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+                    let untrusted = ctx.git.trusted_folders.as_ref().is_some_and(|l| folders.is_empty() || folders.iter().any(|f| !trusted_by(l, f)));
+                    out.push(self.send_request("createSession", params, ReqKind::CreateIn { uri: session, untrusted: Some(untrusted), worktree: false }));
                 }
-                let config = ctx.awareness.session_config(rng);
-                if !config.is_empty() {
-                    params["config"] = Value::Object(config);
-                }
-                out.push(self.send_request("createSession", params, ReqKind::Create { uri: session }));
             }
             1 => {
                 let channel = session;
@@ -524,6 +556,7 @@ impl Client {
             16 => {
                 out.push(self.send_request("ahpd/listPeers", json!({"channel": session}), ReqKind::Peers));
             }
+            17 => out.extend(self.git_action(rng, &session)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),
@@ -533,6 +566,117 @@ impl Client {
             }
         }
         out
+    }
+
+    fn learn_trees(&mut self, folders: &[Uri]) {
+        for f in folders {
+            if f.contains(".worktrees/") && self.trees.len() < 32 {
+                self.trees.insert(f.clone());
+            }
+        }
+    }
+
+    /// A folder to work in: one of the machine's, or (sometimes) a tree
+    /// another session works in or the window made.
+    fn pick_folder(&self, rng: &mut SimRng) -> (Uri, bool) {
+        let trees: Vec<Uri> = self.trees.iter().cloned().collect();
+        match rng.pick(&trees) {
+            Some(t) if rng.chance(0.3) => (t.clone(), true),
+            _ => (rng.pick(&crate::git::FOLDERS).copied().unwrap_or("file:///work/repo1").to_owned(), false),
+        }
+    }
+
+    /// `createSession` in a folder of the machine, with the worktree keys
+    /// sometimes.
+    fn create_in_folder(&mut self, rng: &mut SimRng, ctx: &ClientCtx<'_>, session: Uri, provider: &str) -> ClientOut {
+        let (folder, in_tree) = self.pick_folder(rng);
+        let worktree = rng.chance(ctx.git.worktree);
+        let mut config = json!({});
+        if worktree {
+            config["isolation"] = json!("worktree");
+            if rng.chance(0.3) {
+                config["branch"] = json!(*rng.pick(&["main", "dev", "feature", "trunk", "nope"]).unwrap_or(&"main"));
+            }
+            if rng.chance(0.2) {
+                config["worktreeCreateNewBranch"] = json!(false);
+            }
+            if rng.chance(0.3) {
+                config["worktreeBranchPrefix"] = json!(*rng.pick(&["me/", "team/x-", "bad..prefix/"]).unwrap_or(&"me/"));
+            }
+            if rng.chance(0.4) {
+                config["worktreeSymlinkFolders"] = json!(["node_modules"]);
+                config["worktreeIncludeFiles"] = json!([".env"]);
+            }
+            if rng.chance(0.2) {
+                config["worktreeBranchTrack"] = json!(true);
+            }
+        } else if rng.chance(0.2) {
+            config["isolation"] = json!("folder");
+        }
+        let untrusted = (!in_tree).then(|| ctx.git.trusted_folders.as_ref().is_some_and(|l| !trusted_by(l, &folder)));
+        let params = json!({"channel": session, "provider": provider, "workingDirectories": [folder], "config": config});
+        self.send_request("createSession", params, ReqKind::CreateIn { uri: session, untrusted, worktree })
+    }
+
+    /// One of the git, tree and trust moves: config resolution and
+    /// completions, moving a session's root, archive toggles, and the
+    /// window's five detached-tree requests.
+    fn git_action(&mut self, rng: &mut SimRng, session: &Uri) -> Vec<ClientOut> {
+        let (folder, _) = self.pick_folder(rng);
+        match rng.weighted(&[3, 2, 3, 3, 2, 1, 2, 1, 1]) {
+            0 => {
+                let mut params = json!({"channel": ROOT_RESOURCE_URI, "workingDirectory": folder});
+                if rng.chance(0.5) {
+                    params["config"] = json!({"isolation": "worktree"});
+                }
+                vec![self.send_request("resolveSessionConfig", params, ReqKind::Plain)]
+            }
+            1 => {
+                let property = *rng.pick(&["branch", "isolation", "scope", "nope"]).unwrap_or(&"branch");
+                let query = if rng.chance(0.5) { "d" } else { "" };
+                let params = json!({"channel": ROOT_RESOURCE_URI, "workingDirectory": folder, "property": property, "query": query});
+                vec![self.send_request("sessionConfigCompletions", params, ReqKind::Plain)]
+            }
+            2 => {
+                // Move the session's root to another folder (or a tree).
+                let root = match self.mirrors.get(session).map(|m| &m.state) {
+                    Some(MirrorState::Session(s)) => s.working_directories.as_ref().and_then(|l| l.first().cloned()),
+                    _ => None,
+                };
+                let Some(old) = root.or_else(|| rng.pick(&crate::git::FOLDERS).map(|f| (*f).to_owned())) else { return Vec::new() };
+                vec![self.dispatch(session, json!({"type": "session/workingDirectoryReplaced", "directory": old, "replacement": folder}))]
+            }
+            3 => {
+                let archived = rng.chance(0.5);
+                vec![self.dispatch(session, json!({"type": "session/isArchivedChanged", "isArchived": archived}))]
+            }
+            4 => {
+                let target = rng.pick(&self.worktree_creating).cloned().unwrap_or_else(|| session.clone());
+                let params = json!({"session": target, "prompt": format!("Make it faster c{}", self.index)});
+                vec![self.send_request("vscode/createAgentHostDetachedWorktree", params, ReqKind::Detached)]
+            }
+            5 => {
+                let Some((handle, _)) = rng.pick(&self.handles).cloned() else { return Vec::new() };
+                vec![self.send_request("vscode/claimAgentHostDetachedWorktree", json!({"handle": handle}), ReqKind::Plain)]
+            }
+            6 => {
+                let Some((handle, _)) = rng.pick(&self.handles).cloned() else { return Vec::new() };
+                let archived = rng.chance(0.6);
+                vec![self.send_request("vscode/setAgentHostDetachedWorktreeArchived", json!({"handle": handle, "archived": archived}), ReqKind::Plain)]
+            }
+            7 => {
+                let Some((handle, _)) = rng.pick(&self.handles).cloned() else { return Vec::new() };
+                if rng.chance(0.5) {
+                    self.handles.retain(|(h, _)| *h != handle);
+                }
+                vec![self.send_request("vscode/deleteAgentHostDetachedWorktree", json!({"handle": handle}), ReqKind::Plain)]
+            }
+            _ => {
+                let active: Vec<String> = self.handles.iter().filter(|_| rng.chance(0.7)).map(|(h, _)| h.clone()).collect();
+                let scope = *rng.pick(&["file:///work/repo1", "file:///work"]).unwrap_or(&"file:///work");
+                vec![self.send_request("vscode/reconcileAgentHostDetachedWorktrees", json!({"scope": scope, "activeHandles": active}), ReqKind::Plain)]
+            }
+        }
     }
 
     fn list_page(&mut self, cursor: Option<String>) -> ClientOut {
@@ -654,6 +798,40 @@ impl Client {
                 }
                 Ok(Vec::new())
             }
+            (ReqKind::CreateIn { uri, untrusted, worktree }, result) => {
+                let code = error.as_ref().and_then(|e| e.get("code")).and_then(Value::as_i64);
+                if untrusted == Some(true) && code != Some(-32009) {
+                    return Err(breach("trust_refusal", format!("createSession of {uri} in an untrusted folder was answered {text}")));
+                }
+                // A refusal of the grants table is -32009 too: only a
+                // client that may create is owed a trusted folder's session.
+                let may_create = !self.users_host || self.signer.as_ref().is_some_and(|s| s.writes());
+                if untrusted == Some(false) && code == Some(-32009) && may_create {
+                    return Err(breach("trust_refusal", format!("createSession of {uri} in a trusted folder was refused: {text}")));
+                }
+                if result.is_some() {
+                    self.known.insert(uri.clone());
+                    if worktree {
+                        self.worktree_creating.push(uri.clone());
+                        if self.worktree_creating.len() > 8 {
+                            self.worktree_creating.remove(0);
+                        }
+                        // Sometimes the window cuts a tree for it at once.
+                        if rng.chance(0.4) {
+                            let params = json!({"session": uri, "prompt": format!("Fix the thing c{}", self.index)});
+                            return Ok(vec![self.send_request("vscode/createAgentHostDetachedWorktree", params, ReqKind::Detached)]);
+                        }
+                    }
+                }
+                Ok(Vec::new())
+            }
+            (ReqKind::Detached, Some(result)) => {
+                if let (Some(h), Some(r)) = (result.get("handle").and_then(Value::as_str), result.get("resource").and_then(Value::as_str)) {
+                    self.handles.push((h.to_owned(), r.to_owned()));
+                    self.learn_trees(&[r.to_owned()]);
+                }
+                Ok(Vec::new())
+            }
             (ReqKind::List, None) => {
                 let walk = self.walk.take();
                 if !self.may_read() {
@@ -694,6 +872,9 @@ impl Client {
                 )))
             }
         };
+        if let MirrorState::Session(s) = &state {
+            self.learn_trees(s.working_directories.as_deref().unwrap_or_default());
+        }
         let from_seq = snapshot.from_seq.max(0) as u64;
         self.watermark = self.watermark.max(from_seq);
         self.mirrors.insert(snapshot.resource, Mirror { state, full, from_seq });
@@ -741,6 +922,9 @@ impl Client {
         if envelope.rejection_reason.is_some() {
             self.stats.rejected += 1;
             return Ok(());
+        }
+        if let StateAction::SessionWorkingDirectoryReplaced(a) = &envelope.action {
+            self.learn_trees(std::slice::from_ref(&a.replacement));
         }
         let Some(mirror) = self.mirrors.get_mut(&envelope.channel) else { return Ok(()) };
         if envelope.server_seq <= mirror.from_seq {
@@ -818,6 +1002,12 @@ impl Client {
             }
         }
     }
+}
+
+/// Whether `folder` (a `file:` URI of the machine) is inside one of the
+/// trusted folders `list` (the core's own rule, `ahpd_core::trust`).
+fn trusted_by(list: &[String], folder: &str) -> bool {
+    ahpd_core::trust::Trust::of(list).check(folder, &[]).is_ok()
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, Violation> {

@@ -19,6 +19,7 @@ pub mod backend;
 pub mod checkers;
 pub mod clients;
 pub mod marks;
+pub mod git;
 pub mod options;
 pub mod queue;
 pub mod range;

@@ -38,6 +38,8 @@ pub struct Faults {
     /// stays (a transcript its CLI keeps, or one put back from a backup):
     /// the disposed session must stay disposed across rescans and restarts.
     pub delete_keeps_copy: f64,
+    /// A git command fails (`Outcome::Failed`) before it runs.
+    pub git_fail: f64,
     /// Mean sim time between host crashes, in ms (`None` = no crashes).
     pub host_crash_mean_ms: Option<u64>,
     /// Mean sim time between wall-clock jumps, in ms (`None` = no jumps).
@@ -62,6 +64,7 @@ impl Faults {
             send_fail: 0.0,
             stale_event: 0.0,
             delete_keeps_copy: 0.0,
+            git_fail: 0.0,
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
             registry_fail: 0.0,
@@ -115,7 +118,39 @@ pub struct Options {
     pub users: Option<crate::users::Cast>,
     /// Workspace awareness: on or off, heartbeat, foreign peers, tiers.
     pub awareness: crate::registry::AwarenessOptions,
+    /// The simulated machine's git (`sim/src/git.rs`).
+    pub git: GitOptions,
 }
+
+/// The simulated machine's repositories and folder trust.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GitOptions {
+    /// Whether the machine has repositories (off: every folder is in none,
+    /// as before the simulated git).
+    pub repos: bool,
+    /// `/work/repo1`'s `origin/HEAD` names `dev` (else `main`).
+    pub remote_default_dev: bool,
+    /// `/work/repo2`'s HEAD is detached.
+    pub detached: bool,
+    /// Mean git answer latency, in ms.
+    pub git_ms: u64,
+    /// The core's `trust.folders` (`None`: every folder trusted).
+    pub trusted_folders: Option<Vec<String>>,
+    /// Probability that a client's `createSession` asks for a folder of
+    /// the machine (else the old `/work/a`, `/work/b` or none).
+    pub in_folders: f64,
+    /// Probability that such a session asks `isolation: worktree`.
+    pub worktree: f64,
+}
+
+/// Trust lists a seed may draw: some folders trusted, others not.
+const TRUST_LISTS: [&[&str]; 5] = [
+    &["/work/repo1"],
+    &["/work/repo1", "/work/plain", "/work/a"],
+    &["/work/repo1/pkg", "/work/repo2"],
+    &["/work"],
+    &[],
+];
 
 /// Probability that a fault kind is switched off for a whole seed.
 const FAULT_OFF: f64 = 0.35;
@@ -150,6 +185,7 @@ impl Options {
             send_fail: fault(&mut rng, 0.01, 0.1),
             stale_event: fault(&mut rng, 0.1, 0.8),
             delete_keeps_copy: 0.0,
+            git_fail: 0.0,
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
             registry_fail: 0.0,
@@ -159,7 +195,21 @@ impl Options {
         let awareness = crate::registry::AwarenessOptions::from_seed(seed);
         let mut faults = faults;
         faults.registry_fail = awareness.registry_fail;
+        // Drawn last, so the draws above are those of the seed before the
+        // simulated git existed.
+        faults.git_fail = fault(&mut rng, 0.01, 0.15);
+        let repos = !rng.chance(0.25);
+        let git = GitOptions {
+            repos,
+            remote_default_dev: rng.chance(0.5),
+            detached: rng.chance(0.3),
+            git_ms: rng.range(1, 60),
+            trusted_folders: if rng.chance(0.7) { None } else { Some(TRUST_LISTS[rng.below(TRUST_LISTS.len() as u64) as usize].iter().map(|f| (*f).to_owned()).collect()) },
+            in_folders: if repos { 0.3 + 0.6 * rng.unit() } else { 0.3 },
+            worktree: rng.unit(),
+        };
         let mut options = Options {
+            git,
             seed,
             clients,
             session_ids,
@@ -215,6 +265,10 @@ impl Options {
             users: self.users.as_ref().map(|u| u.directory.clone()),
             host_token_sha256: self.users.as_ref().map(|_| ahpd_core::grants::token_hash(crate::users::HOST_TOKEN)),
             awareness: self.awareness.config(),
+            trust: match &self.git.trusted_folders {
+                Some(list) => ahpd_core::trust::Trust::of(list),
+                None => ahpd_core::trust::Trust::default(),
+            },
             ..Config::default()
         }
     }
@@ -244,10 +298,22 @@ impl fmt::Display for Options {
             self.safety_steps,
             self.liveness_steps,
         )?;
+        let g = &self.git;
+        writeln!(
+            f,
+            "git: repos={} origin_head={} repo2_detached={} git={}ms trusted={} in_folders={:.2} worktree={:.2}",
+            g.repos,
+            if g.remote_default_dev { "dev" } else { "main" },
+            g.detached,
+            g.git_ms,
+            g.trusted_folders.as_ref().map_or("all".to_owned(), |l| format!("{l:?}")),
+            g.in_folders,
+            g.worktree,
+        )?;
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} host_crash={} wall_jump={} registry_fail={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -260,6 +326,7 @@ impl fmt::Display for Options {
             p(x.send_fail),
             p(x.stale_event),
             p(x.delete_keeps_copy),
+            p(x.git_fail),
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
             p(x.registry_fail),

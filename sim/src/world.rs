@@ -12,7 +12,9 @@ use ahpd_core::{Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, StoreC
 
 use crate::backend::{self, Backend};
 use crate::checkers::{self, Before, History, PreCrash};
+use crate::checkers::trees::TreesChecker;
 use crate::clients::{Client, ClientCtx, ClientOut};
+use crate::git::GitWorld;
 use crate::options::{Faults, Options};
 use crate::queue::{Event, Lane, Queue};
 use crate::registry::Registry;
@@ -137,6 +139,11 @@ pub struct World {
     residency: checkers::residency::Residency,
     registry: Registry,
     aware: checkers::awareness::AwarenessChecker,
+    /// The simulated machine's git, and its checker.
+    git: GitWorld,
+    trees: TreesChecker,
+    /// The folder each chat's agent was started in (where its turns write).
+    chat_dirs: BTreeMap<Uri, String>,
 }
 
 impl World {
@@ -158,6 +165,7 @@ impl World {
         let mut core_rng = SimRng::new(seed, Stream::Core);
         let (users, residency_limit) = (options.users.is_some(), options.residency_limit);
         let host = Host::new(config.clone(), core_rng.next_u64(), Vec::new(), Now { mono: MonoTime(0), wall: WallTime(EPOCH_WALL_MS) });
+        let git = GitWorld::new(options.git.repos, options.git.remote_default_dev, options.git.detached);
         let mut world = World {
             safety_steps: run.safety_steps.unwrap_or(options.safety_steps),
             faults: options.faults.clone(),
@@ -194,6 +202,11 @@ impl World {
             residency: checkers::residency::Residency::new(residency_limit),
             registry: Registry::new(seed, options_awareness),
             aware: Default::default(),
+            git,
+            // Issue 19 (a tree removed while another session works in it)
+            // is known broken: its rule runs only when asked for.
+            trees: TreesChecker::new(std::env::var_os("SIM_CHECK_ISSUE19").is_some()),
+            chat_dirs: BTreeMap::new(),
         };
         world.history.on_host_start(&world.host.view());
         world.grants.on_host_start(&world.host.view());
@@ -406,6 +419,7 @@ impl World {
                     list_limit_max: self.options.list_limit_max,
                     incarnations: &self.history.incarnations,
                     awareness: self.options.awareness,
+                    git: &self.options.git,
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
                 self.client_out(client, outs);
@@ -432,6 +446,7 @@ impl World {
                     list_limit_max: self.options.list_limit_max,
                         incarnations: &self.history.incarnations,
                         awareness: self.options.awareness,
+                        git: &self.options.git,
                     };
                     let outs = self.clients[client].think(&mut self.workload, &ctx);
                     self.client_out(client, outs);
@@ -560,6 +575,10 @@ impl World {
         if let Some(h) = &mut self.hash {
             h.write(format!("{} {:?} {:?}", self.q.now, now, input).as_bytes());
         }
+        let done_op = match &input {
+            Input::Done { op, .. } => Some(*op),
+            _ => None,
+        };
         let host = &mut self.host;
         let effects = match catch_unwind(AssertUnwindSafe(|| host.handle(now, input))) {
             Ok(effects) => effects,
@@ -615,12 +634,16 @@ impl World {
             Vec::new()
         };
         for effect in effects {
-            self.route(effect);
+            self.route(effect)?;
         }
         self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
         if let Some(b) = aware_before {
             self.aware.after_step(&self.host.view(), b, &aware_effects, &self.registry).map_err(|v| self.violation(v))?;
         }
+        if let Some(op) = done_op {
+            self.trees.after_done(&self.host.view(), op).map_err(|v| self.violation(v))?;
+        }
+        self.trees.after_step(&self.host.view()).map_err(|v| self.violation(v))?;
         Ok(())
     }
 
@@ -639,20 +662,21 @@ impl World {
         (self.grants.before_step(&view, frame, signer, due), residency)
     }
 
-    fn route(&mut self, effect: Effect) {
+    fn route(&mut self, effect: Effect) -> Result<(), Failure> {
         match effect {
             Effect::Send { conn, message } => {
-                let Some(&client) = self.conn_owner.get(&conn) else { return };
+                let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
                 let text = message.to_json();
                 let delay = self.world_rng.exp_ms(self.options.net_ms);
                 self.q.push_lane(Lane::ToClient(conn), delay, Event::Deliver { client, conn, text });
             }
             Effect::Close { conn } => {
-                let Some(&client) = self.conn_owner.get(&conn) else { return };
+                let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
                 self.q.push_lane(Lane::ToClient(conn), 0, Event::CloseConn { client, conn });
             }
             Effect::Backend { op, provider, chat, command } => {
                 self.op_subject.insert(op, chat.clone());
+                self.on_agent_command(&chat, &command)?;
                 let faults = self.faults.clone();
                 let wall_ms = self.now_host().wall.0;
                 let mut cx = backend::Ctx { q: &mut self.q, world: &mut self.world_rng, faults_rng: &mut self.faults_rng, faults: &faults, options: &self.options, wall_ms };
@@ -675,11 +699,22 @@ impl World {
                 self.backend.on_scan(&mut cx, op, &provider);
             }
             Effect::Git { op, command } => {
-                // The simulated machine has no git repositories: every
-                // folder is answered as one in none.
-                let result = command.no_repo_answer();
-                let delay = self.world_rng.exp_ms(self.options.backend_ms);
-                self.q.to_host(None, delay, Input::Done { op, outcome: ahpd_core::Outcome::Git(result) }, format!("done op{} git", op.0));
+                // Run on the simulated machine's repositories (or a failure
+                // before anything ran); answered after the git latency.
+                self.trees.before_command(&self.host.view(), &self.git, &command).map_err(|v| self.violation(v))?;
+                let result = if self.faults_rng.chance(self.faults.git_fail) {
+                    self.git.removed.clear();
+                    Err("simulated git failure: the command did not run".to_owned())
+                } else {
+                    self.git.run(&command)
+                };
+                self.trees.after_command(&self.host.view(), &self.git, op, &command, &result).map_err(|v| self.violation(v))?;
+                let outcome = match result {
+                    Ok(r) => ahpd_core::Outcome::Git(r),
+                    Err(message) => ahpd_core::Outcome::Failed { message },
+                };
+                let delay = self.world_rng.exp_ms(self.options.git.git_ms);
+                self.q.to_host(None, delay, Input::Done { op, outcome }, format!("done op{} git", op.0));
             }
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
@@ -689,6 +724,31 @@ impl World {
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);
             }
         }
+        Ok(())
+    }
+
+    /// An agent is started (in a trusted folder, which its turns write
+    /// in) or handed a turn (which may write in its folder).
+    fn on_agent_command(&mut self, chat: &Uri, command: &ahpd_core::BackendCmd) -> Result<(), Failure> {
+        match command {
+            ahpd_core::BackendCmd::Start { working_directory, peer_directories, .. } => {
+                let folders: Vec<String> = working_directory.iter().chain(peer_directories.iter()).cloned().collect();
+                checkers::trees::check_start_trusted(&self.host.view(), &folders).map_err(|v| self.violation(v))?;
+                match working_directory.as_deref().and_then(ahpd_core::git::path_of_uri) {
+                    Some(dir) => self.chat_dirs.insert(chat.clone(), dir),
+                    None => self.chat_dirs.remove(chat),
+                };
+            }
+            ahpd_core::BackendCmd::Send { .. } => {
+                if let Some(dir) = self.chat_dirs.get(chat) {
+                    if self.world_rng.chance(0.7) {
+                        self.git.agent_turn(dir, &mut self.world_rng);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The host process dies: its inputs in flight, its agents and its
@@ -710,6 +770,7 @@ impl World {
         self.q.retain(|e| !matches!(e, Event::Deliver { .. } | Event::CloseConn { .. } | Event::AgentStep { .. } | Event::StoreAck { .. }));
         self.op_subject.clear();
         self.scan_ops.clear();
+        self.trees.on_host_crash();
         for client in 0..self.clients.len() {
             if self.clients[client].conn.is_some() {
                 self.clients[client].on_closed();

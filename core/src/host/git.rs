@@ -416,17 +416,17 @@ impl Host {
             }
             _ => (None, None),
         };
-        if repo_root.is_none() && table::worktree_asked(&session.record.config) {
-            // A worktree asked for outside a repository is a folder session.
-            session.record.config.insert(table::ISOLATION.to_owned(), Value::String("folder".to_owned()));
-        }
+        // A worktree asked for outside a repository is a folder session.
+        let to_folder = repo_root.is_none() && table::worktree_asked(&session.record.config);
         // A session that moved keeps the folders (and trees) it worked in before.
         let former = session.record.git.take().map(|g| g.former).unwrap_or_default();
         session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former });
         if let Some(message) = git_warning {
             self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
         }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if to_folder {
+            self.config_read_back(session_uri, table::ISOLATION, "folder");
+        }
         let Some(tree) = tree else {
             self.store_put(session_uri);
             return self.release_held_sends(session_uri);
@@ -434,8 +434,9 @@ impl Host {
         // Read back, the session is a worktree session on the branch its
         // tree was cut from (Sessions page, "Configuration keys").
         if !tree.base_branch.is_empty() {
-            session.record.config.insert(table::BRANCH.to_owned(), Value::String(tree.base_branch.clone()));
+            self.config_read_back(session_uri, table::BRANCH, &tree.base_branch);
         }
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
         // Into the tree, at the folder matching the one the client picked
         // (a session made in `<repo>/pkg` works in `<tree>/pkg`): the process
         // root is replaced, and every agent is started again there before
@@ -458,13 +459,28 @@ impl Host {
         self.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
         self.store_put(session_uri);
         self.summary_changed(session_uri);
-        let phase = self.sessions.get(session_uri).map(|s| s.phase.clone());
-        if phase == Some(Phase::Live) {
-            self.let_agents_go(session_uri);
+        match self.sessions.get(session_uri).map(|s| s.phase.clone()) {
+            Some(Phase::Live) => self.restart_agents(session_uri),
+            Some(Phase::Asleep) => self.wake(session_uri),
+            _ => {}
         }
-        if self.sessions.get(session_uri).is_some_and(|s| s.phase == Phase::Asleep) {
-            self.wake(session_uri);
+    }
+
+    /// A config value of the session as git's work read it back (its
+    /// branch, or `folder` isolation outside a repository): recorded, and
+    /// when it differs from the value the session reported, told to its
+    /// subscribers as `session/configChanged`, so the state a client holds
+    /// is the host's.
+    fn config_read_back(&mut self, session_uri: &Uri, key: &str, value: &str) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let value = Value::String(value.to_owned());
+        if session.record.config.get(key) == Some(&value) {
+            return;
         }
+        session.record.config.insert(key.to_owned(), value.clone());
+        let config = [(key.to_owned(), value)].into_iter().collect();
+        let action = StateAction::SessionConfigChanged(ahp_types::actions::SessionConfigChangedAction { config, replace: None });
+        self.emit(session_uri, action, None);
     }
 
     /// Hands the turns held for git to their agents (waking the session

@@ -99,9 +99,31 @@ impl Host {
     /// Closes every chat's agent and moves a live session to `Asleep`; its
     /// state stays held.
     pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
-        let Some(session) = self.sessions.get(uri) else { return };
-        if session.phase != Phase::Live {
+        if !self.close_agents(uri) {
             return;
+        }
+        self.set_phase(uri, Phase::Asleep);
+        self.archived_trees_go(uri);
+    }
+
+    /// A live session's agents start again in its new process root (the
+    /// tree its first send made, Sessions page: "every agent is started
+    /// again there before the turn runs"): closed and started at once,
+    /// live to waking. It never passes through asleep, so nothing a sleep
+    /// does (an archived session's trees going, a sleep counted) happens to
+    /// a session with a turn in hand.
+    pub(crate) fn restart_agents(&mut self, uri: &Uri) {
+        if self.close_agents(uri) {
+            self.start_agents(uri);
+        }
+    }
+
+    /// Closes every chat's agent of a live session and forgets what was in
+    /// flight with them; false (nothing done) when it is not live.
+    fn close_agents(&mut self, uri: &Uri) -> bool {
+        let Some(session) = self.sessions.get(uri) else { return false };
+        if session.phase != Phase::Live {
+            return false;
         }
         let provider = session.record.provider.clone();
         let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
@@ -117,8 +139,7 @@ impl Host {
             s.busy_chats.clear();
             s.agents_owed.clear();
         }
-        self.set_phase(uri, Phase::Asleep);
-        self.archived_trees_go(uri);
+        true
     }
 
     /// Whether the residency limit may take `session` now: nothing said in
@@ -226,6 +247,12 @@ impl Host {
         if self.restore_before_wake(uri) {
             return;
         }
+        self.start_agents(uri);
+    }
+
+    /// Starts every chat's agent (resuming where the backend can) and moves
+    /// the session to `Waking`.
+    fn start_agents(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         let provider = session.record.provider.clone();
         let owed = session.start_owed;

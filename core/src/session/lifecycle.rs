@@ -57,6 +57,9 @@ pub fn is_legal(from: &Phase, to: &Phase) -> bool {
         (Starting { .. }, Live)
             | (Live, Asleep)
             | (Live, Disposing { .. })
+            // Its agents start again in its new root (its tree, made on
+            // its first send), the turn held meanwhile.
+            | (Live, Waking)
             | (Asleep, Waking)
             | (Asleep, Disposing { .. })
             | (Waking, Live)
@@ -79,6 +82,7 @@ mod tests {
         assert!(is_legal(&Phase::Asleep, &Phase::Waking));
         assert!(is_legal(&Phase::Waking, &Phase::Asleep));
         assert!(!is_legal(&Phase::Asleep, &Phase::Live));
+        assert!(is_legal(&Phase::Live, &Phase::Waking), "agents restarted in a new tree");
         assert!(!is_legal(&Phase::Disposing { conn: c, id: 1 }, &Phase::Live));
         assert!(!is_legal(&Phase::Live, &Phase::Starting { conn: c, id: 1 }));
     }

@@ -16,6 +16,7 @@
 pub mod grants;
 pub mod residency;
 pub mod awareness;
+pub mod trees;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -218,10 +218,7 @@ impl Host {
             crate::mark!("creation_failed_start_owed");
             self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
-        self.end_turn_bookkeeping(session_uri, chat);
-        if running {
-            self.checkpoint_turn(session_uri);
-        }
+        self.end_turn_bookkeeping(session_uri, chat, running);
     }
 
     pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
@@ -375,10 +372,7 @@ impl Host {
         }
         self.mark_activity(session_uri);
         if ends_turn {
-            self.end_turn_bookkeeping(session_uri, chat);
-            if for_good {
-                self.checkpoint_turn(session_uri);
-            }
+            self.end_turn_bookkeeping(session_uri, chat, for_good);
         } else {
             self.after_chat_change(session_uri, chat);
         }

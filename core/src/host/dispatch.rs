@@ -394,14 +394,18 @@ impl Host {
                 if !self.emit(&q.channel, StateAction::ChatTurnCancelled(a), origin) {
                     return;
                 }
-                self.end_turn_bookkeeping(session_uri, &q.channel);
-                let Some(session) = self.sessions.get_mut(session_uri) else { return };
-                let before = session.pending_sends.len();
-                session.pending_sends.retain(|(c, t, _)| !(*c == q.channel && *t == turn_id));
-                if session.pending_sends.len() == before && session.phase == Phase::Live {
-                    let provider = session.record.provider.clone();
-                    self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::Cancel { turn_id });
+                // The turn's send, if it never reached the agent, goes before
+                // the turn's end is counted: a residency check there must not
+                // see it as work still in hand.
+                if let Some(session) = self.sessions.get_mut(session_uri) {
+                    let before = session.pending_sends.len();
+                    session.pending_sends.retain(|(c, t, _)| !(*c == q.channel && *t == turn_id));
+                    if session.pending_sends.len() == before && session.phase == Phase::Live {
+                        let provider = session.record.provider.clone();
+                        self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::Cancel { turn_id });
+                    }
                 }
+                self.end_turn_bookkeeping(session_uri, &q.channel, false);
             }
             StateAction::ChatToolCallConfirmed(a) => {
                 let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
@@ -502,7 +506,13 @@ impl Host {
 
     /// After a turn ended (completed, cancelled, failed): clear its clock,
     /// note activity, mirror the chat, recount, and persist the record.
-    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri) {
+    /// What every turn's end does, in this order: the chat's bookkeeping,
+    /// the record, then (`checkpoint`: a turn that completed or failed for
+    /// good) its checkpoint, and only then the residency check, so the
+    /// checkpoint is work in hand that keeps the session from being evicted
+    /// under it (issue 18: an eviction at a turn's end left its checkpoint
+    /// running on a session that had gone).
+    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
         if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
             resident.turn_started_mono.remove(chat);
         }
@@ -511,6 +521,9 @@ impl Host {
         self.recount_active();
         if self.sessions.get(session_uri).is_some_and(|s| s.announced) {
             self.store_put(session_uri);
+        }
+        if checkpoint {
+            self.checkpoint_turn(session_uri);
         }
         self.check_residency();
     }

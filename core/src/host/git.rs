@@ -307,7 +307,17 @@ impl Host {
                     s.git_ops.remove(&op);
                 }
                 match outcome {
+                    // Checkpoints of two chats' turns may be answered out of
+                    // order: the counts are the newest checkpoint's, never
+                    // an older one's answered late (the sim found a row's
+                    // changes going back, issue 18).
+                    Outcome::Git(GitResult::Checkpointed { .. }) if self.sessions.get(&session).is_some_and(|s| s.counted_checkpoint.is_some_and(|c| c > op)) => {
+                        crate::mark!("checkpoint_answer_superseded");
+                    }
                     Outcome::Git(GitResult::Checkpointed { changes }) => {
+                        if let Some(s) = self.sessions.get_mut(&session) {
+                            s.counted_checkpoint = Some(op);
+                        }
                         let summary = ChangesSummary {
                             files: Some(changes.files as i64),
                             additions: Some(changes.additions as i64),

@@ -204,6 +204,10 @@ pub struct Session {
     /// The first send's git command (tree and `turn/0`) in flight; turns
     /// wait in `pending_sends` until it answers.
     pub git_begin: Option<OpId>,
+    /// The checkpoint command, by op (ops are issued in increasing order),
+    /// whose change counts were applied last in this process: one issued
+    /// earlier and answered later is not applied.
+    pub counted_checkpoint: Option<OpId>,
 }
 
 impl Session {
@@ -267,6 +271,7 @@ impl Session {
             inbox: VecDeque::new(),
             git_ops: BTreeSet::new(),
             git_begin: None,
+            counted_checkpoint: None,
         }
     }
 }

@@ -272,6 +272,9 @@ impl Session {
         chat_work
             || self.busy
             || !self.sends_in_flight.is_empty()
+            // Turns accepted and not yet handed to the agent (waiting for a
+            // wake or for the first send's tree).
+            || !self.pending_sends.is_empty()
             || self.parked.is_some()
             || !self.inbox.is_empty()
             || !self.waiters.is_empty()

@@ -82,11 +82,14 @@ impl Frame {
     /// `unsubscribe`) or an action outside the table.
     fn needs_write(&self) -> Option<bool> {
         match (self.method.as_str(), self.action.as_deref()) {
-            ("subscribe" | "listSessions" | "fetchTurns", _) => Some(false),
-            ("createSession" | "disposeSession" | "createChat" | "disposeChat", _) => Some(true),
+            ("subscribe" | "listSessions" | "fetchTurns" | "ahpd/listPeers", _) => Some(false),
+            ("createSession" | "disposeSession" | "createChat" | "disposeChat" | "resolveSessionConfig" | "sessionConfigCompletions", _) => Some(true),
+            // The window's detached-tree requests (`session:worktree`).
+            (m, _) if m.starts_with("vscode/") && m.contains("DetachedWorktree") => Some(true),
             ("dispatchAction", Some(t)) => match t {
                 "session/titleChanged" | "session/isReadChanged" | "session/isArchivedChanged" | "session/configChanged"
-                | "chat/turnStarted" | "chat/turnCancelled" | "chat/toolCallConfirmed" | "chat/draftChanged" => Some(true),
+                | "chat/turnStarted" | "chat/turnCancelled" | "chat/toolCallConfirmed" | "chat/draftChanged"
+                | "session/workingDirectorySet" | "session/workingDirectoryRemoved" | "session/workingDirectoryReplaced" => Some(true),
                 // Not an action clients may send: the host reads it as
                 // needing the session's state.
                 "session/ready" => Some(false),

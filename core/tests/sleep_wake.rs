@@ -143,7 +143,10 @@ fn a_failed_resume_fails_the_waker_and_leaves_the_session_asleep_and_intact() {
     assert_eq!(phase(&h, &a), "asleep");
     assert_eq!(h.host.view().stats.failed_resumes, 1);
     assert!(h.list(1).iter().any(|row| row["resource"] == a.as_str()), "nothing deleted or replaced");
-    assert!(h.store_ops().iter().all(|(_, c)| !matches!(c, ahpd_core::StoreCmd::Delete { .. })));
+    assert!(h.store_ops().iter().all(|(_, c)| match c {
+        ahpd_core::StoreCmd::Delete { .. } => false,
+        ahpd_core::StoreCmd::Put { record } => !record.deleted,
+    }));
     // The next waker tries again.
     let rid = h.send_request(1, "subscribe", json!({"channel": a_chat}));
     h.settle_backend();
@@ -291,7 +294,7 @@ fn the_residency_limit_never_takes_a_session_whose_turns_could_not_be_rebuilt() 
     let (a, _) = h.session_with_turn("a");
     let rid = h.send_request(1, "disposeSession", json!({"channel": a}));
     h.settle_backend();
-    let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Delete { .. })).expect("the record's delete");
+    let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record } if record.deleted)).expect("the record's tombstone");
     h.done(op, Outcome::Failed { message: "disk full".into() });
     let reply = h.take_reply(1, rid).expect("dispose reply");
     assert!(reply.get("error").is_some(), "{reply}");

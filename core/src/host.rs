@@ -275,10 +275,18 @@ pub struct HostView<'a> {
     pub catalogue: &'a crate::catalogue::Index,
     /// Counters.
     pub stats: &'a Stats,
-    /// When the host next wants a tick.
-    pub next_deadline: Option<MonoTime>,
+    /// The host itself, for what is derived on demand.
+    host: &'a Host,
     /// The sessions the last input put to sleep or evicted, in order.
     pub went: &'a [(Uri, Went)],
+}
+
+impl HostView<'_> {
+    /// When the host next wants a tick ([`Host::next_deadline`]), derived
+    /// when asked: most checkers never read it.
+    pub fn next_deadline(&self) -> Option<MonoTime> {
+        self.host.next_deadline()
+    }
 }
 
 impl Host {
@@ -484,7 +492,7 @@ impl Host {
             chats: &self.chats,
             catalogue: &self.catalogue,
             stats: &self.stats,
-            next_deadline: self.next_deadline(),
+            host: self,
             went: &self.went,
         }
     }

@@ -222,7 +222,7 @@ pub fn inv_default_chat_exists(view: &HostView<'_>) -> Result<(), Violation> {
 
 /// Deadlines are in the future once `handle` returns (what was due fired).
 pub fn inv_deadline_after_now(view: &HostView<'_>) -> Result<(), Violation> {
-    if let Some(d) = view.next_deadline {
+    if let Some(d) = view.next_deadline() {
         if d <= view.now.mono {
             return fail("inv_deadline_after_now", format!("deadline {} <= now {}", d.0, view.now.mono.0));
         }

@@ -697,13 +697,13 @@ impl Client {
         if self.conn != Some(conn) {
             return Ok(Vec::new());
         }
-        let value: Value = serde_json::from_str(text).map_err(|e| breach("client_frame_json", format!("undecodable frame {e}: {text}")))?;
+        let mut value: Value = serde_json::from_str(text).map_err(|e| breach("client_frame_json", format!("undecodable frame {e}: {text}")))?;
         if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
             return Err(breach("client_frame_json", format!("not JSON-RPC 2.0: {text}")));
         }
-        if let Some(method) = value.get("method").and_then(Value::as_str) {
-            let params = value.get("params").cloned().unwrap_or(Value::Null);
-            return self.on_notification(method, params, ctx).map(|_| Vec::new());
+        if let Some(method) = value.get("method").and_then(Value::as_str).map(str::to_owned) {
+            let params = value.get_mut("params").map(Value::take).unwrap_or(Value::Null);
+            return self.on_notification(&method, params, ctx).map(|_| Vec::new());
         }
         let Some(id) = value.get("id").and_then(Value::as_u64) else {
             return Err(breach("rule2_one_reply_per_request", format!("a reply without a request id: {text}")));
@@ -711,8 +711,8 @@ impl Client {
         let Some(req) = self.outstanding.remove(&id) else {
             return Err(breach("rule2_one_reply_per_request", format!("reply to request {id}, which is not awaiting a reply: {text}")));
         };
-        let result = value.get("result").cloned();
-        let error = value.get("error").cloned();
+        let result = value.get_mut("result").map(Value::take);
+        let error = value.get_mut("error").map(Value::take);
         if result.is_some() == error.is_some() {
             return Err(breach("client_frame_json", format!("a reply must carry exactly one of result and error: {text}")));
         }
@@ -1011,6 +1011,7 @@ fn trusted_by(list: &[String], folder: &str) -> bool {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, Violation> {
-    let text = value.to_string();
-    serde_json::from_value(value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {text}")))
+    // Decoded from a borrow so the value is still there to quote when it
+    // does not decode (written out only then: this runs for every frame).
+    T::deserialize(&value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {value}")))
 }

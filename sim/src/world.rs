@@ -130,6 +130,12 @@ pub struct World {
     crashes: u64,
     hash: Option<Fnv>,
     mirror_checks: u64,
+    /// Session configs as snapshots carry them, for the mirror checks.
+    configs: checkers::ConfigCache,
+    /// Whose mirrors this step may have moved: the check after it compares
+    /// only those (a mirror's match with the host changes only when the host
+    /// took an input or the client took a frame).
+    mirror_scope: MirrorScope,
     safety_steps: u64,
     verbose: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
@@ -194,6 +200,8 @@ impl World {
             crashes: 0,
             hash: run.hash.then(Fnv::default),
             mirror_checks: 0,
+            configs: checkers::ConfigCache::default(),
+            mirror_scope: MirrorScope::All,
             verbose: run.keep_trace,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
@@ -351,6 +359,7 @@ impl World {
             self.heal();
         }
         self.steps += 1;
+        self.mirror_scope = MirrorScope::Unchanged;
         let event_due = self.q.peek_due();
         let deadline = self.host.next_deadline().map(|m| self.host_epoch + m.0);
         match (deadline, event_due) {
@@ -365,7 +374,18 @@ impl World {
             }
             (_, None) => {}
         }
-        self.mirror_checks += checkers::check_mirrors(&self.host.view(), &self.clients, &self.q).map_err(|v| self.violation(v))?;
+        let only = match self.mirror_scope {
+            MirrorScope::Unchanged => Some(None),
+            MirrorScope::One(client) => Some(Some(client)),
+            MirrorScope::All => None,
+        };
+        if only != Some(None) {
+            let clients = match only {
+                Some(Some(client)) => &self.clients[client..=client],
+                _ => &self.clients[..],
+            };
+            self.mirror_checks += checkers::check_mirrors(&self.host.view(), clients, &self.q, &mut self.configs).map_err(|v| self.violation(v))?;
+        }
         if self.phase == RunPhase::Liveness {
             let pending = checkers::pending(&self.host.view(), &self.clients, &self.q);
             if pending.is_empty() {
@@ -401,6 +421,12 @@ impl World {
     }
 
     fn on_event(&mut self, event: Event) -> Result<(), Failure> {
+        self.mirror_scope = match (&event, self.mirror_scope) {
+            (Event::Deliver { client, .. }, MirrorScope::Unchanged) => MirrorScope::One(*client),
+            (Event::Deliver { client, .. }, MirrorScope::One(c)) if c == *client => MirrorScope::One(c),
+            (Event::Think { .. } | Event::AgentStep { .. } | Event::StoreAck { .. } | Event::WallJump, scope) => scope,
+            _ => MirrorScope::All,
+        };
         match event {
             Event::Host { incarnation, input, label } => {
                 if self.verbose {
@@ -551,6 +577,7 @@ impl World {
 
     /// Calls `Host::handle` and routes and checks what it returns.
     fn feed(&mut self, input: Input, label: String) -> Result<(), Failure> {
+        self.mirror_scope = MirrorScope::All;
         let now = self.now_host();
         let subject = self.subject(&input, &label);
         let phase_of = |host: &Host| -> String {
@@ -810,4 +837,15 @@ fn frame_label(client: usize, text: &str) -> String {
         method
     };
     format!("frame c{client} {what} {channel}")
+}
+
+/// Which clients' mirrors a step may have moved (see `World::mirror_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MirrorScope {
+    /// Neither the host nor any client's mirrors: nothing to compare again.
+    Unchanged,
+    /// Only this client took a frame.
+    One(usize),
+    /// The host took an input (or a connection came or went): every client.
+    All,
 }

@@ -25,7 +25,7 @@
 //! - `authenticate_names_the_signer`: an answered `authenticate` makes the
 //!   connection exactly the principal whose token it presented.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::Uri;
 use ahpd_core::invariants::Violation;
@@ -177,7 +177,7 @@ pub struct GrantsBefore {
     predicted: Option<Predicted>,
     /// The state digest, taken only when a refusal is predicted or an
     /// owner's dispose is asked.
-    digest: Option<String>,
+    digest: Option<Digest>,
     /// A timer was due this step: more than the frame ran.
     timers_due: bool,
     /// The dispose target's owner is the caller or the caller may delete
@@ -185,14 +185,43 @@ pub struct GrantsBefore {
     may_dispose: bool,
 }
 
-/// Everything a refusal must leave alone.
-fn digest(view: &HostView<'_>, conn: ConnId) -> String {
-    let sessions: Vec<String> = view
+/// Everything a refusal must leave alone, copied (compared by value; written
+/// out only when it differs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Digest {
+    sessions: Vec<SessionDigest>,
+    catalogue: ahpd_core::catalogue::Index,
+    subscriptions: Option<BTreeSet<Uri>>,
+}
+
+/// One session's part of a [`Digest`]: its record, phase, state, last use
+/// and how much waits on it.
+#[derive(Debug, Clone, PartialEq)]
+struct SessionDigest {
+    uri: Uri,
+    record: ahpd_core::SessionRecord,
+    phase: Phase,
+    resident: Option<Box<ahpd_core::session::Resident>>,
+    last_used: u64,
+    waiters: usize,
+    inbox: usize,
+}
+
+fn digest(view: &HostView<'_>, conn: ConnId) -> Digest {
+    let sessions = view
         .sessions
         .iter()
-        .map(|(u, s)| format!("{u} {:?} {:?} {:?} {} {} {}", s.record, s.phase, s.resident, s.last_used, s.waiters.len(), s.inbox.len()))
+        .map(|(u, s)| SessionDigest {
+            uri: u.clone(),
+            record: s.record.clone(),
+            phase: s.phase.clone(),
+            resident: s.resident.clone(),
+            last_used: s.last_used,
+            waiters: s.waiters.len(),
+            inbox: s.inbox.len(),
+        })
         .collect();
-    format!("{sessions:?} {:?} {:?}", view.catalogue, view.conns.get(&conn).map(|c| &c.subscriptions))
+    Digest { sessions, catalogue: view.catalogue.clone(), subscriptions: view.conns.get(&conn).map(|c| c.subscriptions.clone()) }
 }
 
 impl Grants {
@@ -348,6 +377,7 @@ impl Grants {
             if let Some(d) = &before.digest {
                 let now = digest(view, frame.conn);
                 if *d != now {
+                    let (d, now) = (format!("{d:?}"), format!("{now:?}"));
                     let at = d.bytes().zip(now.bytes()).position(|(a, b)| a != b).unwrap_or(0);
                     let lo = at.saturating_sub(120);
                     return Err(breach("grant_refusal_changes_nothing", format!(

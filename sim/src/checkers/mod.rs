@@ -21,6 +21,7 @@ pub mod trees;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::StateAction;
+use ahp_types::state::{SessionConfigState, SessionState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use ahpd_core::invariants::Violation;
 use ahpd_core::session::lifecycle;
@@ -189,18 +190,93 @@ fn session_as_sent(session: &ahpd_core::session::Session, state: &ahp_types::sta
     state
 }
 
-fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState) -> Option<bool> {
+fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState, configs: &mut ConfigCache) -> Option<bool> {
     if channel == ROOT_RESOURCE_URI {
         return Some(matches!(mirror, MirrorState::Root(r) if **r == *view.root));
     }
     if let Some(s) = view.sessions.get(channel) {
         let r = s.resident.as_ref()?;
-        return Some(matches!(mirror, MirrorState::Session(m) if **m == session_as_sent(s, &r.session)));
+        let MirrorState::Session(m) = mirror else { return Some(false) };
+        return Some(session_equal(m, &r.session, configs.config_of(&s.record)));
     }
     let session = view.chats.get(channel)?;
     let r = view.sessions.get(session)?.resident.as_ref()?;
     let c = r.chats.get(channel)?;
     Some(matches!(mirror, MirrorState::Chat(m) if **m == *c))
+}
+
+/// A session's `config` as its snapshots carry it, cached by what it is
+/// made of (the record's offer, scope, provider and values) so a mirror
+/// check does not compose it again on every step.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigCache {
+    by_uri: BTreeMap<Uri, (ConfigInputs, Option<Option<SessionConfigState>>)>,
+}
+
+type ConfigInputs = (Option<ahpd_core::session_config::ConfigOffer>, Option<String>, String, serde_json::Map<String, serde_json::Value>);
+
+impl ConfigCache {
+    /// The config the snapshot writer fills in from `record`: `None` when
+    /// it leaves the state's own (no offer recorded).
+    fn config_of(&mut self, record: &SessionRecord) -> Option<Option<&SessionConfigState>> {
+        let fresh = match self.by_uri.get(&record.resource) {
+            Some((inputs, _)) => inputs.0 != record.offer || inputs.1 != record.scope || inputs.2 != record.provider || inputs.3 != record.config,
+            None => true,
+        };
+        if fresh {
+            let config = ahpd_core::session::state::session_config(record).map(|c| serde_json::from_value(c).ok());
+            let inputs = (record.offer.clone(), record.scope.clone(), record.provider.clone(), record.config.clone());
+            self.by_uri.insert(record.resource.clone(), (inputs, config));
+        }
+        self.by_uri.get(&record.resource).and_then(|(_, c)| c.as_ref().map(Option::as_ref))
+    }
+}
+
+/// The mirror of a session equals the host's state with `config` as the
+/// snapshot writer fills it in. Every field is named (no `..`) so a field
+/// ahp-types adds is compared, not skipped.
+fn session_equal(mirror: &SessionState, host: &SessionState, config: Option<Option<&SessionConfigState>>) -> bool {
+    let SessionState {
+        provider,
+        title,
+        status,
+        activity,
+        origin,
+        project,
+        working_directories,
+        annotations,
+        lifecycle,
+        creation_error,
+        server_tools,
+        active_clients,
+        chats,
+        default_chat,
+        config: mirror_config,
+        customizations,
+        changesets,
+        input_needed,
+        meta,
+    } = mirror;
+    let host_config = config.unwrap_or(host.config.as_ref());
+    *provider == host.provider
+        && *title == host.title
+        && *status == host.status
+        && *activity == host.activity
+        && *origin == host.origin
+        && *project == host.project
+        && *working_directories == host.working_directories
+        && *annotations == host.annotations
+        && *lifecycle == host.lifecycle
+        && *creation_error == host.creation_error
+        && *server_tools == host.server_tools
+        && *active_clients == host.active_clients
+        && *chats == host.chats
+        && *default_chat == host.default_chat
+        && mirror_config.as_ref() == host_config
+        && *customizations == host.customizations
+        && *changesets == host.changesets
+        && *input_needed == host.input_needed
+        && *meta == host.meta
 }
 
 /// The first JSON path where two values differ, with both sides.
@@ -241,7 +317,7 @@ fn to_json(state: &MirrorState) -> serde_json::Value {
 /// client equals the host's own state, for clients with nothing in flight
 /// to them (a quiescent point for that connection). Returns how many
 /// mirrors were compared.
-pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<u64, Violation> {
+pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs: &mut ConfigCache) -> Result<u64, Violation> {
     let mut compared = 0;
     for client in clients {
         let Some(conn) = client.conn else { continue };
@@ -253,7 +329,7 @@ pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Resu
             if !mirror.full || !host_conn.subscriptions.contains(channel) {
                 continue;
             }
-            let same = equal(view, channel, &mirror.state);
+            let same = equal(view, channel, &mirror.state, configs);
             compared += u64::from(same.is_some());
             if same == Some(false) {
                 let host = host_state(view, channel).map(|s| to_json(&s)).unwrap_or_default();

@@ -126,7 +126,9 @@ fn messages_of(chat: &ChatRecord, turns: &[Turn]) -> Vec<ExportedMessage> {
 }
 
 /// Builds the export of a session from its record and each chat's turns
-/// (as the backend handed them back).
+/// (as the backend handed them back), with the turns the host holds put
+/// back in place ([`crate::kept_turns::merge`]: an interrupted turn is exported
+/// with its message).
 pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> ExportedSession {
     let mut chats: Vec<ExportedChat> = record
         .chats
@@ -134,7 +136,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         .map(|c| ExportedChat {
             id: c.resource.clone(),
             title: c.title.clone(),
-            messages: messages_of(c, turns.get(&c.resource).map(Vec::as_slice).unwrap_or(&[])),
+            messages: messages_of(c, &crate::kept_turns::merge(c, turns.get(&c.resource).cloned().unwrap_or_default()).0),
         })
         .collect();
     chats.sort_by_key(|c| c.id != record.default_chat);
@@ -227,6 +229,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             senders,
             changes: None,
             written: Default::default(),
+            kept: Vec::new(),
         });
         turns.insert(uri, chat_turns);
     }
@@ -296,6 +299,7 @@ mod tests {
                 senders: [("t1".to_owned(), "alice".to_owned())].into_iter().collect(),
             changes: None,
             written: Default::default(),
+            kept: Vec::new(),
             }],
             changes: None,
             external: false,

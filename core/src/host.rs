@@ -396,6 +396,14 @@ impl Host {
         if record.offer.is_none() && !record.external {
             record.offer = crate::session::state::offer_from_git(&record);
         }
+        // A turn this record shows running ran in a process that stopped
+        // mid-turn: it ended in an error (`crate::kept_turns`).
+        for chat in &mut record.chats {
+            if crate::kept_turns::interrupt(chat) {
+                crate::mark!("turn_interrupted_by_stop");
+                self.log(LogLevel::Info, "turn.interrupted", Some(uri.clone()), format!("{}: {}", chat.resource, crate::kept_turns::INTERRUPTED));
+            }
+        }
         let can_resume = self.agent_can_resume(&record.provider);
         for chat in &record.chats {
             self.chats.insert(chat.resource.clone(), uri.clone());

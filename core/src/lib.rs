@@ -35,6 +35,7 @@ pub mod external;
 pub mod git;
 pub mod folders;
 pub mod grants;
+pub mod kept_turns;
 pub mod host;
 pub mod ids;
 pub mod input;

@@ -118,4 +118,9 @@ pub struct ChatRecord {
     /// chat that is not the default one.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub written: std::collections::BTreeSet<String>,
+    /// Turns the host keeps until the backend's history has them: echoed
+    /// turns still running, and turns the host ended itself
+    /// ([`crate::held`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<crate::kept_turns::KeptTurn>,
 }

@@ -163,20 +163,43 @@ fn dispose_tears_down_deletes_and_tells_every_client() {
     h.settle_backend();
     h.agent_reply(&chat, "t1", "Echo: hi");
     h.frames(2);
+    h.settle_store();
     let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
-    let cmds = h.settle_backend();
-    assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Delete { .. })));
-    assert!(h.take_reply(1, rid).is_none(), "no reply before the record is gone");
+    // The record is replaced by its tombstone first (it stays disposed
+    // across restarts while the backend's copy lasts); nothing of the
+    // session is deleted before that write is durable.
+    assert!(h.backend_cmds().is_empty(), "no backend delete before the tombstone is durable");
     let stores = h.store_ops();
-    // The record is replaced by its tombstone (it stays disposed across
-    // restarts while the backend's copy lasts).
     assert!(stores.iter().any(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record } if record.deleted)));
     for (op, _) in stores {
         h.done(op, Outcome::Ok);
     }
+    assert!(h.take_reply(1, rid).is_none(), "no reply before the backend's copy is deleted");
+    let cmds = h.settle_backend();
+    assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Delete { .. })));
     assert_eq!(h.take_reply(1, rid).expect("reply")["result"], Value::Null);
     assert!(methods(&h.frames(2)).contains(&"root/sessionRemoved".to_owned()));
     assert!(h.list(2).is_empty());
+}
+
+#[test]
+fn a_dispose_the_store_refuses_deletes_nothing_and_keeps_the_turns() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "d2");
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    h.settle_backend();
+    h.agent_reply(&chat, "t1", "Echo: hi");
+    h.settle_store();
+    let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    for (op, _) in h.store_ops() {
+        h.done(op, Outcome::Failed { message: "disk full".into() });
+    }
+    let reply = h.take_reply(1, rid).expect("reply");
+    assert!(reply["error"]["message"].as_str().unwrap_or("").contains("disk full"), "{reply}");
+    let cmds = h.settle_backend();
+    assert!(!cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Delete { .. })), "a dispose that did not happen deletes nothing: {cmds:?}");
+    assert_eq!(h.list(1).len(), 1, "the session stays");
 }
 
 #[test]

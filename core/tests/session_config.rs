@@ -304,8 +304,11 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
         assert!(config["values"].get("bogus").is_none(), "{label}: only offered keys: {reply}");
         assert_eq!(config["schema"]["properties"]["isolation"]["enum"], json!(["folder", "worktree"]), "{label}");
     }
-    // disposeSession removes the checkpoints and the tree before it answers.
+    // disposeSession removes the checkpoints and the tree before it answers,
+    // and only once its tombstone is durable.
     let id = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    assert!(h.git_cmds().is_empty(), "nothing removed before the tombstone is durable");
+    h.settle_store();
     h.settle_backend();
     let cmds = h.git_cmds();
     let op = match &cmds[..] {
@@ -697,8 +700,10 @@ fn a_session_moved_to_another_folder_keeps_its_tree_and_takes_it_along_on_archiv
     assert!(matches!(&cmds[..], [(_, GitCmd::ArchiveTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path), "{cmds:?}");
     h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: false }));
     h.settle();
-    // Disposed: the refs and tree of both folders go.
+    // Disposed: the refs and tree of both folders go (once the tombstone
+    // is durable).
     let id = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    h.settle_store();
     h.settle_backend();
     let cmds = h.git_cmds();
     let repos: Vec<(&str, Option<&str>)> = cmds

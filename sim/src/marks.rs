@@ -79,6 +79,7 @@ pub const EXPECTED: &[&str] = &[
     "awareness_warning",
     "awareness_error",
     "awareness_record_skipped",
+    "turn_interrupted_by_stop",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

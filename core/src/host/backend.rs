@@ -32,7 +32,7 @@ impl Host {
                 let Some(s) = self.sessions.get_mut(&session) else { return };
                 s.phase_ops.remove(&op);
                 if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
-                    self.dispose_store_step(&session);
+                    self.dispose_finish(&session, None);
                 }
             }
             Op::StorePut { session } => {
@@ -62,7 +62,7 @@ impl Host {
                     Outcome::Failed { message } => Some(message),
                     _ => None,
                 };
-                self.dispose_finish(&session, failure);
+                self.dispose_stored(&session, failure);
             }
         }
     }
@@ -167,8 +167,21 @@ impl Host {
         let Some((chat, turn_id)) = session.sends_in_flight.remove(&op) else { return };
         match outcome {
             Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
-            _ => self.mark_ready(session_uri),
+            _ => self.agent_took_turn(session_uri, &chat),
         }
+    }
+
+    /// The agent took a turn of `chat` (its send was acknowledged, or the
+    /// agent spoke in it, whichever is heard first: a late answer is stale
+    /// after a sleep). Its conversation exists, so a wake resumes it rather
+    /// than starting it afresh, and a provisional session is announced
+    /// (issue 19, seeds 326 and 1631: a wake after a lost answer started
+    /// the conversation again and the turns it had taken were gone).
+    fn agent_took_turn(&mut self, session_uri: &Uri, chat: &Uri) {
+        if let Some(c) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) {
+            c.fresh = false;
+        }
+        self.mark_ready(session_uri);
     }
 
     /// Ends a running turn with `chat/error` carrying `message`. For a
@@ -200,6 +213,7 @@ impl Host {
                 meta: None,
             });
             self.emit(chat, action, None);
+            self.kept_turn_ended(session_uri, chat, turn_id, Some(crate::kept_turns::KeptEnd::Error(message.to_owned())));
         }
         let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.announced);
         if provisional {
@@ -366,12 +380,14 @@ impl Host {
         if !self.emit(chat, action, None) {
             return;
         }
+        self.agent_took_turn(session_uri, chat);
         if let Some(tool_call_id) = confirm {
             let provider = self.sessions.get(session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
             self.backend(Op::Fire, provider, chat.clone(), BackendCmd::ConfirmTool { turn_id: turn_id.clone(), tool_call_id, approved: true });
         }
         self.mark_activity(session_uri);
         if ends_turn {
+            self.kept_turn_ended(session_uri, chat, &turn_id, None);
             self.end_turn_bookkeeping(session_uri, chat, for_good);
         } else {
             self.after_chat_change(session_uri, chat);

@@ -99,6 +99,7 @@ impl Host {
             senders: Default::default(),
         changes: None,
         written: Default::default(),
+        kept: Vec::new(),
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         let saved = session.record.clone();

@@ -150,6 +150,7 @@ impl Host {
                 senders: BTreeMap::new(),
             changes: None,
             written: Default::default(),
+            kept: Vec::new(),
             }],
             changes: None,
             external: false,
@@ -229,31 +230,23 @@ impl Host {
             }
             _ => {}
         }
-        let provider = session.record.provider.clone();
-        let chats: Vec<(Uri, String)> =
-            session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
         let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.waiters)).unwrap_or_default();
         self.fail_waiters(&uri, waiters, "the session is being disposed");
         self.set_phase(&uri, Phase::Disposing { conn, id });
-        let mut ops = BTreeSet::new();
-        for (chat, conversation_id) in chats {
-            ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
-        }
-        if let Some(op) = self.dispose_git(&uri) {
-            ops.insert(op);
-        }
         if let Some(s) = self.sessions.get_mut(&uri) {
-            s.phase_ops = ops;
             s.pending_sends.clear();
         }
+        self.dispose_store_step(&uri);
         self.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
     }
 
-    /// Second step of a dispose, once every backend delete answered: the
-    /// store record becomes a tombstone ([`tombstone_of`]), so a backend copy
-    /// that outlives the dispose is not listed again after a restart; the
-    /// next pass over the backend's transcripts that finds none of it
-    /// removes the tombstone.
+    /// First step of a dispose: the store record becomes a tombstone
+    /// ([`tombstone_of`]), so a backend copy that outlives the dispose is
+    /// not listed again after a restart; the next pass over the backend's
+    /// transcripts that finds none of it removes the tombstone. Nothing of
+    /// the session (its conversations, checkpoints, tree) is removed before
+    /// this write is durable: a store that fails leaves the session whole
+    /// (issue 18, seed 99: a failed dispose had already deleted them).
     pub(crate) fn dispose_store_step(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         let record = Box::new(tombstone_of(&session.record));
@@ -261,8 +254,40 @@ impl Host {
         self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
     }
 
+    /// Second step of a dispose, once its tombstone is durable (or the
+    /// store refused it): the backend's conversations and the session's
+    /// git refs and tree go; the dispose ends when each answered
+    /// ([`Host::dispose_finish`]). A store failure ends it at once, the
+    /// session kept.
+    pub(crate) fn dispose_stored(&mut self, uri: &Uri, store_error: Option<String>) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        if !matches!(session.phase, Phase::Disposing { .. }) {
+            return;
+        }
+        if store_error.is_some() {
+            return self.dispose_finish(uri, store_error);
+        }
+        let provider = session.record.provider.clone();
+        let chats: Vec<(Uri, String)> = session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
+        let mut ops = BTreeSet::new();
+        for (chat, conversation_id) in chats {
+            ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
+        }
+        if let Some(op) = self.dispose_git(uri) {
+            ops.insert(op);
+        }
+        let done = ops.is_empty();
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.phase_ops = ops;
+        }
+        if done {
+            self.dispose_finish(uri, None);
+        }
+    }
+
     /// Last step of a dispose: forget the session, end subscriptions to it,
-    /// tell root subscribers (only if it was ever announced) and reply.
+    /// tell root subscribers (only if it was ever announced) and reply; or,
+    /// when the store refused the tombstone, keep it and say so.
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
         let Phase::Disposing { conn, id } = session.phase.clone() else { return };
@@ -271,8 +296,14 @@ impl Host {
             // The record is still on disk: the session stays, asleep, and the
             // client is told its dispose did not happen.
             self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
-            // Its agents were torn down: nothing runs in it any more, so it
-            // sleeps with nothing in hand and its running turns fail.
+            // Its conversations are untouched; its agents stop (a wake
+            // resumes them), so it sleeps with nothing in hand and its
+            // running turns end in an error, kept in its history.
+            let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            let chats: Vec<Uri> = self.sessions.get(uri).map(|s| s.record.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default();
+            for chat in chats {
+                self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
+            }
             let running: Vec<(Uri, String)> = self
                 .sessions
                 .get(uri)
@@ -289,7 +320,7 @@ impl Host {
             }
             self.set_phase(uri, Phase::Asleep);
             for (chat, turn_id) in running {
-                self.fail_turn(uri, &chat, &turn_id, "the session's agent was torn down by a dispose that did not finish");
+                self.fail_turn(uri, &chat, &turn_id, "the session's agent was stopped by a dispose that did not finish");
             }
             return;
         }
@@ -483,7 +514,7 @@ pub(crate) fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         chats: record
             .chats
             .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), ..c.clone() })
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Vec::new(), ..c.clone() })
             .collect(),
         ..record.clone()
     }

@@ -190,7 +190,8 @@ impl Host {
                 let sender = self.sender_of(q.conn);
                 let Some(session) = self.sessions.get_mut(session_uri) else { return };
                 let saved = session.record.clone();
-                apply_to_record(&mut session.record, &q, sender);
+                let after = last_turn_id(session, &q.channel);
+                apply_to_record(&mut session.record, &q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
                 let op = self.store_put(session_uri);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
                     // The in-memory record keeps the old values until the
@@ -309,7 +310,8 @@ impl Host {
             (ParkedWork::Action(q), None) => {
                 let client_id = self.sender_of(q.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
-                    apply_to_record(&mut session.record, &q, client_id);
+                    let after = last_turn_id(session, &q.channel);
+                    apply_to_record(&mut session.record, &q, client_id, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
                 }
                 self.apply_client_action(session_uri, q);
             }
@@ -394,6 +396,7 @@ impl Host {
                 if !self.emit(&q.channel, StateAction::ChatTurnCancelled(a), origin) {
                     return;
                 }
+                self.kept_turn_ended(session_uri, &q.channel, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
                 // The turn's send, if it never reached the agent, goes before
                 // the turn's end is counted: a residency check there must not
                 // see it as work still in hand.
@@ -512,6 +515,17 @@ impl Host {
     /// checkpoint is work in hand that keeps the session from being evicted
     /// under it (issue 18: an eviction at a turn's end left its checkpoint
     /// running on a session that had gone).
+    /// A kept turn ended (`crate::held`): the backend ended it (`how`
+    /// `None`: its history has it, the host lets it go) or the host did
+    /// (kept, with how). Written by the end's record write.
+    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
+        let Some(record) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) else { return };
+        match how {
+            None => crate::kept_turns::release(record, turn_id),
+            Some(how) => crate::kept_turns::end(record, turn_id, how),
+        };
+    }
+
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
         if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
             resident.turn_started_mono.remove(chat);
@@ -551,7 +565,16 @@ impl Host {
 }
 
 /// Applies the host-owned part of an action to the durable record.
-fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, sender: Option<String>) {
+/// The id of `chat`'s last ended turn and how many it has, as the
+/// session's state holds them (a started turn's place).
+fn last_turn_id(session: &crate::session::Session, chat: &Uri) -> Option<(String, usize)> {
+    let turns = &session.resident.as_ref()?.chats.get(chat)?.turns;
+    turns.last().map(|t| (t.id.clone(), turns.len()))
+}
+
+/// `after` is the chat's last turn id and turn count (a started turn's
+/// place).
+fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>) {
     match &q.action {
         StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
@@ -560,6 +583,16 @@ fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, 
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
+                // Durable history from its echo on: kept until the backend
+                // has it (`crate::held`).
+                crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
+                    id: a.turn_id.clone(),
+                    started_at: a.started_at.clone(),
+                    message: a.message.clone(),
+                    after: after.map(|(id, _)| id.to_owned()),
+                    index: after.map_or(0, |(_, n)| n),
+                    ended: None,
+                });
             }
         }
         _ => {}

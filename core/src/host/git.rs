@@ -352,7 +352,7 @@ impl Host {
                 let Some(s) = self.sessions.get_mut(&session) else { return };
                 s.phase_ops.remove(&op);
                 if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
-                    self.dispose_store_step(&session);
+                    self.dispose_finish(&session, None);
                 }
             }
             GitOp::Detached(purpose) => self.on_detached_done(op, purpose, outcome),
@@ -382,7 +382,7 @@ impl Host {
 
     /// The first send's git work answered: record it, move a worktree
     /// session into its tree (its agents started again there) and let the
-    /// held turns go; a tree git could not make fails them.
+    /// kept turns go; a tree git could not make fails them.
     fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else {
             // Disposed meanwhile: a tree made for it is nobody's.

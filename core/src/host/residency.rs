@@ -325,9 +325,18 @@ impl Host {
             self.fail_waiters(uri, waiters, &reason);
             return;
         }
+        let mut let_go = false;
         if session.resident.is_none() {
             crate::mark!("wake_rebuilds_evicted_state");
             let history = std::mem::take(&mut session.wake_history);
+            // Held turns the backend's history has after all are let go
+            // (`crate::held`); the rest come back in place.
+            for chat in &mut session.record.chats {
+                let (_, found) = crate::kept_turns::merge(chat, history.get(&chat.resource).cloned().unwrap_or_default());
+                for id in found {
+                    let_go |= crate::kept_turns::release(chat, &id);
+                }
+            }
             let chats: Vec<_> = session
                 .record
                 .chats
@@ -351,6 +360,9 @@ impl Host {
             s.start_owed = false;
         }
         self.stats.wakes += 1;
+        if let_go {
+            self.store_put(uri);
+        }
         self.mark_activity(uri);
         self.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
         let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();

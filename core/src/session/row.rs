@@ -131,6 +131,7 @@ mod tests {
             senders: Default::default(),
             changes: (i == 1 && changes).then(|| ChangesSummary { additions: None, deletions: None, files: Some(4) }),
             written: Default::default(),
+            kept: Vec::new(),
         };
         SessionRecord {
             format: RECORD_FORMAT,

@@ -82,8 +82,10 @@ pub fn offer_from_git(record: &SessionRecord) -> Option<crate::session_config::C
 }
 
 /// A chat channel's state from its record and the turns the backend
-/// handed back (oldest first).
+/// handed back (oldest first), with the turns the host holds put back in
+/// place ([`crate::kept_turns::merge`]).
 pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
+    let (turns, _) = crate::kept_turns::merge(chat, turns);
     ChatState {
         resource: chat.resource.clone(),
         title: chat.title.clone(),
@@ -279,6 +281,10 @@ impl Session {
             || !self.inbox.is_empty()
             || !self.waiters.is_empty()
             || !self.git_ops.is_empty()
+            // A chat's agent starting in a live session: its answer carries
+            // the conversation id a later wake resumes (issue 19, seed 1631:
+            // a sleep made the answer stale and the chat's turns were lost).
+            || (self.phase == crate::session::Phase::Live && !self.phase_ops.is_empty())
     }
 
     /// Whether anything was said in it yet (a session with nothing said is

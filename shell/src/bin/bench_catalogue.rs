@@ -420,6 +420,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             senders: Default::default(),
             changes: None,
             written: Default::default(),
+            kept: Vec::new(),
         }],
         changes: None,
         external: false,

@@ -10,6 +10,9 @@
 //!   announced, no second `root/sessionAdded`, `root/sessionAdded` before
 //!   `session/ready` (Sessions page, "The life of a session").
 //! - `rule5_restart_keeps_acked`: [`check_restart`], after every crash.
+//! - `echoed_turn_kept`: a turn the host took (echoed) is in its chat's
+//!   history from then on, across sleep, eviction, crash and restart
+//!   ([`History::after_step`]; issue 19, `ahpd_core::kept_turns`).
 //! - `lifecycle_transition`: every phase change is in the core's legal
 //!   table (sled's verifier), using the previous step's phases.
 
@@ -46,6 +49,10 @@ pub struct History {
     /// How many times each URI was removed from the host (for page walks).
     pub incarnations: BTreeMap<Uri, u64>,
     added_this_step: BTreeSet<Uri>,
+    /// Every turn id each chat's state has shown (running or ended), by
+    /// session and chat, while the session exists (a URI made anew starts
+    /// empty).
+    echoed: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
     removed_this_step: BTreeSet<Uri>,
     ready_unannounced: Vec<Uri>,
 }
@@ -162,6 +169,30 @@ impl History {
         self.prev_phases.clear();
         for (uri, s) in view.sessions {
             self.prev_phases.insert(uri.clone(), s.phase.clone());
+        }
+        self.check_echoed_turns(view)
+    }
+
+    /// "An echoed turn is durable history from its echo on" (issue 19): a
+    /// chat's state, whenever the host holds it, shows every turn it ever
+    /// showed, ended or running (for an agent that can resume).
+    fn check_echoed_turns(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
+        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        for chats in self.echoed.values_mut() {
+            chats.retain(|chat, _| view.chats.contains_key(chat));
+        }
+        for (uri, s) in view.sessions {
+            // An agent that cannot resume starts every wake afresh: its
+            // history is its own to lose (Sessions page, "Waking").
+            let Some(r) = s.resident.as_ref().filter(|_| s.can_resume) else { continue };
+            for (chat, state) in &r.chats {
+                let shown: BTreeSet<&str> = state.turns.iter().map(|t| t.id.as_str()).chain(state.active_turn.as_ref().map(|t| t.id.as_str())).collect();
+                let seen = self.echoed.entry(uri.clone()).or_default().entry(chat.clone()).or_default();
+                if let Some(lost) = seen.iter().find(|id| !shown.contains(id.as_str())) {
+                    return Err(breach("echoed_turn_kept", format!("{chat} no longer shows turn {lost} (shows {shown:?})")));
+                }
+                seen.extend(shown.into_iter().map(str::to_owned));
+            }
         }
         Ok(())
     }

@@ -96,7 +96,10 @@ fn seen(view: &HostView<'_>, uri: &Uri, s: &Session) -> Seen {
         held_by_handshake |= c.handshake.as_ref().is_some_and(|h| h.sessions.contains(uri));
     }
     let work = chat_work(s);
-    let in_hand = work || s.busy || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty();
+    // A chat's agent still starting in a live session is in hand too (its
+    // answer names the conversation a wake resumes).
+    let starting_chat = s.phase == Phase::Live && !s.phase_ops.is_empty();
+    let in_hand = work || s.busy || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || starting_chat;
     let live = s.phase == Phase::Live;
     let asleep = s.phase == Phase::Asleep;
     Seen {

@@ -1,0 +1,131 @@
+//! Issue 19: "an echoed turn is durable history from its echo on". A turn
+//! the host echoed is in its chat's history after the process stops
+//! mid-turn (an interrupted turn, ended in an error, with its message),
+//! after a client's cancel the backend never recorded, and in exports;
+//! never twice when the backend has it too.
+
+mod harness;
+
+use std::collections::BTreeMap;
+
+use ahp_types::state::Turn;
+use ahpd_core::{BackendCmd, Config, Outcome, SessionRecord, StoreCmd};
+use harness::Harness;
+use serde_json::{json, Value};
+
+/// Answers every store write, keeping the last record written per key
+/// (what a restart reads back).
+fn durable(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecord>) {
+    loop {
+        let ops = h.store_ops();
+        if ops.is_empty() {
+            return;
+        }
+        for (op, cmd) in ops {
+            if let StoreCmd::Put { record } = cmd {
+                disk.insert(record.key.clone(), *record);
+            }
+            h.done(op, Outcome::Ok);
+        }
+    }
+}
+
+fn turn_started(h: &mut Harness, chat: &str, seq: i64, turn: &str, text: &str) {
+    h.dispatch(1, chat, seq, json!({
+        "type": "chat/turnStarted", "turnId": turn, "startedAt": "2026-12-01T00:00:00.000Z",
+        "message": {"text": text, "origin": {"kind": "user"}}
+    }));
+}
+
+/// A session whose first turn `t1` completed and whose second `t2` is
+/// running, every write durable in `disk`.
+fn second_turn_running(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecord>) -> (String, String) {
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "k1");
+    turn_started(h, &chat, 1, "t1", "hello");
+    durable(h, disk);
+    h.settle_backend();
+    h.agent_reply(&chat, "t1", "Echo: hello");
+    turn_started(h, &chat, 2, "t2", "hello again");
+    durable(h, disk);
+    h.settle_backend();
+    (uri, chat)
+}
+
+/// A restarted host wakes the chat with the backend handing back
+/// `history`; returns the chat snapshot's turns.
+fn wake_with(h: &mut Harness, chat: &str, history: Vec<Turn>) -> Vec<Value> {
+    h.connect(1, "c1");
+    let id = h.send_request(1, "subscribe", json!({"channel": chat}));
+    let mut history = Some(history);
+    for _ in 0..4 {
+        for (op, _, cmd) in h.backend_cmds() {
+            if let BackendCmd::Start { conversation_id, .. } = cmd {
+                h.done(op, Outcome::Started { conversation_id, history: history.take().unwrap_or_default() });
+            } else {
+                h.done(op, Outcome::Ok);
+            }
+        }
+        h.answer_inspects();
+        h.settle_store();
+    }
+    let reply = h.take_reply(1, id).expect("subscribe answered");
+    reply["result"]["snapshot"]["state"]["turns"].as_array().cloned().unwrap_or_else(|| panic!("{reply}"))
+}
+
+fn replayed(id: &str, text: &str) -> Turn {
+    ahpd_core::session::state::replayed_turn(id.to_owned(), None, text.to_owned())
+}
+
+#[test]
+fn a_turn_running_when_the_process_stopped_comes_back_as_an_interrupted_error_with_its_message() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (uri, chat) = second_turn_running(&mut h, &mut disk);
+    // kill -9: a new process reads the store back; the backend only ever
+    // finished t1.
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    let turns = wake_with(&mut h, &chat, vec![replayed("t1", "hello")]);
+    let ids: Vec<&str> = turns.iter().map(|t| t["id"].as_str().unwrap_or("")).collect();
+    assert_eq!(ids, ["t1", "t2"], "{turns:?}");
+    assert_eq!(turns[1]["state"], "error");
+    assert_eq!(turns[1]["message"]["text"], "hello again");
+    assert_eq!(turns[1]["responseParts"][0]["error"]["message"], ahpd_core::kept_turns::INTERRUPTED);
+    // The session's row rests in Error, as its last turn ended.
+    let rows = h.list(1);
+    let row = rows.iter().find(|r| r["resource"] == uri.as_str()).expect("listed");
+    assert_eq!(row["status"].as_u64().unwrap_or(0) & 0x1F, 2, "{row}");
+}
+
+#[test]
+fn a_turn_the_backend_replays_is_not_repeated() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat) = second_turn_running(&mut h, &mut disk);
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    // An ACP agent replays the conversation under its own turn ids: t2's
+    // message is there, after t1's.
+    let turns = wake_with(&mut h, &chat, vec![replayed("acp-1", "hello"), replayed("acp-2", "hello again")]);
+    let texts: Vec<&str> = turns.iter().map(|t| t["message"]["text"].as_str().unwrap_or("")).collect();
+    assert_eq!(texts, ["hello", "hello again"], "{turns:?}");
+}
+
+#[test]
+fn a_cancelled_turn_the_backend_never_recorded_stays_cancelled_and_a_finished_one_is_let_go() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat) = second_turn_running(&mut h, &mut disk);
+    h.dispatch(1, &chat, 3, json!({"type": "chat/turnCancelled", "turnId": "t2", "duration": 0}));
+    durable(&mut h, &mut disk);
+    let record = disk.values().next().expect("stored").clone();
+    let kept: Vec<&str> = record.chats[0].kept.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(kept, ["t2"], "t1 ended by the backend is let go; t2 the host ended is kept");
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    let turns = wake_with(&mut h, &chat, vec![replayed("t1", "hello")]);
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    assert_eq!(turns[1]["state"], "cancelled");
+    // An export of the same record and history carries the turn too.
+    let history: BTreeMap<String, Vec<Turn>> = [(chat.clone(), vec![replayed("t1", "hello")])].into_iter().collect();
+    let doc = ahpd_core::export::export(&record, &history);
+    assert!(doc.messages.iter().any(|m| m.role == "user" && m.content == "hello again" && m.turn_id == "t2"), "{:?}", doc.messages);
+}

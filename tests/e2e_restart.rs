@@ -163,3 +163,50 @@ async fn a_disposed_session_stays_disposed_when_its_transcript_is_put_back() {
     let out = ahpd_cli(&["sessions", "list", "--data-dir", data.to_str().expect("utf-8")], None);
     assert!(!String::from_utf8_lossy(&out.stdout).contains(&sid), "the offline listing shows the tombstone");
 }
+
+/// Waits until `chat`'s subscription shows `turn_id` started (echoed).
+async fn echoed(csub: &mut SessionSubscription, turn_id: &str) {
+    wait_for(csub, "turn echoed", |event| match event {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnStarted(a) if a.turn_id == turn_id) => {
+            assert!(env.rejection_reason.is_none(), "turn rejected: {env:?}");
+            Some(())
+        }
+        _ => None,
+    })
+    .await;
+}
+
+/// kill -9 while a turn runs (issue 19: 23 of 311 such turns were lost).
+/// After the restart the turn is in the chat, ended in error
+/// ("interrupted: the host stopped"), with the user's message, and in the
+/// offline export; the turn before it is still first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_running_at_kill_9_comes_back_interrupted_with_its_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let (sid, chat, _ssub, _chat, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t0", "first").await;
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/slow 60000 the long one"))).await.expect("dispatch");
+    echoed(&mut csub, "t1").await;
+    daemon.kill();
+
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "reader").await;
+    let (state, _csub) = subscribe_chat(&c, &chat).await;
+    let ids: Vec<&str> = state.turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t0", "t1"], "{:?}", state.turns);
+    let t1 = &state.turns[1];
+    assert_eq!(t1.message.text, "/slow 60000 the long one");
+    assert_eq!(t1.state, ahp::ahp_types::state::TurnState::Error);
+    let words = serde_json::to_string(&t1.response_parts).expect("json");
+    assert!(words.contains("interrupted: the host stopped"), "{words}");
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+
+    let out = ahpd_cli(&["session", "export", &sid, "--data-dir", data.to_str().expect("utf-8")], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("/slow 60000 the long one"), "the export lacks the interrupted turn: {text}");
+}

@@ -210,3 +210,40 @@ async fn a_turn_running_at_kill_9_comes_back_interrupted_with_its_message() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("/slow 60000 the long one"), "the export lacks the interrupted turn: {text}");
 }
+
+/// SIGTERM during a long turn (the upgrade path): the turn gets the grace
+/// (`--shutdown-grace-seconds 1`), then ends cancelled and the client sees
+/// it end; the daemon exits 0; after the restart the turn is in the
+/// history with its message, cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_long_turn_cancels_it_after_the_grace_and_keeps_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let grace = ["--shutdown-grace-seconds", "1"];
+    let mut daemon = Daemon::start_with(&data, &grace);
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let (_sid, chat, _ssub, _chat, mut csub) = new_session(&c).await;
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/slow 60000 upgrade me"))).await.expect("dispatch");
+    echoed(&mut csub, "t1").await;
+    daemon.signal_term();
+    wait_for(&mut csub, "the turn ends cancelled", |event| match event {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnCancelled(a) if a.turn_id == "t1") => Some(()),
+        _ => None,
+    })
+    .await;
+    let status = tokio::task::spawn_blocking(move || {
+        let status = daemon.wait_exit();
+        (status, daemon)
+    })
+    .await
+    .expect("join");
+    assert!(status.0.success(), "ahpd exited badly after SIGTERM: {:?}", status.0);
+    drop(status.1);
+
+    let daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "reader").await;
+    let (state, _csub) = subscribe_chat(&c, &chat).await;
+    let t1 = state.turns.iter().find(|t| t.id == "t1").unwrap_or_else(|| panic!("t1 lost: {:?}", state.turns));
+    assert_eq!(t1.message.text, "/slow 60000 upgrade me");
+    assert_eq!(t1.state, ahp::ahp_types::state::TurnState::Cancelled);
+}

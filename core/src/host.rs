@@ -33,6 +33,7 @@ pub(crate) mod handshake;
 mod trees;
 mod trust;
 mod residency;
+pub(crate) mod shutdown;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -249,6 +250,8 @@ pub struct Host {
     /// The sessions put to sleep or evicted by the current input, in
     /// order (emptied as each input starts): for the step rules.
     pub(crate) went: Vec<(Uri, Went)>,
+    /// A graceful stop in progress (`host/shutdown.rs`).
+    pub(crate) drain: Option<shutdown::Drain>,
 }
 
 /// A read-only view of the host for checkers, the simulator and debugging.
@@ -351,6 +354,7 @@ impl Host {
             detached: crate::detached::Registry::default(),
             effects: Vec::new(),
             went: Vec::new(),
+            drain: None,
         };
         for record in restored {
             host.restore(record);
@@ -469,8 +473,10 @@ impl Host {
                 self.config.policy = policy;
                 self.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.config.policy.rules.len()));
             }
+            Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
             Input::Tick => {}
         }
+        self.drain_due();
         self.fire_due();
         self.awareness_tick();
         std::mem::take(&mut self.effects)
@@ -484,7 +490,7 @@ impl Host {
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
         let handshake = self.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness_deadline(), handshake].into_iter().flatten().min()
+        [sleep, sweep, self.awareness_deadline(), handshake, self.drain_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -668,6 +674,13 @@ impl Host {
 
     pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
         let session = self.sessions.get_mut(uri)?;
+        if matches!(session.phase, Phase::Disposing { .. }) {
+            // Its tombstone is written or on its way: a record written after
+            // it would bring the session back, without the conversations the
+            // dispose deletes (issue 19, sim seed 17 with a graceful stop). A
+            // dispose the store refuses writes the record again.
+            return None;
+        }
         if session.parked.is_some() {
             // Write-ahead ordering: see `Session::put_owed`.
             session.put_owed = true;

@@ -49,6 +49,14 @@ pub enum Input {
     /// The operator reloaded the policy store (SIGHUP); it applies to
     /// sessions created from now on.
     PolicyChanged(crate::policy::Policy),
+    /// The operator asked the host to stop (SIGTERM, SIGINT): no new turns
+    /// are taken, running turns get `grace_ms` (milliseconds) to end and
+    /// are then cancelled; [`crate::Host::drained`] says when the shell may
+    /// exit (issue 19, `shutdown_grace_seconds`).
+    Shutdown {
+        /// How long running turns may go on, in milliseconds.
+        grace_ms: u64,
+    },
     /// Only time moved. Early or repeated ticks are no-ops.
     Tick,
 }

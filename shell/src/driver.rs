@@ -133,6 +133,9 @@ pub struct Driver {
     /// How long the store may take to finish its queued writes after a
     /// shutdown signal.
     pub grace: Duration,
+    /// How long running turns may go on after a shutdown signal before
+    /// they are cancelled (`shutdown_grace_seconds`).
+    pub turn_grace: Duration,
     writers: HashMap<ConnId, Writer>,
     metrics: Metrics,
     /// Connections whose handshake `authenticate` reply is owed (and is to
@@ -160,11 +163,18 @@ impl Driver {
             store,
             backends,
             grace,
+            turn_grace: Duration::from_secs(30),
             writers: HashMap::new(),
             metrics: Metrics::default(),
             swallow: HashSet::new(),
             registry: None,
         }
+    }
+
+    /// Running turns get `grace` to end after a shutdown signal.
+    pub fn with_turn_grace(mut self, grace: Duration) -> Driver {
+        self.turn_grace = grace;
+        self
     }
 
     /// Executes `Effect::Registry` with `registry` (workspace awareness).
@@ -173,14 +183,16 @@ impl Driver {
         self
     }
 
-    /// Runs until `shutdown` resolves (SIGINT/SIGTERM) or every event sender
-    /// is gone, then lets the store finish its queued writes (at most
-    /// `grace`) and lets the agents go.
+    /// Runs until `shutdown` resolves (SIGINT/SIGTERM) and the core has
+    /// drained (running turns ended or, after `turn_grace`, cancelled;
+    /// `Host::drained`), or every event sender is gone, then lets the store
+    /// finish its queued writes (at most `grace`) and lets the agents go.
     pub async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>, shutdown: impl std::future::Future<Output = ()>) -> Ended {
         tokio::pin!(shutdown);
         // The last tick's monotonic time: a deadline at or before it is
         // retried a millisecond later rather than spun on.
         let mut last_tick: Option<MonoTime> = None;
+        let mut stopping = false;
         loop {
             let deadline = self.host.next_deadline().map(|d| match last_tick {
                 Some(t) if d <= t => t.plus_ms(1),
@@ -188,9 +200,10 @@ impl Driver {
             });
             let event = tokio::select! {
                 biased;
-                () = &mut shutdown => {
-                    tracing::info!("shutting down: no new connections; finishing queued store writes");
-                    break;
+                () = &mut shutdown, if !stopping => {
+                    stopping = true;
+                    tracing::info!(grace_s = self.turn_grace.as_secs(), "shutting down: no new connections or turns; running turns get the grace to end");
+                    Event::Input(Input::Shutdown { grace_ms: u64::try_from(self.turn_grace.as_millis()).unwrap_or(u64::MAX) })
                 }
                 event = events.recv() => match event {
                     Some(event) => event,
@@ -221,6 +234,10 @@ impl Driver {
             self.feed(input);
             if let Some((conn, token)) = bearer_token {
                 self.handshake_authenticate(conn, token);
+            }
+            if stopping && self.host.drained() {
+                tracing::info!("every turn has ended; finishing queued store writes");
+                break;
             }
         }
         self.writers.clear();

@@ -111,6 +111,10 @@ struct ServeArgs {
     /// Most sessions kept resident; 0 = no limit [default: 10].
     #[arg(long, env = "AHPD_RESIDENCY_LIMIT")]
     residency_limit: Option<usize>,
+    /// Seconds running turns may go on after SIGTERM/SIGINT before they are
+    /// cancelled; no new turns are taken meanwhile [default: 30].
+    #[arg(long, env = "AHPD_SHUTDOWN_GRACE_SECONDS")]
+    shutdown_grace_seconds: Option<u64>,
     /// Where worktrees are made: `<dir>/<repo>/<name>` instead of
     /// `<repo>.worktrees/<name>` beside the repository.
     #[arg(long, env = "AHPD_WORKTREES_ROOT", value_name = "DIR")]
@@ -192,6 +196,7 @@ impl ServeArgs {
             sessions: self.sessions,
             sleep_after_minutes: self.sleep_after_minutes,
             residency_limit: self.residency_limit,
+            shutdown_grace_seconds: self.shutdown_grace_seconds,
             worktrees_root: self.worktrees_root,
             awareness_dir: self.awareness_dir,
             claude_projects: self.claude_projects,
@@ -487,7 +492,8 @@ async fn serve(settings: Settings) -> Result<(), String> {
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
-    let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE);
+    let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE)
+        .with_turn_grace(std::time::Duration::from_secs(settings.shutdown_grace_seconds));
     if let Some(dir) = awareness_dir {
         tracing::info!(dir = %dir.display(), "workspace awareness: publishing live sessions");
         driver = driver.with_registry(exec::registry::Registry::new(dir, driver_events));

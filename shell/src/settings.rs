@@ -30,6 +30,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
 pub const DEFAULT_SLEEP_AFTER_MINUTES: f64 = 30.0;
 /// The built-in `residency_limit`.
 pub const DEFAULT_RESIDENCY_LIMIT: usize = 10;
+/// The built-in `shutdown_grace_seconds`: how long running turns may go
+/// on after SIGTERM before they are cancelled.
+pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u64 = 30;
 
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -83,6 +86,7 @@ pub struct FileConfig {
     #[serde(default, deserialize_with = "de_minutes")]
     sleep_after_minutes: Option<f64>,
     residency_limit: Option<usize>,
+    shutdown_grace_seconds: Option<u64>,
     worktrees_root: Option<PathBuf>,
     awareness_dir: Option<PathBuf>,
     claude_projects: Option<PathBuf>,
@@ -374,6 +378,8 @@ pub struct Given {
     pub sleep_after_minutes: Option<f64>,
     /// `--residency-limit`.
     pub residency_limit: Option<usize>,
+    /// `--shutdown-grace-seconds`.
+    pub shutdown_grace_seconds: Option<u64>,
     /// `--worktrees-root`.
     pub worktrees_root: Option<PathBuf>,
     /// `--awareness-dir` (empty: awareness off).
@@ -422,6 +428,9 @@ pub struct Settings {
     pub sleep_after_minutes: f64,
     /// Most resident sessions; 0 = no limit.
     pub residency_limit: usize,
+    /// Seconds running turns may go on after SIGTERM before they are
+    /// cancelled; 0 = cancel at once.
+    pub shutdown_grace_seconds: u64,
     /// Where worktrees are made (`<dir>/<repo>/<name>`), instead of beside
     /// their repository.
     pub worktrees_root: Option<PathBuf>,
@@ -500,6 +509,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         sessions,
         sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
         residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
+        shutdown_grace_seconds: given.shutdown_grace_seconds.or(file.shutdown_grace_seconds).unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECONDS),
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
         awareness_dir: given.awareness_dir.or(file.awareness_dir),
         claude_projects: given.claude_projects.or(file.claude_projects),
@@ -545,6 +555,7 @@ impl Settings {
         let _ = writeln!(o, "sessions = {}", quoted(match self.sessions { StoreKind::File => "file", StoreKind::Memory => "memory" }));
         let _ = writeln!(o, "sleep_after_minutes = {}", self.sleep_after_minutes);
         let _ = writeln!(o, "residency_limit = {}", self.residency_limit);
+        let _ = writeln!(o, "shutdown_grace_seconds = {}", self.shutdown_grace_seconds);
         match &self.worktrees_root {
             Some(p) => { let _ = writeln!(o, "worktrees_root = {}  # trees at <root>/<repo>/<name>", path_str(p)); }
             None => { let _ = writeln!(o, "# worktrees_root: not set (trees at <repo>.worktrees/<name>, beside the repository)"); }

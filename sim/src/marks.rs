@@ -80,6 +80,8 @@ pub const EXPECTED: &[&str] = &[
     "awareness_error",
     "awareness_record_skipped",
     "turn_interrupted_by_stop",
+    "shutdown_drains",
+    "shutdown_cancels_running_turns",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

@@ -136,6 +136,9 @@ pub struct World {
     /// only those (a mirror's match with the host changes only when the host
     /// took an input or the client took a frame).
     mirror_scope: MirrorScope,
+    /// A graceful stop is under way: the world restarts the host once it
+    /// has drained and the store has finished its writes.
+    stopping: bool,
     safety_steps: u64,
     verbose: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
@@ -202,6 +205,7 @@ impl World {
             mirror_checks: 0,
             configs: checkers::ConfigCache::default(),
             mirror_scope: MirrorScope::All,
+            stopping: false,
             verbose: run.keep_trace,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
@@ -386,7 +390,13 @@ impl World {
             };
             self.mirror_checks += checkers::check_mirrors(&self.host.view(), clients, &self.q, &mut self.configs).map_err(|v| self.violation(v))?;
         }
-        if self.phase == RunPhase::Liveness {
+        if self.stopping && self.host.drained() && self.store.unacked_by_key().is_empty() {
+            // Drained and every write on disk: the process exits and starts
+            // again.
+            self.stopping = false;
+            self.crash()?;
+        }
+        if self.phase == RunPhase::Liveness && !self.stopping {
             let pending = checkers::pending(&self.host.view(), &self.clients, &self.q);
             if pending.is_empty() {
                 self.phase = RunPhase::Finished;
@@ -511,8 +521,18 @@ impl World {
                 }
             }
             Event::HostCrash => {
-                if self.phase == RunPhase::Safety {
-                    self.crash()?;
+                if self.phase == RunPhase::Safety && !self.stopping {
+                    // Half the stops are graceful (SIGTERM: the host drains,
+                    // the store finishes its writes, then the process goes),
+                    // half a crash mid-whatever (kill -9).
+                    if self.faults_rng.chance(0.5) {
+                        let grace_ms = self.faults_rng.range(0, 3_000);
+                        self.stopping = true;
+                        self.trace.note(self.steps, self.q.now, &format!("graceful stop: grace {grace_ms} ms"));
+                        self.feed(Input::Shutdown { grace_ms }, "shutdown".to_owned())?;
+                    } else {
+                        self.crash()?;
+                    }
                     if let Some(mean) = self.faults.host_crash_mean_ms {
                         let d = self.faults_rng.exp_ms(mean);
                         self.q.push(d, Event::HostCrash);

@@ -130,9 +130,19 @@ impl Daemon {
 
     /// SIGTERM, then the exit status (waiting at most STEP).
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal_term();
+        self.wait_exit()
+    }
+
+    /// Sends SIGTERM and returns at once (the daemon drains first).
+    pub fn signal_term(&mut self) {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
         assert!(sent.success(), "kill -TERM {pid} failed");
+    }
+
+    /// The exit status, waiting at most STEP.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         let deadline = std::time::Instant::now() + STEP;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {

@@ -322,6 +322,8 @@ impl Host {
             for (chat, turn_id) in running {
                 self.fail_turn(uri, &chat, &turn_id, "the session's agent was stopped by a dispose that did not finish");
             }
+            // What changed while the dispose was under way was not written.
+            self.store_put(uri);
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };

@@ -247,6 +247,9 @@ impl Host {
                 let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
                 match action {
                     StateAction::ChatTurnStarted(a) => {
+                        if self.stopping() {
+                            return Err(crate::host::shutdown::REFUSED_WHILE_STOPPING.into());
+                        }
                         let max = self.config.limits.message_text_max_bytes;
                         if a.message.text.len() > max {
                             return Err(format!("message text larger than the limit of {max} bytes"));

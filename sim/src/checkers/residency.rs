@@ -187,6 +187,15 @@ impl Residency {
         let mut used: BTreeSet<Uri> = BTreeSet::new();
         let mut named = before.named.clone();
         let mut everything = false;
+        // Sessions whose running turns the host itself cancelled this step
+        // (a graceful stop's grace ran out): their work ended in it.
+        let host_cancelled: BTreeSet<Uri> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Backend { chat, command: ahpd_core::BackendCmd::Cancel { .. }, .. } => session_of(chat),
+                _ => None,
+            })
+            .collect();
         for e in effects {
             let Effect::Send { conn, message } = e else { continue };
             match message {
@@ -262,7 +271,7 @@ impl Residency {
             if let Some(c) = b.watchers.intersection(&a.watchers).next() {
                 return Err(breach("no_sleep_while_watched", format!("{uri} {how} while connection {} was subscribed throughout", c.0)));
             }
-            if b.chat_work && before.subject.as_ref() != Some(uri) && !before.named.contains(id_of(uri)) {
+            if b.chat_work && before.subject.as_ref() != Some(uri) && !before.named.contains(id_of(uri)) && !host_cancelled.contains(uri) {
                 return Err(breach("no_sleep_while_busy", format!("{uri} {how} with a turn, a queued message or a question in hand")));
             }
             if slept && a.chat_work {

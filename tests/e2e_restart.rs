@@ -247,3 +247,91 @@ async fn sigterm_during_a_long_turn_cancels_it_after_the_grace_and_keeps_it() {
     assert_eq!(t1.message.text, "/slow 60000 upgrade me");
     assert_eq!(t1.state, ahp::ahp_types::state::TurnState::Cancelled);
 }
+
+/// A kill -9 storm (issue 19, short version; `AHPD_STORM_ROUNDS=20` for the
+/// figure in docs/USER-GUIDE.md): each round starts the daemon on the same
+/// data dir, runs a turn in each of three sessions and renames each (every
+/// one echoed, so acknowledged), starts a long turn, and kills the daemon
+/// while it runs. At the end every acknowledged turn is in its chat, ended,
+/// every session has its last acknowledged title, and no temp file is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_storm_loses_no_acknowledged_turn_or_rename() {
+    use ahp::ahp_types::actions::SessionTitleChangedAction;
+    let rounds: usize = std::env::var("AHPD_STORM_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(4);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let mut sessions: Vec<(String, String)> = Vec::new();
+    let mut acked_turns: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let mut acked_titles: Vec<String> = vec![String::new(); 3];
+    for round in 0..rounds {
+        let mut daemon = Daemon::start(&data);
+        let (c, _, _root) = connect_init(&daemon.url, "storm").await;
+        if sessions.is_empty() {
+            for _ in 0..3 {
+                let (sid, chat, _s, _c, _cs) = new_session(&c).await;
+                sessions.push((sid, chat));
+            }
+        }
+        for (i, (sid, chat)) in sessions.iter().enumerate() {
+            let (_state, mut ssub) = subscribe_session(&c, sid).await;
+            let (_chat, mut csub) = subscribe_chat(&c, chat).await;
+            let id = format!("r{round}-s{i}");
+            turn(&c, chat, &mut csub, &id, &format!("/slow 20 {id}")).await;
+            acked_turns[i].push(id.clone());
+            let title = format!("title {id}");
+            let action = StateAction::SessionTitleChanged(SessionTitleChangedAction { title: title.clone() });
+            within("rename", c.dispatch(sid.clone(), action)).await.expect("dispatch rename");
+            wait_for(&mut ssub, "rename echoed", |event| match event {
+                SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::SessionTitleChanged(a) if a.title == title) => {
+                    assert!(env.rejection_reason.is_none(), "rename rejected: {env:?}");
+                    Some(())
+                }
+                _ => None,
+            })
+            .await;
+            acked_titles[i] = title;
+        }
+        let i = round % 3;
+        let (_, chat) = &sessions[i];
+        let (_chat, mut csub) = subscribe_chat(&c, chat).await;
+        let id = format!("r{round}-long");
+        within("dispatch", c.dispatch(chat.clone(), user_turn(&id, &format!("/slow 60000 {id}")))).await.expect("dispatch");
+        echoed(&mut csub, &id).await;
+        acked_turns[i].push(id);
+        daemon.kill();
+    }
+
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _root) = connect_init(&daemon.url, "checker").await;
+    let rows = list(&c).await;
+    let mut lost = Vec::new();
+    for (i, (sid, chat)) in sessions.iter().enumerate() {
+        let (state, _csub) = subscribe_chat(&c, chat).await;
+        assert!(state.active_turn.is_none(), "{chat} still shows a turn running after the restart");
+        for id in &acked_turns[i] {
+            if !state.turns.iter().any(|t| &t.id == id) {
+                lost.push(id.clone());
+            }
+        }
+        let row = rows.iter().find(|r| &r.resource == sid).unwrap_or_else(|| panic!("{sid} not listed"));
+        assert_eq!(row.title, acked_titles[i], "{sid} lost its acknowledged title");
+    }
+    let total: usize = acked_turns.iter().map(Vec::len).sum();
+    eprintln!("kill -9 storm: {rounds} kill points, {total} acknowledged turns, {} renames, {} lost", rounds * 3, lost.len());
+    assert!(lost.is_empty(), "acknowledged turns lost: {lost:?}");
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+    let mut temps = Vec::new();
+    let mut stack = vec![data.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.contains(".tmp")) {
+                temps.push(path);
+            }
+        }
+    }
+    assert!(temps.is_empty(), "temp files left behind: {temps:?}");
+}

@@ -230,6 +230,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             changes: None,
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
         });
         turns.insert(uri, chat_turns);
     }
@@ -300,6 +301,7 @@ mod tests {
             changes: None,
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
             }],
             changes: None,
             external: false,

@@ -667,7 +667,14 @@ impl Host {
     }
 
     pub(crate) fn backend(&mut self, op: Op, provider: String, chat: Uri, command: BackendCmd) -> OpId {
+        let start_of = match &op {
+            Op::Start { session, .. } => Some(session.clone()),
+            _ => None,
+        };
         let id = self.new_op(op);
+        if let Some(s) = start_of.and_then(|s| self.sessions.get_mut(&s)) {
+            s.starts_unanswered.insert(id, chat.clone());
+        }
         self.effects.push(Effect::Backend { op: id, provider, chat, command });
         id
     }

@@ -178,6 +178,7 @@ mod tests {
             changes: None,
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
         }
     }
 

@@ -123,4 +123,9 @@ pub struct ChatRecord {
     /// ([`crate::held`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<crate::kept_turns::KeptTurn>,
+    /// The chat's draft (`chat/draftChanged`), kept across sleep, eviction
+    /// and restart; written without a wake (Sessions page, "Sleep and
+    /// wake": "A config change and a draft are kept without a wake").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft: Option<ahp_types::state::Message>,
 }

@@ -129,3 +129,36 @@ fn a_cancelled_turn_the_backend_never_recorded_stays_cancelled_and_a_finished_on
     let doc = ahpd_core::export::export(&record, &history);
     assert!(doc.messages.iter().any(|m| m.role == "user" && m.content == "hello again" && m.turn_id == "t2"), "{:?}", doc.messages);
 }
+
+#[test]
+fn a_draft_is_kept_without_a_wake_and_comes_back_with_the_chat() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat) = second_turn_running(&mut h, &mut disk);
+    h.agent_reply(&chat, "t2", "Echo: hello again");
+    durable(&mut h, &mut disk);
+    // A restart: the session is asleep and its state not held.
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    h.connect(1, "c1");
+    h.dispatch(1, &chat, 1, json!({"type": "chat/draftChanged", "draft": {"text": "half a thought", "origin": {"kind": "user"}}}));
+    durable(&mut h, &mut disk);
+    assert!(
+        h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Start { .. })),
+        "a draft wakes nothing"
+    );
+    let record = disk.values().next().expect("stored");
+    assert_eq!(record.chats[0].draft.as_ref().map(|m| m.text.as_str()), Some("half a thought"));
+    // The next waker brings the chat back with its draft.
+    let id = h.send_request(1, "subscribe", json!({"channel": chat}));
+    for _ in 0..4 {
+        for (op, _, cmd) in h.backend_cmds() {
+            if let BackendCmd::Start { conversation_id, .. } = cmd {
+                h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+            }
+        }
+        h.answer_inspects();
+        h.settle_store();
+    }
+    let reply = h.take_reply(1, id).expect("subscribe answered");
+    assert_eq!(reply["result"]["snapshot"]["state"]["draft"]["text"], "half a thought", "{reply}");
+}

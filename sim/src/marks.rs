@@ -82,6 +82,8 @@ pub const EXPECTED: &[&str] = &[
     "turn_interrupted_by_stop",
     "shutdown_drains",
     "shutdown_cancels_running_turns",
+    "draft_kept_without_wake",
+    "late_start_names_conversation",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

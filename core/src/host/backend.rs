@@ -71,8 +71,22 @@ impl Host {
     /// wait, or one step of a wake.
     fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let unanswered = session.starts_unanswered.remove(&op);
         if !session.phase_ops.remove(&op) {
             self.stats.stale_ops += 1;
+            // Late for its phase (the agent exited, the session slept), but
+            // the conversation it names is real: a wake must resume that
+            // one, not the id the host first asked for (issue 19, seeds
+            // 1095 and 1631: the chat's first turns were lost).
+            if let (Some(started_chat), Outcome::Started { conversation_id, .. }) = (unanswered, &outcome) {
+                let chat_record = session.record.chats.iter_mut().find(|c| c.resource == started_chat && c.resource == *chat);
+                if let Some(c) = chat_record.filter(|c| c.conversation_id != *conversation_id) {
+                    crate::mark!("late_start_names_conversation");
+                    c.conversation_id = conversation_id.clone();
+                    c.fresh = false;
+                    self.store_put(session_uri);
+                }
+            }
             return;
         }
         match session.phase.clone() {

@@ -100,6 +100,7 @@ impl Host {
         changes: None,
         written: Default::default(),
         kept: Vec::new(),
+        draft: None,
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         let saved = session.record.clone();
@@ -226,6 +227,9 @@ impl Host {
         let record = session.record.chats.remove(pos);
         session.pending_sends.retain(|(c, _, _)| *c != chat);
         session.sends_in_flight.retain(|_, (c, _)| *c != chat);
+        // A late start answer must not name a conversation for a chat made
+        // anew under this URI.
+        session.starts_unanswered.retain(|_, c| *c != chat);
         let provider = session.record.provider.clone();
         self.backend(Op::Fire, provider, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
         self.emit(session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);

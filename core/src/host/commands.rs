@@ -151,6 +151,7 @@ impl Host {
             changes: None,
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
             }],
             changes: None,
             external: false,
@@ -516,7 +517,7 @@ pub(crate) fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         chats: record
             .chats
             .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Vec::new(), ..c.clone() })
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Vec::new(), draft: None, ..c.clone() })
             .collect(),
         ..record.clone()
     }

@@ -444,6 +444,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     changes: None,
     written: Default::default(),
     kept: Vec::new(),
+    draft: None,
     }
 }
 

@@ -36,7 +36,10 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
             Some(Kind::Durable)
         }
         SessionWorkingDirectorySet(_) | SessionWorkingDirectoryRemoved(_) | SessionWorkingDirectoryReplaced(_) => Some(Kind::Durable),
-        ChatTurnCancelled(_) | ChatToolCallConfirmed(_) | ChatDraftChanged(_) => Some(Kind::Volatile),
+        // A draft is written ahead like a title: kept across sleep,
+        // eviction and restart, and taken without a wake.
+        ChatDraftChanged(_) => Some(Kind::Durable),
+        ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
         _ => None,
     }
 }
@@ -66,7 +69,11 @@ fn operation_of(action: &StateAction) -> Option<crate::grants::Operation> {
 fn needs_state(action: &StateAction) -> bool {
     !matches!(
         action,
-        StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_)
+        StateAction::SessionTitleChanged(_)
+            | StateAction::SessionIsReadChanged(_)
+            | StateAction::SessionIsArchivedChanged(_)
+            // "A config change and a draft are kept without a wake."
+            | StateAction::ChatDraftChanged(_)
     )
 }
 
@@ -183,6 +190,9 @@ impl Host {
         if let Err(reason) = self.validate(session_uri, &q) {
             return self.reject(q.conn, &q.channel, q.action, origin, reason);
         }
+        if matches!(q.action, StateAction::ChatDraftChanged(_)) && self.sessions.get(session_uri).is_some_and(|s| s.resident.is_none()) {
+            crate::mark!("draft_kept_without_wake");
+        }
         match kind_of(&q.action) {
             Some(Kind::Durable) => {
                 // Write the record as it will be once the action applies;
@@ -239,6 +249,21 @@ impl Host {
                 }
                 Ok(())
             }
+            StateAction::ChatDraftChanged(d) => {
+                if on_session {
+                    return Err("a chat action must be dispatched on a chat channel".into());
+                }
+                if !session.record.chats.iter().any(|c| c.resource == q.channel) {
+                    return Err("no such chat".into());
+                }
+                match &d.draft {
+                    Some(m) if m.text.len() > self.config.limits.message_text_max_bytes => {
+                        Err(format!("draft text larger than the limit of {} bytes", self.config.limits.message_text_max_bytes))
+                    }
+                    Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
+                    _ => Ok(()),
+                }
+            }
             action => {
                 if on_session {
                     return Err("a chat action must be dispatched on a chat channel".into());
@@ -291,13 +316,6 @@ impl Host {
                             Err("no such tool call is waiting for confirmation".into())
                         }
                     }
-                    StateAction::ChatDraftChanged(d) if d.draft.as_ref().is_some_and(|m| m.text.len() > self.config.limits.message_text_max_bytes) => {
-                        Err(format!("draft text larger than the limit of {} bytes", self.config.limits.message_text_max_bytes))
-                    }
-                    StateAction::ChatDraftChanged(d) => match &d.draft {
-                        Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
-                        _ => Ok(()),
-                    },
                     _ => Err("this action type is not accepted from clients".into()),
                 }
             }
@@ -583,6 +601,11 @@ fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, 
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
         StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
         action if crate::folders::is_folder_action(action) => crate::folders::apply(&mut record.working_directories, action),
+        StateAction::ChatDraftChanged(d) => {
+            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
+                chat.draft = d.draft.clone();
+            }
+        }
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());

@@ -182,6 +182,10 @@ pub struct Session {
     pub pending_sends: Vec<(Uri, String, Message)>,
     /// Backend ops of the current phase transition (start, delete).
     pub phase_ops: BTreeSet<OpId>,
+    /// Every chat start not answered yet, by op, whatever the phase does
+    /// meanwhile: a late answer still names the conversation an agent
+    /// assigned, which the next wake must resume (`Host::on_started`).
+    pub starts_unanswered: BTreeMap<OpId, Uri>,
     /// Turns handed back by the resumes of the current wake, by chat.
     pub wake_history: BTreeMap<Uri, Vec<Turn>>,
     /// The first failure of the current wake, if any.
@@ -263,6 +267,7 @@ impl Session {
             sends_in_flight: BTreeMap::new(),
             pending_sends: Vec::new(),
             phase_ops: BTreeSet::new(),
+            starts_unanswered: BTreeMap::new(),
             wake_history: BTreeMap::new(),
             wake_error: None,
             waiters: Vec::new(),

@@ -132,6 +132,7 @@ mod tests {
             changes: (i == 1 && changes).then(|| ChangesSummary { additions: None, deletions: None, files: Some(4) }),
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
         };
         SessionRecord {
             format: RECORD_FORMAT,

@@ -105,7 +105,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         active_turn: None,
         steering_message: None,
         queued_messages: None,
-        draft: None,
+        draft: chat.draft.clone(),
         meta: None,
     }
 }

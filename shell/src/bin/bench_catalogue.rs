@@ -421,6 +421,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             changes: None,
             written: Default::default(),
             kept: Vec::new(),
+            draft: None,
         }],
         changes: None,
         external: false,

@@ -120,7 +120,7 @@ pub struct ChatRecord {
     pub written: std::collections::BTreeSet<String>,
     /// Turns the host keeps until the backend's history has them: echoed
     /// turns still running, and turns the host ended itself
-    /// ([`crate::held`]).
+    /// ([`crate::kept_turns`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept: Vec<crate::kept_turns::KeptTurn>,
     /// The chat's draft (`chat/draftChanged`), kept across sleep, eviction

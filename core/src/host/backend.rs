@@ -211,12 +211,7 @@ impl Host {
             .and_then(|c| c.active_turn.as_ref())
             .is_some_and(|t| t.id == turn_id);
         if running {
-            let started = self
-                .sessions
-                .get(session_uri)
-                .and_then(|s| s.resident.as_ref())
-                .and_then(|r| r.turn_started_mono.get(chat).copied());
-            let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
+            let duration = self.turn_duration(session_uri, chat);
             let action = StateAction::ChatError(ChatErrorAction {
                 turn_id: turn_id.to_owned(),
                 duration,
@@ -348,12 +343,7 @@ impl Host {
             .and_then(|r| r.chats.get(chat))
             .and_then(|c| c.active_turn.as_ref())
             .map(|t| t.id.clone());
-        let started = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .and_then(|r| r.turn_started_mono.get(chat).copied());
-        let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
+        let duration = self.turn_duration(session_uri, chat);
         use StateAction::*;
         // A turn that broke with an error the client may resume gets its
         // checkpoint when it ends again (Sessions page).

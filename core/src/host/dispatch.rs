@@ -407,12 +407,7 @@ impl Host {
                 self.check_residency();
             }
             StateAction::ChatTurnCancelled(mut a) => {
-                let started = self
-                    .sessions
-                    .get(session_uri)
-                    .and_then(|s| s.resident.as_ref())
-                    .and_then(|r| r.turn_started_mono.get(&q.channel).copied());
-                a.duration = started.map(|t| (self.now.mono.0.saturating_sub(t.0)) as i64).unwrap_or(0);
+                a.duration = self.turn_duration(session_uri, &q.channel);
                 let turn_id = a.turn_id.clone();
                 if !self.emit(&q.channel, StateAction::ChatTurnCancelled(a), origin) {
                     return;
@@ -528,15 +523,15 @@ impl Host {
         self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
     }
 
-    /// After a turn ended (completed, cancelled, failed): clear its clock,
-    /// note activity, mirror the chat, recount, and persist the record.
-    /// What every turn's end does, in this order: the chat's bookkeeping,
-    /// the record, then (`checkpoint`: a turn that completed or failed for
-    /// good) its checkpoint, and only then the residency check, so the
-    /// checkpoint is work in hand that keeps the session from being evicted
-    /// under it (issue 18: an eviction at a turn's end left its checkpoint
-    /// running on a session that had gone).
-    /// A kept turn ended (`crate::held`): the backend ended it (`how`
+    /// How long `chat`'s running turn has run, in milliseconds of host
+    /// time (0 when the host does not know its start): every turn end's
+    /// `duration` is the host's own.
+    pub(crate) fn turn_duration(&self, session_uri: &Uri, chat: &Uri) -> i64 {
+        let started = self.sessions.get(session_uri).and_then(|s| s.resident.as_ref()).and_then(|r| r.turn_started_mono.get(chat).copied());
+        started.map_or(0, |t| i64::try_from(self.now.mono.0.saturating_sub(t.0)).unwrap_or(i64::MAX))
+    }
+
+    /// A kept turn ended (`crate::kept_turns`): the backend ended it (`how`
     /// `None`: its history has it, the host lets it go) or the host did
     /// (kept, with how). Written by the end's record write.
     pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
@@ -547,6 +542,14 @@ impl Host {
         };
     }
 
+    /// After a turn ended (completed, cancelled, failed): clear its clock,
+    /// note activity, mirror the chat, recount, and persist the record.
+    /// What every turn's end does, in this order: the chat's bookkeeping,
+    /// the record, then (`checkpoint`: a turn that completed or failed for
+    /// good) its checkpoint, and only then the residency check, so the
+    /// checkpoint is work in hand that keeps the session from being evicted
+    /// under it (issue 18: an eviction at a turn's end left its checkpoint
+    /// running on a session that had gone).
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
         if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
             resident.turn_started_mono.remove(chat);
@@ -610,7 +613,7 @@ fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, 
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
                 // Durable history from its echo on: kept until the backend
-                // has it (`crate::held`).
+                // has it (`crate::kept_turns`).
                 crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
                     id: a.turn_id.clone(),
                     started_at: a.started_at.clone(),

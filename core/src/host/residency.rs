@@ -330,7 +330,7 @@ impl Host {
             crate::mark!("wake_rebuilds_evicted_state");
             let history = std::mem::take(&mut session.wake_history);
             // Held turns the backend's history has after all are let go
-            // (`crate::held`); the rest come back in place.
+            // (`crate::kept_turns`); the rest come back in place.
             for chat in &mut session.record.chats {
                 let (_, found) = crate::kept_turns::merge(chat, history.get(&chat.resource).cloned().unwrap_or_default());
                 for id in found {

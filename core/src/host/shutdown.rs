@@ -60,8 +60,7 @@ impl Host {
             self.log(LogLevel::Warn, "host.turns_cancelled", None, format!("{} turns still running at the end of the grace were cancelled", running.len()));
         }
         for (session, chat, turn_id) in running {
-            let started = self.sessions.get(&session).and_then(|s| s.resident.as_ref()).and_then(|r| r.turn_started_mono.get(&chat).copied());
-            let duration = started.map(|t| self.now.mono.0.saturating_sub(t.0) as i64).unwrap_or(0);
+            let duration = self.turn_duration(&session, &chat);
             let action = StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.clone(), duration, meta: None });
             if !self.emit(&chat, action, None) {
                 continue;

@@ -164,9 +164,22 @@ impl ActiveRecord {
     /// Whether `other` differs from `self` in more than the heartbeat
     /// timestamp (any field): a reason to publish again.
     pub fn differs_beyond_heartbeat(&self, other: &ActiveRecord) -> bool {
-        let mut a = self.clone();
-        a.updated_at = other.updated_at;
-        a != *other
+        // Field by field, so that a new field cannot be forgotten here
+        // (the destructuring stops compiling) and nothing is cloned (the
+        // tick asks this of every live session).
+        let ActiveRecord { version, session, host, pid, pid_start, working_directories, repository, branch, head, status, activity, claims, updated_at: _ } = self;
+        *version != other.version
+            || *session != other.session
+            || *host != other.host
+            || *pid != other.pid
+            || *pid_start != other.pid_start
+            || *working_directories != other.working_directories
+            || *repository != other.repository
+            || *branch != other.branch
+            || *head != other.head
+            || *status != other.status
+            || *activity != other.activity
+            || *claims != other.claims
     }
 }
 

@@ -155,11 +155,18 @@ fn peers_show_on_meta_and_heartbeat_noise_is_no_update() {
     assert_eq!(m["ahpd.awareness"]["tier"], "warn");
     assert_eq!(events(&h, &uri), vec!["session_peer_joined"]);
 
+    h.request(1, "subscribe", json!({ "channel": uri }));
+    h.frames(1);
+    let shown = meta(&h, &uri)["ahpd.peers"].clone();
     h.advance(5_000);
     let at = h.now.wall.0;
     let cmds = answer(&mut h, &[peer("", at)]);
     assert!(cmds.iter().any(|c| matches!(c, RegistryCmd::Publish { .. })), "the heartbeat republishes: {cmds:?}");
     assert_eq!(events(&h, &uri), vec!["session_peer_joined"], "heartbeat noise is no update");
+    // Nor does a subscriber hear of it: the peer is shown as it was.
+    assert_eq!(meta(&h, &uri)["ahpd.peers"], shown);
+    let heard: Vec<Value> = h.frames(1).into_iter().filter(|f| f.to_string().contains("session/metaChanged")).collect();
+    assert!(heard.is_empty(), "a heartbeat alone is not broadcast: {heard:?}");
 
     h.advance(5_000);
     let at = h.now.wall.0;

@@ -230,10 +230,12 @@ impl Host {
         }
         self.awareness.repos.extend(repos);
         self.awareness.live = live;
-        self.awareness.error = None;
+        // A cleared error is news for every session, even one whose peers
+        // stayed.
+        let error_cleared = self.awareness.error.take().is_some();
         let sessions: Vec<Uri> = self.awareness.published.keys().cloned().collect();
         for uri in sessions {
-            self.refresh_peers(&uri);
+            self.refresh_peers(&uri, error_cleared);
         }
     }
 
@@ -245,19 +247,32 @@ impl Host {
     }
 
     /// Recomputes `uri`'s peers and warnings from the last scan, records
-    /// the peer events, and exposes them.
-    fn refresh_peers(&mut self, uri: &Uri) {
+    /// the peer events, and exposes them when anything a client sees moved
+    /// (or `force`).
+    fn refresh_peers(&mut self, uri: &Uri, force: bool) {
         let Some(me) = self.own_record(uri) else { return };
         if let Some(head) = me.head.clone() {
             self.awareness.baseline.entry(uri.clone()).or_insert(head);
         }
-        let fresh = rules::peers_of(&me, &self.awareness.live);
-        let old = self.awareness.peers.get(uri).cloned().unwrap_or_default();
-        for (kind, key) in rules::diff(&old, &fresh) {
-            let peer = fresh.get(&key).or_else(|| old.get(&key));
+        let mut fresh = rules::peers_of(&me, &self.awareness.live);
+        let had = self.awareness.peers.remove(uri);
+        let force = force || had.is_none();
+        let old = had.unwrap_or_default();
+        let events = rules::diff(&old, &fresh);
+        for (kind, key) in &events {
+            let peer = fresh.get(key).or_else(|| old.get(key));
             let session = peer.map(|p| p.session.clone()).unwrap_or_default();
-            self.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(&key)));
+            self.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(key)));
             self.push_event(uri, json!({ "type": kind.name(), "peer": session, "key": key }));
+        }
+        // A peer that only refreshed its heartbeat is shown as it was: the
+        // heartbeat is noise (spec 004, "heartbeat timestamp noise is
+        // ignored"), and re-sending every peer's `_meta` to every client on
+        // each beat would be a broadcast per peer per 5 s.
+        for (key, record) in fresh.iter_mut() {
+            if let Some(was) = old.get(key).filter(|was| !was.differs_beyond_heartbeat(record)) {
+                record.updated_at = was.updated_at;
+            }
         }
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
         let warnings = rules::warnings(tier, &me, self.awareness.baseline.get(uri).map(String::as_str), &fresh);
@@ -266,9 +281,12 @@ impl Host {
             crate::mark!("awareness_warning");
             self.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
         }
+        let unchanged = !force && events.is_empty() && fresh == old && warnings == before;
         self.awareness.peers.insert(uri.clone(), fresh);
         self.awareness.warnings.insert(uri.clone(), warnings);
-        self.expose(uri);
+        if !unchanged {
+            self.expose(uri);
+        }
     }
 
     fn push_event(&mut self, uri: &Uri, mut event: Value) {

@@ -331,3 +331,65 @@ async fn a_worktree_the_host_made_is_trusted_when_its_repository_is() {
     let e = rpc_error(within("subscribe", c.request::<_, Value>("subscribe", json!({"channel": sid}))).await);
     assert!(e.message.contains("not woken") && e.message.contains("not a trusted folder"), "{e:?}");
 }
+
+/// The paths `git worktree list` names for the repository at `dir`.
+fn worktree_paths(dir: &Path) -> Vec<String> {
+    let out = std::process::Command::new("git").arg("-C").arg(dir).args(["worktree", "list", "--porcelain"]).output().expect("run git");
+    assert!(out.status.success(), "git worktree list: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("worktree ").map(str::to_owned)).collect()
+}
+
+/// Issue 19: "A tree is taken off the disk only when no session, detached
+/// handle or agent uses it, across restarts." S1 is a worktree session;
+/// S2 is made in S1's tree and runs turns there. Disposing S1 keeps the
+/// tree (on disk and in `git worktree list`), S2 goes on working in it
+/// after a restart (still trusted as the host's tree), and disposing S2,
+/// its last user, removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_two_sessions_work_in_stays_until_the_last_of_them_is_disposed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (data, repo_dir, _plain) = repo_and_plain(tmp.path());
+    let trusted = repo_dir.to_str().expect("utf-8 path").to_owned();
+    let mut daemon = Daemon::start_with(&data, &["--trusted-folder", &trusted]);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-shared-tree").await;
+
+    let s1 = format!("ahp-session:/{}", fresh_id());
+    let params = json!({"channel": s1, "provider": "echo", "workingDirectories": [file_uri(&repo_dir)], "config": {"isolation": "worktree"}});
+    let created: Value = within("createSession", c.request("createSession", params)).await.expect("createSession");
+    assert_eq!(created, Value::Null);
+    one_turn(&c, &s1, "t1").await;
+    let tree_uri = subscribe_session(&c, &s1).await.0.working_directories.and_then(|d| d.first().cloned()).expect("a folder");
+    let tree_path = ahpd_core::git::path_of_uri(&tree_uri).expect("a file URI");
+    let tree = Path::new(&tree_path).to_path_buf();
+    assert!(worktree_paths(&repo_dir).contains(&tree_path), "the tree is a worktree");
+
+    // S2 works in S1's tree.
+    let s2 = format!("ahp-session:/{}", fresh_id());
+    let params = json!({"channel": s2, "provider": "echo", "workingDirectories": [tree_uri]});
+    let created: Value = within("createSession", c.request("createSession", params)).await.expect("a session in the tree");
+    assert_eq!(created, Value::Null);
+    one_turn(&c, &s2, "t1").await;
+
+    // Disposing S1 keeps the tree: S2 works in it.
+    let disposed: Value = within("disposeSession", c.request("disposeSession", DisposeSessionParams { channel: s1.clone(), meta: None })).await.expect("disposeSession");
+    assert_eq!(disposed, Value::Null);
+    assert!(tree.join(".git").is_file(), "the tree is still a checkout (its .git file is there)");
+    assert!(worktree_paths(&repo_dir).contains(&tree_path), "still in git's worktree list");
+    one_turn(&c, &s2, "t2").await;
+
+    // After a restart S2 is woken in the tree (it is still the host's, so
+    // trusted) and runs a turn there.
+    drop(c);
+    daemon.terminate();
+    let daemon = Daemon::start_with(&data, &["--trusted-folder", &trusted]);
+    let (c, _init, _root) = connect_init(&daemon.url, "e2e-shared-tree-2").await;
+    one_turn(&c, &s2, "t3").await;
+    assert!(worktree_paths(&repo_dir).contains(&tree_path));
+
+    // Its last user disposed, the tree goes.
+    let disposed: Value = within("disposeSession", c.request("disposeSession", DisposeSessionParams { channel: s2.clone(), meta: None })).await.expect("disposeSession");
+    assert_eq!(disposed, Value::Null);
+    assert!(!tree.exists(), "the tree is gone with its last user");
+    assert!(!worktree_paths(&repo_dir).contains(&tree_path), "gone from git's worktree list");
+    drop(daemon);
+}

@@ -254,6 +254,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         external: false,
         offer: None,
         in_tree: None,
+        shared_trees: Vec::new(),
         deleted: false,
         git: None,
     };
@@ -307,6 +308,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
+            shared_trees: Vec::new(),
             deleted: false,
             git: None,
         }

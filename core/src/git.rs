@@ -135,6 +135,22 @@ impl RepoFacts {
     }
 }
 
+/// A tree another session made that this one works in, handed to it when
+/// its maker was disposed (issue 19: "A tree is taken off the disk only
+/// when no session, detached handle or agent uses it, across restarts").
+/// Kept in the holder's record so the tree is still the host's (trusted,
+/// removed when its last user goes) after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedTree {
+    /// A folder in the repository the tree was cut from.
+    pub repo: String,
+    /// The prefix of its maker's checkpoint refs (deleted with the tree).
+    pub refs_prefix: String,
+    /// The tree.
+    pub tree: WorktreeRecord,
+}
+
 /// A tree the host made for a session, as its record keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -75,6 +75,12 @@ pub struct SessionRecord {
     /// (see [`crate::git::TreeOrigin`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_tree: Option<crate::git::TreeOrigin>,
+    /// Trees other sessions made that this one works in, handed to it when
+    /// their maker was disposed ([`crate::git::SharedTree`]). Never
+    /// archived (they stay on disk while a holder exists); removed with
+    /// the last session that works in them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_trees: Vec<crate::git::SharedTree>,
     /// A tombstone: the session was disposed, and this record stays only
     /// so a backend's copy that outlives the dispose (a transcript its CLI
     /// keeps, or one put back from a backup) is not listed again after a

@@ -84,6 +84,8 @@ pub const EXPECTED: &[&str] = &[
     "shutdown_cancels_running_turns",
     "draft_kept_without_wake",
     "late_start_names_conversation",
+    "tree_kept_in_use",
+    "archive_keeps_tree_in_use",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

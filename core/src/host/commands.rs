@@ -157,6 +157,7 @@ impl Host {
             external: false,
             offer: Some(offer),
             in_tree,
+            shared_trees: Vec::new(),
             git: None,
             deleted: false,
         };
@@ -356,6 +357,10 @@ impl Host {
         self.recount_active();
         self.reply(conn, id, Value::Null);
         self.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
+        if !session.record.working_directories.is_empty() {
+            // Trees it worked in that an archived session kept for it.
+            self.trees_freed();
+        }
     }
 
     /// `listSessions`: announced sessions, most recently modified first,
@@ -512,6 +517,7 @@ pub(crate) fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         changes: None,
         offer: None,
         in_tree: None,
+        shared_trees: Vec::new(),
         git: None,
         deleted: true,
         chats: record

@@ -240,13 +240,11 @@ impl Host {
         self.reply(conn, id, json!({}));
     }
 
-    /// The session (not being disposed) whose working directory the tree
-    /// at `path` is, if any: such a tree is in use and stays on disk.
+    /// The first session (not being disposed) that works in the tree at
+    /// `path`, if any: such a tree is in use and stays on disk
+    /// ([`Host::tree_users`]).
     fn tree_user(&self, path: &str) -> Option<Uri> {
-        self.sessions.iter().find_map(|(uri, s)| {
-            let uses = s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path)));
-            (uses && !matches!(s.phase, Phase::Disposing { .. })).then(|| uri.clone())
-        })
+        self.tree_users(path, None).0.into_iter().next()
     }
 
     /// Starts the handle's next queued step unless one is in flight. A

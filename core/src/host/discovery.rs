@@ -264,6 +264,7 @@ impl Host {
             external,
             offer: None,
             in_tree: None,
+            shared_trees: Vec::new(),
             deleted: false,
             git: None,
         }

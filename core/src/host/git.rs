@@ -270,25 +270,34 @@ impl Host {
 
     /// `disposeSession`'s git step: the session's checkpoints and its tree.
     /// Returns the op to wait for, if any.
+    /// A tree another session still works in stays, handed to it
+    /// ([`Host::hand_over_tree`]); only the refs go.
     pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Option<OpId> {
         let session = self.sessions.get(session_uri)?;
-        let git = session.record.git.clone()?;
+        let shared = session.record.shared_trees.clone();
+        let git = session.record.git.clone();
         let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        // Trees handed to it: passed on, or removed with their maker's refs.
+        for tree in shared {
+            if !self.hand_over_tree(session_uri, &tree) {
+                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree) });
+            }
+        }
+        let git = git?;
+        let kept = |host: &mut Host, repo: &str, w: &crate::git::WorktreeRecord| {
+            host.hand_over_tree(session_uri, &crate::git::SharedTree { repo: repo.to_owned(), refs_prefix: refs_prefix.clone(), tree: w.clone() })
+        };
         // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
-            self.git(
-                Op::Git(GitOp::Cleanup),
-                GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree: former.worktree.clone() },
-            );
+            let worktree = former.worktree.clone().filter(|w| !kept(self, &former.folder, w));
+            self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree });
         }
         git.repo_root.as_ref()?;
         if git.moved {
             return None;
         }
-        Some(self.git(
-            Op::Git(GitOp::Dispose { session: session_uri.clone() }),
-            GitCmd::Dispose { repo: git.folder, refs_prefix, worktree: git.worktree },
-        ))
+        let worktree = git.worktree.clone().filter(|w| !kept(self, &git.folder, w));
+        Some(self.git(Op::Git(GitOp::Dispose { session: session_uri.clone() }), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree }))
     }
 
     pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {

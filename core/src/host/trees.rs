@@ -6,13 +6,18 @@
 //! subscribing) puts its own tree back before its agents start in it. A
 //! session a client moves to another folder keeps the tree it worked in
 //! as its own, archived, put back and removed with it by the same rules.
+//!
+//! A tree is taken off the disk only when no other session works in it
+//! and no window's handle holds it (issue 19): archiving keeps a tree in
+//! use on disk, and disposing its maker hands it to the sessions that work
+//! in it ([`crate::git::SharedTree`]), the last of which removes it.
 
 use ahp_types::Uri;
 
 use super::git::GitOp;
 use super::{Host, Op};
 use crate::effect::{LogLevel, OpId};
-use crate::git::{path_of_uri, FormerFolder, GitCmd, GitResult, WorktreeRecord};
+use crate::git::{path_of_uri, FormerFolder, GitCmd, GitResult, SharedTree, WorktreeRecord};
 use crate::input::Outcome;
 use crate::session::Phase;
 
@@ -25,6 +30,71 @@ impl Host {
         let own = git.worktree.iter().filter(|_| !git.moved).map(|w| (git.folder.clone(), w.clone()));
         let former = git.former.iter().filter_map(|f| f.worktree.clone().map(|w| (f.folder.clone(), w)));
         own.chain(former).collect()
+    }
+
+    /// Who uses the tree at `path` besides `except`: every session not
+    /// being disposed with a working directory in it (its agents run
+    /// there), in URI order, and whether a window's handle holds it. The
+    /// one place the "in use" of issue 19 is decided: "A tree is taken off
+    /// the disk only when no session, detached handle or agent uses it".
+    pub(crate) fn tree_users(&self, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
+        let sessions = self
+            .sessions
+            .iter()
+            .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing { .. }))
+            .filter(|(_, s)| s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path))))
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        let handle = self.detached.iter().any(|(_, d)| d.tree.path == path);
+        (sessions, handle)
+    }
+
+    /// Whether the session's record keeps the tree at `path` (its own, one
+    /// it moved away from, or one handed to it).
+    fn holds_tree(&self, session_uri: &Uri, path: &str) -> bool {
+        let Some(record) = self.sessions.get(session_uri).map(|s| &s.record) else { return false };
+        let made = record.git.as_ref().is_some_and(|g| {
+            g.worktree.iter().chain(g.former.iter().filter_map(|f| f.worktree.as_ref())).any(|w| w.path == path)
+        });
+        made || record.shared_trees.iter().any(|t| t.tree.path == path)
+    }
+
+    /// `from` is being disposed and keeps `tree`: if another session works
+    /// in it (or a window's handle holds it), the tree stays on disk and
+    /// each such session not already keeping it is handed it (written to
+    /// its record). Returns whether the tree stays.
+    pub(crate) fn hand_over_tree(&mut self, from: &Uri, tree: &SharedTree) -> bool {
+        let (users, handle) = self.tree_users(&tree.tree.path, Some(from));
+        if users.is_empty() && !handle {
+            return false;
+        }
+        crate::mark!("tree_kept_in_use");
+        for user in users {
+            if self.holds_tree(&user, &tree.tree.path) {
+                continue;
+            }
+            if let Some(s) = self.sessions.get_mut(&user) {
+                s.record.shared_trees.push(tree.clone());
+            }
+            self.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
+            self.store_put(&user);
+        }
+        true
+    }
+
+    /// A session went: archived sleeping sessions whose trees it kept on
+    /// disk (it worked in them) may take them off now.
+    pub(crate) fn trees_freed(&mut self) {
+        let waiting: Vec<Uri> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.record.is_archived && s.phase == Phase::Asleep)
+            .filter(|(u, _)| self.trees_of(u).iter().any(|(_, t)| !t.off_disk))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uri in waiting {
+            self.trees_follow_archive(&uri, true);
+        }
     }
 
     /// The tree at `path` among the session's, to change.
@@ -51,6 +121,15 @@ impl Host {
                 continue;
             }
             let path = tree.path.clone();
+            if archived {
+                let (users, handle) = self.tree_users(&path, Some(session_uri));
+                if !users.is_empty() || handle {
+                    crate::mark!("archive_keeps_tree_in_use");
+                    let who = users.first().map_or_else(|| "a window's handle holds it".to_owned(), |u| format!("{u} works in it"));
+                    self.log(LogLevel::Info, "git.tree_kept", Some(session_uri.clone()), format!("{path} stays on disk: {who}"));
+                    continue;
+                }
+            }
             let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree } } else { GitCmd::RestoreTree { repo, worktree: tree } };
             self.git(Op::Git(GitOp::TreeArchive { session: session_uri.clone(), path, archived }), command);
         }

@@ -22,6 +22,9 @@ impl Host {
             if let Some(t) = &session.record.in_tree {
                 trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
             }
+            for t in &session.record.shared_trees {
+                trees.push(MadeTree { path: &t.tree.path, repo: known(&t.tree).or(Some(t.repo.as_str())) });
+            }
             let Some(git) = session.record.git.as_ref() else { continue };
             if let Some(w) = &git.worktree {
                 trees.push(MadeTree { path: &w.path, repo: known(w).or(git.repo_root.as_deref()) });

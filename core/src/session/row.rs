@@ -155,6 +155,7 @@ mod tests {
             external,
             offer: None,
             in_tree: None,
+            shared_trees: Vec::new(),
             deleted: false,
         }
     }

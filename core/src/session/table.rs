@@ -189,6 +189,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
+            shared_trees: Vec::new(),
             deleted: false,
         };
         let id = ResourceId::parse(&record.resource).expect("valid id");

@@ -427,6 +427,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         external: false,
         offer: None,
         in_tree: None,
+        shared_trees: Vec::new(),
         deleted: false,
         git: None,
     }

@@ -17,9 +17,10 @@
 //! - `trust_agent_starts_trusted`: no agent is started in a folder the
 //!   operator did not trust ("A worktree the host made is trusted when the
 //!   repository it came from is").
-//! - `tree_in_use_removed` (issue 19, off unless `SIM_CHECK_ISSUE19` is
-//!   set): no tree is taken off the disk while a session that is not its
-//!   owner and not being disposed works in it.
+//! - `tree_in_use_removed` (issue 19): no tree is taken off the disk while
+//!   a session that did not make it and is not being disposed works in it
+//!   (a tree handed to a session, `SessionRecord::shared_trees`, is not
+//!   its own: it goes only with its last user).
 
 use std::collections::BTreeMap;
 
@@ -40,8 +41,6 @@ fn breach(rule: &'static str, detail: String) -> Violation {
 /// What the trees checker remembers between steps.
 #[derive(Debug, Clone, Default)]
 pub struct TreesChecker {
-    /// Whether the issue-19 rule (`tree_in_use_removed`) is checked.
-    pub in_use: bool,
     issued: u64,
     /// Checkpoints answered by git and not yet read by the host: op to
     /// (refs prefix, issue order, counts).
@@ -59,9 +58,9 @@ fn summary(c: &Changes) -> ChangesSummary {
 }
 
 impl TreesChecker {
-    /// A checker; the issue-19 rule runs when `in_use`.
-    pub fn new(in_use: bool) -> TreesChecker {
-        TreesChecker { in_use, ..TreesChecker::default() }
+    /// A checker with nothing seen yet.
+    pub fn new() -> TreesChecker {
+        TreesChecker::default()
     }
 
     /// The host restarted: answers in flight are gone.
@@ -101,9 +100,6 @@ impl TreesChecker {
         self.issued += 1;
         if let (GitCmd::Checkpoint { checkpoint_ref, .. }, Ok(GitResult::Checkpointed { changes })) = (command, result) {
             self.pending.insert(op, (prefix_of(checkpoint_ref).to_owned(), self.issued, *changes));
-        }
-        if !self.in_use {
-            return Ok(());
         }
         for removed in &git.removed {
             for (uri, s) in view.sessions.iter() {
@@ -171,6 +167,10 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
         if let Some(t) = &s.record.in_tree {
             trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
         }
+        for t in &s.record.shared_trees {
+            let repo = if t.tree.repo_root.is_empty() { Some(t.repo.as_str()) } else { Some(t.tree.repo_root.as_str()) };
+            trees.push(MadeTree { path: &t.tree.path, repo });
+        }
         let Some(g) = s.record.git.as_ref() else { continue };
         for w in g.worktree.iter().chain(g.former.iter().filter_map(|f| f.worktree.as_ref())) {
             let repo = if w.repo_root.is_empty() { g.repo_root.as_deref() } else { Some(w.repo_root.as_str()) };
@@ -178,14 +178,6 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
         }
     }
     for f in folders {
-        // Narrow exclusion (issue 19, docs/SIMULATION.md): a tree that
-        // another session still works in loses the record that made it the
-        // host's when its owner is disposed, so a later agent start there
-        // reads untrusted. Checked only with SIM_CHECK_ISSUE19 set.
-        let orphan_tree = f.contains(".worktrees/") && !trees.iter().any(|t| crate::checkers::trees::inside(f, t.path));
-        if orphan_tree && !issue19_checks_on() {
-            continue;
-        }
         if let Err(why) = view.config.trust.check(f, &trees) {
             return Err(breach("trust_agent_starts_trusted", format!("an agent was started in {f}: {why}")));
         }
@@ -193,14 +185,4 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
     Ok(())
 }
 
-/// Whether the issue-19 rules (trees shared by two sessions) are checked:
-/// `SIM_CHECK_ISSUE19` set in the environment (they are known broken).
-fn issue19_checks_on() -> bool {
-    std::env::var_os("SIM_CHECK_ISSUE19").is_some()
-}
 
-/// Whether the folder URI or path `folder` is `tree` or inside it.
-fn inside(folder: &str, tree: &str) -> bool {
-    let path = folder.strip_prefix("file://").unwrap_or(folder);
-    path == tree || path.strip_prefix(tree).is_some_and(|rest| rest.starts_with('/'))
-}

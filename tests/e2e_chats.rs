@@ -204,3 +204,40 @@ async fn modified_at_moves_forward_only() {
     assert!(third >= second, "modifiedAt went back with the wall clock: {second} then {third}");
     c.shutdown().await;
 }
+
+/// Issue 19, "every client hears every change": a row's activity that
+/// ends reaches a window that only watches the root. B subscribes to the
+/// root; A's turn waits for an approval (B hears the activity), A
+/// approves, and B hears the activity end (`""`, docs/DECISIONS.md, 7),
+/// as a fresh listing shows it (none). Before, the change omitted the
+/// field and B kept "Waiting for approval" for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rows_activity_that_ends_reaches_every_root_subscriber() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (a, _, _) = connect_init(&daemon.url, "a").await;
+    let (b, _, mut broot) = connect_init(&daemon.url, "b").await;
+    let (sid, chat, _asub, mut chat_state, mut csub) = new_session(&a).await;
+    within("dispatch", a.dispatch(chat.clone(), user_turn("t1", "hello"))).await.expect("dispatch");
+    until_turn_ends(&mut csub, &mut chat_state, "t1").await;
+
+    within("dispatch", a.dispatch(chat.clone(), user_turn("t2", "/approve"))).await.expect("dispatch");
+    let waiting = wait_for(&mut broot, "B hears the row wait for an approval", |e| match e {
+        SubscriptionEvent::SessionSummaryChanged(p) if p.session == sid => p.changes.activity.filter(|a| !a.is_empty()),
+        _ => None,
+    })
+    .await;
+    assert!(waiting.contains("approval"), "{waiting}");
+
+    within("dispatch confirm", a.dispatch(chat.clone(), confirm_tool("t2", "t2.tool", true))).await.expect("dispatch");
+    until_turn_ends(&mut csub, &mut chat_state, "t2").await;
+    let ended = wait_for(&mut broot, "B hears the activity end", |e| match e {
+        SubscriptionEvent::SessionSummaryChanged(p) if p.session == sid => p.changes.activity,
+        _ => None,
+    })
+    .await;
+    assert_eq!(ended, "", "the activity that ended is sent as \"\"");
+    assert_eq!(row(&b, &sid).await.activity, None, "a fresh listing shows no activity");
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -290,6 +290,15 @@ impl HostView<'_> {
     pub fn next_deadline(&self) -> Option<MonoTime> {
         self.host.next_deadline()
     }
+
+    /// What a `listSessions` with no limit, cursor or filter would answer
+    /// now, from the same code the request runs (`catalogue::list`): the
+    /// sim compares every root subscriber's rows, as its notifications
+    /// left them, with it (issue 19: "every client hears every change").
+    pub fn fresh_listing(&self) -> Result<crate::catalogue::Listing, ahp_types::messages::JsonRpcError> {
+        let params = ahp_types::commands::ListSessionsParams { channel: ahp_types::ROOT_RESOURCE_URI.to_owned(), meta: None, limit: None, cursor: None };
+        crate::catalogue::list(self.catalogue, self.sessions, &params, self.config, None, &self.host.external_filter())
+    }
 }
 
 impl Host {

@@ -205,6 +205,35 @@ pub struct Client {
     /// Sessions it made with `isolation: worktree` that may still be
     /// creating (a window's tree can be cut for them).
     worktree_creating: Vec<Uri>,
+    /// Its view of the catalogue's rows, if it has one: every row of a
+    /// one-page `listSessions` answered while subscribed to the root, as
+    /// the root notifications since have left them (issue 19: "its clients
+    /// keep a mirror of every row from listSessions + root notifications").
+    pub rows: Option<RowMirror>,
+}
+
+/// A client's rows of the catalogue (see [`Client::rows`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowMirror {
+    /// The root snapshot's `fromSeq` the rows go with: a new root
+    /// subscription (or none) makes them stale.
+    pub root_from_seq: u64,
+    /// Each row as JSON, by session URI.
+    pub rows: BTreeMap<Uri, Value>,
+}
+
+impl Client {
+    /// The client's rows, while they still go with its root subscription.
+    pub fn current_rows(&self) -> Option<&BTreeMap<Uri, Value>> {
+        let rows = self.rows.as_ref()?;
+        let root = self.mirrors.get(ROOT_RESOURCE_URI)?;
+        (root.from_seq == rows.root_from_seq).then_some(&rows.rows)
+    }
+
+    fn rows_mut(&mut self) -> Option<&mut BTreeMap<Uri, Value>> {
+        let from_seq = self.mirrors.get(ROOT_RESOURCE_URI)?.from_seq;
+        self.rows.as_mut().filter(|r| r.root_from_seq == from_seq).map(|r| &mut r.rows)
+    }
 }
 
 /// The session URI of id `n`.
@@ -269,6 +298,7 @@ impl Client {
             trees: BTreeSet::new(),
             handles: Vec::new(),
             worktree_creating: Vec::new(),
+            rows: None,
         }
     }
 
@@ -329,6 +359,7 @@ impl Client {
 
     fn initialize(&mut self, rng: &mut SimRng) -> ClientOut {
         self.mirrors.clear();
+        self.rows = None;
         let mut initial: Vec<Uri> = if rng.chance(0.7) { vec![ROOT_RESOURCE_URI.to_owned()] } else { vec![] };
         // Sometimes name sessions it heard of too: after a host restart or
         // an eviction they are rows, woken before the reply.
@@ -358,6 +389,7 @@ impl Client {
         self.ready = false;
         self.outstanding.clear();
         self.walk = None;
+        self.rows = None;
     }
 
     /// Whether the client is idle: connected, answered, nothing in flight.
@@ -444,6 +476,9 @@ impl Client {
                 let channels: Vec<Uri> = self.mirrors.keys().cloned().collect();
                 if let Some(channel) = rng.pick(&channels).cloned() {
                     self.mirrors.remove(&channel);
+                    if channel == ROOT_RESOURCE_URI {
+                        self.rows = None;
+                    }
                     // A subscribe still in flight for it is moot: its late
                     // snapshot must not bring the mirror back.
                     for req in self.outstanding.values_mut() {
@@ -748,6 +783,9 @@ impl Client {
                         self.stats.replays += 1;
                         for uri in &replay.missing {
                             self.mirrors.remove(uri);
+                            if uri == ROOT_RESOURCE_URI {
+                                self.rows = None;
+                            }
                         }
                         for envelope in replay.actions {
                             self.on_envelope(envelope)?;
@@ -877,6 +915,10 @@ impl Client {
         }
         let from_seq = snapshot.from_seq.max(0) as u64;
         self.watermark = self.watermark.max(from_seq);
+        if snapshot.resource == ROOT_RESOURCE_URI {
+            // A new root subscription: the rows must be listed again.
+            self.rows = None;
+        }
         self.mirrors.insert(snapshot.resource, Mirror { state, full, from_seq });
         Ok(())
     }
@@ -889,17 +931,35 @@ impl Client {
                 self.on_envelope(envelope)
             }
             "root/sessionAdded" => {
-                let p: SessionAddedParams = decode("root/sessionAdded", params)?;
+                let p: SessionAddedParams = decode("root/sessionAdded", params.clone())?;
+                if let (Some(rows), Some(row)) = (self.rows_mut(), params.get("summary")) {
+                    rows.insert(p.summary.resource.clone(), row.clone());
+                }
                 self.known.insert(p.summary.resource);
                 Ok(())
             }
             "root/sessionRemoved" => {
                 let p: SessionRemovedParams = decode("root/sessionRemoved", params)?;
+                if let Some(rows) = self.rows_mut() {
+                    rows.remove(&p.session);
+                }
                 self.known.remove(&p.session);
                 Ok(())
             }
             "root/sessionSummaryChanged" => {
-                let _: SessionSummaryChangedParams = decode("root/sessionSummaryChanged", params)?;
+                let p: SessionSummaryChangedParams = decode("root/sessionSummaryChanged", params.clone())?;
+                let changes = params.get("changes").and_then(Value::as_object).cloned().unwrap_or_default();
+                if let Some(row) = self.rows_mut().and_then(|rows| rows.get_mut(&p.session)).and_then(Value::as_object_mut) {
+                    // "omitted fields are unchanged"; an activity of ""
+                    // is none (docs/DECISIONS.md, 7).
+                    for (key, value) in changes {
+                        if value.is_null() || (key == "activity" && value.as_str() == Some("")) {
+                            row.remove(&key);
+                        } else {
+                            row.insert(key, value);
+                        }
+                    }
+                }
                 Ok(())
             }
             other => Err(breach("client_frame_json", format!("unexpected notification {other}"))),
@@ -952,7 +1012,15 @@ impl Client {
     /// between), rows in catalogue order, at most `limit` rows, a cursor only
     /// on a full page, and a walk that ends.
     fn on_list_page(&mut self, result: Value, ctx: &ClientCtx<'_>) -> Result<Vec<ClientOut>, Violation> {
-        let page: ListSessionsResult = decode("listSessions result", result)?;
+        let page: ListSessionsResult = decode("listSessions result", result.clone())?;
+        if let (Some(root), Some(walk)) = (self.mirrors.get(ROOT_RESOURCE_URI), self.walk.as_ref()) {
+            if root.full && walk.limit.is_none() && walk.pages == 0 && page.next_cursor.is_none() {
+                let rows = result.get("items").and_then(Value::as_array).map(|items| {
+                    items.iter().filter_map(|r| Some((r.get("resource")?.as_str()?.to_owned(), r.clone()))).collect()
+                });
+                self.rows = rows.map(|rows| RowMirror { root_from_seq: root.from_seq, rows });
+            }
+        }
         let Some(mut walk) = self.walk.take() else {
             return Err(breach("client_list_walk", "a listSessions page with no walk in progress".to_owned()));
         };

@@ -130,6 +130,8 @@ pub struct World {
     crashes: u64,
     hash: Option<Fnv>,
     mirror_checks: u64,
+    /// Clients whose catalogue rows were compared with a fresh listing.
+    row_checks: u64,
     /// Session configs as snapshots carry them, for the mirror checks.
     configs: checkers::ConfigCache,
     /// Whose mirrors this step may have moved: the check after it compares
@@ -203,6 +205,7 @@ impl World {
             crashes: 0,
             hash: run.hash.then(Fnv::default),
             mirror_checks: 0,
+            row_checks: 0,
             configs: checkers::ConfigCache::default(),
             mirror_scope: MirrorScope::All,
             stopping: false,
@@ -330,6 +333,7 @@ impl World {
                 events.insert("sim.owner_refusals_judged", self.grants.owner_refusals_judged);
                 events.insert("sim.creations_judged", self.grants.creations_judged);
                 events.insert("sim.let_go_judged", self.residency.let_go_judged);
+                events.insert("sim.root_rows_compared", self.row_checks);
                 events.insert("sim.lru_victims_judged", self.residency.victims_judged);
                 let (r, a) = (&self.registry.stats, &self.aware.stats);
                 for (name, n) in [
@@ -389,6 +393,7 @@ impl World {
                 _ => &self.clients[..],
             };
             self.mirror_checks += checkers::check_mirrors(&self.host.view(), clients, &self.q, &mut self.configs).map_err(|v| self.violation(v))?;
+            self.row_checks += checkers::check_rows(&self.host.view(), clients, &self.q).map_err(|v| self.violation(v))?;
         }
         if self.stopping && self.host.drained() && self.store.unacked_by_key().is_empty() {
             // Drained and every write on disk: the process exits and starts

@@ -177,7 +177,10 @@ impl Host {
             provider: None,
             title: (old.title != fresh.title).then(|| fresh.title.clone()),
             status: (old.status != fresh.status).then_some(fresh.status),
-            activity: if old.activity != fresh.activity { fresh.activity.clone() } else { None },
+            // An activity that ended is sent as "" (docs/DECISIONS.md, 7):
+            // in ahp-types 1.0.0 an omitted field is unchanged and a null
+            // reads as omitted, so neither would clear it in any client.
+            activity: if old.activity != fresh.activity { Some(fresh.activity.clone().unwrap_or_default()) } else { None },
             origin: None,
             project: None,
             working_directories: if old.working_directories != fresh.working_directories {

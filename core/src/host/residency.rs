@@ -222,6 +222,8 @@ impl Host {
             s.resident = None;
         }
         self.held.remove(uri);
+        // The row is read from the record now: say what that moved.
+        self.summary_changed(uri);
         self.went.push((uri.clone(), super::Went::Evicted));
         self.stats.evictions += 1;
         self.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
@@ -363,6 +365,9 @@ impl Host {
         if let_go {
             self.store_put(uri);
         }
+        // The row is read from the rebuilt state now: every root subscriber
+        // hears what that moved (issue 19, `root_rows_match_listing`).
+        self.summary_changed(uri);
         self.mark_activity(uri);
         self.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
         let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();

@@ -63,25 +63,10 @@ impl Session {
     /// docs); the same row as [`Session::summary`].
     pub fn row(&self) -> SummaryRow<'_> {
         let (status, activity) = self.status();
-        let chats = match &self.resident {
-            Some(resident) => resident
-                .chats
-                .values()
-                .map(|c| ChatRow {
-                    resource: &c.resource,
-                    title: &c.title,
-                    origin: c.origin.as_ref(),
-                    status: c.status,
-                    changes: self.chat_changes(&c.resource),
-                })
-                .collect(),
-            None => self
-                .record
-                .chats
-                .iter()
-                .map(|c| ChatRow { resource: &c.resource, title: &c.title, origin: None, status: c.status, changes: c.changes.as_ref() })
-                .collect(),
-        };
+        let chats = self
+            .chat_rows()
+            .map(|c| ChatRow { resource: c.resource, title: c.title, origin: c.origin, status: c.status, changes: c.changes })
+            .collect();
         SummaryRow {
             provider: &self.record.provider,
             title: &self.record.title,
@@ -188,6 +173,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 19 (`root_rows_match_listing`): a row lists its chats in its
+    /// record's order whether the state is held or not, so an eviction or
+    /// a wake never reorders it (held chats were listed in URI order).
+    #[test]
+    fn a_rows_chats_keep_the_records_order_held_or_not() {
+        let mut r = record(false, false, 3);
+        // The record's order is not the URI order.
+        r.chats.reverse();
+        r.default_chat = r.chats[0].resource.clone();
+        let order = |s: &Session| s.summary().chats.unwrap_or_default().into_iter().map(|c| c.resource).collect::<Vec<_>>();
+        let want: Vec<String> = r.chats.iter().map(|c| c.resource.clone()).collect();
+        assert_eq!(order(&session(r.clone(), true)), want);
+        assert_eq!(order(&session(r, false)), want);
     }
 
     #[test]

@@ -199,33 +199,17 @@ impl Session {
     /// `root/sessionAdded`. Row and state carry the same aggregate.
     pub fn summary(&self) -> SessionSummary {
         let (status, activity) = self.status();
-        let chats = match &self.resident {
-            Some(resident) => resident
-                .chats
-                .values()
-                .map(|c| SessionChatSummary {
-                    resource: c.resource.clone(),
-                    title: c.title.clone(),
-                    origin: c.origin.clone(),
-                    interactivity: None,
-                    status: Some(c.status),
-                    changes: self.chat_changes(&c.resource).cloned(),
-                })
-                .collect(),
-            None => self
-                .record
-                .chats
-                .iter()
-                .map(|c| SessionChatSummary {
-                    resource: c.resource.clone(),
-                    title: c.title.clone(),
-                    origin: None,
-                    interactivity: None,
-                    status: Some(c.status),
-                    changes: c.changes.clone(),
-                })
-                .collect(),
-        };
+        let chats = self
+            .chat_rows()
+            .map(|c| SessionChatSummary {
+                resource: c.resource.to_owned(),
+                title: c.title.to_owned(),
+                origin: c.origin.cloned(),
+                interactivity: None,
+                status: Some(c.status),
+                changes: c.changes.cloned(),
+            })
+            .collect();
         SessionSummary {
             provider: self.record.provider.clone(),
             title: self.record.title.clone(),
@@ -247,6 +231,27 @@ impl Session {
 
     /// A chat's own change count, as its record keeps it (see
     /// `ChatRecord::changes`).
+    /// The chats of the session's catalogue row, in its record's order
+    /// (the default chat first, then as they were made), with what the
+    /// held state says of each when the state is held: one order whether
+    /// the session sleeps or not, so a sleep or a wake never reorders a
+    /// row without a broadcast (issue 19, `root_rows_match_listing`: the
+    /// held chats were listed in URI order, the record's in its own).
+    /// Both [`Session::summary`] and [`Session::row`] read it.
+    pub fn chat_rows(&self) -> impl Iterator<Item = ChatRowFacts<'_>> + '_ {
+        self.record.chats.iter().map(move |rec| {
+            let held = self.resident.as_ref().and_then(|r| r.chats.get(&rec.resource));
+            ChatRowFacts {
+                resource: &rec.resource,
+                title: held.map_or(rec.title.as_str(), |c| c.title.as_str()),
+                origin: held.and_then(|c| c.origin.as_ref()),
+                status: held.map_or(rec.status, |c| c.status),
+                changes: rec.changes.as_ref(),
+            }
+        })
+    }
+
+    /// The chat's change count, as its record keeps it.
     pub fn chat_changes(&self, chat: &str) -> Option<&ahp_types::state::ChangesSummary> {
         self.record.chats.iter().find(|c| c.resource == chat).and_then(|c| c.changes.as_ref())
     }
@@ -306,4 +311,19 @@ pub fn replayed_turn(id: String, started_at: Option<String>, text: String) -> Tu
         usage: None,
         state: TurnState::Complete,
     }
+}
+
+/// One chat of a catalogue row ([`Session::chat_rows`]), borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRowFacts<'a> {
+    /// The chat's URI.
+    pub resource: &'a str,
+    /// Its title.
+    pub title: &'a str,
+    /// Where it came from, when its state is held and says so.
+    pub origin: Option<&'a ahp_types::state::ChatOrigin>,
+    /// Its status bits.
+    pub status: u32,
+    /// Its change count.
+    pub changes: Option<&'a ahp_types::state::ChangesSummary>,
 }

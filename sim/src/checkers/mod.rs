@@ -6,6 +6,7 @@
 //! - `rule2_one_reply_per_request`: clients check each reply against their
 //!   outstanding ids; [`unanswered`] names what is still owed at the end.
 //! - `rule3_mirror_matches_host`: [`check_mirrors`], at quiescent points.
+//! - `root_rows_match_listing`: [`check_rows`], at the same points.
 //! - `rule4_announce_order`: no `root/sessionRemoved` for a session never
 //!   announced, no second `root/sessionAdded`, `root/sessionAdded` before
 //!   `session/ready` (Sessions page, "The life of a session").
@@ -368,6 +369,57 @@ pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs
                 return Err(breach("rule3_mirror_matches_host", format!("client {} mirror of {channel} differs {diff}", client.index)));
             }
         }
+    }
+    Ok(compared)
+}
+
+/// `root_rows_match_listing` (issue 19: "its clients keep a mirror of
+/// every row from `listSessions` + root notifications and the checker
+/// compares it with a fresh listing after every step (a missed broadcast
+/// fails a seed)"): for each client with rows, subscribed to the root and
+/// with nothing in flight to it, its rows are those a `listSessions` now
+/// would answer ([`HostView::fresh_listing`]), field by field. Returns how
+/// many clients were compared.
+pub fn check_rows(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<u64, Violation> {
+    let mut fresh: Option<BTreeMap<String, serde_json::Value>> = None;
+    let mut compared = 0;
+    for client in clients {
+        let Some(conn) = client.conn else { continue };
+        let Some(rows) = client.current_rows() else { continue };
+        if !client.ready || q.inflight_to_conn.contains_key(&conn) {
+            continue;
+        }
+        if !view.conns.get(&conn).is_some_and(|c| c.subscriptions.contains(ROOT_RESOURCE_URI)) {
+            continue;
+        }
+        if fresh.is_none() {
+            let Ok(listing) = view.fresh_listing() else { return Ok(compared) };
+            if listing.overflowed {
+                // More rows than one page holds: no client has all of them.
+                return Ok(compared);
+            }
+            let page: serde_json::Value = serde_json::from_str(listing.page.get()).unwrap_or_default();
+            let items = page.get("items").and_then(|v| v.as_array()).cloned().unwrap_or_default();
+            fresh = Some(items.into_iter().filter_map(|r| Some((r.get("resource")?.as_str()?.to_owned(), r))).collect());
+        }
+        let Some(listed) = fresh.as_ref() else { continue };
+        compared += 1;
+        if rows == listed {
+            continue;
+        }
+        let missing = listed.keys().find(|u| !rows.contains_key(*u));
+        let extra = rows.keys().find(|u| !listed.contains_key(*u));
+        let detail = match (missing, extra) {
+            (Some(u), _) => format!("lacks the row of {u}"),
+            (None, Some(u)) => format!("still has a row for {u}, which a listing no longer shows"),
+            (None, None) => {
+                let (uri, row) = rows.iter().find(|(u, r)| listed.get(*u) != Some(*r)).map(|(u, r)| (u.clone(), r.clone())).unwrap_or_default();
+                let want = listed.get(&uri).cloned().unwrap_or_default();
+                let diff = first_difference(&row, &want, "").unwrap_or_default();
+                format!("row {uri} differs from a fresh listing {diff}")
+            }
+        };
+        return Err(breach("root_rows_match_listing", format!("client {}: {detail}", client.index)));
     }
     Ok(compared)
 }

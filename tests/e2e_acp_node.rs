@@ -166,3 +166,46 @@ async fn a_sleeping_node_session_wakes_with_its_conversation_loaded() {
     assert_eq!(markdown(state.turns.last().expect("turn")), "Node says: third (turn 3)");
     c.shutdown().await;
 }
+
+/// Issue 19 with a real ACP agent: "for an ACP agent the conversation the
+/// agent replays on session/load is merged with it, never duplicated". A
+/// turn completes (the Node agent keeps it and replays it on load), the
+/// next is running (`slow`, never kept by the agent) when ahpd is killed
+/// with -9. After the restart the chat holds each turn once: the first
+/// as the agent replays it, the second as the host kept it, ended in
+/// "interrupted: the host stopped" with its message; a new prompt runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_running_at_kill_9_is_merged_once_with_the_node_agents_replay() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let flag = agent_flag(&tmp.path().join("node-store"));
+    let args = ["--agent", flag.as_str()];
+    let mut daemon = Daemon::start_with(&data, &args);
+    let (c, _, _root) = connect_init(&daemon.url, "node-kill").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "node", &work).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the heron").await;
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t2", "slow and long"))).await.expect("dispatch");
+    wait_for(&mut sub, "t2 echoed and streaming", |e| match e {
+        ahp::SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatDelta(_)) => Some(()),
+        _ => None,
+    })
+    .await;
+    daemon.kill();
+    drop(daemon);
+
+    let daemon = Daemon::start_with(&data, &args);
+    let (c, _, _root) = connect_init(&daemon.url, "node-kill-2").await;
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    let messages: Vec<&str> = state.turns.iter().map(|t| t.message.text.as_str()).collect();
+    assert_eq!(messages, ["remember the heron", "slow and long"], "each turn once, in place: {:?}", state.turns);
+    assert_eq!(markdown(&state.turns[0]), "Node says: remember the heron (turn 1)", "the first as the agent replays it");
+    assert_eq!(state.turns[1].state, TurnState::Error);
+    let words = serde_json::to_string(&state.turns[1].response_parts).expect("json");
+    assert!(words.contains("interrupted: the host stopped"), "{words}");
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "third").await;
+    assert_eq!(state.turns.len(), 3, "{:?}", state.turns);
+    assert!(markdown(state.turns.last().expect("turn")).starts_with("Node says: third"));
+    c.shutdown().await;
+}

@@ -152,7 +152,18 @@ fn tree(dir: &Path) -> BTreeMap<PathBuf, (bool, Vec<u8>, i128)> {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         for entry in entries.flatten() {
             let path = entry.path();
-            let meta = std::fs::symlink_metadata(&path).expect("stat");
+            // A live daemon's atomic writes (`.<name>.tmp-<pid>-<n>`, then a
+            // rename) come and go while the walk runs: they are not what
+            // the daemon keeps, and one may vanish between the listing and
+            // its stat.
+            if entry.file_name().to_string_lossy().contains(".tmp-") {
+                continue;
+            }
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => panic!("stat {}: {e}", path.display()),
+            };
             let mtime = meta
                 .modified()
                 .ok()

@@ -86,6 +86,7 @@ pub const EXPECTED: &[&str] = &[
     "late_start_names_conversation",
     "tree_kept_in_use",
     "archive_keeps_tree_in_use",
+    "turn_action_refused_asleep",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

@@ -178,6 +178,14 @@ impl Host {
             }
             _ => {}
         }
+        let idle_asleep = session.phase == Phase::Asleep && session.pending_sends.is_empty() && session.git_begin.is_none();
+        if idle_asleep && matches!(q.action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_)) {
+            // "A session sleeps with nothing running": no turn to cancel,
+            // no tool call to confirm, and a wake would not make one
+            // (issue 19's audit of the wakers, `core/tests/wakers.rs`).
+            crate::mark!("turn_action_refused_asleep");
+            return self.reject(q.conn, &q.channel, q.action, origin, "the session is asleep: no turn is running".to_owned());
+        }
         if needs_state(&q.action) && session.resident.is_none() {
             // Its state was evicted: wake it, and take the action when the
             // state is back.

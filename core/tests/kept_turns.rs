@@ -9,26 +9,10 @@ mod harness;
 use std::collections::BTreeMap;
 
 use ahp_types::state::Turn;
-use ahpd_core::{BackendCmd, Config, Outcome, SessionRecord, StoreCmd};
+use ahpd_core::{BackendCmd, Config, Outcome, SessionRecord};
 use harness::Harness;
 use serde_json::{json, Value};
 
-/// Answers every store write, keeping the last record written per key
-/// (what a restart reads back).
-fn durable(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecord>) {
-    loop {
-        let ops = h.store_ops();
-        if ops.is_empty() {
-            return;
-        }
-        for (op, cmd) in ops {
-            if let StoreCmd::Put { record } = cmd {
-                disk.insert(record.key.clone(), *record);
-            }
-            h.done(op, Outcome::Ok);
-        }
-    }
-}
 
 fn turn_started(h: &mut Harness, chat: &str, seq: i64, turn: &str, text: &str) {
     h.dispatch(1, chat, seq, json!({
@@ -43,11 +27,11 @@ fn second_turn_running(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecor
     h.connect(1, "c1");
     let (uri, chat) = h.create(1, "k1");
     turn_started(h, &chat, 1, "t1", "hello");
-    durable(h, disk);
+    h.durable(disk);
     h.settle_backend();
     h.agent_reply(&chat, "t1", "Echo: hello");
     turn_started(h, &chat, 2, "t2", "hello again");
-    durable(h, disk);
+    h.durable(disk);
     h.settle_backend();
     (uri, chat)
 }
@@ -116,7 +100,7 @@ fn a_cancelled_turn_the_backend_never_recorded_stays_cancelled_and_a_finished_on
     let mut disk = BTreeMap::new();
     let (_, chat) = second_turn_running(&mut h, &mut disk);
     h.dispatch(1, &chat, 3, json!({"type": "chat/turnCancelled", "turnId": "t2", "duration": 0}));
-    durable(&mut h, &mut disk);
+    h.durable(&mut disk);
     let record = disk.values().next().expect("stored").clone();
     let kept: Vec<&str> = record.chats[0].kept.iter().map(|k| k.id.as_str()).collect();
     assert_eq!(kept, ["t2"], "t1 ended by the backend is let go; t2 the host ended is kept");
@@ -136,12 +120,12 @@ fn a_draft_is_kept_without_a_wake_and_comes_back_with_the_chat() {
     let mut disk = BTreeMap::new();
     let (_, chat) = second_turn_running(&mut h, &mut disk);
     h.agent_reply(&chat, "t2", "Echo: hello again");
-    durable(&mut h, &mut disk);
+    h.durable(&mut disk);
     // A restart: the session is asleep and its state not held.
     let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
     h.connect(1, "c1");
     h.dispatch(1, &chat, 1, json!({"type": "chat/draftChanged", "draft": {"text": "half a thought", "origin": {"kind": "user"}}}));
-    durable(&mut h, &mut disk);
+    h.durable(&mut disk);
     assert!(
         h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Start { .. })),
         "a draft wakes nothing"

@@ -9,25 +9,10 @@ mod harness;
 
 use std::collections::BTreeMap;
 
-use ahpd_core::{BackendCmd, Config, Outcome, SessionRecord, StoreCmd};
+use ahpd_core::{BackendCmd, Config, SessionRecord};
 use harness::Harness;
 use serde_json::{json, Value};
 
-/// Answers every store write, keeping the last record written per key.
-fn durable(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecord>) {
-    loop {
-        let ops = h.store_ops();
-        if ops.is_empty() {
-            return;
-        }
-        for (op, cmd) in ops {
-            if let StoreCmd::Put { record } = cmd {
-                disk.insert(record.key.clone(), *record);
-            }
-            h.done(op, Outcome::Ok);
-        }
-    }
-}
 
 /// The store after a session `w1` ran one turn.
 fn stored() -> Vec<SessionRecord> {
@@ -36,11 +21,11 @@ fn stored() -> Vec<SessionRecord> {
     h.connect(1, "c1");
     let (uri, chat) = h.create(1, "w1");
     h.dispatch(1, &chat, 1, json!({"type": "chat/turnStarted", "turnId": "t1", "startedAt": "2026-01-01T00:00:00Z", "message": {"text": "hello", "origin": {"kind": "user"}}}));
-    durable(&mut h, &mut disk);
+    h.durable(&mut disk);
     h.settle_backend();
     h.agent_reply(&chat, "t1", "Echo: hello");
     h.dispatch(1, &uri, 2, json!({"type": "session/isReadChanged", "isRead": false}));
-    durable(&mut h, &mut disk);
+    h.durable(&mut disk);
     disk.into_values().collect()
 }
 

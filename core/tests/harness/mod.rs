@@ -240,6 +240,23 @@ impl Harness {
         self.pending.iter().filter(|e| matches!(e, Effect::Store { .. })).count()
     }
 
+    /// Answers every store write, keeping the last record written per key
+    /// in `disk` (what a restart reads back).
+    pub fn durable(&mut self, disk: &mut std::collections::BTreeMap<String, ahpd_core::SessionRecord>) {
+        loop {
+            let ops = self.store_ops();
+            if ops.is_empty() {
+                return;
+            }
+            for (op, cmd) in ops {
+                if let ahpd_core::StoreCmd::Put { record } = cmd {
+                    disk.insert(record.key.clone(), *record);
+                }
+                self.done(op, Outcome::Ok);
+            }
+        }
+    }
+
     pub fn drop_logs(&mut self) {
         self.pending.retain(|e| !matches!(e, Effect::Log(_)));
     }

@@ -281,6 +281,14 @@ pub struct GitRecord {
     pub former: Vec<FormerFolder>,
 }
 
+impl GitRecord {
+    /// Every tree the session made: its own, then those of the folders it
+    /// moved away from (whether or not it still works in them).
+    pub fn made_trees(&self) -> impl Iterator<Item = &WorktreeRecord> + '_ {
+        self.worktree.iter().chain(self.former.iter().filter_map(|f| f.worktree.as_ref()))
+    }
+}
+
 /// A folder a session moved away from, and the tree it made there.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -54,7 +54,7 @@ impl Host {
     fn holds_tree(&self, session_uri: &Uri, path: &str) -> bool {
         let Some(record) = self.sessions.get(session_uri).map(|s| &s.record) else { return false };
         let made = record.git.as_ref().is_some_and(|g| {
-            g.worktree.iter().chain(g.former.iter().filter_map(|f| f.worktree.as_ref())).any(|w| w.path == path)
+            g.made_trees().any(|w| w.path == path)
         });
         made || record.shared_trees.iter().any(|t| t.tree.path == path)
     }

@@ -107,7 +107,7 @@ impl TreesChecker {
                     continue;
                 }
                 let owns = s.record.git.as_ref().is_some_and(|g| {
-                    g.worktree.iter().chain(g.former.iter().filter_map(|f| f.worktree.as_ref())).any(|w| w.path == removed.path)
+                    g.made_trees().any(|w| w.path == removed.path)
                 });
                 let works_in = s.record.working_directories.iter().any(|d| path_of_uri(d).is_some_and(|p| within(&p, &removed.path)));
                 if works_in && !owns {
@@ -172,7 +172,7 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
             trees.push(MadeTree { path: &t.tree.path, repo });
         }
         let Some(g) = s.record.git.as_ref() else { continue };
-        for w in g.worktree.iter().chain(g.former.iter().filter_map(|f| f.worktree.as_ref())) {
+        for w in g.made_trees() {
             let repo = if w.repo_root.is_empty() { g.repo_root.as_deref() } else { Some(w.repo_root.as_str()) };
             trees.push(MadeTree { path: &w.path, repo });
         }

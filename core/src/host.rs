@@ -285,6 +285,12 @@ pub struct HostView<'a> {
 }
 
 impl HostView<'_> {
+    /// The window's own trees (detached worktrees), each still held by its
+    /// handle: trees this host made, so trusted when their repository is.
+    pub fn window_trees(&self) -> impl Iterator<Item = &crate::git::WorktreeRecord> + '_ {
+        self.host.detached.iter().map(|(_, d)| &d.tree)
+    }
+
     /// When the host next wants a tick ([`Host::next_deadline`]), derived
     /// when asked: most checkers never read it.
     pub fn next_deadline(&self) -> Option<MonoTime> {

@@ -74,3 +74,83 @@ fn a_start_answered_after_the_next_wake_began_still_names_the_conversation() {
     let resumed = wake_resumes(&mut h, &uri);
     assert!(resumed.contains(&(chat, "srv-8".to_owned())), "the next wake resumes the assigned conversation: {resumed:?}");
 }
+
+/// A turn for a chat whose agent has not answered its start yet: the
+/// start's answer names the conversation the backend keeps the turn
+/// under (issue 19, sim seed 12609: a turn sent ahead of the answer ran
+/// under a conversation the record never learnt, and was gone after a
+/// restart).
+#[test]
+fn a_turn_in_a_chat_still_starting_goes_to_its_agent_once_the_start_names_the_conversation() {
+    let mut h = Harness::new(Config::default());
+    let (uri, chat, start) = chat_start_unanswered(&mut h);
+    h.start_turn(1, &chat, 5, "t-new", "first words");
+    let sends = |cmds: &[(OpId, String, BackendCmd)]| cmds.iter().filter(|(_, c, cmd)| *c == chat && matches!(cmd, BackendCmd::Send { .. })).count();
+    assert_eq!(sends(&h.backend_cmds()), 0, "the turn waits for the chat's agent");
+    h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
+    h.settle_store();
+    let record = h.host.view().sessions.get(&uri).unwrap().record.clone();
+    assert_eq!(record.chats.iter().find(|c| c.resource == chat).unwrap().conversation_id, "srv-9");
+    assert_eq!(sends(&h.backend_cmds()), 1, "the turn goes once the start answered");
+}
+
+#[test]
+fn a_turn_waiting_for_a_chat_start_that_fails_fails_with_the_backends_words() {
+    let mut h = Harness::new(Config::default());
+    let (_, chat, start) = chat_start_unanswered(&mut h);
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.start_turn(1, &chat, 5, "t-new", "first words");
+    h.frames(1);
+    h.done(start, Outcome::Failed { message: "no such model".into() });
+    h.settle_store();
+    assert!(h.backend_cmds().iter().all(|(_, c, cmd)| !(*c == chat && matches!(cmd, BackendCmd::Send { .. }))));
+    let frames = h.frames(1);
+    let err = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/error").expect("the turn fails");
+    assert_eq!(err["params"]["action"]["turnId"], "t-new");
+    let words = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(words.contains("no such model"), "{err}");
+}
+
+/// A chat disposed while the session wakes and made again under the same
+/// URI: the wake does not wait for the first one's start, and that
+/// start's late answer names nothing for the new chat (issue 19, sim seed
+/// 55746: it gave the new chat the deleted conversation, and the turns
+/// sent to the new one were gone after a restart).
+#[test]
+fn a_chat_disposed_during_a_wake_and_made_again_keeps_the_conversation_its_own_start_names() {
+    let mut h = Harness::new(Config::default());
+    let (uri, chat, start) = chat_start_unanswered(&mut h);
+    h.done(start, Outcome::Started { conversation_id: chat_conversation(&h, &uri, &chat), history: Vec::new() });
+    h.settle_store();
+    agent_exits(&mut h, &uri);
+    // A wake begins; its resumes stay unanswered for now.
+    h.request(1, "subscribe", json!({"channel": uri}));
+    let resumes = h.backend_cmds();
+    // A new chat joins the wake, goes, and comes again under its URI.
+    let again = "ahp-chat:/ahp-session-s1-c3".to_owned();
+    let starts = |h: &mut Harness| h.backend_cmds().into_iter().filter(|(_, c, cmd)| *c == again && matches!(cmd, BackendCmd::Start { .. })).map(|(op, _, _)| op).collect::<Vec<_>>();
+    h.send_request(1, "createChat", json!({"channel": uri, "chat": again}));
+    h.settle_store();
+    let first = starts(&mut h);
+    h.send_request(1, "disposeChat", json!({"channel": again}));
+    h.settle_store();
+    h.send_request(1, "createChat", json!({"channel": uri, "chat": again}));
+    h.settle_store();
+    let second = starts(&mut h);
+    assert_eq!((first.len(), second.len()), (1, 1), "{first:?} {second:?}");
+    h.done(second[0], Outcome::Started { conversation_id: "srv-new".into(), history: Vec::new() });
+    for (op, _, cmd) in resumes {
+        if let BackendCmd::Start { conversation_id, .. } = cmd {
+            h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+        }
+    }
+    h.settle_store();
+    assert_eq!(h.host.view().sessions.get(&uri).unwrap().phase.name(), "live", "the wake did not wait for the disposed chat");
+    h.done(first[0], Outcome::Started { conversation_id: "srv-old".into(), history: Vec::new() });
+    h.settle_store();
+    assert_eq!(chat_conversation(&h, &uri, &again), "srv-new");
+}
+
+fn chat_conversation(h: &Harness, uri: &str, chat: &str) -> String {
+    h.host.view().sessions.get(uri).unwrap().record.chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.clone()).unwrap_or_default()
+}

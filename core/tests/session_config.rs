@@ -171,21 +171,7 @@ fn create_in_repo(h: &mut Harness, id: &str, config: Value) -> (String, String) 
 /// about its folder's repository with `facts` (asked before anything is
 /// made), then its start.
 fn create_in(h: &mut Harness, id: &str, config: Value, facts: RepoFacts) -> (String, String) {
-    let uri = format!("ahp-session:/{id}");
-    let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": ["file:///src/app"], "config": config}));
-    let cmds = h.git_cmds();
-    assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { folder })] if folder == "/src/app"), "the folder is asked about first: {cmds:?}");
-    assert!(h.backend_cmds().is_empty(), "nothing is started before the config is settled");
-    h.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
-    h.settle_backend();
-    let reply = h.take_reply(1, rid).expect("createSession reply");
-    assert_eq!(reply["result"], Value::Null, "{reply}");
-    let chat = format!("ahp-chat:/ahp-session@{id}");
-    for channel in [&uri, &chat] {
-        let r = h.request(1, "subscribe", json!({"channel": channel}));
-        assert!(r.get("result").is_some(), "{r}");
-    }
-    (uri, chat)
+    h.create_in(id, "/src/app", config, facts)
 }
 
 fn last_record(ops: &[(ahpd_core::OpId, StoreCmd)]) -> Option<ahpd_core::SessionRecord> {

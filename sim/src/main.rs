@@ -21,10 +21,12 @@ struct Args {
     seeds: Option<(u64, u64)>,
     steps_max: Option<u64>,
     check_determinism: bool,
+    /// `--trace`: write a single seed's full trace even when it passes.
+    trace: bool,
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: sim [--seed N|HEX40] [--seeds A..B] [--steps-max N] [--check-determinism]");
+    eprintln!("usage: sim [--seed N|HEX40 [--trace]] [--seeds A..B] [--steps-max N] [--check-determinism]");
     ExitCode::from(64)
 }
 
@@ -40,7 +42,7 @@ fn parse_seed(text: &str) -> Option<u64> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { seeds: None, steps_max: None, check_determinism: false };
+    let mut args = Args { seeds: None, steps_max: None, check_determinism: false, trace: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
                 args.steps_max = Some(v.parse().map_err(|_| format!("bad step count {v}"))?);
             }
             "--check-determinism" => args.check_determinism = true,
+            "--trace" => args.trace = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -90,20 +93,28 @@ fn exit_for(f: &Failure) -> u8 {
 /// Re-runs a failing seed keeping every trace line and writes them to
 /// `target/sim-failures/<seed>.log`.
 fn write_full_trace(seed: u64, run: RunConfig, failure: &Failure) {
+    write_trace("sim-failures", seed, run, Some(failure));
+}
+
+/// Re-runs `seed` keeping every trace line and writes them to
+/// `target/<dir>/<seed>.log`, ending with `failure` when there is one.
+fn write_trace(dir: &str, seed: u64, run: RunConfig, failure: Option<&Failure>) {
     let mut world = World::new(seed, RunConfig { keep_trace: true, ..run });
     let _ = world.run();
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sim-failures");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target").join(dir);
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let path = dir.join(format!("{seed}.log"));
     if let Ok(mut f) = std::fs::File::create(&path) {
-        let _ = writeln!(f, "{}", failure.options);
+        let _ = writeln!(f, "{}", Options::from_seed(seed));
         let _ = writeln!(f, "{}", sim::trace::Trace::header());
         for line in world.trace().all().unwrap_or(&[]) {
             let _ = writeln!(f, "{line}");
         }
-        let _ = writeln!(f, "{failure}");
+        if let Some(failure) = failure {
+            let _ = writeln!(f, "{failure}");
+        }
         eprintln!("full trace: {}", path.display());
     }
 }
@@ -138,6 +149,9 @@ fn main() -> ExitCode {
     // Every core: seeds in parallel, results in seed order.
     let threads = if single { 1 } else { sim::range::threads() };
     let report = sim::range::run_range(first, end, run, args.check_determinism, threads);
+    if single && args.trace && report.failures.is_empty() {
+        write_trace("sim-traces", first, run, None);
+    }
     failures = report.failures.len() as u64;
     for (seed, error) in &report.failures {
         match error {

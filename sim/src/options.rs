@@ -46,6 +46,11 @@ pub struct Faults {
     pub wall_jump_mean_ms: Option<u64>,
     /// A registry scan fails (`session_awareness_error`).
     pub registry_fail: f64,
+    /// At a host restart, the operator narrowed the trusted folders: one
+    /// entry of the list is gone (a host trusting every folder starts
+    /// trusting one list): sessions read back in a folder no longer
+    /// trusted are not woken (Sessions page, "Isolation and worktrees").
+    pub trust_narrows: f64,
 }
 
 impl Faults {
@@ -68,6 +73,7 @@ impl Faults {
             host_crash_mean_ms: None,
             wall_jump_mean_ms: None,
             registry_fail: 0.0,
+            trust_narrows: 0.0,
         }
     }
 }
@@ -144,7 +150,7 @@ pub struct GitOptions {
 }
 
 /// Trust lists a seed may draw: some folders trusted, others not.
-const TRUST_LISTS: [&[&str]; 5] = [
+pub const TRUST_LISTS: [&[&str]; 5] = [
     &["/work/repo1"],
     &["/work/repo1", "/work/plain", "/work/a"],
     &["/work/repo1/pkg", "/work/repo2"],
@@ -189,6 +195,7 @@ impl Options {
             host_crash_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(3_000, 30_000)) },
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
             registry_fail: 0.0,
+            trust_narrows: 0.0,
         };
         // Awareness is drawn from its own stream so that its knobs never
         // shift the values of the others.
@@ -234,6 +241,7 @@ impl Options {
         };
         // Drawn last, so the draws above keep their values.
         options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
+        options.faults.trust_narrows = fault(&mut rng, 0.1, 0.6);
         options
     }
 
@@ -313,7 +321,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={} trust_narrows={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -330,6 +338,7 @@ impl fmt::Display for Options {
             ms(x.host_crash_mean_ms),
             ms(x.wall_jump_mean_ms),
             p(x.registry_fail),
+            p(x.trust_narrows),
         )?;
         match &self.users {
             Some(cast) => write!(f, "\n{cast}")?,

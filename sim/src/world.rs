@@ -666,7 +666,14 @@ impl World {
                     Effect::Close { conn } => format!("  -> close conn{}", conn.0),
                     Effect::Backend { op, chat, command, .. } => format!("  -> backend op{} {chat} {command:?}", op.0),
                     Effect::Store { op, command } => format!("  -> store op{} {}", op.0, match command {
-                        StoreCmd::Put { record } => format!("put {} read={} archived={} title={:?}", record.key, record.is_read, record.is_archived, record.title),
+                        StoreCmd::Put { record } => format!(
+                            "put {} read={} archived={} title={:?} kept={:?}",
+                            record.key,
+                            record.is_read,
+                            record.is_archived,
+                            record.title,
+                            record.chats.iter().flat_map(|c| c.kept.iter().map(|k| k.id.as_str())).collect::<Vec<_>>()
+                        ),
                         StoreCmd::Delete { key } => format!("delete {key}"),
                     }),
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
@@ -840,6 +847,7 @@ impl World {
         self.config.awareness.pid = pid;
         self.config.awareness.pid_start = start;
         self.aware.on_host_start();
+        self.narrow_trust();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
         self.history.on_host_start(&self.host.view());
@@ -848,6 +856,31 @@ impl World {
         checkers::check_restart(&pre, &self.store, &self.host.view()).map_err(|v| self.violation(v))?;
         self.store.settle_after_crash();
         Ok(())
+    }
+}
+
+impl World {
+    /// Before a restart, maybe: the operator narrowed the trusted folders
+    /// (`Faults::trust_narrows`). Clients predict refusals from the same
+    /// list, so both change together.
+    fn narrow_trust(&mut self) {
+        if !self.faults_rng.chance(self.faults.trust_narrows) {
+            return;
+        }
+        let list = match self.options.git.trusted_folders.take() {
+            Some(mut list) if !list.is_empty() => {
+                let i = self.faults_rng.below(list.len() as u64) as usize;
+                list.remove(i);
+                list
+            }
+            _ => {
+                let lists = &crate::options::TRUST_LISTS;
+                lists[self.faults_rng.below(lists.len() as u64 - 1) as usize].iter().map(|f| (*f).to_owned()).collect()
+            }
+        };
+        self.trace.note(self.steps, self.q.now, &format!("trusted folders narrowed to {list:?}"));
+        self.config.trust = ahpd_core::trust::Trust::of(&list);
+        self.options.git.trusted_folders = Some(list);
     }
 }
 

@@ -150,12 +150,16 @@ impl Host {
                         c.fresh = false;
                     }
                     self.store_put(session_uri);
+                    self.chat_start_answered(session_uri, chat, None);
                 }
                 Outcome::Failed { message } => {
                     crate::mark!("chat_start_failed");
+                    self.chat_start_answered(session_uri, chat, Some(&message));
                     self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {}
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                    self.chat_start_answered(session_uri, chat, Some("the backend answered the start with something else"));
+                }
             },
             // Not awaited: handled above.
             _ => {}
@@ -209,6 +213,10 @@ impl Host {
     /// `session/creationFailed` after the turn's error, then
     /// `root/sessionAdded`, and its start is owed to the next send.
     pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
+        // A failed turn still held for its agent is not handed over later.
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
+        }
         let running = self
             .sessions
             .get(session_uri)

@@ -228,8 +228,14 @@ impl Host {
         session.pending_sends.retain(|(c, _, _)| *c != chat);
         session.sends_in_flight.retain(|_, (c, _)| *c != chat);
         // A late start answer must not name a conversation for a chat made
-        // anew under this URI.
+        // anew under this URI, and a wake no longer waits for it (issue 19,
+        // seed 55746: the disposed chat's start answered the wake and gave
+        // the new chat its deleted conversation).
         session.starts_unanswered.retain(|_, c| *c != chat);
+        let ops = &self.ops;
+        session.phase_ops.retain(|op| !matches!(ops.get(op), Some(Op::Start { chat: c, .. }) if *c == chat));
+        session.wake_history.remove(&chat);
+        let wake_done = session.phase == Phase::Waking && session.phase_ops.is_empty();
         let provider = session.record.provider.clone();
         self.backend(Op::Fire, provider, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
         self.emit(session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);
@@ -247,5 +253,8 @@ impl Host {
         self.reply(conn, id, Value::Null);
         crate::mark!("chat_disposed");
         self.log(LogLevel::Info, "chat.disposed", Some(session_uri.clone()), chat);
+        if wake_done {
+            self.finish_wake(session_uri);
+        }
     }
 }

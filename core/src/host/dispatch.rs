@@ -475,7 +475,6 @@ impl Host {
                     .and_then(|r| r.session.working_directories.as_ref())
                     .and_then(|l| l.first().cloned());
                 if root_now != root_shown {
-                    self.root_moved(session_uri);
                     self.let_agents_go(session_uri);
                     crate::mark!("root_replaced_agent_restarts");
                     self.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
@@ -500,17 +499,54 @@ impl Host {
         if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {
             return;
         }
+        if live {
+            self.hand_to_agent(session_uri, chat, turn_id, message);
+            return;
+        }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.phase == Phase::Live && !session.start_owed {
-            let provider = session.record.provider.clone();
-            self.start_owed_agent(session_uri, &chat);
-            let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+        session.pending_sends.push((chat, turn_id, message));
+        self.wake(session_uri);
+    }
+
+    /// Sends a turn of a live session to its chat's agent (starting an
+    /// agent it owes first). A chat whose agent is still starting holds
+    /// the turn until the start answers ([`Host::chat_start_answered`]):
+    /// the answer names the conversation the turn is kept under, and a
+    /// turn the backend ended under a conversation the record never
+    /// learnt was gone after a restart (issue 19, seed 12609).
+    pub(crate) fn hand_to_agent(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
+        self.start_owed_agent(session_uri, &chat);
+        let Some(session) = self.sessions.get(session_uri) else { return };
+        let provider = session.record.provider.clone();
+        let starting = session.phase_ops.iter().any(|op| matches!(self.ops.get(op), Some(Op::Start { chat: c, .. }) if *c == chat));
+        if starting {
+            crate::mark!("send_waits_for_chat_start");
             if let Some(session) = self.sessions.get_mut(session_uri) {
-                session.sends_in_flight.insert(op, (chat, turn_id));
+                session.pending_sends.push((chat, turn_id, message));
             }
-        } else {
-            session.pending_sends.push((chat, turn_id, message));
-            self.wake(session_uri);
+            return;
+        }
+        let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+        if let Some(session) = self.sessions.get_mut(session_uri) {
+            session.sends_in_flight.insert(op, (chat, turn_id));
+        }
+    }
+
+    /// The agent of `chat` in a live session answered its start: the turns
+    /// it held go to it, or fail with the start's `failure`. Turns still
+    /// waiting for the session's first git command stay for it.
+    pub(crate) fn chat_start_answered(&mut self, session_uri: &Uri, chat: &Uri, failure: Option<&str>) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.git_begin.is_some() {
+            return;
+        }
+        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut session.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
+        session.pending_sends = rest;
+        for (chat, turn_id, message) in held {
+            match failure {
+                Some(message) => self.fail_turn(session_uri, &chat, &turn_id, &format!("the chat's agent would not start: {message}")),
+                None => self.hand_to_agent(session_uri, chat, turn_id, message),
+            }
         }
     }
 
@@ -611,7 +647,10 @@ fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, 
         StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
         StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
-        action if crate::folders::is_folder_action(action) => crate::folders::apply(&mut record.working_directories, action),
+        action if crate::folders::is_folder_action(action) => {
+            crate::folders::apply(&mut record.working_directories, action);
+            super::trees::root_moved(record);
+        }
         StateAction::ChatDraftChanged(d) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.draft = d.draft.clone();

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::connection::parse;
 use super::{Host, Op};
-use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId};
+use crate::effect::{ConnId, Effect, LogLevel, OpId};
 use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, WorktreePlan};
 use crate::grants::{Membership, Operation, Principal};
 use crate::input::Outcome;
@@ -467,8 +467,19 @@ impl Host {
             Some(first) => *first = new.clone(),
             None => session.record.working_directories.push(new.clone()),
         }
+        // A conversation with nothing in it yet starts afresh in the tree;
+        // one that holds turns is resumed there, or they are gone (issue
+        // 19, seed 80116: the record naming the first tree was not saved,
+        // the process stopped, and the next first send started the chat
+        // over its turns).
+        let resident = session.resident.as_deref();
         for chat in &mut session.record.chats {
-            chat.fresh = true;
+            let finished = resident.and_then(|r| r.chats.get(&chat.resource)).is_some_and(|c| !c.turns.is_empty());
+            if !finished && chat.kept.iter().all(|k| k.ended.is_none()) {
+                chat.fresh = true;
+            } else {
+                crate::mark!("tree_resumes_chat_with_turns");
+            }
         }
         if let Some(old) = old {
             let action = StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction { directory: old, replacement: new });
@@ -514,13 +525,8 @@ impl Host {
             return;
         }
         let pending = std::mem::take(&mut session.pending_sends);
-        let provider = session.record.provider.clone();
         for (chat, turn_id, message) in pending {
-            self.start_owed_agent(session_uri, &chat);
-            let op = self.backend(Op::Send { session: session_uri.clone() }, provider.clone(), chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
-            if let Some(s) = self.sessions.get_mut(session_uri) {
-                s.sends_in_flight.insert(op, (chat, turn_id));
-            }
+            self.hand_to_agent(session_uri, chat, turn_id, message);
         }
     }
 }

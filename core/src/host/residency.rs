@@ -370,16 +370,12 @@ impl Host {
         self.summary_changed(uri);
         self.mark_activity(uri);
         self.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
-        let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();
         for (chat, turn_id, message) in pending {
             // A first send waits for its tree and `turn/0` (host/git.rs).
             if self.hold_for_git(uri, &chat, &turn_id, &message) {
                 continue;
             }
-            let op = self.backend(Op::Send { session: uri.clone() }, provider.clone(), chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
-            if let Some(s) = self.sessions.get_mut(uri) {
-                s.sends_in_flight.insert(op, (chat, turn_id));
-            }
+            self.hand_to_agent(uri, chat, turn_id, message);
         }
         for waiter in waiters {
             match waiter {

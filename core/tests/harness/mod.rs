@@ -271,6 +271,30 @@ impl Harness {
         (uri, format!("ahp-chat:/ahp-session@{id}"))
     }
 
+    /// Creates session `id` on connection 1 in `folder` with `config`:
+    /// answers the question about the folder's repository with `facts`
+    /// (asked before anything is made), then its start, and subscribes to
+    /// the session and its chat; returns (session, chat).
+    pub fn create_in(&mut self, id: &str, folder: &str, config: Value, facts: ahpd_core::git::RepoFacts) -> (String, String) {
+        use ahpd_core::git::{GitCmd, GitResult};
+        let uri = format!("ahp-session:/{id}");
+        let dir = format!("file://{folder}");
+        let rid = self.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [dir], "config": config}));
+        let cmds = self.git_cmds();
+        assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { folder: f })] if f == folder), "the folder is asked about first: {cmds:?}");
+        assert!(self.backend_cmds().is_empty(), "nothing is started before the config is settled");
+        self.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
+        self.settle_backend();
+        let reply = self.take_reply(1, rid).expect("createSession reply");
+        assert_eq!(reply["result"], Value::Null, "{reply}");
+        let chat = format!("ahp-chat:/ahp-session@{id}");
+        for channel in [&uri, &chat] {
+            let r = self.request(1, "subscribe", json!({"channel": channel}));
+            assert!(r.get("result").is_some(), "{r}");
+        }
+        (uri, chat)
+    }
+
     /// Starts a turn as `conn` and makes its store write durable.
     /// Makes session `id` on connection 1 and runs one echoed turn in its
     /// default chat; returns the session and chat URIs.

@@ -157,7 +157,7 @@ impl TreesChecker {
 
 /// An agent is started in `folders`: each must be trusted, counting the
 /// trees the host's records keep (its sessions' own, former and window
-/// trees they were made in).
+/// trees they were made in) and the window trees its handles hold.
 pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<(), Violation> {
     if !view.config.trust.gated() {
         return Ok(());
@@ -176,6 +176,9 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
             let repo = if w.repo_root.is_empty() { g.repo_root.as_deref() } else { Some(w.repo_root.as_str()) };
             trees.push(MadeTree { path: &w.path, repo });
         }
+    }
+    for w in view.window_trees() {
+        trees.push(MadeTree { path: &w.path, repo: (!w.repo_root.is_empty()).then_some(w.repo_root.as_str()) });
     }
     for f in folders {
         if let Err(why) = view.config.trust.check(f, &trees) {

@@ -227,6 +227,13 @@ pub struct Host {
     /// pass over their backend's transcripts must not list again, across
     /// restarts (see [`crate::record::SessionRecord::deleted`]).
     pub(crate) tombstones: BTreeMap<Uri, SessionRecord>,
+    /// Per tombstone, the sources whose last pass in this process found a
+    /// transcript it hides: a URI made again under another agent and
+    /// disposed again leaves copies under both, and the tombstone is spent
+    /// only once no source's pass finds any.
+    pub(crate) tombstone_guards: BTreeMap<Uri, BTreeSet<String>>,
+    /// Sources (agents and external) whose scan answered in this process.
+    pub(crate) sources_scanned: BTreeSet<String>,
     /// Connections refused at `Connected` (over `Limits::connections_max`),
     /// until their `Disconnected`: their frames are answered with the
     /// refusal and otherwise ignored.
@@ -357,6 +364,8 @@ impl Host {
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
             tombstones: BTreeMap::new(),
+            tombstone_guards: BTreeMap::new(),
+            sources_scanned: BTreeSet::new(),
             refused: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),

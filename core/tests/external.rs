@@ -339,3 +339,62 @@ fn a_disposed_session_stays_disposed_across_restarts_while_its_backends_copy_las
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["resource"], uri.as_str());
 }
+
+/// A URI made again under another agent and disposed again: the copy the
+/// first agent kept stays hidden until no agent's pass finds one, across
+/// restarts (issue 19, sim seed 2347: the second agent's pass spent the
+/// tombstone, and the next restart listed the first one's copy again).
+#[test]
+fn a_uri_disposed_under_two_agents_stays_disposed_while_either_keeps_a_copy() {
+    let config = Config {
+        agents: vec![ahpd_core::AgentSpec::echo(), ahpd_core::AgentSpec { provider: "other".into(), ..ahpd_core::AgentSpec::echo() }],
+        residency_limit: 0,
+        sleep_after_ms: 0,
+        ..Config::default()
+    };
+    let mut store = std::collections::BTreeMap::new();
+    let mut h = Harness::new(config.clone());
+    h.connect(1, "c1");
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "other", vec![]);
+    let uri = "ahp-session:/twice";
+    let chat = "ahp-chat:/ahp-session@twice";
+    for (seq, provider) in [(1, "other"), (2, "echo")] {
+        let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": provider}));
+        settle_into(&mut h, &mut store);
+        assert!(h.take_reply(1, rid).expect("create reply")["error"].is_null());
+        h.start_turn(1, chat, seq, &format!("t{seq}"), "hello");
+        h.agent_reply(chat, &format!("t{seq}"), "hi");
+        settle_into(&mut h, &mut store);
+        let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+        settle_into(&mut h, &mut store);
+        assert!(h.take_reply(1, rid).expect("dispose reply")["error"].is_null());
+    }
+    // The next pass: the first agent kept its copy, the second did not
+    // (the second answers last).
+    h.advance(10 * 60 * 1000);
+    h.list(1);
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "other", vec![own_row("twice", chat, "ahp-session@twice", now - 1000)]);
+    answer_scan(&mut h, "echo", vec![]);
+    settle_into(&mut h, &mut store);
+    assert!(h.list(1).is_empty());
+    assert!(store.get("ahp-session@twice").is_some_and(|r| r.deleted), "the tombstone is kept: {store:?}");
+
+    // After a restart, whatever order the passes answer in.
+    let mut h = Harness::with_records(config, store.values().cloned().collect());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "other", vec![own_row("twice", chat, "ahp-session@twice", now - 1000)]);
+    settle_into(&mut h, &mut store);
+    assert!(h.list(1).is_empty(), "the disposed session does not come back");
+    assert!(store.get("ahp-session@twice").is_some_and(|r| r.deleted));
+    // Once no agent finds a copy, the tombstone goes.
+    h.advance(10 * 60 * 1000);
+    h.list(1);
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "other", vec![]);
+    settle_into(&mut h, &mut store);
+    assert!(!store.contains_key("ahp-session@twice"), "the spent tombstone is removed");
+}

@@ -122,8 +122,9 @@ pub const EXPECTED_PENDING: &[&str] = &[
     // Awareness (W4).
     "awareness_write_held",
     // A record the store lost while its transcript stayed: no sim fault
-    // loses a durable record; the only route seeds took (about one in
-    // 2,000) was a disposed session whose backend kept its copy, listed
-    // again after its URI was reused and disposed once more (issue 20).
+    // loses a durable record. The only route seeds took (about one in
+    // 2,000) was a defect, fixed: a disposed session whose first agent
+    // kept its copy, listed again after its URI was made again under
+    // another agent and disposed once more (core/tests/external.rs).
     "rediscovered_from_transcripts",
 ];

@@ -164,6 +164,7 @@ impl Host {
         // A session made anew under a disposed one's URI: its record
         // replaces the tombstone.
         self.tombstones.remove(&uri);
+        self.tombstone_guards.remove(&uri);
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {

@@ -204,13 +204,38 @@ impl Host {
                 guarding.len()
             ));
         }
+        self.spend_tombstones(provider, &guarding);
+    }
+
+    /// After a pass over `provider` found rows the tombstones in `guarding`
+    /// hide: a tombstone goes (from the store too) once every source has
+    /// answered a pass in this process and none found a row it hides. Its
+    /// URI may have been made again under another agent and disposed
+    /// again: the copy the first agent kept must stay hidden (issue 19,
+    /// sim seed 2347: the echo pass spent the tombstone while the one-shot
+    /// agent's copy was there, and the next restart listed it again).
+    fn spend_tombstones(&mut self, provider: &str, guarding: &BTreeSet<Uri>) {
+        self.sources_scanned.insert(provider.to_owned());
+        for uri in self.tombstones.keys() {
+            let guards = self.tombstone_guards.entry(uri.clone()).or_default();
+            if guarding.contains(uri) {
+                guards.insert(provider.to_owned());
+            } else {
+                guards.remove(provider);
+            }
+        }
+        let every_source = self.config.agents.iter().map(|a| &a.provider).chain(self.config.external_sources.iter()).all(|p| self.sources_scanned.contains(p));
+        if !every_source {
+            return;
+        }
         let spent: Vec<Uri> = self
             .tombstones
-            .iter()
-            .filter(|(uri, t)| t.provider == provider && !guarding.contains(*uri))
-            .map(|(uri, _)| uri.clone())
+            .keys()
+            .filter(|uri| self.tombstone_guards.get(*uri).is_none_or(|g| g.is_empty()))
+            .cloned()
             .collect();
         for uri in spent {
+            self.tombstone_guards.remove(&uri);
             let Some(t) = self.tombstones.remove(&uri) else { continue };
             crate::mark!("tombstone_spent");
             let op = self.new_op(Op::StoreForget { session: uri.clone() });

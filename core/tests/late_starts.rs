@@ -154,3 +154,27 @@ fn a_chat_disposed_during_a_wake_and_made_again_keeps_the_conversation_its_own_s
 fn chat_conversation(h: &Harness, uri: &str, chat: &str) -> String {
     h.host.view().sessions.get(uri).unwrap().record.chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.clone()).unwrap_or_default()
 }
+
+/// A start answered with its conversation supersedes the chat's earlier
+/// ones: the earlier one's late answer names an older agent's
+/// conversation (issue 19, sim seed 19510: it replaced the one the newer
+/// start named, and the turns under that were gone after the next wake).
+#[test]
+fn a_late_answer_to_an_older_start_does_not_replace_the_conversation_a_newer_one_named() {
+    let mut h = Harness::new(Config::default());
+    let (uri, chat, older) = chat_start_unanswered(&mut h);
+    agent_exits(&mut h, &uri);
+    // The wake starts the chat afresh (its first start never answered) and
+    // that start answers first.
+    h.request(1, "subscribe", json!({"channel": uri}));
+    for (op, c, cmd) in h.backend_cmds() {
+        if let BackendCmd::Start { conversation_id, .. } = cmd {
+            let conversation_id = if c == chat { "srv-newer".to_owned() } else { conversation_id };
+            h.done(op, Outcome::Started { conversation_id, history: Vec::new() });
+        }
+    }
+    h.settle_store();
+    h.done(older, Outcome::Started { conversation_id: "srv-older".into(), history: Vec::new() });
+    h.settle_store();
+    assert_eq!(chat_conversation(&h, &uri, &chat), "srv-newer");
+}

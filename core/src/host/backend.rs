@@ -72,6 +72,14 @@ impl Host {
     fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let unanswered = session.starts_unanswered.remove(&op);
+        // A start answered with its conversation supersedes the chat's
+        // earlier ones still unanswered: their late answers name an older
+        // agent's conversation (issue 19, sim seed 19510: one replaced the
+        // conversation a tree's fresh start had named, and the turns under
+        // it were gone after the next wake).
+        if matches!(outcome, Outcome::Started { .. }) {
+            session.starts_unanswered.retain(|o, c| !(c == chat && *o < op));
+        }
         // The phase that asked must still be waiting for it: an op a live
         // session's chat start left behind is still listed after the
         // session slept, until a wake replaces the list (seed 1095 again,

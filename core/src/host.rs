@@ -683,6 +683,12 @@ impl Host {
         self.effects.push(Effect::Log(LogEvent { level, event, session, detail }));
     }
 
+    /// Whether `op` is a start of `chat`'s agent (one of a session's
+    /// `phase_ops`, which also holds deletes and git work).
+    pub(crate) fn starts_chat(ops: &BTreeMap<OpId, Op>, op: &OpId, chat: &Uri) -> bool {
+        matches!(ops.get(op), Some(Op::Start { chat: c, .. }) if c == chat)
+    }
+
     pub(crate) fn new_op(&mut self, op: Op) -> OpId {
         self.next_op += 1;
         let id = OpId(self.next_op);

@@ -233,7 +233,7 @@ impl Host {
         // the new chat its deleted conversation).
         session.starts_unanswered.retain(|_, c| *c != chat);
         let ops = &self.ops;
-        session.phase_ops.retain(|op| !matches!(ops.get(op), Some(Op::Start { chat: c, .. }) if *c == chat));
+        session.phase_ops.retain(|op| !Host::starts_chat(ops, op, &chat));
         session.wake_history.remove(&chat);
         let wake_done = session.phase == Phase::Waking && session.phase_ops.is_empty();
         let provider = session.record.provider.clone();

@@ -518,7 +518,7 @@ impl Host {
         self.start_owed_agent(session_uri, &chat);
         let Some(session) = self.sessions.get(session_uri) else { return };
         let provider = session.record.provider.clone();
-        let starting = session.phase_ops.iter().any(|op| matches!(self.ops.get(op), Some(Op::Start { chat: c, .. }) if *c == chat));
+        let starting = session.phase_ops.iter().any(|op| Host::starts_chat(&self.ops, op, &chat));
         if starting {
             crate::mark!("send_waits_for_chat_start");
             if let Some(session) = self.sessions.get_mut(session_uri) {

@@ -104,3 +104,60 @@ proptest! {
         }
     }
 }
+
+/// After a resume fails, the least recently used session is the one that
+/// goes, even when it is the one that failed to wake. The limit is checked
+/// once an input has settled (`Host::fire_due`, the only call): sim seeds
+/// 5696, 16305 and 16894 saw a check halfway through such an input, while
+/// the failed session still held its waiting turn, evict a more recently
+/// used one. This schedule is the plain form of that path; the seeds'
+/// exact one (a provisional session announced by the failure itself) is
+/// left to the sim's `inv_least_recently_used_goes_first`.
+#[test]
+fn the_session_whose_resume_failed_goes_first_when_it_is_the_least_recently_used() {
+    use ahpd_core::{BackendCmd, Outcome};
+    let mut h = Harness::new(Config { residency_limit: 1, sleep_after_ms: 100, ..Config::default() });
+    h.connect(1, "c");
+    // a is made and says nothing (provisional: it does not count); b is
+    // made and used. Both fall asleep, their state held.
+    h.create(1, "a");
+    h.session_with_turn("b");
+    h.settle();
+    h.advance(500);
+    // A chat made in a with a first message wakes it; a's own agent is
+    // slow to resume, the new chat's starts.
+    h.send_request(1, "createChat", json!({"channel": uri_of("a"), "chat": "ahp-chat:/a-side", "initialMessage": {"text": "first words", "origin": {"kind": "user"}}}));
+    h.settle_store();
+    let mut resume = None;
+    for (op, _, cmd) in h.backend_cmds() {
+        match cmd {
+            BackendCmd::Start { resume: true, .. } => resume = Some(op),
+            BackendCmd::Start { conversation_id, .. } => h.done(op, Outcome::Started { conversation_id, history: Vec::new() }),
+            _ => h.done(op, Outcome::Ok),
+        }
+    }
+    h.settle_store();
+    // A client looks at a while it wakes (its state is held for it), then
+    // leaves; b is used again, after a: a is the least recently used.
+    let sub = h.send_request(1, "subscribe", json!({"channel": uri_of("a")}));
+    h.settle_store();
+    assert!(h.take_reply(1, sub).is_some_and(|r| r["result"].is_object()), "a's state is given while it wakes");
+    h.request(1, "unsubscribe", json!({"channel": uri_of("a")}));
+    h.start_turn(1, "ahp-chat:/ahp-session@b", 2, "t2", "again");
+    h.settle();
+    h.agent_reply("ahp-chat:/ahp-session@b", "t2", "Echo: again");
+    h.settle();
+    // The resume fails: a now holds a turn (it counts), and nothing keeps it.
+    h.done(resume.expect("a's agent is resumed"), Outcome::Failed { message: "transcript unreadable".into() });
+    h.settle();
+    let view = h.host.view();
+    let used: Vec<(String, u64)> = ["a", "b"].iter().map(|id| (uri_of(id), view.sessions.get(&uri_of(id)).map_or(0, |s| s.last_used))).collect();
+    let resident: Vec<String> = ["a", "b"].iter().map(|id| uri_of(id)).filter(|u| view.sessions.get(u).is_some_and(|s| s.resident.is_some() && s.has_turns())).collect();
+    assert!(resident.len() <= 1, "within the limit: {resident:?}");
+    let lru = used.iter().min_by_key(|(u, t)| (*t, u.clone())).map(|(u, _)| u.clone()).unwrap_or_default();
+    assert!(!resident.contains(&lru), "{lru}, the least recently used, went: {used:?} {resident:?}");
+}
+
+fn uri_of(id: &str) -> String {
+    format!("ahp-session:/{id}")
+}

@@ -107,3 +107,38 @@ fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
     assert!(git.moved && git.worktree.is_none(), "{git:?}");
     assert_eq!(git.former.iter().filter_map(|f| f.worktree.as_ref()).map(|w| w.path.as_str()).collect::<Vec<_>>(), ["/src/app.worktrees/m-1"]);
 }
+
+/// A dispose answers once the trees it takes off the disk are gone: a
+/// client that reads the reply and looks finds no tree (tests/e2e_git.rs
+/// saw a handed-over tree still there after the reply under load).
+#[test]
+fn a_dispose_answers_after_the_tree_it_left_is_removed() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = h.create_in("d", "/src/app", json!({"isolation": "worktree"}), repo_facts());
+    h.start_turn(1, &chat, 1, "t1", "hello");
+    answer_begin(&mut h, tree("d-1"));
+    h.settle();
+    h.agent_reply(&chat, "t1", "Echo: hello");
+    h.settle_no_repo();
+    // Moved out of its tree: the tree is now a folder it left.
+    h.dispatch(1, &uri, 2, json!({"type": "session/workingDirectoryReplaced",
+        "directory": "file:///src/app.worktrees/d-1", "replacement": "file:///src/other"}));
+    h.settle_no_repo();
+    h.frames(1);
+    let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    h.settle();
+    let cmds = h.git_cmds();
+    let removal = cmds.iter().find_map(|(op, cmd)| match cmd {
+        GitCmd::Dispose { worktree: Some(w), .. } if w.path == "/src/app.worktrees/d-1" => Some(*op),
+        _ => None,
+    });
+    let removal = removal.unwrap_or_else(|| panic!("the tree it left is removed: {cmds:?}"));
+    assert!(h.take_reply(1, rid).is_none(), "no reply before the tree is gone");
+    for (op, cmd) in cmds {
+        h.done(op, Outcome::Git(if op == removal { GitResult::Disposed { kept_tree: false } } else { cmd.no_repo_answer() }));
+    }
+    h.settle();
+    let reply = h.take_reply(1, rid).expect("the dispose answers once its trees are gone");
+    assert_eq!(reply["result"], serde_json::Value::Null, "{reply}");
+}

@@ -101,11 +101,10 @@ fn a_client_cannot_move_a_session_into_a_folder_that_is_not_trusted() {
     assert_eq!(dirs, ["file:///src/app", "file:///src/lib"]);
 }
 
-#[test]
-fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is_not() {
-    let mut h = Harness::new(trusting(&["/src/app"]));
-    h.connect(1, "c");
-    create(&mut h, "w", "file:///src/app", json!({"isolation": "worktree"}), repo_facts());
+/// Makes worktree session `w` in trusted `/src/app` and runs its first
+/// turn, which moves it into the tree git makes, `/src/app.worktrees/agents-w`.
+fn worktree_session_w(h: &mut Harness) -> ahpd_core::SessionRecord {
+    create(h, "w", "file:///src/app", json!({"isolation": "worktree"}), repo_facts());
     let chat = "ahp-chat:/ahp-session@w";
     h.request(1, "subscribe", json!({"channel": chat}));
     h.start_turn(1, chat, 1, "t1", "hi");
@@ -128,6 +127,14 @@ fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is
     h.settle();
     let record = h.host.view().sessions.get("ahp-session:/w").expect("session").record.clone();
     assert_eq!(record.working_directories, ["file:///src/app.worktrees/agents-w"], "the session moved into its tree");
+    record
+}
+
+#[test]
+fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is_not() {
+    let mut h = Harness::new(trusting(&["/src/app"]));
+    h.connect(1, "c");
+    let record = worktree_session_w(&mut h);
     // Another session may be made in the tree (or a folder inside it)...
     assert_eq!(create(&mut h, "in-tree", "file:///src/app.worktrees/agents-w/src", json!({}), repo_facts())["result"], Value::Null);
     // ...but not in a tree beside it the host did not make.
@@ -151,6 +158,39 @@ fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is
     assert!(message.contains("not woken") && message.contains("not a trusted folder"), "{reply}");
     assert!(moved_on.backend_cmds().is_empty(), "no agent was started");
     assert_eq!(moved_on.host.view().sessions.get("ahp-session:/w").map(|s| s.phase.name()), Some("asleep"));
+}
+
+/// A tree on its way off the disk (its maker disposed, nobody else working
+/// in it) is no longer one the host keeps: a session asked for in it
+/// while its maker goes is refused, even when the question was asked
+/// before the tree went and answered after (sim seeds 806, 6807).
+#[test]
+fn a_session_is_not_made_in_a_tree_its_maker_takes_off_the_disk() {
+    let mut h = Harness::new(trusting(&["/src/app"]));
+    h.connect(1, "c");
+    worktree_session_w(&mut h);
+    let early = h.send_request(1, "createSession", json!({"channel": "ahp-session:/early", "provider": "echo", "workingDirectories": ["file:///src/app.worktrees/agents-w"]}));
+    let inspect = h.git_cmds();
+    assert!(matches!(&inspect[..], [(_, GitCmd::Inspect { .. })]), "the tree is the host's: its repository is asked about: {inspect:?}");
+    let disposed = h.send_request(1, "disposeSession", json!({"channel": "ahp-session:/w"}));
+    h.settle();
+    let removal: Vec<_> = h.git_cmds();
+    assert!(removal.iter().any(|(_, c)| matches!(c, GitCmd::Dispose { worktree: Some(w), .. } if w.path == "/src/app.worktrees/agents-w")), "{removal:?}");
+    // Asked while the tree goes: refused before git is asked.
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/late", "provider": "echo", "workingDirectories": ["file:///src/app.worktrees/agents-w"]}));
+    assert!(h.git_cmds().is_empty(), "git is not asked about a tree on its way off");
+    assert!(refused(&h.take_reply(1, rid).expect("refused at once")).contains("not a trusted folder"));
+    // Asked before, answered after: refused too, and no agent started there.
+    h.done(inspect[0].0, Outcome::Git(GitResult::Repo(repo_facts())));
+    h.settle();
+    assert!(refused(&h.take_reply(1, early).expect("createSession reply")).contains("not a trusted folder"));
+    for (op, cmd) in removal {
+        h.done(op, Outcome::Git(cmd.no_repo_answer()));
+    }
+    h.settle();
+    assert_eq!(h.take_reply(1, disposed).expect("dispose reply")["result"], Value::Null);
+    let sessions: Vec<String> = h.host.view().sessions.iter().map(|(u, _)| u.clone()).collect();
+    assert!(sessions.is_empty(), "{sessions:?}");
 }
 
 /// Only part of a repository is trusted (`/mono/pkg`): a worktree session

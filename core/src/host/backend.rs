@@ -114,7 +114,6 @@ impl Host {
                     self.mark_activity(session_uri);
                     self.reply(conn, id, serde_json::Value::Null);
                     self.log(LogLevel::Info, "session.created", Some(session_uri.clone()), String::new());
-                    self.check_residency();
                 }
                 Outcome::Failed { message } => {
                     self.forget_unborn(session_uri);

@@ -46,10 +46,8 @@ impl Host {
             return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
         }
         // No agent, and no git, in a folder the operator did not trust.
-        if let Err(reason) = self.trusted(params.working_directories.as_deref().unwrap_or_default()) {
-            crate::mark!("create_refused_untrusted_folder");
-            self.log(LogLevel::Warn, "session.untrusted_folder", Some(params.channel.clone()), reason.clone());
-            return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+        if let Err(e) = self.create_trusted(&params) {
+            return self.reply_error(conn, id, e);
         }
         match params.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
@@ -57,6 +55,16 @@ impl Host {
             }
             None => self.create_with_facts(conn, id, raw, &crate::git::RepoFacts::not_a_repo()),
         }
+    }
+
+    /// Whether a `createSession` may make a session in its folders (the
+    /// Sessions page's trust rule, [`Host::trusted`]); the refusal is
+    /// logged and is the error the client gets.
+    fn create_trusted(&mut self, params: &CreateSessionParams) -> Result<(), ahp_types::messages::JsonRpcError> {
+        let Err(reason) = self.trusted(params.working_directories.as_deref().unwrap_or_default()) else { return Ok(()) };
+        crate::mark!("create_refused_untrusted_folder");
+        self.log(LogLevel::Warn, "session.untrusted_folder", Some(params.channel.clone()), reason.clone());
+        Err(error(PERMISSION_DENIED, reason))
     }
 
     /// `createSession` once its folder's repository `facts` are known: the
@@ -82,6 +90,11 @@ impl Host {
             Ok(r) => r,
             Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
         };
+        // Asked again: the host tree that made the folder trusted may have
+        // gone while its repository was read (sim seed 806).
+        if let Err(e) = self.create_trusted(&params) {
+            return self.reply_error(conn, id, e);
+        }
         let scope = match self.resolve_scope(conn, params.config.as_ref()) {
             Ok(s) => s,
             Err(e) => return self.reply_error(conn, id, e),
@@ -276,9 +289,7 @@ impl Host {
         for (chat, conversation_id) in chats {
             ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
         }
-        if let Some(op) = self.dispose_git(uri) {
-            ops.insert(op);
-        }
+        ops.extend(self.dispose_git(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
             s.phase_ops = ops;

@@ -222,7 +222,6 @@ impl Host {
         if phase == Phase::Asleep {
             self.wake(&session_uri);
         }
-        self.check_residency();
     }
 
     /// The -32602 refusal when `conn` may not take one more subscription.
@@ -267,7 +266,6 @@ impl Host {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.subscriptions.remove(&params.channel);
         }
-        self.check_residency();
     }
 
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
@@ -278,7 +276,6 @@ impl Host {
                 });
             }
             self.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
-            self.check_residency();
         }
     }
 

@@ -412,7 +412,6 @@ impl Host {
                 self.after_chat_change(session_uri, &q.channel);
                 self.recount_active();
                 self.send_turn(session_uri, q.channel, turn_id, message);
-                self.check_residency();
             }
             StateAction::ChatTurnCancelled(mut a) => {
                 a.duration = self.turn_duration(session_uri, &q.channel);
@@ -459,7 +458,6 @@ impl Host {
                 if let Some(archived) = archived {
                     self.trees_follow_archive(session_uri, archived);
                 }
-                self.check_residency();
             }
             action if crate::folders::is_folder_action(&action) => {
                 // The record already holds the new list (written ahead).
@@ -607,7 +605,6 @@ impl Host {
         if checkpoint {
             self.checkpoint_turn(session_uri);
         }
-        self.check_residency();
     }
 
     /// Sends `session/ready` once the session's first turn went to its

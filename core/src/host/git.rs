@@ -269,35 +269,64 @@ impl Host {
     }
 
     /// `disposeSession`'s git step: the session's checkpoints and its tree.
-    /// Returns the op to wait for, if any.
+    /// Returns the ops to wait for: the dispose answers once every tree it
+    /// takes off the disk is gone (a client that sees the reply sees the
+    /// tree gone).
     /// A tree another session still works in stays, handed to it
     /// ([`Host::hand_over_tree`]); only the refs go.
-    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Option<OpId> {
-        let session = self.sessions.get(session_uri)?;
+    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Vec<OpId> {
+        let ops = self.remove_or_hand_over_trees(session_uri);
+        self.let_go_of_trees(session_uri);
+        ops
+    }
+
+    /// The commands [`Host::dispose_git`] waits for, trees handed over first.
+    fn remove_or_hand_over_trees(&mut self, session_uri: &Uri) -> Vec<OpId> {
+        let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
         let shared = session.record.shared_trees.clone();
         let git = session.record.git.clone();
         let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        let mut ops = Vec::new();
+        let purpose = || Op::Git(GitOp::Dispose { session: session_uri.clone() });
         // Trees handed to it: passed on, or removed with their maker's refs.
         for tree in shared {
             if !self.hand_over_tree(session_uri, &tree) {
-                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree) });
+                ops.push(self.git(purpose(), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree) }));
             }
         }
-        let git = git?;
+        let Some(git) = git else { return ops };
         let kept = |host: &mut Host, repo: &str, w: &crate::git::WorktreeRecord| {
             host.hand_over_tree(session_uri, &crate::git::SharedTree { repo: repo.to_owned(), refs_prefix: refs_prefix.clone(), tree: w.clone() })
         };
         // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
             let worktree = former.worktree.clone().filter(|w| !kept(self, &former.folder, w));
-            self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree });
+            ops.push(self.git(purpose(), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree }));
         }
-        git.repo_root.as_ref()?;
-        if git.moved {
-            return None;
+        if git.repo_root.is_none() || git.moved {
+            return ops;
         }
         let worktree = git.worktree.clone().filter(|w| !kept(self, &git.folder, w));
-        Some(self.git(Op::Git(GitOp::Dispose { session: session_uri.clone() }), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree }))
+        ops.push(self.git(purpose(), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree }));
+        ops
+    }
+
+    /// From its dispose's git step on, a session keeps no tree: each one
+    /// is handed to the sessions that work in it or on its way off the
+    /// disk. Its record stops naming them, so a tree on its way off
+    /// vouches for nothing ("A worktree the host made is trusted when the
+    /// repository it came from is": it is no longer one the host keeps),
+    /// and a session made in it meanwhile is refused as any folder outside
+    /// the trusted ones is (sim seeds 806, 6807).
+    fn let_go_of_trees(&mut self, session_uri: &Uri) {
+        let Some(record) = self.sessions.get_mut(session_uri).map(|s| &mut s.record) else { return };
+        record.shared_trees.clear();
+        if let Some(git) = record.git.as_mut() {
+            git.worktree = None;
+            for former in &mut git.former {
+                former.worktree = None;
+            }
+        }
     }
 
     pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {

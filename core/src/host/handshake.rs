@@ -153,7 +153,6 @@ impl Host {
             "reconnect" => self.reconnect(conn, held.id, held.params, false),
             _ => self.initialize(conn, held.id, held.params, false),
         }
-        self.check_residency();
         let mut queued = held.queued.into_iter();
         while let Some(text) = queued.next() {
             if !self.conns.contains_key(&conn) {

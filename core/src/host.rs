@@ -192,6 +192,30 @@ pub struct Stats {
     pub rejections: u64,
 }
 
+/// What the passes over the backends' transcripts said about one
+/// tombstone since it was made (Sessions page, disposal; issue 19): the
+/// sources whose latest pass, asked after the tombstone, found no
+/// transcript it hides. A pass asked before cannot speak for it: it may
+/// predate the backend's delete, or have run while the session was live
+/// (sim seed 11188: an echo pass from before the dispose and a one-shot
+/// pass after it spent a tombstone echo still had a copy for, and the
+/// next restart listed the disposed session again).
+#[derive(Debug, Clone)]
+pub(crate) struct TombstoneWatch {
+    /// Passes asked at or before this op do not count.
+    pub since: OpId,
+    /// Sources whose latest counting pass found nothing the tombstone hides.
+    pub clean: BTreeSet<String>,
+}
+
+impl TombstoneWatch {
+    /// A watch counting passes asked after op `since` (`OpId(0)`: every
+    /// pass of this process, for a tombstone read at start).
+    pub(crate) fn after(since: OpId) -> TombstoneWatch {
+        TombstoneWatch { since, clean: BTreeSet::new() }
+    }
+}
+
 /// The whole host. See the crate docs for the contract.
 #[derive(Debug, Clone)]
 pub struct Host {
@@ -227,13 +251,9 @@ pub struct Host {
     /// pass over their backend's transcripts must not list again, across
     /// restarts (see [`crate::record::SessionRecord::deleted`]).
     pub(crate) tombstones: BTreeMap<Uri, SessionRecord>,
-    /// Per tombstone, the sources whose last pass in this process found a
-    /// transcript it hides: a URI made again under another agent and
-    /// disposed again leaves copies under both, and the tombstone is spent
-    /// only once no source's pass finds any.
-    pub(crate) tombstone_guards: BTreeMap<Uri, BTreeSet<String>>,
-    /// Sources (agents and external) whose scan answered in this process.
-    pub(crate) sources_scanned: BTreeSet<String>,
+    /// Per tombstone, what the passes over the transcripts said since it
+    /// was made ([`TombstoneWatch`]); none for a tombstone read at start.
+    pub(crate) tombstone_watch: BTreeMap<Uri, TombstoneWatch>,
     /// Connections refused at `Connected` (over `Limits::connections_max`),
     /// until their `Disconnected`: their frames are answered with the
     /// refusal and otherwise ignored.
@@ -364,8 +384,7 @@ impl Host {
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
             tombstones: BTreeMap::new(),
-            tombstone_guards: BTreeMap::new(),
-            sources_scanned: BTreeSet::new(),
+            tombstone_watch: BTreeMap::new(),
             refused: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),

@@ -398,3 +398,53 @@ fn a_uri_disposed_under_two_agents_stays_disposed_while_either_keeps_a_copy() {
     settle_into(&mut h, &mut store);
     assert!(!store.contains_key("ahp-session@twice"), "the spent tombstone is removed");
 }
+
+/// Only a pass asked after a dispose speaks for its tombstone (issue 19,
+/// sim seed 11188): passes asked while the session was live (one answered
+/// before the dispose, one after it) found nothing to hide, the tombstone
+/// was spent though the agent kept its copy, and the next restart listed
+/// the disposed session again.
+#[test]
+fn a_pass_asked_before_a_dispose_does_not_spend_its_tombstone() {
+    let config = Config {
+        agents: vec![ahpd_core::AgentSpec::echo(), ahpd_core::AgentSpec { provider: "other".into(), ..ahpd_core::AgentSpec::echo() }],
+        residency_limit: 0,
+        sleep_after_ms: 0,
+        ..Config::default()
+    };
+    let mut store = std::collections::BTreeMap::new();
+    let mut h = Harness::new(config.clone());
+    h.connect(1, "c1");
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "other", vec![]);
+    let uri = "ahp-session:/kept";
+    let chat = "ahp-chat:/ahp-session@kept";
+    let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo"}));
+    settle_into(&mut h, &mut store);
+    assert!(h.take_reply(1, rid).expect("create reply")["error"].is_null());
+    h.start_turn(1, chat, 1, "t1", "hello");
+    h.agent_reply(chat, "t1", "hi");
+    settle_into(&mut h, &mut store);
+    // A pass over both agents is asked while the session lives; echo's
+    // answers at once (its own conversation: nothing to hide).
+    h.advance(10 * 60 * 1000);
+    h.list(1);
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![own_row("kept", chat, "ahp-session@kept", now - 1000)]);
+    // Disposed; echo keeps a copy. The other agent's pass, asked before
+    // the dispose, answers after it.
+    let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));
+    settle_into(&mut h, &mut store);
+    assert!(h.take_reply(1, rid).expect("dispose reply")["error"].is_null());
+    answer_scan(&mut h, "other", vec![]);
+    settle_into(&mut h, &mut store);
+    assert!(store.get("ahp-session@kept").is_some_and(|r| r.deleted), "the tombstone is kept: {store:?}");
+    // A restart: echo's copy stays hidden.
+    let mut h = Harness::with_records(config, store.values().cloned().collect());
+    h.connect(1, "c1");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![own_row("kept", chat, "ahp-session@kept", now - 1000)]);
+    answer_scan(&mut h, "other", vec![]);
+    settle_into(&mut h, &mut store);
+    assert!(h.list(1).is_empty(), "the disposed session does not come back");
+}

@@ -83,19 +83,27 @@ fn a_chat_holding_turns_is_resumed_in_a_tree_its_lost_record_makes_again() {
     assert_eq!(starts, [true], "the chat's agent is resumed in the tree, not started over its turns");
 }
 
-#[test]
-fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
-    let mut h = Harness::new(Config::default());
+/// Worktree session `id` runs a turn in its tree `/src/app.worktrees/<id>-1`,
+/// then a client moves it to `/src/other`; the move's writes are left
+/// pending. Returns the session's URI.
+fn moved_out_of_its_tree(h: &mut Harness, id: &str) -> String {
     h.connect(1, "c");
-    let (uri, chat) = h.create_in("m", "/src/app", json!({"isolation": "worktree"}), repo_facts());
+    let (uri, chat) = h.create_in(id, "/src/app", json!({"isolation": "worktree"}), repo_facts());
     h.start_turn(1, &chat, 1, "t1", "hello");
-    answer_begin(&mut h, tree("m-1"));
+    answer_begin(h, tree(&format!("{id}-1")));
     h.settle();
     h.agent_reply(&chat, "t1", "Echo: hello");
     // The turn's checkpoint answered (as git outside a repository would).
     h.settle_no_repo();
     h.dispatch(1, &uri, 2, json!({"type": "session/workingDirectoryReplaced",
-        "directory": "file:///src/app.worktrees/m-1", "replacement": "file:///src/other"}));
+        "directory": format!("file:///src/app.worktrees/{id}-1"), "replacement": "file:///src/other"}));
+    uri
+}
+
+#[test]
+fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
+    let mut h = Harness::new(Config::default());
+    moved_out_of_its_tree(&mut h, "m");
     let puts: Vec<_> = h.store_ops().into_iter().filter_map(|(_, c)| match c {
         StoreCmd::Put { record } => Some(record),
         _ => None,
@@ -114,16 +122,8 @@ fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
 #[test]
 fn a_dispose_answers_after_the_tree_it_left_is_removed() {
     let mut h = Harness::new(Config::default());
-    h.connect(1, "c");
-    let (uri, chat) = h.create_in("d", "/src/app", json!({"isolation": "worktree"}), repo_facts());
-    h.start_turn(1, &chat, 1, "t1", "hello");
-    answer_begin(&mut h, tree("d-1"));
-    h.settle();
-    h.agent_reply(&chat, "t1", "Echo: hello");
-    h.settle_no_repo();
     // Moved out of its tree: the tree is now a folder it left.
-    h.dispatch(1, &uri, 2, json!({"type": "session/workingDirectoryReplaced",
-        "directory": "file:///src/app.worktrees/d-1", "replacement": "file:///src/other"}));
+    let uri = moved_out_of_its_tree(&mut h, "d");
     h.settle_no_repo();
     h.frames(1);
     let rid = h.send_request(1, "disposeSession", json!({"channel": uri}));

@@ -23,7 +23,7 @@ impl Host {
                 }
             }
             Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
-            Op::Scan { provider } => self.on_scanned(&provider, outcome),
+            Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => {
                 if let Outcome::Failed { message } = &outcome {

@@ -9,7 +9,7 @@ use ahp_types::state::{ConfigSchema, RootConfigState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
 use super::{Host, Op};
-use crate::effect::{Effect, LogLevel};
+use crate::effect::{Effect, LogLevel, OpId};
 use crate::external::{ExternalFilter, ExternalMode};
 use crate::ids::{self, ResourceId};
 use crate::input::{Outcome, ScannedRow};
@@ -122,7 +122,7 @@ impl Host {
     /// whose record was lost (a `--sessions memory` restart) comes back
     /// unread and unarchived; one a CLI wrote outside this host is listed as
     /// external; an external one whose transcript is gone goes.
-    pub(crate) fn on_scanned(&mut self, provider: &str, outcome: Outcome) {
+    pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) {
         self.scans_in_flight.remove(provider);
         let rows = match outcome {
             Outcome::Scanned { rows } => rows,
@@ -204,38 +204,36 @@ impl Host {
                 guarding.len()
             ));
         }
-        self.spend_tombstones(provider, &guarding);
+        self.spend_tombstones(provider, op, &guarding);
     }
 
-    /// After a pass over `provider` found rows the tombstones in `guarding`
-    /// hide: a tombstone goes (from the store too) once every source has
-    /// answered a pass in this process and none found a row it hides. Its
-    /// URI may have been made again under another agent and disposed
-    /// again: the copy the first agent kept must stay hidden (issue 19,
-    /// sim seed 2347: the echo pass spent the tombstone while the one-shot
-    /// agent's copy was there, and the next restart listed it again).
-    fn spend_tombstones(&mut self, provider: &str, guarding: &BTreeSet<Uri>) {
-        self.sources_scanned.insert(provider.to_owned());
+    /// After pass `op` over `provider` found rows the tombstones in
+    /// `guarding` hide: a tombstone goes (from the store too) once every
+    /// source's latest pass asked after it was made found no row it hides
+    /// ([`super::TombstoneWatch`]). Its URI may have been made again under
+    /// another agent and disposed again: the copy the first agent kept must
+    /// stay hidden (issue 19, sim seeds 2347 and 11188).
+    fn spend_tombstones(&mut self, provider: &str, op: OpId, guarding: &BTreeSet<Uri>) {
         for uri in self.tombstones.keys() {
-            let guards = self.tombstone_guards.entry(uri.clone()).or_default();
+            let watch = self.tombstone_watch.entry(uri.clone()).or_insert_with(|| super::TombstoneWatch::after(OpId(0)));
+            if op <= watch.since {
+                continue;
+            }
             if guarding.contains(uri) {
-                guards.insert(provider.to_owned());
+                watch.clean.remove(provider);
             } else {
-                guards.remove(provider);
+                watch.clean.insert(provider.to_owned());
             }
         }
-        let every_source = self.config.agents.iter().map(|a| &a.provider).chain(self.config.external_sources.iter()).all(|p| self.sources_scanned.contains(p));
-        if !every_source {
-            return;
-        }
+        let sources: Vec<&String> = self.config.agents.iter().map(|a| &a.provider).chain(self.config.external_sources.iter()).collect();
         let spent: Vec<Uri> = self
             .tombstones
             .keys()
-            .filter(|uri| self.tombstone_guards.get(*uri).is_none_or(|g| g.is_empty()))
+            .filter(|uri| self.tombstone_watch.get(*uri).is_some_and(|w| sources.iter().all(|p| w.clean.contains(*p))))
             .cloned()
             .collect();
         for uri in spent {
-            self.tombstone_guards.remove(&uri);
+            self.tombstone_watch.remove(&uri);
             let Some(t) = self.tombstones.remove(&uri) else { continue };
             crate::mark!("tombstone_spent");
             let op = self.new_op(Op::StoreForget { session: uri.clone() });

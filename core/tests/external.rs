@@ -340,23 +340,30 @@ fn a_disposed_session_stays_disposed_across_restarts_while_its_backends_copy_las
     assert_eq!(rows[0]["resource"], uri.as_str());
 }
 
-/// A URI made again under another agent and disposed again: the copy the
-/// first agent kept stays hidden until no agent's pass finds one, across
-/// restarts (issue 19, sim seed 2347: the second agent's pass spent the
-/// tombstone, and the next restart listed the first one's copy again).
-#[test]
-fn a_uri_disposed_under_two_agents_stays_disposed_while_either_keeps_a_copy() {
+/// A host with two agents, `echo` and `other`, whose first passes over
+/// their transcripts found nothing; connection 1 is open.
+fn echo_and_other() -> (Config, Harness) {
     let config = Config {
         agents: vec![ahpd_core::AgentSpec::echo(), ahpd_core::AgentSpec { provider: "other".into(), ..ahpd_core::AgentSpec::echo() }],
         residency_limit: 0,
         sleep_after_ms: 0,
         ..Config::default()
     };
-    let mut store = std::collections::BTreeMap::new();
     let mut h = Harness::new(config.clone());
     h.connect(1, "c1");
     answer_scan(&mut h, "echo", vec![]);
     answer_scan(&mut h, "other", vec![]);
+    (config, h)
+}
+
+/// A URI made again under another agent and disposed again: the copy the
+/// first agent kept stays hidden until no agent's pass finds one, across
+/// restarts (issue 19, sim seed 2347: the second agent's pass spent the
+/// tombstone, and the next restart listed the first one's copy again).
+#[test]
+fn a_uri_disposed_under_two_agents_stays_disposed_while_either_keeps_a_copy() {
+    let (config, mut h) = echo_and_other();
+    let mut store = std::collections::BTreeMap::new();
     let uri = "ahp-session:/twice";
     let chat = "ahp-chat:/ahp-session@twice";
     for (seq, provider) in [(1, "other"), (2, "echo")] {
@@ -406,17 +413,8 @@ fn a_uri_disposed_under_two_agents_stays_disposed_while_either_keeps_a_copy() {
 /// the disposed session again.
 #[test]
 fn a_pass_asked_before_a_dispose_does_not_spend_its_tombstone() {
-    let config = Config {
-        agents: vec![ahpd_core::AgentSpec::echo(), ahpd_core::AgentSpec { provider: "other".into(), ..ahpd_core::AgentSpec::echo() }],
-        residency_limit: 0,
-        sleep_after_ms: 0,
-        ..Config::default()
-    };
+    let (config, mut h) = echo_and_other();
     let mut store = std::collections::BTreeMap::new();
-    let mut h = Harness::new(config.clone());
-    h.connect(1, "c1");
-    answer_scan(&mut h, "echo", vec![]);
-    answer_scan(&mut h, "other", vec![]);
     let uri = "ahp-session:/kept";
     let chat = "ahp-chat:/ahp-session@kept";
     let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo"}));

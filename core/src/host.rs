@@ -192,27 +192,28 @@ pub struct Stats {
     pub rejections: u64,
 }
 
-/// What the passes over the backends' transcripts said about one
-/// tombstone since it was made (Sessions page, disposal; issue 19): the
-/// sources whose latest pass, asked after the tombstone, found no
-/// transcript it hides. A pass asked before cannot speak for it: it may
-/// predate the backend's delete, or have run while the session was live
-/// (sim seed 11188: an echo pass from before the dispose and a one-shot
-/// pass after it spent a tombstone echo still had a copy for, and the
-/// next restart listed the disposed session again).
+/// A disposed session whose tombstone the store holds, and what the
+/// passes over the backends' transcripts said about it since it was made
+/// (Sessions page, disposal; issue 19). A pass asked before the tombstone
+/// cannot speak for it: it may predate the backend's delete, or have run
+/// while the session was live (sim seed 11188: an echo pass from before the
+/// dispose and a one-shot pass after it spent a tombstone echo still had a
+/// copy for, and the next restart listed the disposed session again).
 #[derive(Debug, Clone)]
-pub(crate) struct TombstoneWatch {
+pub(crate) struct Tombstone {
+    /// The tombstone as stored (`deleted`), naming the session's chats.
+    pub record: SessionRecord,
     /// Passes asked at or before this op do not count.
     pub since: OpId,
     /// Sources whose latest counting pass found nothing the tombstone hides.
     pub clean: BTreeSet<String>,
 }
 
-impl TombstoneWatch {
-    /// A watch counting passes asked after op `since` (`OpId(0)`: every
-    /// pass of this process, for a tombstone read at start).
-    pub(crate) fn after(since: OpId) -> TombstoneWatch {
-        TombstoneWatch { since, clean: BTreeSet::new() }
+impl Tombstone {
+    /// A tombstone counting passes asked after op `since` (`OpId(0)`: every
+    /// pass of this process, for one read at start).
+    pub(crate) fn after(record: SessionRecord, since: OpId) -> Tombstone {
+        Tombstone { record, since, clean: BTreeSet::new() }
     }
 }
 
@@ -250,10 +251,7 @@ pub struct Host {
     /// Disposed sessions whose tombstone the store holds, by URI: what a
     /// pass over their backend's transcripts must not list again, across
     /// restarts (see [`crate::record::SessionRecord::deleted`]).
-    pub(crate) tombstones: BTreeMap<Uri, SessionRecord>,
-    /// Per tombstone, what the passes over the transcripts said since it
-    /// was made ([`TombstoneWatch`]); none for a tombstone read at start.
-    pub(crate) tombstone_watch: BTreeMap<Uri, TombstoneWatch>,
+    pub(crate) tombstones: BTreeMap<Uri, Tombstone>,
     /// Connections refused at `Connected` (over `Limits::connections_max`),
     /// until their `Disconnected`: their frames are answered with the
     /// refusal and otherwise ignored.
@@ -384,7 +382,6 @@ impl Host {
             catalogue: crate::catalogue::Index::default(),
             retired: BTreeSet::new(),
             tombstones: BTreeMap::new(),
-            tombstone_watch: BTreeMap::new(),
             refused: BTreeSet::new(),
             ops: BTreeMap::new(),
             replay: VecDeque::new(),
@@ -419,7 +416,7 @@ impl Host {
         };
         let uri = id.uri();
         if record.deleted {
-            self.tombstones.insert(uri, record);
+            self.tombstones.insert(uri, Tombstone::after(record, OpId(0)));
             return;
         }
         let chat_clash = record.chats.iter().any(|c| self.chats.contains_key(&c.resource));

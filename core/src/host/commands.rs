@@ -177,7 +177,6 @@ impl Host {
         // A session made anew under a disposed one's URI: its record
         // replaces the tombstone.
         self.tombstones.remove(&uri);
-        self.tombstone_watch.remove(&uri);
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
@@ -341,9 +340,9 @@ impl Host {
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };
-        self.tombstones.insert(uri.clone(), tombstone_of(&session.record));
         // Only passes asked from now on speak for the tombstone.
-        self.tombstone_watch.insert(uri.clone(), super::TombstoneWatch::after(crate::effect::OpId(self.next_op)));
+        let since = crate::effect::OpId(self.next_op);
+        self.tombstones.insert(uri.clone(), super::Tombstone::after(tombstone_of(&session.record), since));
         self.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {

@@ -145,8 +145,8 @@ impl Host {
         // pass found has nothing left to guard.
         let mut tombstoned: BTreeMap<String, Uri> = BTreeMap::new();
         for (uri, t) in &self.tombstones {
-            if t.provider == provider {
-                for c in &t.chats {
+            if t.record.provider == provider {
+                for c in &t.record.chats {
                     tombstoned.insert(c.conversation_id.clone(), uri.clone());
                 }
             }
@@ -210,34 +210,29 @@ impl Host {
     /// After pass `op` over `provider` found rows the tombstones in
     /// `guarding` hide: a tombstone goes (from the store too) once every
     /// source's latest pass asked after it was made found no row it hides
-    /// ([`super::TombstoneWatch`]). Its URI may have been made again under
+    /// ([`super::Tombstone`]). Its URI may have been made again under
     /// another agent and disposed again: the copy the first agent kept must
     /// stay hidden (issue 19, sim seeds 2347 and 11188).
     fn spend_tombstones(&mut self, provider: &str, op: OpId, guarding: &BTreeSet<Uri>) {
-        for uri in self.tombstones.keys() {
-            let watch = self.tombstone_watch.entry(uri.clone()).or_insert_with(|| super::TombstoneWatch::after(OpId(0)));
-            if op <= watch.since {
-                continue;
-            }
+        for (uri, t) in self.tombstones.iter_mut().filter(|(_, t)| op > t.since) {
             if guarding.contains(uri) {
-                watch.clean.remove(provider);
+                t.clean.remove(provider);
             } else {
-                watch.clean.insert(provider.to_owned());
+                t.clean.insert(provider.to_owned());
             }
         }
         let sources: Vec<&String> = self.config.agents.iter().map(|a| &a.provider).chain(self.config.external_sources.iter()).collect();
         let spent: Vec<Uri> = self
             .tombstones
-            .keys()
-            .filter(|uri| self.tombstone_watch.get(*uri).is_some_and(|w| sources.iter().all(|p| w.clean.contains(*p))))
-            .cloned()
+            .iter()
+            .filter(|(_, t)| sources.iter().all(|p| t.clean.contains(*p)))
+            .map(|(u, _)| u.clone())
             .collect();
         for uri in spent {
-            self.tombstone_watch.remove(&uri);
             let Some(t) = self.tombstones.remove(&uri) else { continue };
             crate::mark!("tombstone_spent");
             let op = self.new_op(Op::StoreForget { session: uri.clone() });
-            self.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.key } });
+            self.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.record.key } });
         }
     }
 

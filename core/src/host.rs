@@ -494,6 +494,7 @@ impl Host {
         let mono = now.mono.max(self.now.mono);
         self.now = Now { mono, wall: now.wall };
         self.went.clear();
+        self.sessions.clear_touched();
         if self.last_scan_at.is_none() {
             // The first input: the first pass over every backend's
             // transcripts runs behind whatever it is.

@@ -1,5 +1,5 @@
 //! `cargo run -p sim -- [--seed N | --seeds A..B] [--steps-max N]
-//! [--check-determinism]`
+//! [--check-determinism] [--verify-incremental]`
 //!
 //! Runs seeds through the simulated world and prints, for each failure, the
 //! rule, seed, step, sim time, options, the last trace lines and the replay
@@ -23,10 +23,13 @@ struct Args {
     check_determinism: bool,
     /// `--trace`: write a single seed's full trace even when it passes.
     trace: bool,
+    /// `--verify-incremental`: check the incremental checks against whole
+    /// ones after every step (`RunConfig::verify_incremental`).
+    verify_incremental: bool,
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: sim [--seed N|HEX40 [--trace]] [--seeds A..B] [--steps-max N] [--check-determinism]");
+    eprintln!("usage: sim [--seed N|HEX40 [--trace]] [--seeds A..B] [--steps-max N] [--check-determinism] [--verify-incremental]");
     ExitCode::from(64)
 }
 
@@ -42,7 +45,7 @@ fn parse_seed(text: &str) -> Option<u64> {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { seeds: None, steps_max: None, check_determinism: false, trace: false };
+    let mut args = Args { seeds: None, steps_max: None, check_determinism: false, trace: false, verify_incremental: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -67,6 +70,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--check-determinism" => args.check_determinism = true,
             "--trace" => args.trace = true,
+            "--verify-incremental" => args.verify_incremental = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -137,7 +141,7 @@ fn main() -> ExitCode {
     };
     let end = if end == first { first + 1 } else { end };
     let single = end - first == 1;
-    let run = RunConfig { keep_trace: false, hash: args.check_determinism, safety_steps: args.steps_max };
+    let run = RunConfig { keep_trace: false, hash: args.check_determinism, safety_steps: args.steps_max, verify_incremental: args.verify_incremental };
     let started = Instant::now();
     let mut exit = 0u8;
     let summed: Summary;

@@ -55,6 +55,12 @@ pub struct RunConfig {
     pub hash: bool,
     /// Override the safety phase's step count.
     pub safety_steps: Option<u64>,
+    /// Check the incremental checks against whole ones after every step
+    /// (`--verify-incremental`): every session an input did not report
+    /// touched (`SessionTable::touched`) equals its copy from before the
+    /// input, and every quiescent mirror equals the host's state, stale or
+    /// not. Slower; for a range in CI and for changes to the checkers.
+    pub verify_incremental: bool,
 }
 
 /// Totals of a finished run.
@@ -134,6 +140,9 @@ pub struct World {
     row_checks: u64,
     /// Session configs as snapshots carry them, for the mirror checks.
     configs: checkers::ConfigCache,
+    /// Per client, the mirrors to compare with the host's state at its next
+    /// quiescent point (`checkers::Stale`).
+    stale: Vec<checkers::Stale>,
     /// Whose mirrors this step may have moved: the check after it compares
     /// only those (a mirror's match with the host changes only when the host
     /// took an input or the client took a frame).
@@ -143,6 +152,7 @@ pub struct World {
     stopping: bool,
     safety_steps: u64,
     verbose: bool,
+    verify_incremental: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
     log_events: BTreeMap<&'static str, u64>,
     marks: BTreeMap<&'static str, u64>,
@@ -207,9 +217,11 @@ impl World {
             mirror_checks: 0,
             row_checks: 0,
             configs: checkers::ConfigCache::default(),
+            stale: Vec::new(),
             mirror_scope: MirrorScope::All,
             stopping: false,
             verbose: run.keep_trace,
+            verify_incremental: run.verify_incremental,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
             marks: BTreeMap::new(),
@@ -223,6 +235,7 @@ impl World {
             trees: TreesChecker::new(),
             chat_dirs: BTreeMap::new(),
         };
+        world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.history.on_host_start(&world.host.view());
         world.grants.on_host_start(&world.host.view());
         world.residency.on_host_start(&world.host.view());
@@ -387,12 +400,16 @@ impl World {
             MirrorScope::One(client) => Some(Some(client)),
             MirrorScope::All => None,
         };
+        self.mirror_checks += checkers::check_mirrors(&self.host.view(), &self.clients, &self.q, &mut self.configs, &mut self.stale).map_err(|v| self.violation(v))?;
+        if self.verify_incremental {
+            let mut every = vec![checkers::Stale::All; self.clients.len()];
+            checkers::check_mirrors(&self.host.view(), &self.clients, &self.q, &mut self.configs, &mut every).map_err(|v| self.violation(v))?;
+        }
         if only != Some(None) {
             let clients = match only {
                 Some(Some(client)) => &self.clients[client..=client],
                 _ => &self.clients[..],
             };
-            self.mirror_checks += checkers::check_mirrors(&self.host.view(), clients, &self.q, &mut self.configs).map_err(|v| self.violation(v))?;
             self.row_checks += checkers::check_rows(&self.host.view(), clients, &self.q).map_err(|v| self.violation(v))?;
         }
         if self.stopping && self.host.drained() && self.store.unacked_by_key().is_empty() {
@@ -463,6 +480,7 @@ impl World {
                     git: &self.options.git,
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
+                self.stale[client].all();
                 self.client_out(client, outs);
             }
             Event::CloseConn { client, conn } => {
@@ -634,6 +652,8 @@ impl World {
             Input::Done { op, .. } => Some(*op),
             _ => None,
         };
+        let sessions_before: Option<Vec<(Uri, ahpd_core::session::Session)>> =
+            self.verify_incremental.then(|| self.host.view().sessions.iter().map(|(u, s)| (u.clone(), s.clone())).collect());
         let host = &mut self.host;
         let effects = match catch_unwind(AssertUnwindSafe(|| host.handle(now, input))) {
             Ok(effects) => effects,
@@ -651,6 +671,9 @@ impl World {
             for e in &effects {
                 h.write(format!("{e:?}").as_bytes());
             }
+        }
+        if let Some(sessions_before) = sessions_before {
+            checkers::verify_touched(&self.host.view(), &sessions_before).map_err(|v| self.violation(v))?;
         }
         let after_phase = phase_of(&self.host);
         self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, &after_phase, effects.len());
@@ -697,6 +720,13 @@ impl World {
         };
         for effect in effects {
             self.route(effect)?;
+        }
+        {
+            let view = self.host.view();
+            let touched = view.sessions.touched();
+            for stale in &mut self.stale {
+                stale.touched(&view, touched.as_deref());
+            }
         }
         self.history.after_step(&self.host.view(), &before).map_err(|v| self.violation(v))?;
         if let Some(b) = aware_before {
@@ -849,11 +879,16 @@ impl World {
         self.aware.on_host_start();
         self.narrow_trust();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
+        // A new process: no mirror has been compared with its state yet.
+        self.stale.iter_mut().for_each(checkers::Stale::all);
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
         self.history.on_host_start(&self.host.view());
         self.grants.on_host_start(&self.host.view());
         self.residency.on_host_start(&self.host.view());
         checkers::check_restart(&pre, &self.store, &self.host.view()).map_err(|v| self.violation(v))?;
+        // The sessions read back are checked whole once; from the first
+        // input on, only those an input touches.
+        ahpd_core::invariants::check_sessions(&self.host.view()).map_err(|v| self.violation(v))?;
         self.store.settle_after_crash();
         Ok(())
     }

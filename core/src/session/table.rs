@@ -29,6 +29,25 @@ pub struct SessionTable {
     keys: BTreeMap<Uri, Slot>,
     slab: Vec<Option<(Uri, Session)>>,
     free: Vec<Slot>,
+    /// What changed since [`SessionTable::clear_touched`]: the slots handed
+    /// out to change (each once), and the URIs removed.
+    touched: Touched,
+}
+
+/// The sessions a table handed out to change, or added or removed, since it
+/// was last cleared (the host clears it at the start of every input). It
+/// over-approximates: a session handed out to change may have been left as
+/// it was. A checker that re-checks only these sessions relies on every
+/// change going through the table's `&mut` methods, which is the only way
+/// to reach a session to change it.
+#[derive(Debug, Clone, Default)]
+struct Touched {
+    /// Per slot, whether it is in `slots`.
+    marked: Vec<bool>,
+    slots: Vec<Slot>,
+    removed: Vec<Uri>,
+    /// `values_mut` handed out every session.
+    all: bool,
 }
 
 impl SessionTable {
@@ -51,6 +70,7 @@ impl SessionTable {
     /// replaced session's slot is kept.
     pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
         if let Some(&slot) = self.keys.get(&uri) {
+            self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
                 *entry = Some((uri, session));
             }
@@ -67,6 +87,7 @@ impl SessionTable {
             *entry = Some((uri.clone(), session));
         }
         self.keys.insert(uri, slot);
+        self.touch(slot);
         slot
     }
 
@@ -78,7 +99,10 @@ impl SessionTable {
         let slot = self.keys.remove(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
-        taken.map(|(_, s)| s)
+        taken.map(|(uri, s)| {
+            self.touched.removed.push(uri);
+            s
+        })
     }
 
     /// The slot of the session at `uri`.
@@ -112,7 +136,8 @@ impl SessionTable {
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.get(uri)?;
+        let slot = *self.keys.get(uri)?;
+        self.touch(slot);
         self.slab.get_mut(slot.0 as usize)?.as_mut().map(|(_, s)| s)
     }
 
@@ -146,7 +171,51 @@ impl SessionTable {
     /// Every session, to change, in slot order (for changes that do not
     /// depend on order).
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Session> + '_ {
+        self.touched.all = true;
         self.slab.iter_mut().filter_map(|e| e.as_mut().map(|(_, s)| s))
+    }
+
+    /// Notes that the session in `slot` may change.
+    fn touch(&mut self, slot: Slot) {
+        let i = slot.0 as usize;
+        if self.touched.marked.len() <= i {
+            self.touched.marked.resize(i + 1, false);
+        }
+        if !self.touched.marked[i] {
+            self.touched.marked[i] = true;
+            self.touched.slots.push(slot);
+        }
+    }
+
+    /// Forgets what was touched (the host calls it as each input begins).
+    pub fn clear_touched(&mut self) {
+        for slot in self.touched.slots.drain(..) {
+            if let Some(m) = self.touched.marked.get_mut(slot.0 as usize) {
+                *m = false;
+            }
+        }
+        self.touched.removed.clear();
+        self.touched.all = false;
+    }
+
+    /// The URIs of the sessions that may have changed, been added or been
+    /// removed since [`SessionTable::clear_touched`], in URI order, each
+    /// once; `None` when every session may have changed. For checkers that
+    /// re-check only what an input touched (docs/SIMULATION.md).
+    pub fn touched(&self) -> Option<Vec<&Uri>> {
+        if self.touched.all {
+            return None;
+        }
+        let mut uris: Vec<&Uri> = self
+            .touched
+            .slots
+            .iter()
+            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, _)| u))
+            .chain(self.touched.removed.iter())
+            .collect();
+        uris.sort();
+        uris.dedup();
+        Some(uris)
     }
 }
 

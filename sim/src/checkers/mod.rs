@@ -127,12 +127,21 @@ impl History {
     /// After a step: the core's state rules, the lifecycle table, and the
     /// parts of rule 4 that need the state after the step.
     pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
-        ahpd_core::invariants::check_all(view)?;
+        // Per-session rules on the sessions the input touched: the others
+        // passed before and did not change (`--verify-touched` checks that).
+        ahpd_core::invariants::check_touched(view)?;
         // "createdAt ... never moves", "modifiedAt ... moves forward only"
         // (a wall clock that jumps backwards never moves it back: the
         // sim's clock jumps are among its faults), and who may go.
         ahpd_core::invariants::check_step(&before.core, view)?;
-        for (uri, prev) in &self.prev_phases {
+        // Phases, announcements and removals move only for the sessions the
+        // input touched (every session when it touched them all).
+        let scope: Vec<Uri> = match view.sessions.touched() {
+            Some(touched) => touched.into_iter().cloned().collect(),
+            None => self.prev_phases.keys().chain(view.sessions.iter().map(|(u, _)| u)).cloned().collect::<BTreeSet<Uri>>().into_iter().collect(),
+        };
+        for uri in &scope {
+            let Some(prev) = self.prev_phases.get(uri) else { continue };
             match view.sessions.get(uri) {
                 Some(s) if s.phase != *prev && !lifecycle::is_legal(prev, &s.phase) => {
                     return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
@@ -143,21 +152,29 @@ impl History {
                 _ => {}
             }
         }
-        for (uri, s) in view.sessions {
+        for uri in &scope {
+            let Some(s) = view.sessions.get(uri) else { continue };
             let rediscovered = before.scan && s.phase == Phase::Asleep;
             if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting { .. }) && !rediscovered {
                 return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase.name())));
             }
         }
-        let gone: Vec<Uri> = self.prev_phases.keys().filter(|u| !view.sessions.contains_key(*u)).cloned().collect();
-        for uri in gone {
-            *self.incarnations.entry(uri.clone()).or_default() += 1;
-            // Removed with no root subscriber to tell: no notification to see.
-            self.announced.remove(&uri);
-        }
-        for (uri, s) in view.sessions {
-            if s.announced {
-                self.announced.insert(uri.clone());
+        for uri in &scope {
+            match view.sessions.get(uri) {
+                None => {
+                    if self.prev_phases.remove(uri).is_some() {
+                        *self.incarnations.entry(uri.clone()).or_default() += 1;
+                        // Removed with no root subscriber to tell: no
+                        // notification to see.
+                        self.announced.remove(uri);
+                    }
+                }
+                Some(s) => {
+                    if s.announced {
+                        self.announced.insert(uri.clone());
+                    }
+                    self.prev_phases.insert(uri.clone(), s.phase.clone());
+                }
             }
         }
         let after = root_subscribers(view);
@@ -166,10 +183,6 @@ impl History {
             if watched_throughout || !view.sessions.get(uri).is_some_and(|s| s.announced) {
                 return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
             }
-        }
-        self.prev_phases.clear();
-        for (uri, s) in view.sessions {
-            self.prev_phases.insert(uri.clone(), s.phase.clone());
         }
         self.check_echoed_turns(view)
     }
@@ -182,7 +195,13 @@ impl History {
         for chats in self.echoed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
-        for (uri, s) in view.sessions {
+        // A session no input touched shows what it showed when last checked.
+        let touched = view.sessions.touched();
+        let sessions: Box<dyn Iterator<Item = (&Uri, &ahpd_core::session::Session)>> = match touched {
+            Some(uris) => Box::new(uris.into_iter().filter_map(|u| view.sessions.get_key_value(u))),
+            None => Box::new(view.sessions.iter()),
+        };
+        for (uri, s) in sessions {
             // An agent that cannot resume starts every wake afresh: its
             // history is its own to lose (Sessions page, "Waking").
             let Some(r) = s.resident.as_ref().filter(|_| s.can_resume) else { continue };
@@ -345,19 +364,75 @@ fn to_json(state: &MirrorState) -> serde_json::Value {
     .unwrap_or_default()
 }
 
+/// Which of a client's mirrors may differ from the host's state since they
+/// were last compared equal: the host's side moves when an input touches
+/// the session (`SessionTable::touched`) or the root, the client's when it
+/// takes a frame. A mirror that could not be compared yet (something in
+/// flight to the client) stays stale until it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// Every mirror.
+    All,
+    /// These channels.
+    Some(BTreeSet<Uri>),
+}
+
+impl Default for Stale {
+    fn default() -> Stale {
+        Stale::Some(BTreeSet::new())
+    }
+}
+
+impl Stale {
+    /// Marks every mirror stale.
+    pub fn all(&mut self) {
+        *self = Stale::All;
+    }
+
+    /// Marks the root and the channels of the sessions an input touched
+    /// (each session and its chats) stale; every mirror when the input
+    /// touched every session.
+    pub fn touched(&mut self, view: &HostView<'_>, touched: Option<&[&Uri]>) {
+        let (Some(touched), Stale::Some(set)) = (touched, &mut *self) else {
+            *self = Stale::All;
+            return;
+        };
+        set.insert(ROOT_RESOURCE_URI.to_owned());
+        for uri in touched {
+            set.insert((*uri).clone());
+            if let Some(s) = view.sessions.get(*uri) {
+                set.extend(s.record.chats.iter().map(|c| c.resource.clone()));
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Stale::Some(set) if set.is_empty())
+    }
+}
+
 /// Rule 3: every full mirror of a channel the host still sends to that
 /// client equals the host's own state, for clients with nothing in flight
-/// to them (a quiescent point for that connection). Returns how many
-/// mirrors were compared.
-pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs: &mut ConfigCache) -> Result<u64, Violation> {
+/// to them (a quiescent point for that connection). Only the mirrors
+/// `stale` names are compared (the rest were compared equal and neither
+/// side moved since), and those compared are no longer stale. Returns how
+/// many mirrors were compared.
+pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs: &mut ConfigCache, stale: &mut [Stale]) -> Result<u64, Violation> {
     let mut compared = 0;
-    for client in clients {
+    for (client, stale) in clients.iter().zip(stale.iter_mut()) {
+        if stale.is_empty() {
+            continue;
+        }
         let Some(conn) = client.conn else { continue };
         if !client.ready || q.inflight_to_conn.contains_key(&conn) {
             continue;
         }
         let Some(host_conn) = view.conns.get(&conn) else { continue };
-        for (channel, mirror) in &client.mirrors {
+        let mirrors: Box<dyn Iterator<Item = (&Uri, &crate::clients::Mirror)>> = match &*stale {
+            Stale::All => Box::new(client.mirrors.iter()),
+            Stale::Some(set) => Box::new(set.iter().filter_map(|c| client.mirrors.get_key_value(c))),
+        };
+        for (channel, mirror) in mirrors {
             if !mirror.full || !host_conn.subscriptions.contains(channel) {
                 continue;
             }
@@ -369,6 +444,7 @@ pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs
                 return Err(breach("rule3_mirror_matches_host", format!("client {} mirror of {channel} differs {diff}", client.index)));
             }
         }
+        *stale = Stale::default();
     }
     Ok(compared)
 }
@@ -422,6 +498,27 @@ pub fn check_rows(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<
         return Err(breach("root_rows_match_listing", format!("client {}: {detail}", client.index)));
     }
     Ok(compared)
+}
+
+/// `--verify-incremental`: the sessions an input did not report touched
+/// are as they were before it, and every session it added is reported, so
+/// the checks that look only at touched sessions miss nothing.
+pub fn verify_touched(view: &HostView<'_>, before: &[(Uri, ahpd_core::session::Session)]) -> Result<(), Violation> {
+    let Some(touched) = view.sessions.touched() else { return Ok(()) };
+    let touched: BTreeSet<&Uri> = touched.into_iter().collect();
+    for (uri, s) in before {
+        if touched.contains(uri) {
+            continue;
+        }
+        if view.sessions.get(uri) != Some(s) {
+            return Err(breach("touched_set_complete", format!("{uri} changed but the session table does not report it touched")));
+        }
+    }
+    let known: BTreeSet<&Uri> = before.iter().map(|(u, _)| u).collect();
+    if let Some((uri, _)) = view.sessions.iter().find(|(u, _)| !known.contains(u) && !touched.contains(u)) {
+        return Err(breach("touched_set_complete", format!("{uri} was added but the session table does not report it touched")));
+    }
+    Ok(())
 }
 
 /// Rule 2 at the end: requests still owed a reply on live connections.

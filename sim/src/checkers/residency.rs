@@ -65,6 +65,8 @@ fn id_of(uri: &str) -> &str {
 /// What a session was, as these rules need it, at one instant.
 #[derive(Debug, Clone, PartialEq)]
 struct Seen {
+    /// Its phase's name.
+    phase: &'static str,
     resident: bool,
     live: bool,
     asleep: bool,
@@ -85,16 +87,45 @@ fn chat_work(s: &Session) -> bool {
     })
 }
 
-fn seen(view: &HostView<'_>, uri: &Uri, s: &Session) -> Seen {
-    let chats: BTreeSet<&Uri> = s.record.chats.iter().map(|c| &c.resource).collect();
-    let mut watchers = BTreeSet::new();
-    let mut held_by_handshake = false;
-    for (id, c) in view.conns {
-        if c.subscriptions.contains(uri) || c.subscriptions.iter().any(|x| chats.contains(x)) {
-            watchers.insert(*id);
+/// Who watches which session, read once per instant from the connections
+/// (rather than every connection's subscriptions once per session): the
+/// connections subscribed to each session or one of its chats, and the
+/// sessions a handshake waits for.
+#[derive(Debug, Default)]
+struct Watching<'v> {
+    watchers: BTreeMap<&'v str, BTreeSet<ConnId>>,
+    handshakes: BTreeSet<&'v str>,
+}
+
+impl<'v> Watching<'v> {
+    fn of(view: &'v HostView<'_>) -> Watching<'v> {
+        let mut w = Watching::default();
+        for (id, c) in view.conns {
+            for channel in &c.subscriptions {
+                // A chat is its session's (the chat index is checked to
+                // match the records by `inv_chat_index_consistent`).
+                let session = if view.sessions.contains_key(channel) { Some(channel.as_str()) } else { view.chats.get(channel).map(String::as_str) };
+                if let Some(session) = session {
+                    w.watchers.entry(session).or_default().insert(*id);
+                }
+            }
+            if let Some(h) = &c.handshake {
+                w.handshakes.extend(h.sessions.iter().map(String::as_str));
+            }
         }
-        held_by_handshake |= c.handshake.as_ref().is_some_and(|h| h.sessions.contains(uri));
+        w
     }
+}
+
+/// Every session's [`Seen`] at one instant.
+fn seen_all(view: &HostView<'_>) -> BTreeMap<Uri, Seen> {
+    let watching = Watching::of(view);
+    view.sessions.iter().map(|(u, s)| (u.clone(), seen(&watching, u, s))).collect()
+}
+
+fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
+    let watchers = watching.watchers.get(uri.as_str()).cloned().unwrap_or_default();
+    let held_by_handshake = watching.handshakes.contains(uri.as_str());
     let work = chat_work(s);
     // A chat's agent still starting in a live session is in hand too (its
     // answer names the conversation a wake resumes).
@@ -103,6 +134,7 @@ fn seen(view: &HostView<'_>, uri: &Uri, s: &Session) -> Seen {
     let live = s.phase == Phase::Live;
     let asleep = s.phase == Phase::Asleep;
     Seen {
+        phase: s.phase.name(),
         resident: s.resident.is_some(),
         live,
         asleep,
@@ -127,6 +159,9 @@ pub struct Residency {
     /// Per session: (lo, hi) step stamps, see the module docs.
     stamps: BTreeMap<Uri, (u64, u64)>,
     step: u64,
+    /// Every session as the previous step left it: the next step's
+    /// before-view (nothing moves the host between two inputs).
+    last: Option<BTreeMap<Uri, Seen>>,
     /// Evictions judged against another evictable session (coverage).
     pub victims_judged: u64,
     /// Sleeps and evictions judged (coverage).
@@ -137,7 +172,6 @@ pub struct Residency {
 #[derive(Debug, Clone, Default)]
 pub struct ResidencyBefore {
     sessions: BTreeMap<Uri, Seen>,
-    phases: BTreeMap<Uri, &'static str>,
     /// Session ids the step's input named.
     named: BTreeSet<String>,
     /// The session the input was about (an agent's event, an op's answer).
@@ -157,6 +191,7 @@ impl Residency {
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
         let step = self.step;
         self.stamps = view.sessions.iter().map(|(u, _)| (u.clone(), (step, step))).collect();
+        self.last = None;
     }
 
     /// Before `Host::handle`: the sessions' view and what the input names.
@@ -165,8 +200,7 @@ impl Residency {
         let mut named = BTreeSet::new();
         named_ids(input_text, &mut named);
         ResidencyBefore {
-            sessions: view.sessions.iter().map(|(u, s)| (u.clone(), seen(view, u, s))).collect(),
-            phases: view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.name())).collect(),
+            sessions: self.last.take().unwrap_or_else(|| seen_all(view)),
             named,
             subject,
             subscribe,
@@ -225,7 +259,7 @@ impl Residency {
             }
         }
         for (uri, s) in view.sessions {
-            let was = before.phases.get(uri).copied();
+            let was = before.sessions.get(uri).map(|b| b.phase);
             let now = s.phase.name();
             if was != Some(now) {
                 named.insert(id_of(uri).to_owned());
@@ -248,7 +282,7 @@ impl Residency {
                 *stamp = (step, step);
             }
         }
-        let after: BTreeMap<&Uri, Seen> = view.sessions.iter().map(|(u, s)| (u, seen(view, u, s))).collect();
+        let after = seen_all(view);
         // What the host says it let go this step (an agent that exited, a
         // failed creation or wake is not a sleep).
         let mut let_go: BTreeMap<&Uri, &'static str> = BTreeMap::new();
@@ -293,11 +327,12 @@ impl Residency {
         }
         if self.limit > 0 {
             for (uri, a) in &after {
-                if a.archived && a.evictable && before.sessions.get(*uri).is_some_and(|b| b.archived && b.evictable) {
+                if a.archived && a.evictable && before.sessions.get(uri).is_some_and(|b| b.archived && b.evictable) {
                     return Err(breach("archived_goes_at_once", format!("{uri} is archived, evictable and still resident")));
                 }
             }
         }
+        self.last = Some(after);
         Ok(())
     }
 }

@@ -207,10 +207,15 @@ struct SessionDigest {
     inbox: usize,
 }
 
-fn digest(view: &HostView<'_>, conn: ConnId) -> Digest {
-    let sessions = view
-        .sessions
-        .iter()
+/// The digest of what a refused `frame` may not change: the session it
+/// names (or whose chat it names), the catalogue and its connection's
+/// subscriptions.
+fn digest(view: &HostView<'_>, frame: &Frame) -> Digest {
+    let named = if view.sessions.contains_key(&frame.channel) { Some(&frame.channel) } else { view.chats.get(&frame.channel) };
+    let conn = frame.conn;
+    let sessions = named
+        .and_then(|u| view.sessions.get_key_value(u))
+        .into_iter()
         .map(|(u, s)| SessionDigest {
             uri: u.clone(),
             record: s.record.clone(),
@@ -273,7 +278,7 @@ impl Grants {
                 }
             }
         }
-        let digest = predicted.map(|_| digest(view, frame.conn));
+        let digest = predicted.map(|_| digest(view, &frame));
         GrantsBefore { frame: Some(frame), signer, claimed, predicted, digest, timers_due: due, may_dispose }
     }
 
@@ -374,8 +379,16 @@ impl Grants {
             }
         }
         if refused.is_some() && !before.timers_due {
+            // Sessions no input touched are as they were (the session table
+            // reports every one handed out to change; `--verify-incremental`
+            // checks it), so only the frame's own session is compared, and a
+            // refusal that reached for any other fails here.
             if let Some(d) = &before.digest {
-                let now = digest(view, frame.conn);
+                let named: Vec<&Uri> = d.sessions.iter().map(|s| &s.uri).collect();
+                if let Some(other) = view.sessions.touched().and_then(|t| t.into_iter().find(|u| !named.contains(u))) {
+                    return Err(breach("grant_refusal_changes_nothing", format!("{who}'s refused {what} reached for {other}")));
+                }
+                let now = digest(view, frame);
                 if *d != now {
                     let (d, now) = (format!("{d:?}"), format!("{now:?}"));
                     let at = d.bytes().zip(now.bytes()).position(|(a, b)| a != b).unwrap_or(0);

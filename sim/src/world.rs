@@ -143,6 +143,8 @@ pub struct World {
     /// Per client, the mirrors to compare with the host's state at its next
     /// quiescent point (`checkers::Stale`).
     stale: Vec<checkers::Stale>,
+    /// Per client, the listing its rows last matched (`checkers::check_rows`).
+    rows_agreed: Vec<Option<String>>,
     /// Whose mirrors this step may have moved: the check after it compares
     /// only those (a mirror's match with the host changes only when the host
     /// took an input or the client took a frame).
@@ -218,6 +220,7 @@ impl World {
             row_checks: 0,
             configs: checkers::ConfigCache::default(),
             stale: Vec::new(),
+            rows_agreed: Vec::new(),
             mirror_scope: MirrorScope::All,
             stopping: false,
             verbose: run.keep_trace,
@@ -236,6 +239,7 @@ impl World {
             chat_dirs: BTreeMap::new(),
         };
         world.stale = vec![checkers::Stale::All; world.clients.len()];
+        world.rows_agreed = vec![None; world.clients.len()];
         world.history.on_host_start(&world.host.view());
         world.grants.on_host_start(&world.host.view());
         world.residency.on_host_start(&world.host.view());
@@ -410,7 +414,11 @@ impl World {
                 Some(Some(client)) => &self.clients[client..=client],
                 _ => &self.clients[..],
             };
-            self.row_checks += checkers::check_rows(&self.host.view(), clients, &self.q).map_err(|v| self.violation(v))?;
+            let agreed = match only {
+                Some(Some(client)) => &mut self.rows_agreed[client..=client],
+                _ => &mut self.rows_agreed[..],
+            };
+            self.row_checks += checkers::check_rows(&self.host.view(), clients, &self.q, agreed).map_err(|v| self.violation(v))?;
         }
         if self.stopping && self.host.drained() && self.store.unacked_by_key().is_empty() {
             // Drained and every write on disk: the process exits and starts
@@ -481,6 +489,7 @@ impl World {
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
                 self.stale[client].all();
+                self.rows_agreed[client] = None;
                 self.client_out(client, outs);
             }
             Event::CloseConn { client, conn } => {

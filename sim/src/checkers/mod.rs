@@ -454,12 +454,16 @@ pub fn check_mirrors(view: &HostView<'_>, clients: &[Client], q: &Queue, configs
 /// compares it with a fresh listing after every step (a missed broadcast
 /// fails a seed)"): for each client with rows, subscribed to the root and
 /// with nothing in flight to it, its rows are those a `listSessions` now
-/// would answer ([`HostView::fresh_listing`]), field by field. Returns how
-/// many clients were compared.
-pub fn check_rows(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<u64, Violation> {
+/// would answer ([`HostView::fresh_listing`]), field by field. `agreed`
+/// holds, per client, the listing its rows last matched: while its rows
+/// have not moved (the world clears it when the client takes a frame) and
+/// the listing's text is the same, the verdict is the same and nothing is
+/// parsed again. Returns how many clients were compared.
+pub fn check_rows(view: &HostView<'_>, clients: &[Client], q: &Queue, agreed: &mut [Option<String>]) -> Result<u64, Violation> {
+    let mut text: Option<String> = None;
     let mut fresh: Option<BTreeMap<String, serde_json::Value>> = None;
     let mut compared = 0;
-    for client in clients {
+    for (client, agreed) in clients.iter().zip(agreed.iter_mut()) {
         let Some(conn) = client.conn else { continue };
         let Some(rows) = client.current_rows() else { continue };
         if !client.ready || q.inflight_to_conn.contains_key(&conn) {
@@ -468,19 +472,27 @@ pub fn check_rows(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Result<
         if !view.conns.get(&conn).is_some_and(|c| c.subscriptions.contains(ROOT_RESOURCE_URI)) {
             continue;
         }
-        if fresh.is_none() {
+        if text.is_none() {
             let Ok(listing) = view.fresh_listing() else { return Ok(compared) };
             if listing.overflowed {
                 // More rows than one page holds: no client has all of them.
                 return Ok(compared);
             }
-            let page: serde_json::Value = serde_json::from_str(listing.page.get()).unwrap_or_default();
+            text = Some(listing.page.get().to_owned());
+        }
+        let Some(page_text) = text.as_ref() else { continue };
+        compared += 1;
+        if agreed.as_ref() == Some(page_text) {
+            continue;
+        }
+        if fresh.is_none() {
+            let page: serde_json::Value = serde_json::from_str(page_text).unwrap_or_default();
             let items = page.get("items").and_then(|v| v.as_array()).cloned().unwrap_or_default();
             fresh = Some(items.into_iter().filter_map(|r| Some((r.get("resource")?.as_str()?.to_owned(), r))).collect());
         }
         let Some(listed) = fresh.as_ref() else { continue };
-        compared += 1;
         if rows == listed {
+            *agreed = Some(page_text.clone());
             continue;
         }
         let missing = listed.keys().find(|u| !rows.contains_key(*u));

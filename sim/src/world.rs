@@ -690,7 +690,13 @@ impl World {
             self.history.on_effect(effect).map_err(|v| self.violation(v))?;
         }
         self.grants.after_step(&self.host.view(), &grants_before, &effects).map_err(|v| self.violation(v))?;
-        self.residency.after_step(&self.host.view(), &residency_before, &effects).map_err(|v| self.violation(v))?;
+        // Each message's wire text, written once: the residency rules read
+        // the replies' and notifications' names in it, and clients get it.
+        let mut texts: Vec<Option<String>> = effects.iter().map(|e| match e {
+            Effect::Send { message, .. } => Some(message.to_json()),
+            _ => None,
+        }).collect();
+        self.residency.after_step(&self.host.view(), &residency_before, &effects, &texts).map_err(|v| self.violation(v))?;
         if self.verbose {
             for effect in &effects {
                 let text = match effect {
@@ -727,8 +733,8 @@ impl World {
         } else {
             Vec::new()
         };
-        for effect in effects {
-            self.route(effect)?;
+        for (effect, text) in effects.into_iter().zip(texts.iter_mut()) {
+            self.route(effect, text.take())?;
         }
         {
             let view = self.host.view();
@@ -763,11 +769,13 @@ impl World {
         (self.grants.before_step(&view, frame, signer, due), residency)
     }
 
-    fn route(&mut self, effect: Effect) -> Result<(), Failure> {
+    /// Executes one effect; `text` is a `Send`'s message as written on the
+    /// wire.
+    fn route(&mut self, effect: Effect, text: Option<String>) -> Result<(), Failure> {
         match effect {
             Effect::Send { conn, message } => {
                 let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
-                let text = message.to_json();
+                let text = text.unwrap_or_else(|| message.to_json());
                 let delay = self.world_rng.exp_ms(self.options.net_ms);
                 self.q.push_lane(Lane::ToClient(conn), delay, Event::Deliver { client, conn, text });
             }

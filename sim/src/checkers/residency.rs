@@ -208,7 +208,8 @@ impl Residency {
     }
 
     /// After the step: stamps, then the rules.
-    pub fn after_step(&mut self, view: &HostView<'_>, before: &ResidencyBefore, effects: &[Effect]) -> Result<(), Violation> {
+    /// `texts` holds each `Send` effect's message as written on the wire.
+    pub fn after_step(&mut self, view: &HostView<'_>, before: &ResidencyBefore, effects: &[Effect], texts: &[Option<String>]) -> Result<(), Violation> {
         let step = self.step;
         let session_of = |channel: &str| -> Option<Uri> {
             if view.sessions.contains_key(channel) {
@@ -230,8 +231,14 @@ impl Residency {
                 _ => None,
             })
             .collect();
-        for e in effects {
+        for (e, text) in effects.iter().zip(texts) {
             let Effect::Send { conn, message } = e else { continue };
+            let text = || -> std::borrow::Cow<'_, str> {
+                match text {
+                    Some(t) => std::borrow::Cow::Borrowed(t.as_str()),
+                    None => std::borrow::Cow::Owned(message.to_json()),
+                }
+            };
             match message {
                 Outbound::Action(env) => {
                     if let Some(s) = session_of(&env.channel) {
@@ -249,12 +256,13 @@ impl Residency {
                             }
                         }
                     }
-                    let text = message.to_json();
+                    let text = text();
                     // A handshake's answer may touch every session it named.
                     everything |= text.contains("\"snapshots\"") || text.contains("\"missing\"");
                     named_ids(&text, &mut named);
                 }
-                Outbound::Notification { params, .. } => named_ids(&params.to_string(), &mut named),
+                // The whole frame names what its params name.
+                Outbound::Notification { .. } => named_ids(&text(), &mut named),
                 Outbound::Error { .. } => {}
             }
         }

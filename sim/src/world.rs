@@ -605,12 +605,7 @@ impl World {
         self.mirror_scope = MirrorScope::All;
         let now = self.now_host();
         let subject = self.subject(&input, &label);
-        let phase_of = |host: &Host| -> String {
-            subject
-                .as_ref()
-                .and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name().to_owned()))
-                .unwrap_or_else(|| "-".to_owned())
-        };
+        let phase_of = |host: &Host| -> &'static str { subject.as_ref().and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name())).unwrap_or("-") };
         let before_phase = phase_of(&self.host);
         let mut before: Before = self.history.before_step(&self.host.view());
         let (grants_before, residency_before) = self.users_rules_before(&input, &label, subject.clone(), now);
@@ -643,7 +638,7 @@ impl World {
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                     .unwrap_or_else(|| "non-string panic".to_owned());
-                self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, "PANIC", 0);
+                self.trace.step(self.steps, now.mono.0, label, subject, before_phase, "PANIC", 0);
                 return Err(self.failure("core_panic", message));
             }
         };
@@ -653,7 +648,7 @@ impl World {
             }
         }
         let after_phase = phase_of(&self.host);
-        self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, &after_phase, effects.len());
+        self.trace.step(self.steps, now.mono.0, label, subject, before_phase, after_phase, effects.len());
         for effect in &effects {
             self.history.on_effect(effect).map_err(|v| self.violation(v))?;
         }

@@ -20,6 +20,9 @@ pub enum Event {
         input: Input,
         /// A short label for the trace.
         label: String,
+        /// A client frame's keys, read once when it was sent (`None` for
+        /// every other input).
+        sent: Option<Box<crate::wire::Sent>>,
     },
     /// A frame from the host reaches client `client` on `conn`.
     Deliver {
@@ -118,7 +121,13 @@ impl Queue {
 
     /// Schedules an input for the current host incarnation.
     pub fn to_host(&mut self, lane: Option<Lane>, delay_ms: u64, input: Input, label: String) {
-        let event = Event::Host { incarnation: self.incarnation, input, label };
+        self.to_host_read(lane, delay_ms, input, label, None);
+    }
+
+    /// Schedules an input for the current host incarnation, with what was
+    /// read of it already (a client's frame).
+    pub fn to_host_read(&mut self, lane: Option<Lane>, delay_ms: u64, input: Input, label: String, sent: Option<Box<crate::wire::Sent>>) {
+        let event = Event::Host { incarnation: self.incarnation, input, label, sent };
         match lane {
             Some(lane) => self.push_lane(lane, delay_ms, event),
             None => self.push(delay_ms, event),

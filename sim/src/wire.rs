@@ -16,6 +16,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// Declares a struct read from a JSON object for the keys named (see the
@@ -79,6 +80,17 @@ impl<'de> Deserialize<'de> for Text<'de> {
             }
         }
         d.deserialize_str(V)
+    }
+}
+
+/// A key that is there, whatever its value, `null` included (a plain
+/// `Option<&RawValue>` would read `null` as absent): its raw text.
+#[derive(Debug, Default)]
+pub(crate) struct Present<'a>(pub(crate) Option<&'a RawValue>);
+
+impl<'de> Deserialize<'de> for Present<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(d).map(|raw| Present(Some(raw)))
     }
 }
 
@@ -179,6 +191,72 @@ impl Sent {
     }
 }
 
+keys! {
+    /// The keys of a host frame that [`HostFrame`] reads.
+    struct HostKeys {
+        "jsonrpc" => jsonrpc: Option<Text<'a>>,
+        "method" => method: Option<Text<'a>>,
+        "id" => id: Option<u64>,
+        "params" => params: Present<'a>,
+        "result" => result: Present<'a>,
+        "error" => error: Present<'a>,
+    }
+}
+
+/// A frame from the host as a client first reads it: the JSON-RPC keys,
+/// with `params`, `result` and `error` left as their raw JSON text, to be
+/// decoded straight into ahp-types (or read as a `Value` where one is
+/// wanted).
+#[derive(Debug)]
+pub(crate) struct HostFrame<'a> {
+    /// `jsonrpc` is the string `2.0`.
+    pub(crate) jsonrpc_ok: bool,
+    /// `method`, when a string.
+    pub(crate) method: Option<Cow<'a, str>>,
+    /// `id`, when an unsigned integer.
+    pub(crate) id: Option<u64>,
+    /// `params`, when there (`null` included).
+    pub(crate) params: Option<Cow<'a, str>>,
+    /// `result`, when there (`null` included).
+    pub(crate) result: Option<Cow<'a, str>>,
+    /// `error`, when there (`null` included).
+    pub(crate) error: Option<Cow<'a, str>>,
+}
+
+impl<'a> HostFrame<'a> {
+    /// Reads a frame's text; the error is serde_json's for a text that is
+    /// not JSON.
+    pub(crate) fn parse(text: &'a str) -> Result<HostFrame<'a>, serde_json::Error> {
+        let raw = |p: Present<'a>| p.0.map(|r| Cow::Borrowed(r.get()));
+        match serde_json::from_str::<HostKeys<'a>>(text) {
+            Ok(keys) => Ok(HostFrame {
+                jsonrpc_ok: keys.jsonrpc.is_some_and(|j| j.0 == "2.0"),
+                method: keys.method.map(|t| t.0),
+                id: keys.id,
+                params: raw(keys.params),
+                result: raw(keys.result),
+                error: raw(keys.error),
+            }),
+            // Not JSON, or a key of another type than read above: read it
+            // as a `Value`, as the clients always did.
+            Err(_) => Ok(HostFrame::of_value(&serde_json::from_str(text)?)),
+        }
+    }
+
+    /// The same keys read from a `Value`.
+    fn of_value(v: &Value) -> HostFrame<'static> {
+        let raw = |key: &str| v.get(key).map(|p| Cow::Owned(p.to_string()));
+        HostFrame {
+            jsonrpc_ok: v.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+            method: v.get("method").and_then(Value::as_str).map(|m| Cow::Owned(m.to_owned())),
+            id: v.get("id").and_then(Value::as_u64),
+            params: raw("params"),
+            result: raw("result"),
+            error: raw("error"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,6 +296,40 @@ mod tests {
             let value: Value = serde_json::from_str(text).unwrap_or_default();
             assert_eq!(Sent::parse(text), Sent::of_value(&value), "{text}");
         }
+    }
+
+    /// The light reading and the `Value` reading agree on every frame (the
+    /// payloads as JSON: the light one keeps the text as it was written).
+    #[test]
+    fn host_frames_read_as_values_do() {
+        let frames = [
+            r#"{"jsonrpc":"2.0","id":4,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32009,"message":"no \"way\""}}"#,
+            r#"{ "jsonrpc" : "2.0" , "method" : "action" , "params" : { "channel" : "c", "x": [1, 2.5, -3, {"y": null}] } }"#,
+            r#"{"jsonrpc":"2.0","method":"root/session\u0041dded"}"#,
+            r#"{"jsonrpc":"2.0","result":1,"result":{"a":1},"id":2,"error":null}"#,
+            r#"{"jsonrpc":"2.0","params":null,"method":null,"id":null}"#,
+            r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":2,"id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":-4,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":4.5,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","method":["action"],"params":{}}"#,
+            r#"["2.0",1,{}]"#,
+            "17",
+        ];
+        let json = |raw: &Option<Cow<'_, str>>| raw.as_deref().map(|t| serde_json::from_str::<Value>(t).expect("JSON"));
+        for text in frames {
+            let light = HostFrame::parse(text).expect("JSON");
+            let value = HostFrame::of_value(&serde_json::from_str(text).expect("JSON"));
+            assert_eq!((light.jsonrpc_ok, &light.method, light.id), (value.jsonrpc_ok, &value.method, value.id), "{text}");
+            assert_eq!((json(&light.params), json(&light.result), json(&light.error)), (json(&value.params), json(&value.result), json(&value.error)), "{text}");
+        }
+        for text in [frames[0], frames[2], frames[3], frames[4], frames[5]] {
+            assert!(serde_json::from_str::<HostKeys<'_>>(text).is_ok(), "{text}");
+        }
+        assert_eq!(HostFrame::parse(frames[0]).expect("JSON").result.as_deref(), Some("null"));
+        let bad = "{\"jsonrpc\":";
+        assert_eq!(HostFrame::parse(bad).map(|_| ()).map_err(|e| e.to_string()), serde_json::from_str::<Value>(bad).map(|_| ()).map_err(|e| e.to_string()));
     }
 
     #[test]

@@ -446,12 +446,12 @@ impl World {
         match event {
             Event::Host { incarnation, input, label, sent } => {
                 if self.verbose {
-                    if let Input::Frame { conn, text } = &input {
+                    if let Input::Frame { conn, text } = &*input {
                         self.trace.note(self.steps, self.q.now, &format!("  <- conn{} {}", conn.0, text.chars().take(300).collect::<String>()));
                     }
                 }
                 if incarnation == self.q.incarnation {
-                    self.feed_read(input, label, sent)?;
+                    self.feed_read(*input, label, sent)?;
                 }
             }
             Event::Deliver { client, conn, text } => {

@@ -257,8 +257,29 @@ fn breach(rule: &'static str, detail: String) -> Violation {
     Violation { rule, detail }
 }
 
+/// A request's text: `{"jsonrpc":"2.0","id":…,"method":…,"params":…}`,
+/// the text `json!({...}).to_string()` makes, written without building
+/// the outer object (a `Value` map hashes every key it holds).
 fn request(id: u64, method: &str, params: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    push_json(&mut out, &id);
+    out.extend_from_slice(br#","method":"#);
+    push_json(&mut out, method);
+    out.extend_from_slice(br#","params":"#);
+    push_json(&mut out, &params);
+    out.push(b'}');
+    json_text(out)
+}
+
+/// Appends `value` as serde_json writes it (compact, as `to_string`).
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("strings, numbers and Values serialize");
+}
+
+/// The text of JSON written by [`push_json`].
+fn json_text(out: Vec<u8>) -> String {
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 fn user_message(text: &str) -> Value {
@@ -319,12 +340,18 @@ impl Client {
     pub(crate) fn dispatch(&mut self, channel: &str, action: Value) -> ClientOut {
         self.client_seq += 1;
         self.stats.dispatches += 1;
-        ClientOut::Frame(
-            json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
-                "channel": channel, "clientSeq": self.client_seq, "action": action
-            }})
-            .to_string(),
-        )
+        // The text of `json!({"jsonrpc": "2.0", "method": "dispatchAction",
+        // "params": {"channel": channel, "clientSeq": …, "action": action}})`,
+        // written without building the two outer objects.
+        let mut out = Vec::with_capacity(192);
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"#);
+        push_json(&mut out, channel);
+        out.extend_from_slice(br#","clientSeq":"#);
+        push_json(&mut out, &self.client_seq);
+        out.extend_from_slice(br#","action":"#);
+        push_json(&mut out, &action);
+        out.extend_from_slice(b"}}");
+        ClientOut::Frame(json_text(out))
     }
 
     /// The connection `conn` is up: say hello, with `reconnect` (when there
@@ -1112,4 +1139,22 @@ fn value_of(raw: &str) -> Value {
 /// An error reply's `code`, when it has an integer one.
 fn error_code(error: Option<&str>) -> Option<i64> {
     error.and_then(|e| value_of(e).get("code").and_then(Value::as_i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The frames written by hand are the text the `json!` objects made.
+    #[test]
+    fn frames_are_written_as_json_objects_are() {
+        let params = json!({"channel": "ahp-chat:/x", "message": {"text": "a \"b\"\n\u{1}é", "n": [1, -2.5, null]}});
+        assert_eq!(request(7, "vscode/createAgentHostDetachedWorktree", params.clone()), json!({"jsonrpc": "2.0", "id": 7, "method": "vscode/createAgentHostDetachedWorktree", "params": params}).to_string());
+        assert_eq!(request(u64::MAX, "a\"b", Value::Null), json!({"jsonrpc": "2.0", "id": u64::MAX, "method": "a\"b", "params": null}).to_string());
+        let mut client = Client::new(3);
+        client.client_seq = -5;
+        let channel = "ahp-chat:/ahp-session@s1\t";
+        let ClientOut::Frame(text) = client.dispatch(channel, params.clone()) else { panic!("a frame") };
+        assert_eq!(text, json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {"channel": channel, "clientSeq": -4, "action": params}}).to_string());
+    }
 }

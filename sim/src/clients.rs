@@ -22,6 +22,7 @@ use ahpd_core::ConnId;
 use serde_json::{json, Value};
 
 use crate::rng::SimRng;
+use crate::wire::HostFrame;
 
 /// The state a client mirrors for one channel.
 #[derive(Debug, Clone, PartialEq)]
@@ -256,8 +257,29 @@ fn breach(rule: &'static str, detail: String) -> Violation {
     Violation { rule, detail }
 }
 
+/// A request's text: `{"jsonrpc":"2.0","id":…,"method":…,"params":…}`,
+/// the text `json!({...}).to_string()` makes, written without building
+/// the outer object (a `Value` map hashes every key it holds).
 fn request(id: u64, method: &str, params: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    push_json(&mut out, &id);
+    out.extend_from_slice(br#","method":"#);
+    push_json(&mut out, method);
+    out.extend_from_slice(br#","params":"#);
+    push_json(&mut out, &params);
+    out.push(b'}');
+    json_text(out)
+}
+
+/// Appends `value` as serde_json writes it (compact, as `to_string`).
+fn push_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    serde_json::to_writer(out, value).expect("strings, numbers and Values serialize");
+}
+
+/// The text of JSON written by [`push_json`].
+fn json_text(out: Vec<u8>) -> String {
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 fn user_message(text: &str) -> Value {
@@ -318,12 +340,18 @@ impl Client {
     pub(crate) fn dispatch(&mut self, channel: &str, action: Value) -> ClientOut {
         self.client_seq += 1;
         self.stats.dispatches += 1;
-        ClientOut::Frame(
-            json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {
-                "channel": channel, "clientSeq": self.client_seq, "action": action
-            }})
-            .to_string(),
-        )
+        // The text of `json!({"jsonrpc": "2.0", "method": "dispatchAction",
+        // "params": {"channel": channel, "clientSeq": …, "action": action}})`,
+        // written without building the two outer objects.
+        let mut out = Vec::with_capacity(192);
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"#);
+        push_json(&mut out, channel);
+        out.extend_from_slice(br#","clientSeq":"#);
+        push_json(&mut out, &self.client_seq);
+        out.extend_from_slice(br#","action":"#);
+        push_json(&mut out, &action);
+        out.extend_from_slice(b"}}");
+        ClientOut::Frame(json_text(out))
     }
 
     /// The connection `conn` is up: say hello, with `reconnect` (when there
@@ -732,22 +760,20 @@ impl Client {
         if self.conn != Some(conn) {
             return Ok(Vec::new());
         }
-        let mut value: Value = serde_json::from_str(text).map_err(|e| breach("client_frame_json", format!("undecodable frame {e}: {text}")))?;
-        if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        let frame = HostFrame::parse(text).map_err(|e| breach("client_frame_json", format!("undecodable frame {e}: {text}")))?;
+        if !frame.jsonrpc_ok {
             return Err(breach("client_frame_json", format!("not JSON-RPC 2.0: {text}")));
         }
-        if let Some(method) = value.get("method").and_then(Value::as_str).map(str::to_owned) {
-            let params = value.get_mut("params").map(Value::take).unwrap_or(Value::Null);
-            return self.on_notification(&method, params, ctx).map(|_| Vec::new());
+        if let Some(method) = &frame.method {
+            return self.on_notification(method, frame.params.as_deref().unwrap_or("null"), ctx).map(|_| Vec::new());
         }
-        let Some(id) = value.get("id").and_then(Value::as_u64) else {
+        let Some(id) = frame.id else {
             return Err(breach("rule2_one_reply_per_request", format!("a reply without a request id: {text}")));
         };
         let Some(req) = self.outstanding.remove(&id) else {
             return Err(breach("rule2_one_reply_per_request", format!("reply to request {id}, which is not awaiting a reply: {text}")));
         };
-        let result = value.get_mut("result").map(Value::take);
-        let error = value.get_mut("error").map(Value::take);
+        let (result, error) = (frame.result.as_deref(), frame.error.as_deref());
         if result.is_some() == error.is_some() {
             return Err(breach("client_frame_json", format!("a reply must carry exactly one of result and error: {text}")));
         }
@@ -827,6 +853,7 @@ impl Client {
                 Ok(Vec::new())
             }
             (ReqKind::Peers, Some(result)) => {
+                let result = value_of(result);
                 let ok = result.get("enabled").is_some_and(Value::is_boolean)
                     && result.get("tier").and_then(Value::as_str).is_some_and(|t| matches!(t, "passive" | "warn" | "coordinate"))
                     && result.get("peers").is_some_and(Value::is_array)
@@ -837,7 +864,7 @@ impl Client {
                 Ok(Vec::new())
             }
             (ReqKind::CreateIn { uri, untrusted, worktree }, result) => {
-                let code = error.as_ref().and_then(|e| e.get("code")).and_then(Value::as_i64);
+                let code = error_code(error);
                 if untrusted == Some(true) && code != Some(-32009) {
                     return Err(breach("trust_refusal", format!("createSession of {uri} in an untrusted folder was answered {text}")));
                 }
@@ -864,6 +891,7 @@ impl Client {
                 Ok(Vec::new())
             }
             (ReqKind::Detached, Some(result)) => {
+                let result = value_of(result);
                 if let (Some(h), Some(r)) = (result.get("handle").and_then(Value::as_str), result.get("resource").and_then(Value::as_str)) {
                     self.handles.push((h.to_owned(), r.to_owned()));
                     self.learn_trees(&[r.to_owned()]);
@@ -880,14 +908,14 @@ impl Client {
             }
             (ReqKind::Auth, None) => Err(breach("client_auth", format!("client {} was refused its own token: {text}", self.index))),
             (ReqKind::Expect { code }, result) => {
-                let got = error.as_ref().and_then(|e| e.get("code")).and_then(Value::as_i64);
+                let got = error_code(error);
                 if result.is_some() || got != Some(code) {
                     return Err(breach("client_expected_error", format!("client {} {} answered {text}, not error {code}", self.index, req.method)));
                 }
                 Ok(Vec::new())
             }
             (ReqKind::Mine { empty: true }, Some(result)) => {
-                if result.get("items").and_then(Value::as_array).is_some_and(|rows| !rows.is_empty()) {
+                if value_of(result).get("items").and_then(Value::as_array).is_some_and(|rows| !rows.is_empty()) {
                     return Err(breach("owner_filter", format!("a host with no users directory answered rows to ahpd.owner=me: {text}")));
                 }
                 Ok(Vec::new())
@@ -923,7 +951,8 @@ impl Client {
         Ok(())
     }
 
-    fn on_notification(&mut self, method: &str, params: Value, ctx: &ClientCtx<'_>) -> Result<(), Violation> {
+    /// A notification, `params` its raw JSON text (`null` when absent).
+    fn on_notification(&mut self, method: &str, params: &str, ctx: &ClientCtx<'_>) -> Result<(), Violation> {
         let _ = ctx;
         match method {
             "action" => {
@@ -931,9 +960,12 @@ impl Client {
                 self.on_envelope(envelope)
             }
             "root/sessionAdded" => {
-                let p: SessionAddedParams = decode("root/sessionAdded", params.clone())?;
-                if let (Some(rows), Some(row)) = (self.rows_mut(), params.get("summary")) {
-                    rows.insert(p.summary.resource.clone(), row.clone());
+                let p: SessionAddedParams = decode("root/sessionAdded", params)?;
+                // The row is kept as JSON: read as a Value only when kept.
+                if let Some(rows) = self.rows_mut() {
+                    if let Some(row) = value_of(params).get_mut("summary").map(Value::take) {
+                        rows.insert(p.summary.resource.clone(), row);
+                    }
                 }
                 self.known.insert(p.summary.resource);
                 Ok(())
@@ -947,8 +979,15 @@ impl Client {
                 Ok(())
             }
             "root/sessionSummaryChanged" => {
-                let p: SessionSummaryChangedParams = decode("root/sessionSummaryChanged", params.clone())?;
-                let changes = params.get("changes").and_then(Value::as_object).cloned().unwrap_or_default();
+                let p: SessionSummaryChangedParams = decode("root/sessionSummaryChanged", params)?;
+                // Read as a Value only when there is a row to change.
+                if !self.current_rows().and_then(|rows| rows.get(&p.session)).is_some_and(Value::is_object) {
+                    return Ok(());
+                }
+                let changes = match value_of(params).get_mut("changes").map(Value::take) {
+                    Some(Value::Object(changes)) => changes,
+                    _ => serde_json::Map::new(),
+                };
                 if let Some(row) = self.rows_mut().and_then(|rows| rows.get_mut(&p.session)).and_then(Value::as_object_mut) {
                     // "omitted fields are unchanged"; an activity of ""
                     // is none (docs/DECISIONS.md, 7).
@@ -1011,10 +1050,12 @@ impl Client {
     /// One page of a walk: no URI twice (unless removed and made anew in
     /// between), rows in catalogue order, at most `limit` rows, a cursor only
     /// on a full page, and a walk that ends.
-    fn on_list_page(&mut self, result: Value, ctx: &ClientCtx<'_>) -> Result<Vec<ClientOut>, Violation> {
-        let page: ListSessionsResult = decode("listSessions result", result.clone())?;
+    fn on_list_page(&mut self, result: &str, ctx: &ClientCtx<'_>) -> Result<Vec<ClientOut>, Violation> {
+        let page: ListSessionsResult = decode("listSessions result", result)?;
         if let (Some(root), Some(walk)) = (self.mirrors.get(ROOT_RESOURCE_URI), self.walk.as_ref()) {
             if root.full && walk.limit.is_none() && walk.pages == 0 && page.next_cursor.is_none() {
+                // The rows are kept as JSON.
+                let result = value_of(result);
                 let rows = result.get("items").and_then(Value::as_array).map(|items| {
                     items.iter().filter_map(|r| Some((r.get("resource")?.as_str()?.to_owned(), r.clone()))).collect()
                 });
@@ -1078,8 +1119,42 @@ fn trusted_by(list: &[String], folder: &str) -> bool {
     ahpd_core::trust::Trust::of(list).check(folder, &[]).is_ok()
 }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &str, value: Value) -> Result<T, Violation> {
-    // Decoded from a borrow so the value is still there to quote when it
-    // does not decode (written out only then: this runs for every frame).
-    T::deserialize(&value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {value}")))
+/// Decodes `raw`, a payload's JSON text, as an ahp-types value.
+fn decode<T: serde::de::DeserializeOwned>(what: &str, raw: &str) -> Result<T, Violation> {
+    // Straight from the text (this runs for every frame). When that fails,
+    // decoding the Value, as the clients did, gives the same answer and
+    // the words the rule has always quoted.
+    serde_json::from_str(raw).or_else(|_| {
+        let value = value_of(raw);
+        T::deserialize(&value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {value}")))
+    })
+}
+
+/// A payload's JSON text as a `Value`, where one is wanted (the text was
+/// read as JSON already).
+fn value_of(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_default()
+}
+
+/// An error reply's `code`, when it has an integer one.
+fn error_code(error: Option<&str>) -> Option<i64> {
+    error.and_then(|e| value_of(e).get("code").and_then(Value::as_i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The frames written by hand are the text the `json!` objects made.
+    #[test]
+    fn frames_are_written_as_json_objects_are() {
+        let params = json!({"channel": "ahp-chat:/x", "message": {"text": "a \"b\"\n\u{1}é", "n": [1, -2.5, null]}});
+        assert_eq!(request(7, "vscode/createAgentHostDetachedWorktree", params.clone()), json!({"jsonrpc": "2.0", "id": 7, "method": "vscode/createAgentHostDetachedWorktree", "params": params}).to_string());
+        assert_eq!(request(u64::MAX, "a\"b", Value::Null), json!({"jsonrpc": "2.0", "id": u64::MAX, "method": "a\"b", "params": null}).to_string());
+        let mut client = Client::new(3);
+        client.client_seq = -5;
+        let channel = "ahp-chat:/ahp-session@s1\t";
+        let ClientOut::Frame(text) = client.dispatch(channel, params.clone()) else { panic!("a frame") };
+        assert_eq!(text, json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": {"channel": channel, "clientSeq": -4, "action": params}}).to_string());
+    }
 }

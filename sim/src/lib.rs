@@ -28,6 +28,7 @@ pub mod rng;
 pub mod store;
 pub mod trace;
 pub mod users;
+pub mod wire;
 pub mod world;
 
 use std::fmt;

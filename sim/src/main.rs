@@ -113,7 +113,7 @@ fn write_trace(dir: &str, seed: u64, run: RunConfig, failure: Option<&Failure>) 
     if let Ok(mut f) = std::fs::File::create(&path) {
         let _ = writeln!(f, "{}", Options::from_seed(seed));
         let _ = writeln!(f, "{}", sim::trace::Trace::header());
-        for line in world.trace().all().unwrap_or(&[]) {
+        for line in world.trace().all().unwrap_or_default() {
             let _ = writeln!(f, "{line}");
         }
         if let Some(failure) = failure {

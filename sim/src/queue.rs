@@ -9,17 +9,20 @@ use ahpd_core::{ConnId, Input};
 
 /// Something scheduled to happen in the world.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(clippy::large_enum_variant)] // most pending events are host inputs
 pub enum Event {
     /// An input for the host; dropped when the host crashed after it was
     /// scheduled (its process, sockets and channels are gone).
     Host {
         /// The host incarnation it was meant for.
         incarnation: u64,
-        /// The input.
-        input: Input,
+        /// The input (boxed: an `Input` is over 500 bytes, and the heap's
+        /// B-tree moves its values as it pops and inserts).
+        input: Box<Input>,
         /// A short label for the trace.
         label: String,
+        /// A client frame's keys, read once when it was sent (`None` for
+        /// every other input).
+        sent: Option<Box<crate::wire::Sent>>,
     },
     /// A frame from the host reaches client `client` on `conn`.
     Deliver {
@@ -118,7 +121,13 @@ impl Queue {
 
     /// Schedules an input for the current host incarnation.
     pub fn to_host(&mut self, lane: Option<Lane>, delay_ms: u64, input: Input, label: String) {
-        let event = Event::Host { incarnation: self.incarnation, input, label };
+        self.to_host_read(lane, delay_ms, input, label, None);
+    }
+
+    /// Schedules an input for the current host incarnation, with what was
+    /// read of it already (a client's frame).
+    pub fn to_host_read(&mut self, lane: Option<Lane>, delay_ms: u64, input: Input, label: String, sent: Option<Box<crate::wire::Sent>>) {
+        let event = Event::Host { incarnation: self.incarnation, input: Box::new(input), label, sent };
         match lane {
             Some(lane) => self.push_lane(lane, delay_ms, event),
             None => self.push(delay_ms, event),

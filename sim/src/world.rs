@@ -21,6 +21,7 @@ use crate::registry::Registry;
 use crate::rng::{Fnv, SimRng, Stream};
 use crate::store::Store;
 use crate::trace::Trace;
+use crate::wire::Sent;
 use crate::Failure;
 
 /// Wall-clock time at the start of every run: 2026-01-01T00:00:00Z.
@@ -468,14 +469,14 @@ impl World {
             _ => MirrorScope::All,
         };
         match event {
-            Event::Host { incarnation, input, label } => {
+            Event::Host { incarnation, input, label, sent } => {
                 if self.verbose {
-                    if let Input::Frame { conn, text } = &input {
+                    if let Input::Frame { conn, text } = &*input {
                         self.trace.note(self.steps, self.q.now, &format!("  <- conn{} {}", conn.0, text.chars().take(300).collect::<String>()));
                     }
                 }
                 if incarnation == self.q.incarnation {
-                    self.feed(input, label)?;
+                    self.feed_read(*input, label, sent)?;
                 }
             }
             Event::Deliver { client, conn, text } => {
@@ -593,8 +594,11 @@ impl World {
             match out {
                 ClientOut::Frame(text) => {
                     let delay = self.world_rng.exp_ms(self.options.net_ms);
-                    let label = frame_label(client, &text);
-                    self.q.to_host(Some(Lane::ToHost(conn)), delay, Input::Frame { conn, text }, label);
+                    // Read once here: the label, and the rules when the
+                    // host takes it (`users_rules_before`).
+                    let sent = Sent::parse(&text);
+                    let label = sent.label(client);
+                    self.q.to_host_read(Some(Lane::ToHost(conn)), delay, Input::Frame { conn, text }, label, Some(Box::new(sent)));
                 }
                 ClientOut::Disconnect => {
                     self.clients[client].on_closed();
@@ -629,18 +633,19 @@ impl World {
 
     /// Calls `Host::handle` and routes and checks what it returns.
     fn feed(&mut self, input: Input, label: String) -> Result<(), Failure> {
+        self.feed_read(input, label, None)
+    }
+
+    /// [`World::feed`], with a client frame's keys when they were read as
+    /// it was sent.
+    fn feed_read(&mut self, input: Input, label: String, sent: Option<Box<Sent>>) -> Result<(), Failure> {
         self.mirror_scope = MirrorScope::All;
         let now = self.now_host();
         let subject = self.subject(&input, &label);
-        let phase_of = |host: &Host| -> String {
-            subject
-                .as_ref()
-                .and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name().to_owned()))
-                .unwrap_or_else(|| "-".to_owned())
-        };
+        let phase_of = |host: &Host| -> &'static str { subject.as_ref().and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name())).unwrap_or("-") };
         let before_phase = phase_of(&self.host);
         let mut before: Before = self.history.before_step(&self.host.view());
-        let (grants_before, residency_before) = self.users_rules_before(&input, &label, subject.clone(), now);
+        let (grants_before, residency_before) = self.users_rules_before(&input, &label, sent, subject.clone(), now);
         // A scan's answer may list sessions this host lost (rediscovered
         // from the backend's transcripts): they appear asleep.
         before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
@@ -672,7 +677,7 @@ impl World {
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                     .unwrap_or_else(|| "non-string panic".to_owned());
-                self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, "PANIC", 0);
+                self.trace.step(self.steps, now.mono.0, label, subject, before_phase, "PANIC", 0);
                 return Err(self.failure("core_panic", message));
             }
         };
@@ -685,7 +690,7 @@ impl World {
             checkers::verify_touched(&self.host.view(), &sessions_before).map_err(|v| self.violation(v))?;
         }
         let after_phase = phase_of(&self.host);
-        self.trace.step(self.steps, now.mono.0, &label, subject.as_deref().unwrap_or("-"), &before_phase, &after_phase, effects.len());
+        self.trace.step(self.steps, now.mono.0, label, subject, before_phase, after_phase, effects.len());
         for effect in &effects {
             self.history.on_effect(effect).map_err(|v| self.violation(v))?;
         }
@@ -756,11 +761,17 @@ impl World {
 
     /// The grants and residency rules' before-views of one input
     /// (`checkers/grants.rs`, `checkers/residency.rs`).
-    fn users_rules_before(&mut self, input: &Input, label: &str, subject: Option<Uri>, now: Now) -> (checkers::grants::GrantsBefore, checkers::residency::ResidencyBefore) {
+    fn users_rules_before(&mut self, input: &Input, label: &str, sent: Option<Box<Sent>>, subject: Option<Uri>, now: Now) -> (checkers::grants::GrantsBefore, checkers::residency::ResidencyBefore) {
         let view = self.host.view();
         let due = self.host.next_deadline().is_some_and(|d| d <= now.mono);
         let (frame, text) = match input {
-            Input::Frame { conn, text } => (checkers::grants::Frame::parse(*conn, text), text.as_str()),
+            Input::Frame { conn, text } => {
+                let frame = match sent {
+                    Some(sent) => checkers::grants::Frame::of(*conn, *sent),
+                    None => checkers::grants::Frame::parse(*conn, text),
+                };
+                (frame, text.as_str())
+            }
             _ => (None, label),
         };
         let signer = frame.as_ref().and_then(|f| self.conn_owner.get(&f.conn)).and_then(|&c| self.clients[c].signer.as_ref());
@@ -934,19 +945,6 @@ impl World {
         self.config.trust = ahpd_core::trust::Trust::of(&list);
         self.options.git.trusted_folders = Some(list);
     }
-}
-
-/// A trace label for a client frame: `c<N> <method> <channel>`.
-fn frame_label(client: usize, text: &str) -> String {
-    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
-    let method = v.get("method").and_then(|m| m.as_str()).unwrap_or("?");
-    let channel = v.pointer("/params/channel").and_then(|c| c.as_str()).unwrap_or("-");
-    let what = if method == "dispatchAction" {
-        v.pointer("/params/action/type").and_then(|t| t.as_str()).unwrap_or("?")
-    } else {
-        method
-    };
-    format!("frame c{client} {what} {channel}")
 }
 
 /// Which clients' mirrors a step may have moved (see `World::mirror_scope`).

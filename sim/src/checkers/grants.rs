@@ -31,9 +31,8 @@ use ahp_types::Uri;
 use ahpd_core::invariants::Violation;
 use ahpd_core::session::Phase;
 use ahpd_core::{ConnId, Effect, HostView, Outbound};
-use serde_json::Value;
-
 use crate::users::Signer;
+use crate::wire::Sent;
 
 /// The exact words of an owner-only refusal (Sessions page).
 pub const OWNER_ONLY: &str = "Only the session's owner can delete it.";
@@ -64,16 +63,20 @@ pub struct Frame {
 impl Frame {
     /// Reads a frame's text (`None` when it is not a JSON-RPC message).
     pub fn parse(conn: ConnId, text: &str) -> Option<Frame> {
-        let v: Value = serde_json::from_str(text).ok()?;
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        Frame::of(conn, Sent::parse(text))
+    }
+
+    /// The frame whose keys were read when it was sent (`None` when it
+    /// has no method).
+    pub fn of(conn: ConnId, sent: Sent) -> Option<Frame> {
         Some(Frame {
             conn,
-            id: v.get("id").and_then(Value::as_u64),
-            method: s("/method")?,
-            channel: s("/params/channel").unwrap_or_default(),
-            action: s("/params/action/type"),
-            client_seq: v.pointer("/params/clientSeq").and_then(Value::as_i64),
-            scope: s("/params/config/scope"),
+            id: sent.id,
+            method: sent.method?,
+            channel: sent.channel.unwrap_or_default(),
+            action: sent.action,
+            client_seq: sent.client_seq,
+            scope: sent.scope,
         })
     }
 

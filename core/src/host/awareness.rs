@@ -16,7 +16,12 @@
 //! would be now with the one last published, publishes what changed
 //! (beyond the heartbeat stamp), removes records of sessions no longer
 //! live (sleep, dispose), and on the heartbeat republishes everything and
-//! rescans.
+//! rescans. A record is made only of its session (changed only through
+//! the session table, which notes what it hands out to change), its claims
+//! and its folder's repository, so between heartbeats the tick looks only
+//! at the sessions the input touched and those whose claims or repository
+//! moved: the same outcome as comparing every live session, at a cost
+//! proportional to the input (issue 21).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -32,6 +37,7 @@ use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
 use crate::input::Outcome;
 use crate::ids::{printable, ResourceId};
 use crate::protocol::error::{error, INVALID_PARAMS, SESSION_NOT_FOUND};
+use crate::session::table::Touched;
 use crate::session::Phase;
 use crate::time::MonoTime;
 
@@ -69,6 +75,10 @@ pub struct Awareness {
     error: Option<String>,
     /// Record files already logged as skipped (logged once each).
     skipped: BTreeSet<String>,
+    /// Sessions whose record may have moved outside the session table
+    /// (claims written, their folder's repository observed anew) since the
+    /// last tick: compared again by the next one.
+    recheck: BTreeSet<Uri>,
 }
 
 impl Host {
@@ -91,10 +101,32 @@ impl Host {
     /// heartbeat when due. Called after every input.
     pub(crate) fn awareness_tick(&mut self) {
         if !self.aware() {
+            self.sessions.forget_touched();
+            self.awareness.recheck.clear();
             return;
         }
         let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.now.mono);
-        let live: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.phase == Phase::Live && s.resident.is_some()).map(|(u, _)| u.clone()).collect();
+        let touched = self.sessions.take_touched();
+        let recheck = std::mem::take(&mut self.awareness.recheck);
+        // Which sessions to look at, in URI order. At the end of every tick
+        // each live session's published record equals the one it would
+        // publish (beyond the stamp) and every published session is live;
+        // only a session touched since, or one in `recheck`, can differ. The
+        // heartbeat republishes every live session.
+        let (live, gone): (Vec<Uri>, Vec<Uri>) = match touched {
+            Touched::Some(mut uris) if !heartbeat => {
+                uris.extend(recheck);
+                let live = uris.iter().filter(|u| self.is_live(u)).cloned().collect();
+                let gone = uris.into_iter().filter(|u| self.awareness.published.contains_key(u) && !self.is_live(u)).collect();
+                (live, gone)
+            }
+            _ => {
+                // Live sessions hold their state, so they are among `held`.
+                let live = self.held_sessions().filter(|(_, s)| s.phase == Phase::Live).map(|(u, _)| u.clone()).collect();
+                let gone = self.awareness.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
+                (live, gone)
+            }
+        };
         let mut changed = false;
         for uri in &live {
             let Some(record) = self.own_record(uri) else { continue };
@@ -110,7 +142,6 @@ impl Host {
                 changed = true;
             }
         }
-        let gone: Vec<Uri> = self.awareness.published.keys().filter(|u| !live.contains(u)).cloned().collect();
         for uri in gone {
             if let Some((name, _)) = self.awareness.published.remove(&uri) {
                 let op = self.new_op(Op::Registry { scan: false });
@@ -134,6 +165,12 @@ impl Host {
         if changed || heartbeat {
             self.request_scan();
         }
+    }
+
+    /// Whether `uri` is a live session (live and holding its state): one
+    /// that has a record in the registry.
+    fn is_live(&self, uri: &Uri) -> bool {
+        self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some())
     }
 
     /// Starts a scan, or owes one when a scan is in flight.
@@ -226,6 +263,16 @@ impl Host {
                     }
                     Liveness::Stale(why) => self.note_skipped(&file.name, format!("stale: {why}")),
                 },
+            }
+        }
+        // A published record carries its first folder's repository: one
+        // observed anew is a reason to compare that record again.
+        let moved: BTreeSet<&String> = repos.iter().filter(|(dir, obs)| self.awareness.repos.get(*dir) != Some(*obs)).map(|(dir, _)| dir).collect();
+        if !moved.is_empty() {
+            for (uri, (_, record)) in &self.awareness.published {
+                if record.working_directories.first().is_some_and(|d| moved.contains(d)) {
+                    self.awareness.recheck.insert(uri.clone());
+                }
             }
         }
         self.awareness.repos.extend(repos);
@@ -340,6 +387,7 @@ impl Host {
     /// tick.
     pub(crate) fn on_wrote(&mut self, session_uri: &Uri, paths: Vec<String>) {
         let base = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first()).and_then(|d| rules::uri_to_path(d));
+        self.awareness.recheck.insert(session_uri.clone());
         let claims = self.awareness.claims.entry(session_uri.clone()).or_default();
         for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
             if claims.len() >= rules::CLAIMS_MAX {

@@ -9,7 +9,7 @@
 //! a search compares URIs that share a long prefix, ~0.3 µs a row at 100k).
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::Uri;
 
@@ -24,11 +24,34 @@ pub struct Slot(u32);
 
 /// The sessions by URI (ordered) and by slot (O(1)). The map-like methods
 /// mirror `BTreeMap<Uri, Session>`'s, and iterate in URI order.
+///
+/// The table also notes which sessions were touched (handed out to change,
+/// inserted or removed) since [`SessionTable::take_touched`] was last
+/// called: every change to a session goes through `&mut` access here, so
+/// the host's per-input awareness reconciliation (issue 21) looks at those
+/// sessions only instead of walking every session after every input.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
     keys: BTreeMap<Uri, Slot>,
     slab: Vec<Option<(Uri, Session)>>,
     free: Vec<Slot>,
+    /// Slots touched since the last take, each once (`marked` says which).
+    touched: Vec<Slot>,
+    /// Per slab entry: whether its slot is in `touched`.
+    marked: Vec<bool>,
+    /// Sessions removed since the last take (their slot may be reused).
+    removed: Vec<Uri>,
+    /// Every session was handed out to change ([`SessionTable::values_mut`]).
+    all_touched: bool,
+}
+
+/// What [`SessionTable::take_touched`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// Any session may have changed.
+    All,
+    /// Only these may have changed (or been removed), in URI order.
+    Some(BTreeSet<Uri>),
 }
 
 impl SessionTable {
@@ -54,12 +77,14 @@ impl SessionTable {
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
                 *entry = Some((uri, session));
             }
+            self.mark(slot);
             return slot;
         }
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
                 self.slab.push(None);
+                self.marked.push(false);
                 Slot((self.slab.len() - 1) as u32)
             }
         };
@@ -67,7 +92,52 @@ impl SessionTable {
             *entry = Some((uri.clone(), session));
         }
         self.keys.insert(uri, slot);
+        self.mark(slot);
         slot
+    }
+
+    /// Notes `slot` as touched (once until the next take).
+    fn mark(&mut self, slot: Slot) {
+        if let Some(marked) = self.marked.get_mut(slot.0 as usize) {
+            if !*marked {
+                *marked = true;
+                self.touched.push(slot);
+            }
+        }
+    }
+
+    /// The sessions touched (handed out to change by
+    /// [`SessionTable::get_mut`] or [`SessionTable::values_mut`], inserted,
+    /// replaced or removed) since the last call, and forgets them. A
+    /// session not reported is exactly as it was at the last call.
+    pub fn take_touched(&mut self) -> Touched {
+        if self.all_touched {
+            self.forget_touched();
+            return Touched::All;
+        }
+        let mut uris = BTreeSet::new();
+        for slot in std::mem::take(&mut self.touched) {
+            if let Some(marked) = self.marked.get_mut(slot.0 as usize) {
+                *marked = false;
+            }
+            if let Some(Some((uri, _))) = self.slab.get(slot.0 as usize) {
+                uris.insert(uri.clone());
+            }
+        }
+        uris.extend(self.removed.drain(..));
+        Touched::Some(uris)
+    }
+
+    /// Forgets what was touched, reporting nothing (for a caller that has
+    /// no use for it this time, at no cost per session).
+    pub fn forget_touched(&mut self) {
+        for slot in std::mem::take(&mut self.touched) {
+            if let Some(marked) = self.marked.get_mut(slot.0 as usize) {
+                *marked = false;
+            }
+        }
+        self.removed.clear();
+        self.all_touched = false;
     }
 
     /// Takes the session at `uri` out; its slot becomes free.
@@ -78,7 +148,10 @@ impl SessionTable {
         let slot = self.keys.remove(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
-        taken.map(|(_, s)| s)
+        taken.map(|(u, s)| {
+            self.removed.push(u);
+            s
+        })
     }
 
     /// The slot of the session at `uri`.
@@ -107,12 +180,13 @@ impl SessionTable {
         self.slab.get(slot.0 as usize)?.as_ref().map(|(_, s)| s)
     }
 
-    /// The session at `uri`, to change.
+    /// The session at `uri`, to change (noted as touched).
     pub fn get_mut<Q: Ord + ?Sized>(&mut self, uri: &Q) -> Option<&mut Session>
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.get(uri)?;
+        let slot = *self.keys.get(uri)?;
+        self.mark(slot);
         self.slab.get_mut(slot.0 as usize)?.as_mut().map(|(_, s)| s)
     }
 
@@ -144,8 +218,9 @@ impl SessionTable {
     }
 
     /// Every session, to change, in slot order (for changes that do not
-    /// depend on order).
+    /// depend on order); all are noted as touched.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Session> + '_ {
+        self.all_touched = true;
         self.slab.iter_mut().filter_map(|e| e.as_mut().map(|(_, s)| s))
     }
 }
@@ -218,5 +293,32 @@ mod tests {
         t.insert(d.clone(), session("d2"));
         assert_eq!(t.slot(&d), Some(slot_a));
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn reports_the_sessions_touched_since_the_last_take() {
+        let mut t = SessionTable::new();
+        let uri = |k: &str| -> Uri { format!("ahpd://echo/{k}") };
+        for k in ["c", "a", "b"] {
+            t.insert(uri(k), session(k));
+        }
+        let all: BTreeSet<Uri> = ["a", "b", "c"].iter().map(|k| uri(k)).collect();
+        assert_eq!(t.take_touched(), Touched::Some(all), "inserts are touches");
+        assert_eq!(t.take_touched(), Touched::Some(BTreeSet::new()), "a take forgets");
+        let _ = t.get(&uri("a"));
+        let _ = t.get_mut(&uri("b"));
+        let _ = t.get_mut(&uri("b"));
+        assert_eq!(t.take_touched(), Touched::Some([uri("b")].into()), "reads are not touches; each touch is reported once");
+        // A removed session is reported even when its slot is taken again.
+        assert!(t.remove(&uri("c")).is_some());
+        t.insert(uri("d"), session("d"));
+        assert_eq!(t.take_touched(), Touched::Some([uri("c"), uri("d")].into()));
+        for _ in t.values_mut() {}
+        let _ = t.get_mut(&uri("a"));
+        assert_eq!(t.take_touched(), Touched::All);
+        assert_eq!(t.take_touched(), Touched::Some(BTreeSet::new()));
+        let _ = t.get_mut(&uri("a"));
+        t.forget_touched();
+        assert_eq!(t.take_touched(), Touched::Some(BTreeSet::new()));
     }
 }

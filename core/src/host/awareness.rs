@@ -75,6 +75,10 @@ pub struct Awareness {
     error: Option<String>,
     /// Record files already logged as skipped (logged once each).
     skipped: BTreeSet<String>,
+    /// Each record file of the last scan that parsed, by name: its bytes
+    /// and the record they gave, so that a file found unchanged is not
+    /// parsed again ([`rules::parse_record_again`]).
+    parsed: BTreeMap<String, (Vec<u8>, ActiveRecord)>,
     /// Sessions whose record may have moved outside the session table
     /// (claims written, their folder's repository observed anew) since the
     /// last tick: compared again by the next one.
@@ -253,8 +257,23 @@ impl Host {
     fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
         let now_ms = self.now.wall.0;
         let mut live = Vec::new();
+        let mut parsed = BTreeMap::new();
         for file in files {
-            match rules::parse_record(&file.bytes, now_ms) {
+            let known = self.awareness.parsed.remove(&file.name).filter(|(bytes, _)| *bytes == file.bytes);
+            let outcome = match &known {
+                Some((_, record)) => rules::parse_record_again(record, now_ms),
+                None => rules::parse_record(&file.bytes, now_ms),
+            };
+            match (&outcome, known) {
+                (_, Some(known)) => {
+                    parsed.insert(file.name.clone(), known);
+                }
+                (Ok(record), None) => {
+                    parsed.insert(file.name.clone(), (file.bytes, record.clone()));
+                }
+                (Err(_), None) => {}
+            }
+            match outcome {
                 Err(refusal) => self.note_skipped(&file.name, refusal.to_string()),
                 Ok(record) => match rules::judge(&record, &self.config.host_name, file.process.as_ref(), now_ms) {
                     Liveness::Live => {
@@ -277,6 +296,7 @@ impl Host {
         }
         self.awareness.repos.extend(repos);
         self.awareness.live = live;
+        self.awareness.parsed = parsed;
         // A cleared error is news for every session, even one whose peers
         // stayed.
         let error_cleared = self.awareness.error.take().is_some();

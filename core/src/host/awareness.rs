@@ -373,13 +373,14 @@ impl Host {
     fn awareness_meta(&self, uri: &Uri) -> [(&'static str, Value); 4] {
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
         let peers: Vec<&ActiveRecord> = self.awareness.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
-        let warnings = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
-        let events: Vec<&Value> = self.awareness.events.get(uri).map(|e| e.iter().collect()).unwrap_or_default();
+        let warnings: &[Warning] = self.awareness.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
+        // The events are JSON already: copied, not serialized again.
+        let events: Vec<Value> = self.awareness.events.get(uri).map(|e| e.iter().cloned().collect()).unwrap_or_default();
         [
             ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.awareness.error })),
             ("ahpd.peers", serde_json::to_value(peers).unwrap_or_default()),
             ("ahpd.awarenessWarnings", serde_json::to_value(warnings).unwrap_or_default()),
-            ("ahpd.awarenessEvents", serde_json::to_value(events).unwrap_or_default()),
+            ("ahpd.awarenessEvents", Value::Array(events)),
         ]
     }
 
@@ -394,9 +395,22 @@ impl Host {
         if fresh.iter().all(|(key, value)| current.and_then(|m| m.get(*key)) == Some(value)) {
             return;
         }
-        let mut meta = current.cloned().unwrap_or_default();
+        // The `_meta` as it was with the four keys set: each in its place,
+        // the missing ones after the rest in this order. The values they
+        // replace are not copied only to be dropped.
+        let mut fresh = fresh.map(|(key, value)| (key, Some(value)));
+        let mut meta = serde_json::Map::new();
+        for (key, value) in current.into_iter().flatten() {
+            let value = match fresh.iter_mut().find(|(k, _)| k == key) {
+                Some((_, mine)) => mine.take().unwrap_or_default(),
+                None => value.clone(),
+            };
+            meta.insert(key.clone(), value);
+        }
         for (key, value) in fresh {
-            meta.insert(key.to_owned(), value);
+            if let Some(value) = value {
+                meta.insert(key.to_owned(), value);
+            }
         }
         let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
         self.emit(uri, action, None);

@@ -222,7 +222,30 @@ pub fn is_hostile_char(c: char) -> bool {
 /// `text` without hostile characters ([`is_hostile_char`]), clipped to
 /// `max` characters.
 pub fn clean_text(text: &str, max: usize) -> String {
+    if is_clean(text, max) {
+        return text.to_owned();
+    }
     text.chars().filter(|c| !is_hostile_char(*c)).take(max).collect()
+}
+
+/// Whether [`clean_text`] would leave `text` as it is: no hostile
+/// character, at most `max` characters (the common case, checked without
+/// building a new string).
+fn is_clean(text: &str, max: usize) -> bool {
+    let mut n = 0usize;
+    text.chars().all(|c| {
+        n += 1;
+        n <= max && !is_hostile_char(c)
+    })
+}
+
+/// [`clean_text`] of an owned string, kept as it is when already clean.
+fn clean_owned(text: String, max: usize) -> String {
+    if is_clean(&text, max) {
+        text
+    } else {
+        clean_text(&text, max)
+    }
 }
 
 /// The pid a record file names, read leniently (for the shell to observe
@@ -257,7 +280,7 @@ pub fn parse_record(bytes: &[u8], now_ms: i64) -> Result<ActiveRecord, Refusal> 
     if raw.pid == 0 {
         return Err(Refusal::BadField("pid"));
     }
-    let session = clean_text(&raw.session, TEXT_MAX_CHARS);
+    let session = clean_owned(raw.session, TEXT_MAX_CHARS);
     if session.is_empty() {
         return Err(Refusal::BadField("session"));
     }
@@ -265,16 +288,19 @@ pub fn parse_record(bytes: &[u8], now_ms: i64) -> Result<ActiveRecord, Refusal> 
         if p.chars().count() > TEXT_MAX_CHARS {
             return None;
         }
+        if is_clean(p, TEXT_MAX_CHARS) {
+            return normalize_path(p);
+        }
         normalize_path(&clean_text(p, TEXT_MAX_CHARS))
     };
-    let clean_name = |s: Option<String>| s.map(|s| clean_text(&s, TEXT_MAX_CHARS)).filter(|s| !s.is_empty());
+    let clean_name = |s: Option<String>| s.map(|s| clean_owned(s, TEXT_MAX_CHARS)).filter(|s| !s.is_empty());
     let mut claims: Vec<String> = raw.claims.iter().take(CLAIMS_MAX).filter_map(clean_path).collect();
     claims.sort();
     claims.dedup();
     Ok(ActiveRecord {
         version: raw.version,
         session,
-        host: clean_text(&raw.host, TEXT_MAX_CHARS),
+        host: clean_owned(raw.host, TEXT_MAX_CHARS),
         pid: raw.pid,
         pid_start: raw.pid_start,
         working_directories: raw.working_directories.iter().take(WORKING_DIRECTORIES_MAX).filter_map(clean_path).collect(),
@@ -282,10 +308,23 @@ pub fn parse_record(bytes: &[u8], now_ms: i64) -> Result<ActiveRecord, Refusal> 
         branch: clean_name(raw.branch),
         head: clean_name(raw.head),
         status: raw.status,
-        activity: clean_text(&raw.activity, ACTIVITY_MAX_CHARS),
+        activity: clean_owned(raw.activity, ACTIVITY_MAX_CHARS),
         claims,
         updated_at: raw.updated_at,
     })
+}
+
+/// What [`parse_record`] answers at wall time `now_ms` for the bytes it
+/// parsed as `record` at some earlier time: of its checks only the
+/// future-date one depends on the time, so a scan that finds a file
+/// unchanged need not parse it again.
+///
+/// Errors: [`Refusal::FutureDated`] as in [`parse_record`].
+pub fn parse_record_again(record: &ActiveRecord, now_ms: i64) -> Result<ActiveRecord, Refusal> {
+    if record.updated_at > now_ms.saturating_add(FUTURE_TOLERANCE_MS) {
+        return Err(Refusal::FutureDated);
+    }
+    Ok(record.clone())
 }
 
 /// What the shell saw of a process when it read a record naming it.
@@ -632,6 +671,27 @@ mod tests {
     }
 
     #[test]
+    fn parsing_again_answers_as_parsing_the_same_bytes() {
+        let mut r = rec("s:/a", 5, &["/w/./x", "/w"], &["/w/b", "/w/a", "/w/a"]);
+        r.activity = "ed\u{1b}it".to_owned();
+        let bytes = serde_json::to_vec(&r).unwrap();
+        let first = parse_record(&bytes, 1_000).unwrap();
+        for now in [1_000, 1_000 - FUTURE_TOLERANCE_MS, 1_000 - FUTURE_TOLERANCE_MS - 1, 0, i64::MIN, i64::MAX] {
+            assert_eq!(parse_record_again(&first, now), parse_record(&bytes, now), "at {now}");
+        }
+    }
+
+    #[test]
+    fn clean_text_keeps_clean_text_and_cleans_the_rest() {
+        assert_eq!(clean_text("plain", 5), "plain");
+        assert_eq!(clean_text("plain", 4), "plai");
+        assert_eq!(clean_text("a\u{7}b", 5), "ab");
+        assert_eq!(clean_owned("a\u{202E}bc".to_owned(), 2), "ab");
+        assert_eq!(clean_owned("abc".to_owned(), 3), "abc");
+        assert_eq!(clean_text("", 0), "");
+    }
+
+    #[test]
     fn a_record_is_stale_when_its_writer_is_gone_or_its_pid_reused() {
         let r = rec("s:/a", 5, &["/w"], &[]);
         let alive = ProcessObservation { pid: 5, alive: true, start: Some(77) };
@@ -728,6 +788,9 @@ mod tests {
         assert_eq!(normalize_path("/a/./b/../c/"), Some("/a/c".into()));
         assert_eq!(normalize_path("/../.."), Some("/".into()));
         assert_eq!(normalize_path("a"), None);
+        for (path, normal) in [("/", "/"), ("/a/b", "/a/b"), ("//", "/"), ("/a//b", "/a/b"), ("/a/", "/a"), ("/a/.", "/a"), ("/a/..", "/"), ("/.a/..b", "/.a/..b")] {
+            assert_eq!(normalize_path(path).as_deref(), Some(normal), "{path}");
+        }
         assert_eq!(join(Some("/w"), "src/a.ts"), Some("/w/src/a.ts".into()));
         assert_eq!(join(None, "src/a.ts"), None);
         assert_eq!(uri_to_path("file:///tmp/my%20dir"), Some("/tmp/my dir".into()));

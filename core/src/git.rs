@@ -326,6 +326,12 @@ pub fn normalize_path(path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
+    // Most paths arrive normal already (awareness normalises every record
+    // path at every scan): then the answer is the path itself, without
+    // splitting and joining.
+    if path == "/" || path[1..].split('/').all(|p| !p.is_empty() && p != "." && p != "..") {
+        return Some(path.to_owned());
+    }
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {

@@ -16,7 +16,12 @@
 //! would be now with the one last published, publishes what changed
 //! (beyond the heartbeat stamp), removes records of sessions no longer
 //! live (sleep, dispose), and on the heartbeat republishes everything and
-//! rescans.
+//! rescans. A record is made only of its session (changed only through
+//! the session table, which notes what it hands out to change), its claims
+//! and its folder's repository, so between heartbeats the tick looks only
+//! at the sessions the input touched and those whose claims or repository
+//! moved: the same outcome as comparing every live session, at a cost
+//! proportional to the input (issue 21).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -69,6 +74,14 @@ pub struct Awareness {
     error: Option<String>,
     /// Record files already logged as skipped (logged once each).
     skipped: BTreeSet<String>,
+    /// Each record file of the last scan that parsed, by name: its bytes
+    /// and the record they gave, so that a file found unchanged is not
+    /// parsed again ([`rules::parse_record_again`]).
+    parsed: BTreeMap<String, (Vec<u8>, ActiveRecord)>,
+    /// Sessions whose record may have moved outside the session table
+    /// (claims written, their folder's repository observed anew) since the
+    /// last tick: compared again by the next one.
+    recheck: BTreeSet<Uri>,
 }
 
 impl Host {
@@ -91,10 +104,33 @@ impl Host {
     /// heartbeat when due. Called after every input.
     pub(crate) fn awareness_tick(&mut self) {
         if !self.aware() {
+            self.awareness.recheck.clear();
             return;
         }
         let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.now.mono);
-        let live: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.phase == Phase::Live && s.resident.is_some()).map(|(u, _)| u.clone()).collect();
+        // The sessions this input touched (the table forgets them as each
+        // input begins; the tick runs at the end of every input).
+        let touched: Option<std::collections::BTreeSet<Uri>> = self.sessions.touched().map(|t| t.into_iter().cloned().collect());
+        let recheck = std::mem::take(&mut self.awareness.recheck);
+        // Which sessions to look at, in URI order. At the end of every tick
+        // each live session's published record equals the one it would
+        // publish (beyond the stamp) and every published session is live;
+        // only a session touched since, or one in `recheck`, can differ. The
+        // heartbeat republishes every live session.
+        let (live, gone): (Vec<Uri>, Vec<Uri>) = match touched {
+            Some(mut uris) if !heartbeat => {
+                uris.extend(recheck);
+                let live = uris.iter().filter(|u| self.is_live(u)).cloned().collect();
+                let gone = uris.into_iter().filter(|u| self.awareness.published.contains_key(u) && !self.is_live(u)).collect();
+                (live, gone)
+            }
+            _ => {
+                // Live sessions hold their state, so they are among `held`.
+                let live = self.held_sessions().filter(|(_, s)| s.phase == Phase::Live).map(|(u, _)| u.clone()).collect();
+                let gone = self.awareness.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
+                (live, gone)
+            }
+        };
         let mut changed = false;
         for uri in &live {
             let Some(record) = self.own_record(uri) else { continue };
@@ -110,7 +146,6 @@ impl Host {
                 changed = true;
             }
         }
-        let gone: Vec<Uri> = self.awareness.published.keys().filter(|u| !live.contains(u)).cloned().collect();
         for uri in gone {
             if let Some((name, _)) = self.awareness.published.remove(&uri) {
                 let op = self.new_op(Op::Registry { scan: false });
@@ -134,6 +169,12 @@ impl Host {
         if changed || heartbeat {
             self.request_scan();
         }
+    }
+
+    /// Whether `uri` is a live session (live and holding its state): one
+    /// that has a record in the registry.
+    fn is_live(&self, uri: &Uri) -> bool {
+        self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some())
     }
 
     /// Starts a scan, or owes one when a scan is in flight.
@@ -216,8 +257,23 @@ impl Host {
     fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
         let now_ms = self.now.wall.0;
         let mut live = Vec::new();
+        let mut parsed = BTreeMap::new();
         for file in files {
-            match rules::parse_record(&file.bytes, now_ms) {
+            let known = self.awareness.parsed.remove(&file.name).filter(|(bytes, _)| *bytes == file.bytes);
+            let outcome = match &known {
+                Some((_, record)) => rules::parse_record_again(record, now_ms),
+                None => rules::parse_record(&file.bytes, now_ms),
+            };
+            match (&outcome, known) {
+                (_, Some(known)) => {
+                    parsed.insert(file.name.clone(), known);
+                }
+                (Ok(record), None) => {
+                    parsed.insert(file.name.clone(), (file.bytes, record.clone()));
+                }
+                (Err(_), None) => {}
+            }
+            match outcome {
                 Err(refusal) => self.note_skipped(&file.name, refusal.to_string()),
                 Ok(record) => match rules::judge(&record, &self.config.host_name, file.process.as_ref(), now_ms) {
                     Liveness::Live => {
@@ -228,8 +284,19 @@ impl Host {
                 },
             }
         }
+        // A published record carries its first folder's repository: one
+        // observed anew is a reason to compare that record again.
+        let moved: BTreeSet<&String> = repos.iter().filter(|(dir, obs)| self.awareness.repos.get(*dir) != Some(*obs)).map(|(dir, _)| dir).collect();
+        if !moved.is_empty() {
+            for (uri, (_, record)) in &self.awareness.published {
+                if record.working_directories.first().is_some_and(|d| moved.contains(d)) {
+                    self.awareness.recheck.insert(uri.clone());
+                }
+            }
+        }
         self.awareness.repos.extend(repos);
         self.awareness.live = live;
+        self.awareness.parsed = parsed;
         // A cleared error is news for every session, even one whose peers
         // stayed.
         let error_cleared = self.awareness.error.take().is_some();
@@ -306,13 +373,14 @@ impl Host {
     fn awareness_meta(&self, uri: &Uri) -> [(&'static str, Value); 4] {
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
         let peers: Vec<&ActiveRecord> = self.awareness.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
-        let warnings = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
-        let events: Vec<&Value> = self.awareness.events.get(uri).map(|e| e.iter().collect()).unwrap_or_default();
+        let warnings: &[Warning] = self.awareness.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
+        // The events are JSON already: copied, not serialized again.
+        let events: Vec<Value> = self.awareness.events.get(uri).map(|e| e.iter().cloned().collect()).unwrap_or_default();
         [
             ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.awareness.error })),
             ("ahpd.peers", serde_json::to_value(peers).unwrap_or_default()),
             ("ahpd.awarenessWarnings", serde_json::to_value(warnings).unwrap_or_default()),
-            ("ahpd.awarenessEvents", serde_json::to_value(events).unwrap_or_default()),
+            ("ahpd.awarenessEvents", Value::Array(events)),
         ]
     }
 
@@ -327,9 +395,22 @@ impl Host {
         if fresh.iter().all(|(key, value)| current.and_then(|m| m.get(*key)) == Some(value)) {
             return;
         }
-        let mut meta = current.cloned().unwrap_or_default();
+        // The `_meta` as it was with the four keys set: each in its place,
+        // the missing ones after the rest in this order. The values they
+        // replace are not copied only to be dropped.
+        let mut fresh = fresh.map(|(key, value)| (key, Some(value)));
+        let mut meta = serde_json::Map::new();
+        for (key, value) in current.into_iter().flatten() {
+            let value = match fresh.iter_mut().find(|(k, _)| k == key) {
+                Some((_, mine)) => mine.take().unwrap_or_default(),
+                None => value.clone(),
+            };
+            meta.insert(key.clone(), value);
+        }
         for (key, value) in fresh {
-            meta.insert(key.to_owned(), value);
+            if let Some(value) = value {
+                meta.insert(key.to_owned(), value);
+            }
         }
         let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
         self.emit(uri, action, None);
@@ -340,6 +421,7 @@ impl Host {
     /// tick.
     pub(crate) fn on_wrote(&mut self, session_uri: &Uri, paths: Vec<String>) {
         let base = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first()).and_then(|d| rules::uri_to_path(d));
+        self.awareness.recheck.insert(session_uri.clone());
         let claims = self.awareness.claims.entry(session_uri.clone()).or_default();
         for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
             if claims.len() >= rules::CLAIMS_MAX {

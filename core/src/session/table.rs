@@ -288,4 +288,26 @@ mod tests {
         assert_eq!(t.slot(&d), Some(slot_a));
         assert_eq!(t.len(), 3);
     }
+
+    #[test]
+    fn touched_names_what_was_handed_out_added_or_removed_since_cleared() {
+        let mut t = SessionTable::new();
+        for k in ["a", "b", "c"] {
+            t.insert(format!("ahpd://echo/{k}"), session(k));
+        }
+        t.clear_touched();
+        assert_eq!(t.touched(), Some(Vec::new()), "nothing since the clear");
+        let (a, b, d): (Uri, Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into(), "ahpd://echo/d".into());
+        let _ = t.get(&a);
+        assert_eq!(t.touched(), Some(Vec::new()), "a read touches nothing");
+        let _ = t.get_mut(&b);
+        let _ = t.get_mut(&b);
+        t.remove(&a);
+        t.insert(d.clone(), session("d"));
+        assert_eq!(t.touched(), Some(vec![&a, &b, &d]), "each once, in URI order, the removed one included");
+        let _ = t.values_mut().count();
+        assert_eq!(t.touched(), None, "values_mut hands out every session");
+        t.clear_touched();
+        assert_eq!(t.touched(), Some(Vec::new()));
+    }
 }

@@ -44,14 +44,15 @@ fn breach(rule: &'static str, detail: String) -> Violation {
 /// `@` or `-` and an id (`ahp-session:/s3`, `ahp-chat:/ahp-session@s3`,
 /// `ahp-chat:/ahp-session-s3-c1`).
 pub fn named_ids(text: &str, out: &mut BTreeSet<String>) {
-    let mut rest = text;
-    while let Some(at) = rest.find("ahp-session") {
-        rest = &rest[at + "ahp-session".len()..];
+    // One searcher for the whole text (each `find` builds its own), and an
+    // id is copied only when it is new: this reads every input and reply.
+    for (at, _) in text.match_indices("ahp-session") {
+        let rest = &text[at + "ahp-session".len()..];
         let tail = rest.strip_prefix(":/").or_else(|| rest.strip_prefix('@')).or_else(|| rest.strip_prefix('-'));
         if let Some(tail) = tail {
-            let id: String = tail.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
-            if !id.is_empty() {
-                out.insert(id);
+            let id = &tail[..tail.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(tail.len())];
+            if !id.is_empty() && !out.contains(id) {
+                out.insert(id.to_owned());
             }
         }
     }
@@ -342,5 +343,42 @@ impl Residency {
         }
         self.last = Some(after);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `named_ids` as it was first written, one `find` at a time.
+    fn named_ids_by_find(text: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("ahp-session") {
+            rest = &rest[at + "ahp-session".len()..];
+            let tail = rest.strip_prefix(":/").or_else(|| rest.strip_prefix('@')).or_else(|| rest.strip_prefix('-'));
+            if let Some(tail) = tail {
+                let id: String = tail.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+                if !id.is_empty() {
+                    out.insert(id);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn named_ids_reads_as_find_did() {
+        for text in [
+            r#"{"channel":"ahp-session:/s3","chat":"ahp-chat:/ahp-session@s3","x":"ahp-chat:/ahp-session-s12-c1"}"#,
+            "ahp-session:/s1 ahp-session:/s1 ahp-session:/ ahp-session ahp-session:/é ahp-session@ab9é ahp-session-ahp-session-x",
+            "ahp-sessionahp-session:/q ahp-session:/s2",
+            "",
+            "no session here: ahp-sessio",
+        ] {
+            let mut out = BTreeSet::new();
+            named_ids(text, &mut out);
+            assert_eq!(out, named_ids_by_find(text), "{text}");
+        }
     }
 }

@@ -451,9 +451,10 @@ impl Client {
             if ctx.awareness.enabled { 2 } else { 0 }, // 16 ahpd/listPeers
             if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
         ];
-        let known: Vec<Uri> = self.known.iter().cloned().collect();
+        // Picked from borrows: only the one picked is copied.
+        let known: Vec<&Uri> = self.known.iter().collect();
         let session = match rng.pick(&known) {
-            Some(uri) if rng.chance(0.6) => uri.clone(),
+            Some(&uri) if rng.chance(0.6) => uri.clone(),
             _ => session_uri(rng.below(ctx.session_ids)),
         };
         // The chats this client has seen listed in that session, else its
@@ -1121,9 +1122,11 @@ fn trusted_by(list: &[String], folder: &str) -> bool {
 
 /// Decodes `raw`, a payload's JSON text, as an ahp-types value.
 fn decode<T: serde::de::DeserializeOwned>(what: &str, raw: &str) -> Result<T, Violation> {
-    // Straight from the text (this runs for every frame). When that fails,
-    // decoding the Value, as the clients did, gives the same answer and
-    // the words the rule has always quoted.
+    // Straight from the text (this runs for every frame): for a text with
+    // no key given twice (serde_json never writes one twice) it is the
+    // value decoding the Value gave. When that fails, decoding the Value,
+    // as the clients did, gives the same answer and the words the rule has
+    // always quoted.
     serde_json::from_str(raw).or_else(|_| {
         let value = value_of(raw);
         T::deserialize(&value).map_err(|e| breach("client_frame_json", format!("{what} does not decode as ahp-types 1.0.0: {e}: {value}")))

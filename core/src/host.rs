@@ -785,7 +785,7 @@ impl Host {
     pub(crate) fn advance_modified_at(&mut self, uri: &Uri, to: WallTime) {
         let Some(session) = self.sessions.get_mut(uri) else { return };
         let was = session.advance_modified_at(to);
-        let (now, announced) = (session.modified_at, session.announced);
+        let (now, announced) = (session.modified_at, session.is_announced());
         // An unannounced session has no row to move (`moved` would find
         // none either).
         if announced {

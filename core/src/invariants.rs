@@ -168,7 +168,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
     if limit == 0 {
         return Ok(());
     }
-    let counted: Vec<_> = view.sessions.values().filter(|s| s.resident.is_some() && s.has_turns()).collect();
+    let counted: Vec<_> = view.sessions.values().filter(|s| s.resident.is_some() && s.is_announced()).collect();
     if counted.len() <= limit {
         return Ok(());
     }
@@ -200,7 +200,7 @@ pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
 
 /// "A session sleeps with nothing running."
 pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.phase == Phase::Asleep && (!s.sends_in_flight.is_empty() || s.busy) {
+    if s.phase == Phase::Asleep && (!s.sends_in_flight.is_empty() || s.is_busy()) {
         return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
     }
     Ok(())
@@ -209,7 +209,7 @@ pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> 
 /// "nothing announces it or lists it until its first turn": a session not
 /// announced is still `creating`.
 pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if !s.announced {
+    if !s.is_announced() {
         if let Some(r) = &s.resident {
             if r.session.lifecycle != SessionLifecycle::Creating {
                 return fail("inv_provisional_not_announced_ready", format!("{uri} unannounced but not creating"));
@@ -282,19 +282,19 @@ pub fn inv_chat_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
 /// holds exactly the announced sessions, each at its current `modifiedAt`.
 pub fn inv_catalogue_lists_announced(view: &HostView<'_>) -> Result<(), Violation> {
     // Borrowed walks, no row copied: this runs after every simulated step.
-    let announced = view.sessions.values().filter(|s| s.announced).count();
+    let announced = view.sessions.values().filter(|s| s.is_announced()).count();
     if view.catalogue.len() != announced {
         return fail("inv_catalogue_lists_announced", format!("{} rows for {announced} announced sessions", view.catalogue.len()));
     }
     for (modified_ms, uri, _) in view.catalogue.walk_borrowed(None) {
         match view.sessions.get(uri) {
-            Some(s) if s.announced && s.modified_at.0 == modified_ms => {}
+            Some(s) if s.is_announced() && s.modified_at.0 == modified_ms => {}
             _ => return fail("inv_catalogue_lists_announced", format!("row {uri} is stale")),
         }
     }
     // The external order lists exactly the announced external sessions.
     let externals = view.catalogue.newest_externals(i64::MIN, usize::MAX);
-    let announced_external = view.sessions.values().filter(|s| s.announced && s.record.external).count();
+    let announced_external = view.sessions.values().filter(|s| s.is_announced() && s.record.external).count();
     if externals.len() != announced_external {
         return fail("inv_catalogue_lists_announced", format!("{} external rows for {announced_external} announced external sessions", externals.len()));
     }
@@ -373,7 +373,7 @@ pub fn inv_archived_goes_at_once(view: &HostView<'_>) -> Result<(), Violation> {
 /// live or asleep, resumable, nothing in hand, nobody watching.
 fn evictable(view: &HostView<'_>, s: &Session) -> bool {
     s.resident.is_some()
-        && s.has_turns()
+        && s.is_announced()
         && matches!(s.phase, Phase::Live | Phase::Asleep)
         && s.can_resume
         && !s.has_work_in_hand()

@@ -128,7 +128,7 @@ impl Driver {
         self.dispatch(conn, CHAT, json!({"type": "chat/turnStarted", "turnId": "t1",
             "startedAt": "2026-01-01T00:00:00.000Z", "message": {"text": "hello", "origin": {"kind": "user"}}}));
         self.settle();
-        assert!(self.host.view().sessions.get(SESSION).expect("the session is held").announced);
+        assert!(self.host.view().sessions.get(SESSION).expect("the session is held").is_announced());
     }
 }
 
@@ -243,7 +243,7 @@ fn a_dispose_the_store_refuses_leaves_the_session_asleep_with_nothing_running() 
     let view = d.host.view();
     let s = view.sessions.get(SESSION).expect("the session is held");
     assert_eq!(s.phase.name(), "asleep");
-    assert!(!s.busy && s.sends_in_flight.is_empty() && !s.has_active_turn());
+    assert!(!s.is_busy() && s.sends_in_flight.is_empty() && !s.has_active_turn());
 }
 
 /// Seeds 110, 194, 247, 346 of issue 18's users option

@@ -26,7 +26,6 @@ impl Host {
         }
         s.sends_in_flight.retain(|_, (c, _)| c != chat);
         s.busy_chats.remove(chat);
-        s.busy = !s.busy_chats.is_empty();
         s.agents_owed.insert(chat.clone());
         self.mark_activity(session_uri);
     }

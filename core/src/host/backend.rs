@@ -84,7 +84,7 @@ impl Host {
         // session's chat start left behind is still listed after the
         // session slept, until a wake replaces the list (seed 1095 again,
         // with another schedule: the answer came while asleep).
-        let awaited = session.phase_ops.remove(&op) && matches!(session.phase, Phase::Starting { .. } | Phase::Waking | Phase::Live);
+        let awaited = session.phase_ops.remove(&op) && matches!(session.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live);
         if !awaited {
             self.stats.stale_ops += 1;
             // Late for its phase (the agent exited, the session slept), but
@@ -102,7 +102,10 @@ impl Host {
             }
             return;
         }
-        match session.phase.clone() {
+        // The phase without a wake's gathered turns (the arm reaches those
+        // through the session): no copy of a whole history per answer.
+        let phase = if session.phase.is_waking() { Phase::waking() } else { session.phase.clone() };
+        match phase {
             Phase::Starting { conn, id } => match outcome {
                 Outcome::Started { conversation_id, .. } => {
                     if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
@@ -129,20 +132,24 @@ impl Host {
                     self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
                 }
             },
-            Phase::Waking => {
-                match outcome {
-                    Outcome::Started { conversation_id, history } => {
-                        if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
-                            c.conversation_id = conversation_id;
-                            c.fresh = false;
+            Phase::Waking(_) => {
+                if let Outcome::Started { conversation_id, .. } = &outcome {
+                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
+                        c.conversation_id = conversation_id.clone();
+                        c.fresh = false;
+                    }
+                }
+                if let Phase::Waking(wake) = &mut session.phase {
+                    match outcome {
+                        Outcome::Started { history, .. } => {
+                            wake.history.insert(chat.clone(), history);
                         }
-                        session.wake_history.insert(chat.clone(), history);
-                    }
-                    Outcome::Failed { message } => {
-                        session.wake_error.get_or_insert(message);
-                    }
-                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
-                        session.wake_history.insert(chat.clone(), Vec::new());
+                        Outcome::Failed { message } => {
+                            wake.error.get_or_insert(message);
+                        }
+                        Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                            wake.history.insert(chat.clone(), Vec::new());
+                        }
                     }
                 }
                 if session.phase_ops.is_empty() {
@@ -245,7 +252,7 @@ impl Host {
             self.emit(chat, action, None);
             self.kept_turn_ended(session_uri, chat, turn_id, Some(crate::kept_turns::KeptEnd::Error(message.to_owned())));
         }
-        let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.announced);
+        let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.is_announced());
         if provisional {
             let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
                 error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
@@ -283,7 +290,6 @@ impl Host {
                     } else {
                         s.busy_chats.remove(chat);
                     }
-                    s.busy = !s.busy_chats.is_empty();
                 }
                 self.mark_activity(&session_uri);
             }
@@ -335,7 +341,6 @@ impl Host {
                     self.backend(Op::Fire, provider.clone(), other, BackendCmd::Close);
                 }
                 if let Some(s) = self.sessions.get_mut(&session_uri) {
-                    s.busy = false;
                     s.busy_chats.clear();
                     s.sends_in_flight.clear();
                 }

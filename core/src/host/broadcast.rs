@@ -162,14 +162,11 @@ impl Host {
     pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
         self.mirror_aggregate(session_uri);
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if !session.announced {
+        if !session.is_announced() {
             return;
         }
         let fresh = session.summary();
-        let Some(old) = session.sent_summary.replace(Box::new(fresh.clone())) else {
-            debug_assert!(false, "announced session {session_uri} has no row on record");
-            return;
-        };
+        let Some(old) = session.replace_sent_row(fresh.clone()) else { return };
         if !self.shown_to_clients(session_uri) {
             return;
         }
@@ -261,7 +258,7 @@ impl Host {
     /// Announces a session: `root/sessionAdded` with its row.
     pub(crate) fn announce(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.announced {
+        if session.is_announced() {
             return;
         }
         let modified = session.modified_at.0;
@@ -280,7 +277,7 @@ impl Host {
         };
         self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
         crate::mark!("announced_at_first_turn");
-        self.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
+        self.log(LogLevel::Info, "session.is_announced()", Some(session_uri.clone()), String::new());
     }
 
     /// Recounts the sessions running a turn and says so on root when the

@@ -144,7 +144,7 @@ impl Host {
         match phase {
             // A live session starts the chat's agent now; a waking one adds
             // it to the wake, so the wake ends once it too has answered.
-            Phase::Live | Phase::Waking => {
+            Phase::Live | Phase::Waking(_) => {
                 let op = self.backend(
                     Op::Start { session: session_uri.clone(), chat: chat_uri.clone() },
                     provider,
@@ -234,8 +234,10 @@ impl Host {
         session.starts_unanswered.retain(|_, c| *c != chat);
         let ops = &self.ops;
         session.phase_ops.retain(|op| !Host::starts_chat(ops, op, &chat));
-        session.wake_history.remove(&chat);
-        let wake_done = session.phase == Phase::Waking && session.phase_ops.is_empty();
+        if let Phase::Waking(wake) = &mut session.phase {
+            wake.history.remove(&chat);
+        }
+        let wake_done = session.phase.is_waking() && session.phase_ops.is_empty();
         let provider = session.record.provider.clone();
         self.backend(Op::Fire, provider, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
         self.emit(session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);

@@ -324,7 +324,6 @@ impl Host {
                 .map(|r| r.chats.iter().filter_map(|(c, s)| s.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect())
                 .unwrap_or_default();
             if let Some(s) = self.sessions.get_mut(uri) {
-                s.busy = false;
                 s.busy_chats.clear();
                 s.sends_in_flight.clear();
                 // A turn a parked write let start during the dispose never
@@ -355,14 +354,14 @@ impl Host {
                 c.subscriptions.remove(ch);
             }
         }
-        let shown = session.announced && (!session.record.external || self.external_filter().shows(session.modified_at, uri));
+        let shown = session.is_announced() && (!session.record.external || self.external_filter().shows(session.modified_at, uri));
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),
                 session: uri.clone(),
             };
             self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
-        } else if !session.announced {
+        } else if !session.is_announced() {
             // "One removed before it is announced goes without a
             // root/sessionRemoved."
             crate::mark!("dispose_provisional_unannounced");

@@ -133,7 +133,7 @@ impl Host {
         if matches!(session.phase, Phase::Starting { .. } | Phase::Disposing { .. }) {
             return self.reply_error(conn, id, refuse("the session is being created or disposed"));
         }
-        if session.announced || session.record.git.is_some() || session.git_begin.is_some() {
+        if session.is_announced() || session.record.git.is_some() || session.git_begin.is_some() {
             return self.reply_error(conn, id, refuse("the session has started: only a creating session whose tree is pending has one cut"));
         }
         if !table::worktree_asked(&session.record.config) {

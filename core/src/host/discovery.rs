@@ -89,7 +89,7 @@ impl Host {
         if self.recent_cutoff.is_some() {
             return;
         }
-        let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.announced && !s.record.external).map(|s| s.modified_at).collect();
+        let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.is_announced() && !s.record.external).map(|s| s.modified_at).collect();
         own.sort_by(|a, b| b.cmp(a));
         self.recent_cutoff = Some(own.get(1).copied());
     }
@@ -352,7 +352,7 @@ impl Host {
     fn forget_listed(&mut self, uri: &Uri) {
         let shown = self.shown_to_clients(uri);
         let Some(session) = self.drop_session(uri) else { return };
-        if session.announced {
+        if session.is_announced() {
             self.catalogue.remove(session.modified_at.0, uri);
         }
         for chat in &session.record.chats {
@@ -376,7 +376,7 @@ impl Host {
         session.record.external = false;
         let modified = session.modified_at.0;
         let summary = session.summary();
-        session.sent_summary = Some(Box::new(summary.clone()));
+        session.replace_sent_row(summary.clone());
         self.store_put(uri);
         self.catalogue.adopted(modified, uri);
         if !was_shown {
@@ -414,7 +414,7 @@ impl Host {
         let externals: Vec<(Uri, WallTime)> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.record.external && s.announced)
+            .filter(|(_, s)| s.record.external && s.is_announced())
             .map(|(u, s)| (u.clone(), s.modified_at))
             .collect();
         let mut added = 0;
@@ -425,7 +425,7 @@ impl Host {
                     added += 1;
                     let Some(session) = self.sessions.get_mut(&uri) else { continue };
                     let summary = session.summary();
-                    session.sent_summary = Some(Box::new(summary.clone()));
+                    session.replace_sent_row(summary.clone());
                     let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
                     self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
                 }

@@ -599,7 +599,7 @@ impl Host {
         self.mark_activity(session_uri);
         self.after_chat_change(session_uri, chat);
         self.recount_active();
-        if self.sessions.get(session_uri).is_some_and(|s| s.announced) {
+        if self.sessions.get(session_uri).is_some_and(|s| s.is_announced()) {
             self.store_put(session_uri);
         }
         if checkpoint {

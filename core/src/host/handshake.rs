@@ -78,7 +78,7 @@ impl Host {
             .filter(|uri| {
                 self.sessions
                     .get(*uri)
-                    .is_some_and(|s| s.resident.is_none() && matches!(s.phase, Phase::Asleep | Phase::Waking))
+                    .is_some_and(|s| s.resident.is_none() && matches!(s.phase, Phase::Asleep | Phase::Waking(_)))
             })
             .cloned()
             .collect();

@@ -10,7 +10,7 @@ use ahp_types::Uri;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, LogLevel};
 use crate::session::state::{chat_state, chat_summary, session_state};
-use crate::session::{Phase, Resident, Session, Waiter};
+use crate::session::{Phase, Resident, Session, Waiter, Wake};
 use crate::time::MonoTime;
 
 impl Host {
@@ -54,9 +54,9 @@ impl Host {
                 continue;
             }
             match (s.phase.clone(), self.sleep_refusal(s)) {
-                (Phase::Waking, _) => crate::mark!("sleep_refused_waking"),
+                (Phase::Waking(_), _) => crate::mark!("sleep_refused_waking"),
                 (_, Some("cannot resume")) => crate::mark!("sleep_refused_not_resumable"),
-                (_, Some("work in hand")) if s.busy => crate::mark!("sleep_refused_background_busy"),
+                (_, Some("work in hand")) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
                 (_, Some("work in hand")) => crate::mark!("sleep_refused_work_in_hand"),
                 (_, Some("watched")) => crate::mark!("sleep_refused_watched"),
                 _ => {}
@@ -139,7 +139,6 @@ impl Host {
         // answer still out) and background work went with the agents.
         if let Some(s) = self.sessions.get_mut(uri) {
             s.sends_in_flight.clear();
-            s.busy = false;
             s.busy_chats.clear();
             s.agents_owed.clear();
         }
@@ -152,7 +151,7 @@ impl Host {
     /// cannot resume it all stay.
     pub(crate) fn evictable(&self, session: &Session) -> bool {
         session.resident.is_some()
-            && session.has_turns()
+            && session.is_announced()
             && matches!(session.phase, Phase::Live | Phase::Asleep)
             // Its turns could not be rebuilt: the host's copy is all there is.
             && session.can_resume
@@ -162,7 +161,7 @@ impl Host {
 
     /// Sessions that count against the limit: state held and something said.
     pub(crate) fn resident_count(&self) -> usize {
-        self.held_sessions().filter(|(_, s)| s.has_turns()).count()
+        self.held_sessions().filter(|(_, s)| s.is_announced()).count()
     }
 
     /// Applies the residency limit: archived sessions go at once, then the
@@ -205,7 +204,7 @@ impl Host {
         if !cfg!(feature = "sim") {
             return;
         }
-        for (_, s) in self.held_sessions().filter(|(_, s)| s.has_turns()) {
+        for (_, s) in self.held_sessions().filter(|(_, s)| s.is_announced()) {
             if !matches!(s.phase, Phase::Live | Phase::Asleep) {
                 crate::mark!("evict_skip_changing_phase");
             } else if !s.can_resume {
@@ -239,7 +238,7 @@ impl Host {
     pub(crate) fn wake(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         if session.phase != Phase::Asleep {
-            if session.phase == Phase::Waking {
+            if session.phase.is_waking() {
                 // "Wakers that arrive together share one resume."
                 crate::mark!("wake_coalesced");
             }
@@ -278,7 +277,7 @@ impl Host {
         } else {
             crate::mark!("wake_starts_afresh_not_resumable");
         }
-        self.set_phase(uri, Phase::Waking);
+        self.set_phase(uri, Phase::waking());
         let mut ops = BTreeSet::new();
         for (chat, conversation_id, resume) in chats {
             let op = self.backend(
@@ -297,8 +296,6 @@ impl Host {
         }
         if let Some(s) = self.sessions.get_mut(uri) {
             s.phase_ops = ops;
-            s.wake_history.clear();
-            s.wake_error = None;
         }
         self.touch(uri);
         self.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
@@ -311,10 +308,14 @@ impl Host {
     /// for the next waker.
     pub(crate) fn finish_wake(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get_mut(uri) else { return };
+        // What the resumes answered leaves the phase with it.
+        let Phase::Waking(wake) = std::mem::replace(&mut session.phase, Phase::waking()) else {
+            return;
+        };
+        let Wake { history, error } = *wake;
         let waiters = std::mem::take(&mut session.waiters);
-        if let Some(message) = session.wake_error.take() {
+        if let Some(message) = error {
             crate::mark!("resume_failed_fails_waiters");
-            session.wake_history.clear();
             let provider = session.record.provider.clone();
             let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
             let pending = std::mem::take(&mut session.pending_sends);
@@ -334,7 +335,6 @@ impl Host {
         let mut let_go = false;
         if session.resident.is_none() {
             crate::mark!("wake_rebuilds_evicted_state");
-            let history = std::mem::take(&mut session.wake_history);
             // Held turns the backend's history has after all are let go
             // (`crate::kept_turns`); the rest come back in place.
             for chat in &mut session.record.chats {
@@ -358,7 +358,6 @@ impl Host {
                 born_seq: self.server_seq,
             }));
         }
-        session.wake_history.clear();
         let pending = std::mem::take(&mut session.pending_sends);
         self.held.insert(uri.clone());
         self.set_phase(uri, Phase::Live);

@@ -2,12 +2,30 @@
 //! (docs/STYLE.md 3.2: states say what they wait for; one function checks
 //! every edge against this table).
 
+use std::collections::BTreeMap;
+
+use ahp_types::state::Turn;
+use ahp_types::Uri;
+
 use crate::effect::ConnId;
+
+/// What a wake has gathered from its resumes so far (Sessions page, "Sleep
+/// and wake": "Wakers that arrive together share one resume"). It lives in
+/// [`Phase::Waking`] and nowhere else: it means nothing once the wake ends.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Wake {
+    /// Turns handed back by each chat's resume, by chat: the state is
+    /// rebuilt from them when it was not held.
+    pub history: BTreeMap<Uri, Vec<Turn>>,
+    /// The first failure among the resumes: the whole wake fails with it
+    /// and the session stays asleep.
+    pub error: Option<String>,
+}
 
 /// A session's host-side phase. The protocol's own `lifecycle`
 /// (`creating`/`ready`/`failed`) lives in the session state; this is about
 /// its agents.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
     /// `createSession` was accepted and the agent is starting; the reply to
     /// request `id` on `conn` is owed (Sessions page, "The life of a
@@ -23,8 +41,10 @@ pub enum Phase {
     /// Its agents were let go; the conversation is kept (Sessions page,
     /// "Sleep and wake"). Its state may still be held, or evicted.
     Asleep,
-    /// Its agents are resuming; wakers wait in `Session::waiters`.
-    Waking,
+    /// Its agents are resuming; wakers wait in `Session::waiters` (they
+    /// may come before the wake can start: an archived tree restoring), and
+    /// what the resumes answered gathers here.
+    Waking(Box<Wake>),
     /// `disposeSession` runs; the reply to request `id` on `conn` is owed.
     Disposing {
         /// The disposing connection.
@@ -35,13 +55,23 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// A wake just begun: nothing answered yet.
+    pub fn waking() -> Phase {
+        Phase::Waking(Box::default())
+    }
+
+    /// Whether a wake runs.
+    pub fn is_waking(&self) -> bool {
+        matches!(self, Phase::Waking(_))
+    }
+
     /// A short name for traces and logs.
     pub fn name(&self) -> &'static str {
         match self {
             Phase::Starting { .. } => "starting",
             Phase::Live => "live",
             Phase::Asleep => "asleep",
-            Phase::Waking => "waking",
+            Phase::Waking(_) => "waking",
             Phase::Disposing { .. } => "disposing",
         }
     }
@@ -59,12 +89,12 @@ pub fn is_legal(from: &Phase, to: &Phase) -> bool {
             | (Live, Disposing { .. })
             // Its agents start again in its new root (its tree, made on
             // its first send), the turn held meanwhile.
-            | (Live, Waking)
-            | (Asleep, Waking)
+            | (Live, Waking(_))
+            | (Asleep, Waking(_))
             | (Asleep, Disposing { .. })
-            | (Waking, Live)
-            | (Waking, Asleep)
-            | (Waking, Disposing { .. })
+            | (Waking(_), Live)
+            | (Waking(_), Asleep)
+            | (Waking(_), Disposing { .. })
             // The store could not drop the record: the dispose did not
             // happen and the session stays, asleep.
             | (Disposing { .. }, Asleep)
@@ -79,10 +109,10 @@ mod tests {
     fn table_allows_the_documented_moves_only() {
         let c = ConnId(1);
         assert!(is_legal(&Phase::Live, &Phase::Asleep));
-        assert!(is_legal(&Phase::Asleep, &Phase::Waking));
-        assert!(is_legal(&Phase::Waking, &Phase::Asleep));
+        assert!(is_legal(&Phase::Asleep, &Phase::waking()));
+        assert!(is_legal(&Phase::waking(), &Phase::Asleep));
         assert!(!is_legal(&Phase::Asleep, &Phase::Live));
-        assert!(is_legal(&Phase::Live, &Phase::Waking), "agents restarted in a new tree");
+        assert!(is_legal(&Phase::Live, &Phase::waking()), "agents restarted in a new tree");
         assert!(!is_legal(&Phase::Disposing { conn: c, id: 1 }, &Phase::Live));
         assert!(!is_legal(&Phase::Live, &Phase::Starting { conn: c, id: 1 }));
     }

@@ -10,7 +10,7 @@ pub mod table;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use ahp_types::actions::StateAction;
-use ahp_types::state::{ChatState, Message, SessionState, SessionSummary, Turn};
+use ahp_types::state::{ChatState, Message, SessionState, SessionSummary};
 use ahp_types::Uri;
 
 use crate::effect::{ConnId, OpId};
@@ -18,7 +18,7 @@ use crate::ids::ResourceId;
 use crate::record::SessionRecord;
 use crate::time::{MonoTime, WallTime};
 
-pub use lifecycle::Phase;
+pub use lifecycle::{Phase, Wake};
 
 /// The protocol state of a resident session: exactly what clients hold,
 /// advanced only by the `ahp` reducers over the envelopes the host
@@ -135,6 +135,19 @@ pub enum Queued {
     },
 }
 
+/// Whether root subscribers were told of a session, and what they hold.
+/// One value so that an announced session always has its row on record
+/// (its next change is diffed against it) and a provisional one has none.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Announcement {
+    /// Nothing said yet: not listed, no `root/sessionAdded` (Sessions page,
+    /// "Provisional sessions").
+    Provisional,
+    /// Announced; the row last sent to root subscribers, for
+    /// `root/sessionSummaryChanged` deltas.
+    Announced(Box<SessionSummary>),
+}
+
 /// One session the host knows: listed in the catalogue, resident or not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
@@ -147,11 +160,9 @@ pub struct Session {
     pub created_at: WallTime,
     /// `modifiedAt` as a number; only moves forward.
     pub modified_at: WallTime,
-    /// Whether `root/sessionAdded` was sent (false while provisional).
-    pub announced: bool,
-    /// The row last announced to root subscribers, for
-    /// `root/sessionSummaryChanged` deltas.
-    pub sent_summary: Option<Box<SessionSummary>>,
+    /// Provisional until its first turn, then announced with the row root
+    /// subscribers hold (Sessions page, "Provisional sessions").
+    pub announcement: Announcement,
     /// Whether its creation failed and its start is owed to the next send.
     pub start_owed: bool,
     /// What the host is doing with it.
@@ -161,9 +172,6 @@ pub struct Session {
     pub resident: Option<Box<Resident>>,
     /// Whether its backend can resume it (else it never sleeps).
     pub can_resume: bool,
-    /// Background work the backend reported (`Session.busy()`): whether
-    /// any chat's agent has some ([`Session::busy_chats`] is not empty).
-    pub busy: bool,
     /// The chats whose agent reported background work (an ACP terminal
     /// still running) and has not reported its end.
     pub busy_chats: BTreeSet<Uri>,
@@ -186,10 +194,6 @@ pub struct Session {
     /// meanwhile: a late answer still names the conversation an agent
     /// assigned, which the next wake must resume (`Host::on_started`).
     pub starts_unanswered: BTreeMap<OpId, Uri>,
-    /// Turns handed back by the resumes of the current wake, by chat.
-    pub wake_history: BTreeMap<Uri, Vec<Turn>>,
-    /// The first failure of the current wake, if any.
-    pub wake_error: Option<String>,
     /// Requests and actions waiting for a wake.
     pub waiters: Vec<Waiter>,
     /// A client action waiting for its store write.
@@ -221,8 +225,31 @@ impl Session {
     /// an announced session with no row on record would have its next
     /// change diffed against nothing, and never broadcast.
     pub fn mark_announced(&mut self, summary: SessionSummary) {
-        self.announced = true;
-        self.sent_summary = Some(Box::new(summary));
+        self.announcement = Announcement::Announced(Box::new(summary));
+    }
+
+    /// Background work the backend reported (`Session.busy()`): some
+    /// chat's agent has some (Sessions page, "Sleep and wake": no sleep
+    /// while a chat has background work).
+    pub fn is_busy(&self) -> bool {
+        !self.busy_chats.is_empty()
+    }
+
+    /// Whether `root/sessionAdded` was sent: false while provisional
+    /// (Sessions page, "Provisional sessions": a session is not listed and
+    /// not counted against the residency limit until its first turn).
+    pub fn is_announced(&self) -> bool {
+        matches!(self.announcement, Announcement::Announced(_))
+    }
+
+    /// Records `summary` as the row every root subscriber now holds and
+    /// returns the one they held before, or `None` (nothing recorded) while
+    /// the session is provisional.
+    pub fn replace_sent_row(&mut self, summary: SessionSummary) -> Option<Box<SessionSummary>> {
+        match &mut self.announcement {
+            Announcement::Provisional => None,
+            Announcement::Announced(row) => Some(std::mem::replace(row, Box::new(summary))),
+        }
     }
 
     /// Moves `modifiedAt` to `to` when that is later, never back (Sessions
@@ -253,13 +280,11 @@ impl Session {
             record,
             created_at,
             modified_at,
-            announced: false,
-            sent_summary: None,
+            announcement: Announcement::Provisional,
             start_owed: false,
             phase,
             resident: resident.map(Box::new),
             can_resume,
-            busy: false,
             busy_chats: BTreeSet::new(),
             agents_owed: BTreeSet::new(),
             last_activity: now,
@@ -268,8 +293,6 @@ impl Session {
             pending_sends: Vec::new(),
             phase_ops: BTreeSet::new(),
             starts_unanswered: BTreeMap::new(),
-            wake_history: BTreeMap::new(),
-            wake_error: None,
             waiters: Vec::new(),
             parked: None,
             put_owed: false,

@@ -277,7 +277,7 @@ impl Session {
             }) || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())
         });
         chat_work
-            || self.busy
+            || self.is_busy()
             || !self.sends_in_flight.is_empty()
             // Turns accepted and not yet handed to the agent (waiting for a
             // wake or for the first send's tree).
@@ -290,12 +290,6 @@ impl Session {
             // the conversation id a later wake resumes (issue 19, seed 1631:
             // a sleep made the answer stale and the chat's turns were lost).
             || (self.phase == crate::session::Phase::Live && !self.phase_ops.is_empty())
-    }
-
-    /// Whether anything was said in it yet (a session with nothing said is
-    /// not counted against the residency limit).
-    pub fn has_turns(&self) -> bool {
-        self.announced
     }
 }
 

@@ -76,7 +76,7 @@ fn root_subscribers(view: &HostView<'_>) -> BTreeSet<ConnId> {
 impl History {
     /// A host (re)started: restored sessions count as announced.
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
-        self.announced = view.sessions.iter().filter(|(_, s)| s.announced).map(|(u, _)| u.clone()).collect();
+        self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.clone())).collect();
     }
 
@@ -170,7 +170,7 @@ impl History {
                     }
                 }
                 Some(s) => {
-                    if s.announced {
+                    if s.is_announced() {
                         self.announced.insert(uri.clone());
                     }
                     self.prev_phases.insert(uri.clone(), s.phase.clone());
@@ -180,7 +180,7 @@ impl History {
         let after = root_subscribers(view);
         let watched_throughout = before.root_subscribers.intersection(&after).next().is_some();
         if let Some(uri) = self.ready_unannounced.first() {
-            if watched_throughout || !view.sessions.get(uri).is_some_and(|s| s.announced) {
+            if watched_throughout || !view.sessions.get(uri).is_some_and(|s| s.is_announced()) {
                 return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
             }
         }
@@ -567,7 +567,7 @@ pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Resu
         let Some(s) = view.sessions.get(&record.resource) else {
             return Err(breach("rule5_restart_keeps_acked", format!("durable record {key} is not listed after the restart")));
         };
-        if !s.announced {
+        if !s.is_announced() {
             return Err(breach("rule5_restart_keeps_acked", format!("{key} restored but not listed")));
         }
         if s.record.title != record.title || s.record.is_read != record.is_read || s.record.is_archived != record.is_archived {

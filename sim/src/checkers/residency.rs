@@ -131,7 +131,7 @@ fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
     // A chat's agent still starting in a live session is in hand too (its
     // answer names the conversation a wake resumes).
     let starting_chat = s.phase == Phase::Live && !s.phase_ops.is_empty();
-    let in_hand = work || s.busy || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || starting_chat;
+    let in_hand = work || s.is_busy() || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || starting_chat;
     let live = s.phase == Phase::Live;
     let asleep = s.phase == Phase::Asleep;
     Seen {
@@ -141,7 +141,7 @@ fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
         asleep,
         archived: s.record.is_archived,
         evictable: s.resident.is_some()
-            && s.announced
+            && s.is_announced()
             && (live || asleep)
             && s.record.provider != "oneshot"
             && !in_hand
@@ -273,7 +273,7 @@ impl Residency {
             if was != Some(now) {
                 named.insert(id_of(uri).to_owned());
                 let started = was == Some("starting") && s.phase == Phase::Live;
-                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking | Phase::Live)) {
+                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking(_) | Phase::Live)) {
                     used.insert(uri.clone());
                 }
             }

@@ -104,7 +104,7 @@ impl Host {
         }
         // The phase without a wake's gathered turns (the arm reaches those
         // through the session): no copy of a whole history per answer.
-        let phase = if session.phase.is_waking() { Phase::waking() } else { session.phase.clone() };
+        let phase = session.phase.shallow();
         match phase {
             Phase::Starting { conn, id } => match outcome {
                 Outcome::Started { conversation_id, .. } => {

@@ -277,7 +277,7 @@ impl Host {
         };
         self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
         crate::mark!("announced_at_first_turn");
-        self.log(LogLevel::Info, "session.is_announced()", Some(session_uri.clone()), String::new());
+        self.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
     }
 
     /// Recounts the sessions running a turn and says so on root when the

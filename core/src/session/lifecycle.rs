@@ -60,6 +60,16 @@ impl Phase {
         Phase::Waking(Box::default())
     }
 
+    /// The phase without what a wake gathered: where it is, and whom a
+    /// reply is owed to. Two phases with equal shallow copies are the same
+    /// phase (a wake gathering answers does not move it).
+    pub fn shallow(&self) -> Phase {
+        match self {
+            Phase::Waking(_) => Phase::waking(),
+            other => other.clone(),
+        }
+    }
+
     /// Whether a wake runs.
     pub fn is_waking(&self) -> bool {
         matches!(self, Phase::Waking(_))

@@ -77,7 +77,7 @@ impl History {
     /// A host (re)started: restored sessions count as announced.
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
-        self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.clone())).collect();
+        self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
     }
 
     /// Notes what the step's checks compare against.
@@ -143,7 +143,7 @@ impl History {
         for uri in &scope {
             let Some(prev) = self.prev_phases.get(uri) else { continue };
             match view.sessions.get(uri) {
-                Some(s) if s.phase != *prev && !lifecycle::is_legal(prev, &s.phase) => {
+                Some(s) if s.phase.shallow() != *prev && !lifecycle::is_legal(prev, &s.phase) => {
                     return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
                 }
                 None if !matches!(prev, Phase::Starting { .. } | Phase::Disposing { .. }) => {
@@ -173,7 +173,7 @@ impl History {
                     if s.is_announced() {
                         self.announced.insert(uri.clone());
                     }
-                    self.prev_phases.insert(uri.clone(), s.phase.clone());
+                    self.prev_phases.insert(uri.clone(), s.phase.shallow());
                 }
             }
         }

@@ -32,8 +32,9 @@ pub enum GitOp {
         conn: ConnId,
         /// The request id.
         id: u64,
-        /// The request's params, re-read when the facts come.
-        params: Value,
+        /// The request, decoded and its URI checked when it came; it runs
+        /// on from there when the facts come.
+        request: Box<crate::continuation::CreateSessionReq>,
     },
     /// `resolveSessionConfig` (or `sessionConfigCompletions` when
     /// `completions`) waiting on the repository's facts.
@@ -335,9 +336,9 @@ impl Host {
                 let facts = self.facts_from(outcome);
                 self.answer_resolve(conn, id, params, completions, &facts);
             }
-            GitOp::Create { conn, id, params } => {
+            GitOp::Create { conn, id, request } => {
                 let facts = self.facts_from(outcome);
-                self.create_with_facts(conn, id, params, &facts);
+                self.create_with_facts(conn, id, *request, &facts);
             }
             GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
             GitOp::Checkpoint { session } => {

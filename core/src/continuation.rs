@@ -105,6 +105,30 @@ pub struct CreateSessionReq {
     pub config: Option<JsonObject>,
 }
 
+/// A decoded `resolveSessionConfig` or `sessionConfigCompletions`
+/// (Sessions page, "Configuration keys") waiting for the facts of its
+/// folder's repository as a git op's purpose (`GitOp::Resolve`,
+/// `host/git.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolveReq {
+    /// `resolveSessionConfig`: the schema and values for a config.
+    Resolve {
+        /// The provider asked for; `None` for the first configured agent.
+        provider: Option<String>,
+        /// The config asked for.
+        config: Option<JsonObject>,
+    },
+    /// `sessionConfigCompletions`: the values a property may take.
+    Completions {
+        /// The property.
+        property: String,
+        /// What the client typed so far.
+        query: Option<String>,
+        /// The config asked for.
+        config: Option<JsonObject>,
+    },
+}
+
 /// A handshake held for the wakes of the sessions it names
 /// (`host/handshake.rs`), kept in [`crate::host::Handshake`].
 #[derive(Debug, Clone, PartialEq)]

@@ -79,10 +79,9 @@ pub struct Conn {
 pub struct Handshake {
     /// The request id.
     pub id: u64,
-    /// `initialize` or `reconnect`, re-run when the last wake ends.
-    pub method: String,
-    /// The request's params, re-run as they came.
-    pub params: serde_json::Value,
+    /// The `initialize` or `reconnect`, decoded and checked when it came;
+    /// it runs on from there when the last wake ends.
+    pub request: crate::continuation::HandshakeReq,
     /// Every session it named (by the session or one of its chats):
     /// watched until the reply, so no sleep or eviction takes one it has
     /// just woken, or one it found held, while others wake.
@@ -92,9 +91,9 @@ pub struct Handshake {
     /// When it is answered with what is held, wakes ended or not (ten
     /// seconds after it came, `host/handshake.rs`).
     pub until: MonoTime,
-    /// The connection's frames that came while it waited, in order: run
-    /// once it is answered, as if the wakes had been instant.
-    pub queued: Vec<String>,
+    /// The connection's frames that came while it waited, decoded, in
+    /// order: run once it is answered, as if the wakes had been instant.
+    pub queued: Vec<codec::Decoded>,
 }
 
 impl Conn {
@@ -578,16 +577,16 @@ impl Host {
             }
             return;
         }
-        if self.queue_behind_handshake(conn, text) {
-            return;
+        // Decoded once, here: a frame held behind a handshake waits decoded.
+        let frame = codec::decode_bounded(text, self.config.limits.frame_max_bytes);
+        if let Some(frame) = self.queue_behind_handshake(conn, frame) {
+            self.run_frame(conn, frame);
         }
-        self.run_frame(conn, text);
     }
 
-    /// Decodes one frame of `conn` and runs it (rate and handshake checks
-    /// done).
-    pub(crate) fn run_frame(&mut self, conn: ConnId, text: &str) {
-        match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+    /// Runs one decoded frame of `conn` (rate and handshake checks done).
+    pub(crate) fn run_frame(&mut self, conn: ConnId, frame: codec::Decoded) {
+        match frame {
             Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
             Ok(Incoming::Response) => {}
@@ -622,7 +621,7 @@ impl Host {
             // are checked against who the connection is (the shell signs a
             // connection in with its `Authorization: Bearer` token so).
             "authenticate" => self.on_authenticate(conn, id, params),
-            _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
+            _ if !initialized => self.reply_error(conn, id, not_initialized()),
             "subscribe" => self.on_subscribe(conn, id, params),
             "createSession" => self.on_create_session(conn, id, params),
             "disposeSession" => self.on_dispose_session(conn, id, params),
@@ -639,6 +638,22 @@ impl Host {
                 self.reply(conn, id, serde_json::Value::Null);
             }
             _ => self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
+        }
+    }
+
+    /// Whether request `id` of `conn`, which waited (for a wake or behind a
+    /// parked write), runs on now: its connection is still there and, as
+    /// at arrival, initialized. A connection that is not (only an id used
+    /// again after its connection left can be) is answered as it would
+    /// have been at arrival.
+    pub(crate) fn may_resume(&mut self, conn: ConnId, id: u64) -> bool {
+        match self.conns.get(&conn) {
+            None => false,
+            Some(c) if c.initialized => true,
+            Some(_) => {
+                self.reply_error(conn, id, not_initialized());
+                false
+            }
         }
     }
 
@@ -858,6 +873,11 @@ impl Host {
         }
     }
 
+}
+
+/// The -32600 refusal of a request on a connection not initialized.
+fn not_initialized() -> ahp_types::messages::JsonRpcError {
+    crate::protocol::error::error(crate::protocol::error::INVALID_REQUEST, "initialize first: the connection has not been initialized")
 }
 
 /// Where a process's `serverSeq` starts: the wall clock in ms times 1,000.

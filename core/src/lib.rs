@@ -27,6 +27,7 @@
 pub mod awareness;
 pub mod catalogue;
 pub mod config;
+pub mod continuation;
 pub mod cursor;
 pub mod detached;
 pub mod effect;

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::connection::parse;
 use super::{Host, Op};
+use crate::continuation::{CreateSessionReq, FetchTurnsReq, WaitingRequest};
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, StoreCmd};
 use crate::grants::{Operation, Principal};
 use crate::ids::{printable, ResourceId};
@@ -34,79 +35,81 @@ impl Host {
     /// The config is settled first: a session in a local folder waits for
     /// the facts of its folder's repository ([`Host::create_with_facts`]
     /// goes on when they come), the way `resolveSessionConfig` does.
-    pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, raw: Value) {
-        let params: CreateSessionParams = match parse(raw.clone()) {
+    pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, params: Value) {
+        let params: CreateSessionParams = match parse(params) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
         if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
             return self.reply_error(conn, id, e);
         }
-        if let Err(e) = ResourceId::parse(&params.channel) {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
-        }
+        let session = match ResourceId::parse(&params.channel) {
+            Ok(r) => r,
+            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
+        };
+        let request = CreateSessionReq {
+            session,
+            provider: params.provider,
+            working_directories: params.working_directories,
+            config: params.config,
+        };
         // No agent, and no git, in a folder the operator did not trust.
-        if let Err(e) = self.create_trusted(&params) {
+        if let Err(e) = self.create_trusted(&request) {
             return self.reply_error(conn, id, e);
         }
-        match params.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
+        match request.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
-                self.git(Op::Git(super::git::GitOp::Create { conn, id, params: raw }), crate::git::GitCmd::Inspect { folder });
+                let purpose = super::git::GitOp::Create { conn, id, request: Box::new(request) };
+                self.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
             }
-            None => self.create_with_facts(conn, id, raw, &crate::git::RepoFacts::not_a_repo()),
+            None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
         }
     }
 
     /// Whether a `createSession` may make a session in its folders (the
     /// Sessions page's trust rule, [`Host::trusted`]); the refusal is
     /// logged and is the error the client gets.
-    fn create_trusted(&mut self, params: &CreateSessionParams) -> Result<(), ahp_types::messages::JsonRpcError> {
-        let Err(reason) = self.trusted(params.working_directories.as_deref().unwrap_or_default()) else { return Ok(()) };
+    fn create_trusted(&mut self, request: &CreateSessionReq) -> Result<(), ahp_types::messages::JsonRpcError> {
+        let Err(reason) = self.trusted(request.working_directories.as_deref().unwrap_or_default()) else { return Ok(()) };
         crate::mark!("create_refused_untrusted_folder");
-        self.log(LogLevel::Warn, "session.untrusted_folder", Some(params.channel.clone()), reason.clone());
+        self.log(LogLevel::Warn, "session.untrusted_folder", Some(request.session.uri()), reason.clone());
         Err(error(PERMISSION_DENIED, reason))
     }
 
     /// `createSession` once its folder's repository `facts` are known: the
     /// config is settled against them, then the policy store is asked, and
     /// only then is the session made and its backend started (Sessions
-    /// page, "The life of a session").
-    pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, raw: Value, facts: &crate::git::RepoFacts) {
+    /// page, "The life of a session"). `request` was decoded and its URI
+    /// checked when it came ([`Host::on_create_session`]).
+    pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, request: CreateSessionReq, facts: &crate::git::RepoFacts) {
         // The connection that asked left while its folder was read: nobody
         // is there to answer, and its principal, the owner the session
         // would be written with ("written when the session opens"), is
         // gone with it. A create that cannot be answered makes nothing (a
         // session made then was nobody's on a users host: sim issue 18).
         if !self.conns.contains_key(&conn) {
-            let uri = raw.get("channel").and_then(Value::as_str).map(printable);
+            let uri = Some(printable(&request.session.uri()));
             self.log(LogLevel::Info, "session.create_abandoned", uri, "the connection that asked is gone".to_owned());
             return;
         }
-        let params: CreateSessionParams = match parse(raw) {
-            Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
-        };
-        let rid = match ResourceId::parse(&params.channel) {
-            Ok(r) => r,
-            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
-        };
         // Asked again: the host tree that made the folder trusted may have
         // gone while its repository was read (sim seed 806).
-        if let Err(e) = self.create_trusted(&params) {
+        if let Err(e) = self.create_trusted(&request) {
             return self.reply_error(conn, id, e);
         }
-        let scope = match self.resolve_scope(conn, params.config.as_ref()) {
+        let scope = match self.resolve_scope(conn, request.config.as_ref()) {
             Ok(s) => s,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        let rid = &request.session;
         // The policy store is asked about the harness and the machine before
         // anything exists: a refusal is a session that never existed.
         let principal = self.conns.get(&conn).and_then(|c| c.principal.clone());
-        let asked_provider = params.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
-        let folder = params.working_directories.as_ref().and_then(|d| d.first().cloned());
+        let asked_provider = request.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        let folder = request.working_directories.as_ref().and_then(|d| d.first().cloned());
         if let Err(reason) = self.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
             crate::mark!("create_refused_by_policy");
-            self.log(LogLevel::Warn, "session.policy_refused", Some(params.channel.clone()), reason.clone());
+            self.log(LogLevel::Warn, "session.policy_refused", Some(rid.uri()), reason.clone());
             return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
         }
         let uri = rid.uri();
@@ -118,7 +121,7 @@ impl Host {
         if self.chats.contains_key(&uri) {
             return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("{uri} is already a chat's URI")));
         }
-        let provider = match params.provider {
+        let provider = match request.provider {
             Some(p) => p,
             None => match self.config.agents.first() {
                 Some(a) => a.provider.clone(),
@@ -129,14 +132,14 @@ impl Host {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
         }
         // The config, settled against the folder's repository.
-        let asked: serde_json::Map<String, Value> = params.config.unwrap_or_default().into_iter().collect();
+        let asked: serde_json::Map<String, Value> = request.config.unwrap_or_default().into_iter().collect();
         let memberships = self.memberships_of(conn);
         let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
-        let in_tree = self.window_tree_of(params.working_directories.as_deref().and_then(|d| d.first()));
+        let in_tree = self.window_tree_of(request.working_directories.as_deref().and_then(|d| d.first()));
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
         // AHP 6: otherwise "the server uses only the first").
-        let working_directories = crate::folders::initial(&params.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
+        let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
         let now_iso = self.now.wall.to_iso();
         let record = SessionRecord {
             format: RECORD_FORMAT,
@@ -421,16 +424,22 @@ impl Host {
     /// cursor means the newest page; `before:<turnId>` the page that ends
     /// just before that turn. A cursor naming no turn is -32602.
     pub(crate) fn on_fetch_turns(&mut self, conn: ConnId, id: u64, params: Value) {
-        let raw = params.clone();
         let params: FetchTurnsParams = match parse(params) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
+        self.fetch_turns(conn, id, FetchTurnsReq { chat: params.channel, cursor: params.cursor });
+    }
+
+    /// [`Host::on_fetch_turns`] from its decoded request: at arrival, and
+    /// again when the wake it waited for ends (the grant and the state are
+    /// read anew then).
+    pub(crate) fn fetch_turns(&mut self, conn: ConnId, id: u64, request: FetchTurnsReq) {
         if let Err(e) = self.authorize(conn, Operation::ChatTurns) {
             return self.reply_error(conn, id, e);
         }
-        let Some(session_uri) = self.chats.get(&params.channel).cloned() else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&params.channel))));
+        let Some(session_uri) = self.chats.get(&request.chat).cloned() else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         if matches!(session.phase, Phase::Disposing { .. }) {
@@ -440,14 +449,14 @@ impl Host {
         }
         let Some(resident) = session.resident.as_ref() else {
             crate::mark!("fetch_turns_wakes_session");
-            session.waiters.push(Waiter::Request { conn, id, method: "fetchTurns".to_owned(), params: raw });
+            session.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::FetchTurns(request) });
             self.wake(&session_uri);
             return;
         };
-        let Some(chat) = resident.chats.get(&params.channel) else {
+        let Some(chat) = resident.chats.get(&request.chat) else {
             return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "no such chat"));
         };
-        let end = match params.cursor.as_deref() {
+        let end = match request.cursor.as_deref() {
             None => chat.turns.len(),
             Some(cursor) => {
                 let found = cursor
@@ -463,7 +472,7 @@ impl Host {
         let turns = chat.turns[start..end].to_vec();
         let next = (start > 0).then(|| turns_cursor(&chat.turns[start].id));
         let action = StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction { turns, turns_next_cursor: next });
-        self.emit(&params.channel, action, None);
+        self.emit(&request.chat, action, None);
         self.reply(conn, id, serde_json::json!({}));
     }
 

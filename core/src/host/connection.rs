@@ -11,6 +11,7 @@ use ahp_types::{negotiate_protocol_version, Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
 use super::Host;
+use crate::continuation::{HandshakeReq, InitializeReq, ReconnectReq, SubscribeReq, WaitingRequest};
 use crate::effect::{ConnId, Effect, LogLevel};
 use crate::protocol::error::*;
 use crate::session::{Phase, Waiter};
@@ -26,13 +27,7 @@ impl Host {
     /// snapshots; sessions among them whose state is not held are woken
     /// first (`host/handshake.rs`).
     pub(crate) fn on_initialize(&mut self, conn: ConnId, id: u64, params: Value) {
-        self.initialize(conn, id, params, true);
-    }
-
-    /// [`Host::on_initialize`]; `may_wait` is false when it runs again after
-    /// the wakes it waited for, and channels still not held are left out.
-    pub(crate) fn initialize(&mut self, conn: ConnId, id: u64, raw: Value, may_wait: bool) {
-        let params: InitializeParams = match parse(raw.clone()) {
+        let params: InitializeParams = match parse(params) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
@@ -54,14 +49,25 @@ impl Host {
         if let Some(e) = self.too_many_named(initial.len()) {
             return self.reply_error(conn, id, e);
         }
+        let request = InitializeReq { client_id: params.client_id, protocol_version: version, subscriptions: initial };
+        self.initialize(conn, id, request, true);
+    }
+
+    /// [`Host::on_initialize`] from its decoded request; `may_wait` is false
+    /// when it runs again after the wakes it waited for, and channels still
+    /// not held are left out.
+    pub(crate) fn initialize(&mut self, conn: ConnId, id: u64, request: InitializeReq, may_wait: bool) {
         // What the connection may not read is left out, as if unknown: a
-        // grant is checked here as on `subscribe`.
-        initial.retain(|uri| self.may_read(conn, uri));
-        if may_wait && self.hold_for_wakes(conn, id, "initialize", raw, &initial) {
+        // grant is checked here as on `subscribe` (each time it runs: a
+        // channel may have become a session's meanwhile).
+        let initial: Vec<Uri> = request.subscriptions.iter().filter(|uri| self.may_read(conn, uri)).cloned().collect();
+        let client_id = request.client_id.clone();
+        let version = request.protocol_version.clone();
+        if may_wait && self.hold_for_wakes(conn, id, HandshakeReq::Initialize(request), &initial) {
             return;
         }
         if let Some(c) = self.conns.get_mut(&conn) {
-            c.client_id = Some(params.client_id.clone());
+            c.client_id = Some(client_id);
             c.initialized = true;
         }
         let mut snapshots = Vec::new();
@@ -104,12 +110,7 @@ impl Host {
     /// that the connection may not read, or whose session could not be
     /// woken is `missing` (left out of a snapshot answer).
     pub(crate) fn on_reconnect(&mut self, conn: ConnId, id: u64, params: Value) {
-        self.reconnect(conn, id, params, true);
-    }
-
-    /// [`Host::on_reconnect`]; `may_wait` as for [`Host::initialize`].
-    pub(crate) fn reconnect(&mut self, conn: ConnId, id: u64, raw: Value, may_wait: bool) {
-        let params: ReconnectParams = match parse(raw.clone()) {
+        let params: ReconnectParams = match parse(params) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
@@ -117,18 +118,30 @@ impl Host {
         if let Some(e) = self.too_many_named(distinct.len()) {
             return self.reply_error(conn, id, e);
         }
-        let last_seen = params.last_seen_server_seq.max(0) as u64;
+        let request = ReconnectReq {
+            client_id: params.client_id,
+            last_seen_server_seq: params.last_seen_server_seq.max(0) as u64,
+            subscriptions: params.subscriptions,
+        };
+        self.reconnect(conn, id, request, true);
+    }
+
+    /// [`Host::on_reconnect`] from its decoded request; `may_wait` as for
+    /// [`Host::initialize`].
+    pub(crate) fn reconnect(&mut self, conn: ConnId, id: u64, request: ReconnectReq, may_wait: bool) {
+        let last_seen = request.last_seen_server_seq;
+        let client_id = request.client_id.clone();
         let mut live = Vec::new();
         let mut missing = Vec::new();
-        for uri in params.subscriptions {
-            let known = uri == ROOT_RESOURCE_URI || self.session_of(&uri).is_some_and(|s| self.sessions.contains_key(&s));
-            if !known || !self.may_read(conn, &uri) {
-                missing.push(uri);
-            } else if !live.contains(&uri) {
-                live.push(uri);
+        for uri in &request.subscriptions {
+            let known = uri == ROOT_RESOURCE_URI || self.session_of(uri).is_some_and(|s| self.sessions.contains_key(&s));
+            if !known || !self.may_read(conn, uri) {
+                missing.push(uri.clone());
+            } else if !live.contains(uri) {
+                live.push(uri.clone());
             }
         }
-        if may_wait && self.hold_for_wakes(conn, id, "reconnect", raw, &live) {
+        if may_wait && self.hold_for_wakes(conn, id, HandshakeReq::Reconnect(request), &live) {
             return;
         }
         let (live, unheld): (Vec<Uri>, Vec<Uri>) =
@@ -162,7 +175,7 @@ impl Host {
             ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
         };
         if let Some(c) = self.conns.get_mut(&conn) {
-            c.client_id = Some(params.client_id);
+            c.client_id = Some(client_id);
             c.initialized = true;
             c.subscriptions = live.into_iter().collect();
         }
@@ -176,25 +189,31 @@ impl Host {
     /// is answered at once and woken behind the answer (a subscribe is a
     /// waker).
     pub(crate) fn on_subscribe(&mut self, conn: ConnId, id: u64, params: Value) {
-        let raw = params.clone();
         let params: SubscribeParams = match parse(params) {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
-        if let Err(e) = self.authorize(conn, self.read_operation(&params.channel)) {
-            return self.reply_error(conn, id, e);
-        }
-        if let Some(e) = self.subscriptions_full(conn, &params.channel) {
-            return self.reply_error(conn, id, e);
-        }
         let view_turns = params.view.as_ref().and_then(|v| v.turns).map(|n| n.max(1) as usize);
-        if params.channel == ROOT_RESOURCE_URI {
-            let snapshot = self.snapshot(&params.channel, None);
-            self.subscribe_conn(conn, &params.channel);
+        self.subscribe(conn, id, SubscribeReq { channel: params.channel, view_turns });
+    }
+
+    /// [`Host::on_subscribe`] from its decoded request: at arrival, and
+    /// again when the wake it waited for ends (the grant and the state are
+    /// read anew then).
+    pub(crate) fn subscribe(&mut self, conn: ConnId, id: u64, request: SubscribeReq) {
+        if let Err(e) = self.authorize(conn, self.read_operation(&request.channel)) {
+            return self.reply_error(conn, id, e);
+        }
+        if let Some(e) = self.subscriptions_full(conn, &request.channel) {
+            return self.reply_error(conn, id, e);
+        }
+        if request.channel == ROOT_RESOURCE_URI {
+            let snapshot = self.snapshot(&request.channel, None);
+            self.subscribe_conn(conn, &request.channel);
             return self.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
         }
-        let Some(session_uri) = self.session_of(&params.channel) else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&params.channel))));
+        let Some(session_uri) = self.session_of(&request.channel) else {
+            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&request.channel))));
         };
         let (phase, resident) = match self.sessions.get(&session_uri) {
             Some(s) => (s.phase.clone(), s.resident.is_some()),
@@ -210,13 +229,13 @@ impl Host {
             }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("subscribe_wakes_session");
-                s.waiters.push(Waiter::Request { conn, id, method: "subscribe".to_owned(), params: raw });
+                s.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::Subscribe(request) });
             }
             self.wake(&session_uri);
             return;
         }
-        let snapshot = self.snapshot(&params.channel, view_turns);
-        self.subscribe_conn(conn, &params.channel);
+        let snapshot = self.snapshot(&request.channel, request.view_turns);
+        self.subscribe_conn(conn, &request.channel);
         let result = self.with_session_configs(serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
         self.reply(conn, id, result);
         if phase == Phase::Asleep {

@@ -369,14 +369,14 @@ impl Host {
             let Some(next) = session.inbox.pop_front() else { return };
             match next {
                 Queued::Action(q) => self.process_action(session_uri, q),
-                Queued::Command { conn, id, method, params } => {
-                    if self.conns.contains_key(&conn) {
+                Queued::Command { conn, id, command } => {
+                    if self.may_resume(conn, id) {
                         // It is next in order: run it as though nothing
                         // waited behind it, or it would queue itself again
                         // behind the rest (out of order, and for ever when
                         // only commands remain).
-                        let behind = std::mem::take(&mut session.inbox);
-                        self.on_request(conn, id, &method, params);
+                        let behind = self.sessions.get_mut(session_uri).map(|s| std::mem::take(&mut s.inbox)).unwrap_or_default();
+                        self.run_queued_command(conn, id, command);
                         if let Some(s) = self.sessions.get_mut(session_uri) {
                             let added = std::mem::replace(&mut s.inbox, behind);
                             s.inbox.extend(added);

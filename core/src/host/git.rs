@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::connection::parse;
 use super::{Host, Op};
+use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, Effect, LogLevel, OpId};
 use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, WorktreePlan};
 use crate::grants::{Membership, Operation, Principal};
@@ -32,20 +33,20 @@ pub enum GitOp {
         conn: ConnId,
         /// The request id.
         id: u64,
-        /// The request's params, re-read when the facts come.
-        params: Value,
+        /// The request, decoded and its URI checked when it came; it runs
+        /// on from there when the facts come.
+        request: Box<crate::continuation::CreateSessionReq>,
     },
-    /// `resolveSessionConfig` (or `sessionConfigCompletions` when
-    /// `completions`) waiting on the repository's facts.
+    /// `resolveSessionConfig` (or `sessionConfigCompletions`) waiting on
+    /// the repository's facts.
     Resolve {
         /// The connection.
         conn: ConnId,
         /// The request id.
         id: u64,
-        /// The request's params, re-read when the facts come.
-        params: Value,
-        /// Whether it is `sessionConfigCompletions`.
-        completions: bool,
+        /// The request, decoded when it came; answered from it when the
+        /// facts come.
+        request: Box<ResolveReq>,
     },
     /// A session's first send: its tree and `turn/0`.
     Begin {
@@ -131,14 +132,14 @@ impl Host {
         if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
             return self.reply_error(conn, id, e);
         }
-        let folder = if completions {
-            match parse::<SessionConfigCompletionsParams>(params.clone()) {
-                Ok(p) => p.working_directory,
+        let (folder, request) = if completions {
+            match parse::<SessionConfigCompletionsParams>(params) {
+                Ok(p) => (p.working_directory, ResolveReq::Completions { property: p.property, query: p.query, config: p.config }),
                 Err(e) => return self.reply_error(conn, id, e),
             }
         } else {
-            match parse::<ResolveSessionConfigParams>(params.clone()) {
-                Ok(p) => p.working_directory,
+            match parse::<ResolveSessionConfigParams>(params) {
+                Ok(p) => (p.working_directory, ResolveReq::Resolve { provider: p.provider, config: p.config }),
                 Err(e) => return self.reply_error(conn, id, e),
             }
         };
@@ -150,38 +151,33 @@ impl Host {
         }
         match folder.as_deref().and_then(path_of_uri) {
             Some(folder) => {
-                self.git(Op::Git(GitOp::Resolve { conn, id, params, completions }), GitCmd::Inspect { folder });
+                self.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder });
             }
-            None => self.answer_resolve(conn, id, params, completions, &RepoFacts::not_a_repo()),
+            None => self.answer_resolve(conn, id, request, &RepoFacts::not_a_repo()),
         }
     }
 
-    fn answer_resolve(&mut self, conn: ConnId, id: u64, params: Value, completions: bool, facts: &RepoFacts) {
+    fn answer_resolve(&mut self, conn: ConnId, id: u64, request: ResolveReq, facts: &RepoFacts) {
         let memberships = self.memberships_of(conn);
-        if completions {
-            let p: SessionConfigCompletionsParams = match parse(params) {
-                Ok(p) => p,
-                Err(e) => return self.reply_error(conn, id, e),
-            };
-            let asked = p.config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
-            match table::completions(&p.property, p.query.as_deref().unwrap_or(""), facts, memberships.as_deref(), &asked) {
-                Some(items) => self.reply(conn, id, serde_json::json!({ "items": items })),
-                None => self.reply_error(conn, id, error(INVALID_PARAMS, format!(
-                    "property {} has no completions here",
-                    crate::ids::printable(&p.property)
-                ))),
+        let (provider, config) = match request {
+            ResolveReq::Completions { property, query, config } => {
+                let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
+                match table::completions(&property, query.as_deref().unwrap_or(""), facts, memberships.as_deref(), &asked) {
+                    Some(items) => self.reply(conn, id, serde_json::json!({ "items": items })),
+                    None => self.reply_error(conn, id, error(INVALID_PARAMS, format!(
+                        "property {} has no completions here",
+                        crate::ids::printable(&property)
+                    ))),
+                }
+                return;
             }
-            return;
-        }
-        let p: ResolveSessionConfigParams = match parse(params) {
-            Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            ResolveReq::Resolve { provider, config } => (provider, config),
         };
-        let provider = p.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        let provider = provider.or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
         if !self.config.agents.iter().any(|a| a.provider == provider) {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
         }
-        let asked = p.config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
+        let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
         let schema = table::compose(facts, memberships.as_deref(), None, table::backend_properties(&provider), &asked);
         let values = table::resolve_values(&schema, facts, &asked);
         let mut result = Map::new();
@@ -331,13 +327,13 @@ impl Host {
 
     pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {
         match purpose {
-            GitOp::Resolve { conn, id, params, completions } => {
+            GitOp::Resolve { conn, id, request } => {
                 let facts = self.facts_from(outcome);
-                self.answer_resolve(conn, id, params, completions, &facts);
+                self.answer_resolve(conn, id, *request, &facts);
             }
-            GitOp::Create { conn, id, params } => {
+            GitOp::Create { conn, id, request } => {
                 let facts = self.facts_from(outcome);
-                self.create_with_facts(conn, id, params, &facts);
+                self.create_with_facts(conn, id, *request, &facts);
             }
             GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
             GitOp::Checkpoint { session } => {

@@ -3,9 +3,9 @@
 //! with a snapshot of each channel they name, as a `subscribe` does; a
 //! session after a restart or an eviction is only a row until it is woken,
 //! so the reply is held until every such session has woken or failed to,
-//! then the request runs again and answers with what is held (Sessions
-//! page, "Sleep and wake"; docs/REFERENCE-NOTES.md, 2.14: "with them, snapshots
-//! for each requested session and chat").
+//! then the request, decoded when it came, runs on and answers with what is
+//! held (Sessions page, "Sleep and wake"; docs/REFERENCE-NOTES.md, 2.14:
+//! "with them, snapshots for each requested session and chat").
 //!
 //! The sessions a held handshake names are watched by its connection until
 //! the reply ([`crate::host::Conn::watches`]), so neither sleep nor the
@@ -14,17 +14,18 @@
 //! handshake is answered with what is held (a session still waking is left
 //! out, and goes on waking), well inside a client's request timeout (the
 //! `ahp` client's is 30 s, as long as an agent's start-up may take). The
-//! connection's frames that come meanwhile wait behind it, in order.
+//! connection's frames that come meanwhile wait behind it, decoded, in
+//! order.
 
 use std::collections::BTreeSet;
 
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
-use serde_json::Value;
 
 use super::{Handshake, Host};
+use crate::continuation::HandshakeReq;
 use crate::effect::{ConnId, LogLevel};
 use crate::grants::Operation;
-use crate::protocol::codec::{self, Incoming};
+use crate::protocol::codec::{Decoded, Incoming};
 use crate::protocol::error::{error, INVALID_PARAMS, INVALID_REQUEST};
 use crate::session::{Phase, Waiter};
 
@@ -60,13 +61,13 @@ impl Host {
         })
     }
 
-    /// Holds handshake `id` of `conn` (`method` with its `params` as they
-    /// came) until the sessions among `channels` whose state is not held
-    /// have woken; starts their wakes. Returns false, holding nothing, when
-    /// every named session is held, when the connection already holds a
-    /// handshake or as many waiting requests as it may: the caller answers
-    /// at once with what is held.
-    pub(crate) fn hold_for_wakes(&mut self, conn: ConnId, id: u64, method: &str, params: Value, channels: &[Uri]) -> bool {
+    /// Holds handshake `id` of `conn` (its decoded `request`) until the
+    /// sessions among `channels` whose state is not held have woken; starts
+    /// their wakes. Returns false, holding nothing, when every named session
+    /// is held, when the connection already holds a handshake or as many
+    /// waiting requests as it may: the caller answers at once with what is
+    /// held.
+    pub(crate) fn hold_for_wakes(&mut self, conn: ConnId, id: u64, request: HandshakeReq, channels: &[Uri]) -> bool {
         let named: BTreeSet<Uri> = channels
             .iter()
             .filter(|channel| channel.as_str() != ROOT_RESOURCE_URI)
@@ -92,8 +93,7 @@ impl Host {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.handshake = Some(Handshake {
                 id,
-                method: method.to_owned(),
-                params,
+                request,
                 sessions: named,
                 waiting: sleepers.clone(),
                 until,
@@ -116,7 +116,7 @@ impl Host {
     }
 
     /// The wake of `session` that handshake `id` of `conn` waited for has
-    /// ended, woken or not. When it was the last, the handshake runs again
+    /// ended, woken or not. When it was the last, the handshake runs on
     /// and answers with the snapshots of what is held now.
     pub(crate) fn handshake_settled(&mut self, conn: ConnId, id: u64, session: &Uri) {
         let Some(c) = self.conns.get_mut(&conn) else { return };
@@ -144,48 +144,50 @@ impl Host {
         }
     }
 
-    /// Runs `conn`'s held handshake again, answering with what is held,
-    /// then the frames that waited behind it, in order (a later one may
-    /// hold a handshake again; the rest then wait behind that).
+    /// Runs `conn`'s held handshake on from its decoded request, answering
+    /// with what is held, then the frames that waited behind it, in order
+    /// (a later one may hold a handshake again; the rest then wait behind
+    /// that).
     fn answer_handshake(&mut self, conn: ConnId) {
         let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.take()) else { return };
-        match held.method.as_str() {
-            "reconnect" => self.reconnect(conn, held.id, held.params, false),
-            _ => self.initialize(conn, held.id, held.params, false),
+        match held.request {
+            HandshakeReq::Reconnect(request) => self.reconnect(conn, held.id, request, false),
+            HandshakeReq::Initialize(request) => self.initialize(conn, held.id, request, false),
         }
         let mut queued = held.queued.into_iter();
-        while let Some(text) = queued.next() {
+        while let Some(frame) = queued.next() {
             if !self.conns.contains_key(&conn) {
                 return;
             }
             if let Some(next) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) {
-                next.queued.push(text);
+                next.queued.push(frame);
                 next.queued.extend(queued);
                 return;
             }
-            self.run_frame(conn, &text);
+            self.run_frame(conn, frame);
         }
     }
 
-    /// Keeps a frame of `conn` that came while its handshake waits, to run
-    /// after the answer. Returns false when there is no handshake waiting.
-    /// Past the connection's limit of waiting requests, a request is
-    /// refused at once (-32600) and a notification dropped, with a warning.
-    pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, text: &str) -> bool {
+    /// Keeps a decoded frame of `conn` that came while its handshake waits,
+    /// to run after the answer. Hands the frame back when there is no
+    /// handshake waiting. Past the connection's limit of waiting requests,
+    /// a request is refused at once (-32600) and anything else dropped,
+    /// with a warning.
+    pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, frame: Decoded) -> Option<Decoded> {
         let max = self.config.limits.pending_requests_per_conn;
-        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return false };
+        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return Some(frame) };
         if held.queued.len() < max {
-            held.queued.push(text.to_owned());
-            return true;
+            held.queued.push(frame);
+            return None;
         }
         self.log(LogLevel::Warn, "limit.pending_requests", None, format!(
             "connection {}: {max} frames already wait behind its handshake",
             conn.0
         ));
-        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+        if let Ok(Incoming::Request { id, .. }) = frame {
             let message = format!("too many requests waiting: {max} frames already wait behind this connection's handshake");
             self.reply_error(conn, id, error(INVALID_REQUEST, message));
         }
-        true
+        None
     }
 }

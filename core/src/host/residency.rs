@@ -8,7 +8,8 @@ use ahp_types::state::SessionLifecycle;
 use ahp_types::Uri;
 
 use super::{Host, Op};
-use crate::effect::{BackendCmd, LogLevel};
+use crate::continuation::WaitingRequest;
+use crate::effect::{BackendCmd, ConnId, LogLevel};
 use crate::session::state::{chat_state, chat_summary, session_state};
 use crate::session::{Phase, Resident, Session, Waiter, Wake};
 use crate::time::MonoTime;
@@ -301,6 +302,15 @@ impl Host {
         self.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
     }
 
+    /// Runs a request that waited for a wake on from its decoded form.
+    fn resume_request(&mut self, conn: ConnId, id: u64, request: WaitingRequest) {
+        match request {
+            WaitingRequest::Subscribe(request) => self.subscribe(conn, id, request),
+            WaitingRequest::FetchTurns(request) => self.fetch_turns(conn, id, request),
+            WaitingRequest::CreateChat(request) => self.create_chat(conn, id, *request),
+        }
+    }
+
     /// Every resume of a wake answered. On success the session is live,
     /// its state rebuilt from the backend's turns when it was not held, and
     /// every waiter is served in arrival order. On failure every waiter
@@ -382,9 +392,9 @@ impl Host {
         }
         for waiter in waiters {
             match waiter {
-                Waiter::Request { conn, id, method, params } => {
-                    if self.conns.contains_key(&conn) {
-                        self.on_request(conn, id, &method, params);
+                Waiter::Request { conn, id, request } => {
+                    if self.may_resume(conn, id) {
+                        self.resume_request(conn, id, request);
                     }
                 }
                 Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),

@@ -76,6 +76,11 @@ pub struct DecodeError {
     pub error: JsonRpcError,
 }
 
+/// One frame's text as [`decode_bounded`] left it: the message, or the
+/// error to answer it with. A frame that waits (behind a held handshake,
+/// `host/handshake.rs`) waits in this form, decoded once.
+pub type Decoded = Result<Incoming, DecodeError>;
+
 /// Decodes one frame's text.
 ///
 /// Errors: not JSON (or nested deeper than serde_json's 128 levels) →

@@ -13,6 +13,7 @@ use ahp_types::actions::StateAction;
 use ahp_types::state::{ChatState, Message, SessionState, SessionSummary};
 use ahp_types::Uri;
 
+use crate::continuation::{QueuedCommand, WaitingRequest};
 use crate::effect::{ConnId, OpId};
 use crate::ids::ResourceId;
 use crate::record::SessionRecord;
@@ -43,16 +44,15 @@ pub struct Resident {
 /// together share one resume").
 #[derive(Debug, Clone, PartialEq)]
 pub enum Waiter {
-    /// A `subscribe` (or `fetchTurns`) request to answer.
+    /// A `subscribe`, `fetchTurns` or `createChat` request to answer.
     Request {
         /// The connection.
         conn: ConnId,
         /// The request id.
         id: u64,
-        /// The method, re-run when the wake ends.
-        method: String,
-        /// The params, re-run when the wake ends.
-        params: serde_json::Value,
+        /// The request, decoded and checked when it came; it runs on from
+        /// there when the wake ends.
+        request: WaitingRequest,
     },
     /// A client-dispatched action to apply once the session is live.
     Action(QueuedAction),
@@ -122,16 +122,14 @@ pub enum ParkedWork {
 pub enum Queued {
     /// A client action.
     Action(QueuedAction),
-    /// A command to run again once the session is free.
+    /// A command to run on once the session is free.
     Command {
         /// The connection.
         conn: ConnId,
         /// The request id.
         id: u64,
-        /// The method.
-        method: String,
-        /// The params.
-        params: serde_json::Value,
+        /// The command, decoded and checked when it came.
+        command: QueuedCommand,
     },
 }
 

@@ -502,6 +502,7 @@ impl Host {
         }
         match input {
             Input::Connected { conn } => self.on_connected(conn),
+            Input::Authenticate { conn, token } => self.on_bearer(conn, &token),
             Input::Frame { conn, text } if self.refused.contains(&conn) => self.on_refused_frame(conn, &text),
             Input::Frame { conn, text } => self.on_frame(conn, &text),
             Input::Disconnected { conn } => {
@@ -619,8 +620,8 @@ impl Host {
             "initialize" => self.on_initialize(conn, id, params),
             "reconnect" => self.on_reconnect(conn, id, params),
             // Signing in may come first, so that a handshake's subscriptions
-            // are checked against who the connection is (the shell signs a
-            // connection in with its `Authorization: Bearer` token so).
+            // are checked against who the connection is (as
+            // `Input::Authenticate` signs one in with its bearer token).
             "authenticate" => self.on_authenticate(conn, id, params),
             _ if !initialized => self.reply_error(conn, id, error(INVALID_REQUEST, "initialize first: the connection has not been initialized")),
             "subscribe" => self.on_subscribe(conn, id, params),

@@ -3,12 +3,10 @@
 //! unarchive, delete, reconcile, as a client sees them. Git is answered by
 //! hand here; `tests/e2e_detached.rs` runs them on real repositories.
 
-mod harness;
-
 use ahpd_core::git::{GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{Config, Effect, OpId, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 const CREATE: &str = "vscode/createAgentHostDetachedWorktree";

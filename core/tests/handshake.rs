@@ -3,11 +3,9 @@
 //! waits for their wakes and carries a snapshot of every channel named;
 //! what cannot be woken or read is left out, never failing the handshake.
 
-mod harness;
-
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{BackendCmd, Config, ConnId, Effect, Input, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn config(residency_limit: usize) -> Config {

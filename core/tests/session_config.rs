@@ -3,12 +3,10 @@
 //! `changes` in "The state a session reports"). Git itself is answered by
 //! hand here; `shell/src/exec/git.rs` tests it on real repositories.
 
-mod harness;
-
 use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{BackendCmd, Config, Outcome, StoreCmd};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn repo_facts() -> RepoFacts {

@@ -426,7 +426,7 @@ impl Host {
         }
         let mut record = record;
         let (values, dropped) =
-            crate::session_config::restore_values(&record.config, &crate::session_config::backend_properties(&record.provider));
+            crate::session_config::restore_values(&record.config);
         if !dropped.is_empty() {
             self.log(LogLevel::Info, "config.value_dropped", Some(uri.clone()), format!(
                 "stored values its backend no longer offers were left out so the defaults apply: {}",

@@ -155,7 +155,7 @@ impl Driver {
             store,
             backends,
             grace,
-            turn_grace: Duration::from_secs(30),
+            turn_grace: Duration::from_millis(ahpd_core::config::SHUTDOWN_GRACE_MS),
             writers: HashMap::new(),
             metrics: Metrics::default(),
             registry: None,

@@ -239,7 +239,7 @@ impl Host {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
         }
         let asked = p.config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
-        let schema = table::compose(facts, memberships.as_deref(), None, table::backend_properties(&provider), &asked);
+        let schema = table::compose(facts, memberships.as_deref(), &asked);
         let values = table::resolve_values(&schema, facts, &asked);
         let mut result = Map::new();
         result.insert("schema".to_owned(), schema.to_json());

@@ -133,6 +133,12 @@ pub struct Limits {
     pub outgoing_buffer_max_bytes: usize,
 }
 
+/// The default grace running turns get after a stop is asked, in ms
+/// (`Input::Shutdown::grace_ms`; issue 19, `shutdown_grace_seconds`, 30 s
+/// by default). Not a field of [`Config`]: the grace comes with the stop.
+/// The shell's `shutdown_grace_seconds` defaults to it.
+pub const SHUTDOWN_GRACE_MS: u64 = 30_000;
+
 /// The default `connections_max`: 256 connections.
 pub const CONNECTIONS_MAX: usize = 256;
 

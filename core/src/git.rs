@@ -1,8 +1,11 @@
 //! What the host asks git, and what git answers, as data (Sessions page,
 //! "Configuration keys", "Isolation and worktrees", and the `changes` of
-//! "The state a session reports"). The shell runs these with git2; every
-//! name in them was checked by `crate::worktree` first. Paths are plain
-//! local paths with `/` separators.
+//! "The state a session reports"). The shell runs these with git2 and
+//! decides nothing: every name in them was checked (and the names a tree
+//! is tried under chosen) by `crate::worktree` first, the base a tree is
+//! cut from is settled by the host, and when a tree may be removed is
+//! stated in the command ([`Removal`]). Paths are plain local paths with
+//! `/` separators.
 
 use serde::{Deserialize, Serialize};
 
@@ -47,7 +50,8 @@ pub enum GitCmd {
         exclude: Vec<String>,
     },
     /// `disposeSession`: delete the session's checkpoint refs and take its
-    /// tree off the disk (unless it holds work nobody committed).
+    /// tree off the disk as `removal` says. Answered by
+    /// [`GitResult::Disposed`], saying whether the tree stayed.
     Dispose {
         /// The repository the session's refs are in (the folder it was
         /// given).
@@ -56,6 +60,9 @@ pub enum GitCmd {
         refs_prefix: String,
         /// The session's tree, if it made one.
         worktree: Option<WorktreeRecord>,
+        /// When the tree may go (the host's rule, stated here so the
+        /// executor checks and removes in one step).
+        removal: Removal,
     },
     /// Cut a tree and nothing else (no checkpoint): a tree the window asks
     /// for (`vscode/createAgentHostDetachedWorktree`). Answered by
@@ -67,14 +74,16 @@ pub enum GitCmd {
         plan: WorktreePlan,
     },
     /// Take a tree off the disk and out of git's list of worktrees, keeping
-    /// its branch, unless it holds work nobody committed (then it stays).
-    /// Archiving a session or a window's tree, deleting a window's tree.
-    /// Answered by [`GitResult::TreeArchived`].
+    /// its branch, as `removal` says. Archiving a session or a window's
+    /// tree, deleting a window's tree. Answered by
+    /// [`GitResult::TreeArchived`], saying whether the tree stayed.
     ArchiveTree {
         /// A folder in the repository the tree was cut from.
         repo: String,
         /// The tree.
         worktree: WorktreeRecord,
+        /// When the tree may go.
+        removal: Removal,
     },
     /// Put an archived tree back: the same branch at the same path, with
     /// its links and copies placed again. A tree already there is left as
@@ -87,16 +96,27 @@ pub enum GitCmd {
     },
 }
 
-/// How to cut a worktree (Sessions page, "Isolation and worktrees").
+/// How to cut a worktree (Sessions page, "Isolation and worktrees"). Every
+/// choice is the host's: the executor resolves `base` to a commit, takes
+/// the first of `names` that is free, and says which in the
+/// [`WorktreeRecord`] it answers (`branch`, `name`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WorktreePlan {
-    /// The branch to start from; empty means the commit checked out.
-    pub base: String,
-    /// The branch to create (already checked), or with
-    /// `create_new_branch: false` ignored: `base` is checked out as it is.
-    pub new_branch: String,
-    /// Make a branch for the tree (`worktreeCreateNewBranch`).
+    /// The branch to start from (a local branch, else the remote one of
+    /// that name), settled by the host from the session's config; `None`:
+    /// the commit checked out (a detached or unborn HEAD with no remote
+    /// default, `crate::session_config::default_branch`).
+    pub base: Option<String>,
+    /// The branch and folder names to try, in order
+    /// ([`crate::worktree::tree_names`]). With `create_new_branch` a name is
+    /// free when neither its branch nor its folder exists; without it each
+    /// names `base` itself, and a name is free when its folder does not
+    /// exist. Empty when there is nothing to check out (no `base` and no
+    /// new branch): the executor refuses the plan.
+    pub names: Vec<TreeName>,
+    /// Make a branch for the tree (`worktreeCreateNewBranch`); without
+    /// it `base` is checked out as it is.
     pub create_new_branch: bool,
     /// The new branch tracks the base's upstream (`worktreeBranchTrack`).
     pub track: bool,
@@ -104,6 +124,32 @@ pub struct WorktreePlan {
     pub include_files: Vec<String>,
     /// Git-ignored folders to link in (`worktreeSymlinkFolders`).
     pub symlink_folders: Vec<String>,
+}
+
+/// One name a tree may be cut under: its branch and its folder (git's
+/// name for the worktree entry, the last part of its path).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TreeName {
+    /// The branch the tree checks out (checked by
+    /// [`crate::worktree::check_branch_name`] before it is tried).
+    pub branch: String,
+    /// The folder it goes in ([`crate::worktree::folder_name`], with a
+    /// suffix when tried again).
+    pub folder: String,
+}
+
+/// When a tree may be taken off the disk (Sessions page, "Isolation and
+/// worktrees": a tree holding work nobody committed is never deleted). The
+/// executor checks and removes in one step under the repository's lock,
+/// and answers whether the tree stayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Removal {
+    /// Only when it holds no work nobody committed: nothing in its status
+    /// (tracked changes, untracked files that are not ignored) but the
+    /// host's own links and copies ([`WorktreeRecord::placed`]). Otherwise
+    /// it stays on disk, its entry and branch untouched.
+    UnlessUncommitted,
 }
 
 /// Facts about the repository a folder is in.

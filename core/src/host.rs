@@ -425,7 +425,7 @@ impl Host {
         }
         let mut record = record;
         let (values, dropped) =
-            crate::session_config::restore_values(&record.config, &crate::session_config::backend_properties(&record.provider));
+            crate::session_config::restore_values(&record.config);
         if !dropped.is_empty() {
             self.log(LogLevel::Info, "config.value_dropped", Some(uri.clone()), format!(
                 "stored values its backend no longer offers were left out so the defaults apply: {}",
@@ -501,6 +501,7 @@ impl Host {
         }
         match input {
             Input::Connected { conn } => self.on_connected(conn),
+            Input::Authenticate { conn, token } => self.on_bearer(conn, &token),
             Input::Frame { conn, text } if self.refused.contains(&conn) => self.on_refused_frame(conn, &text),
             Input::Frame { conn, text } => self.on_frame(conn, &text),
             Input::Disconnected { conn } => {
@@ -618,8 +619,8 @@ impl Host {
             "initialize" => self.on_initialize(conn, id, params),
             "reconnect" => self.on_reconnect(conn, id, params),
             // Signing in may come first, so that a handshake's subscriptions
-            // are checked against who the connection is (the shell signs a
-            // connection in with its `Authorization: Bearer` token so).
+            // are checked against who the connection is (as
+            // `Input::Authenticate` signs one in with its bearer token).
             "authenticate" => self.on_authenticate(conn, id, params),
             _ if !initialized => self.reply_error(conn, id, not_initialized()),
             "subscribe" => self.on_subscribe(conn, id, params),

@@ -16,6 +16,20 @@ pub enum Input {
         /// The connection's id, chosen by the shell and never reused.
         conn: ConnId,
     },
+    /// The connection's handshake carried a bearer token (`Authorization:
+    /// Bearer`): it is signed in with it, before any frame of its, as an
+    /// `authenticate` would sign it in (so its `initialize` and the
+    /// subscriptions it names are checked against who it is). Nothing is
+    /// sent to the client; a token that names nobody closes the connection
+    /// (`Effect::Log` saying why, then `Effect::Close`). On a host with no
+    /// users directory there is nobody to be and it changes nothing. Sent
+    /// at most once, right after `Connected`.
+    Authenticate {
+        /// The connection.
+        conn: ConnId,
+        /// The token as the client sent it (never logged).
+        token: String,
+    },
     /// One WebSocket text frame from a client: one JSON-RPC message. The core
     /// decodes it (so the decoder is fuzzed with the core) and answers with
     /// `Effect::Send`.

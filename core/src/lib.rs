@@ -49,6 +49,8 @@ pub mod record;
 pub mod rng;
 pub mod session;
 pub mod session_config;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod time;
 pub mod transcript;
 pub mod trust;

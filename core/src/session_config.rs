@@ -163,33 +163,17 @@ pub fn primary_scope(memberships: &[Membership]) -> Option<String> {
     }
 }
 
-/// The backend's own properties for `provider`, in its order. The built-in
-/// backends declare none; a backend's property for one of the table's keys
-/// is removed by [`compose`].
-pub fn backend_properties(_provider: &str) -> Vec<(String, Prop)> {
-    Vec::new()
-}
-
 /// Composes the schema in the order VS Code's agent host does (Sessions
-/// page, "Configuration keys"): a computer plugin's `computer` and
-/// `isolation` first, then the backend's keys and the other plugins', then
-/// `branch` … `worktreeBranchTrack`, then `scope` when there is a person to
-/// ask (`memberships` is `Some`). Outside a repository only `isolation`
-/// (read-only `folder`) and `scope` are offered from the table. The
-/// backend's own properties for table keys are dropped.
-pub fn compose(
-    facts: &RepoFacts,
-    memberships: Option<&[Membership]>,
-    computer: Option<Prop>,
-    backend: Vec<(String, Prop)>,
-    asked: &Map<String, Value>,
-) -> OrderedSchema {
+/// page, "Configuration keys"): `isolation` first, then `branch` …
+/// `worktreeBranchTrack`, then `scope` when there is a person to ask
+/// (`memberships` is `Some`). Outside a repository only `isolation`
+/// (read-only `folder`) and `scope` are offered. No backend of this host
+/// declares properties of its own and no computer plugin contributes
+/// `computer`, so the page's places for those (after `isolation`, and
+/// before it) stay empty.
+pub fn compose(facts: &RepoFacts, memberships: Option<&[Membership]>, asked: &Map<String, Value>) -> OrderedSchema {
     let mut out = Vec::new();
-    if let Some(c) = computer {
-        out.push((COMPUTER.to_owned(), c));
-    }
     out.push((ISOLATION.to_owned(), isolation_prop(facts)));
-    out.extend(backend.into_iter().filter(|(k, _)| !is_table_key(k) && k != COMPUTER));
     if facts.is_repo() {
         let worktree = wants_worktree(asked, facts);
         let seed = default_branch(facts, worktree);
@@ -250,8 +234,8 @@ pub struct ConfigOffer {
 /// branch it defaulted to, so its tree is cut from the branch the config
 /// named when it was made. `scope` was settled by the caller and is kept
 /// as sent; the backend's keys are kept as sent.
-pub fn settle(asked: &Map<String, Value>, facts: &RepoFacts, memberships: Option<&[Membership]>, backend: Vec<(String, Prop)>) -> (Map<String, Value>, ConfigOffer) {
-    let schema = compose(facts, memberships, None, backend, asked);
+pub fn settle(asked: &Map<String, Value>, facts: &RepoFacts, memberships: Option<&[Membership]>) -> (Map<String, Value>, ConfigOffer) {
+    let schema = compose(facts, memberships, asked);
     let resolved = resolve_values(&schema, facts, asked);
     let mut kept = Map::new();
     for (key, v) in take_at_creation(asked) {
@@ -272,12 +256,11 @@ pub fn settle(asked: &Map<String, Value>, facts: &RepoFacts, memberships: Option
 
 /// The `config` a session reports in its state (`SessionState.config`,
 /// `{schema, values}`), composed from what its folder was `offer`ed, the
-/// scope it is charged to, its backend's properties and the values it
-/// keeps. The same for a session just made and for one read back after a
+/// scope it is charged to and the values it keeps. The same for a session just made and for one read back after a
 /// restart (Sessions page, "Configuration keys": "A session read back
 /// after a restart has these keys resolved as a created session's are").
 /// The schema's properties come in the page's order (see [`OrderedSchema`]).
-pub fn reported(offer: &ConfigOffer, scope: Option<&str>, backend: Vec<(String, Prop)>, values: &Map<String, Value>) -> Value {
+pub fn reported(offer: &ConfigOffer, scope: Option<&str>, values: &Map<String, Value>) -> Value {
     let mut branches: Vec<String> = offer.branch.iter().cloned().collect();
     if let Some(b) = values.get(BRANCH).and_then(Value::as_str) {
         branches.push(b.to_owned());
@@ -288,7 +271,7 @@ pub fn reported(offer: &ConfigOffer, scope: Option<&str>, backend: Vec<(String, 
         default_branch: offer.branch.clone(),
         branches,
     };
-    let mut schema = compose(&facts, None, None, backend, values);
+    let mut schema = compose(&facts, None, values);
     if let Some(s) = scope {
         schema.properties.push((SCOPE.to_owned(), scope_prop(vec![s.to_owned()], Some(s.to_owned()))));
     }
@@ -326,7 +309,8 @@ pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<Str
             INCLUDE_FILES | SYMLINK_FOLDERS => given.and_then(string_list).map(|l| Value::Array(l.into_iter().map(Value::String).collect())),
             CREATE_NEW_BRANCH | BRANCH_TRACK => given.filter(|v| v.is_boolean()).cloned(),
             SCOPE => given.filter(|v| p.r#enum.as_ref().is_some_and(|e| e.contains(v))).cloned(),
-            _ => given.filter(|v| shape_fits(p, v)).cloned(),
+            // Every property composed is one of the table's.
+            _ => None,
         };
         // A property with no default (a branch with nothing to seed it)
         // has no value unless one was taken.
@@ -340,19 +324,6 @@ pub fn resolve_values(schema: &OrderedSchema, facts: &RepoFacts, asked: &Map<Str
         }
     }
     values
-}
-
-/// Whether `v` fits a backend property's declared type (and enum).
-fn shape_fits(p: &Prop, v: &Value) -> bool {
-    let typed = match p.r#type.as_str() {
-        "string" => v.is_string(),
-        "boolean" => v.is_boolean(),
-        "number" | "integer" => v.is_number(),
-        "array" => v.is_array(),
-        "object" => v.is_object(),
-        _ => true,
-    };
-    typed && p.r#enum.as_ref().is_none_or(|e| e.contains(v) || p.enum_dynamic == Some(true))
 }
 
 /// The config `createSession` stores: the table keys the client sent in
@@ -381,10 +352,10 @@ pub fn take_at_creation(asked: &Map<String, Value>) -> Map<String, Value> {
 /// A session read back from the store (Sessions page, last paragraph of
 /// "Configuration keys"): a stored string for `worktreeIncludeFiles` is
 /// read as the list it spells (entries split on commas and newlines), and a
-/// value whose key neither the table nor the backend offers any more is
-/// left out so the default applies. Returns the values and the keys left
-/// out.
-pub fn restore_values(stored: &Map<String, Value>, backend: &[(String, Prop)]) -> (Map<String, Value>, Vec<String>) {
+/// value whose key the table does not offer (nor any backend: none
+/// declares keys of its own) is left out so the default applies. Returns
+/// the values and the keys left out.
+pub fn restore_values(stored: &Map<String, Value>) -> (Map<String, Value>, Vec<String>) {
     let mut out = Map::new();
     let mut dropped = Vec::new();
     for (key, v) in stored {
@@ -397,7 +368,7 @@ pub fn restore_values(stored: &Map<String, Value>, backend: &[(String, Prop)]) -
         }
         // The awareness keys are the host's own (spec 004: the session's
         // tier): a restart must not drop a session to the default tier.
-        if is_table_key(key) || backend.iter().any(|(k, _)| k == key) || crate::awareness::is_host_key(key) {
+        if is_table_key(key) || crate::awareness::is_host_key(key) {
             out.insert(key.clone(), v.clone());
         } else {
             dropped.push(key.clone());
@@ -407,19 +378,14 @@ pub fn restore_values(stored: &Map<String, Value>, backend: &[(String, Prop)]) -
 }
 
 /// Why a `session/configChanged` on a started session is refused, if it
-/// is: every table key is `sessionMutable: false`, as is any backend key
-/// whose property does not say `sessionMutable: true`.
-pub fn refused_change(change: &Map<String, Value>, backend: &[(String, Prop)]) -> Option<String> {
-    for key in change.keys() {
-        let mutable = !is_table_key(key) && backend.iter().any(|(k, p)| k == key && p.session_mutable == Some(true));
-        if !mutable {
-            return Some(format!(
-                "{} is sessionMutable: false: it is decided once, when the session is made",
-                crate::ids::printable(key)
-            ));
-        }
-    }
-    None
+/// is: every table key is `sessionMutable: false`, and so is every other
+/// key (no backend of this host declares one `sessionMutable: true`). The
+/// first key named is the one the reason cites; `None` for an empty
+/// change.
+pub fn refused_change(change: &Map<String, Value>) -> Option<String> {
+    change.keys().next().map(|key| {
+        format!("{} is sessionMutable: false: it is decided once, when the session is made", crate::ids::printable(key))
+    })
 }
 
 /// Most items `sessionConfigCompletions` answers.
@@ -508,10 +474,9 @@ mod tests {
     #[test]
     fn order_is_the_pages() {
         let m = vec![Membership { team: "t".into(), project: "p".into(), primary: true }];
-        let backend = vec![("model".to_owned(), prop("string", "Model", "", json!("a"))), (BRANCH.to_owned(), prop("string", "x", "", json!("y")))];
-        let s = compose(&repo(), Some(&m), None, backend, &Map::new());
+        let s = compose(&repo(), Some(&m), &Map::new());
         let keys: Vec<&str> = s.properties.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["isolation", "model", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack", "scope"]);
+        assert_eq!(keys, ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack", "scope"]);
         let text = s.to_json().to_string();
         assert!(text.find("\"isolation\"") < text.find("\"scope\""));
         assert!(s.properties.iter().filter(|(k, _)| is_table_key(k)).all(|(_, p)| p.session_mutable == Some(false)));
@@ -522,7 +487,7 @@ mod tests {
         let f = repo();
         let asked = json!({"isolation": "worktree", "branch": 3, "worktreeIncludeFiles": [".env", 1], "worktreeSymlinkFolders": ["node_modules"], "worktreeCreateNewBranch": "yes"});
         let asked = asked.as_object().cloned().unwrap_or_default();
-        let s = compose(&f, None, None, Vec::new(), &asked);
+        let s = compose(&f, None, &asked);
         let v = resolve_values(&s, &f, &asked);
         assert_eq!(v["isolation"], "worktree");
         assert_eq!(v["branch"], "trunk");
@@ -530,10 +495,10 @@ mod tests {
         assert_eq!(v["worktreeSymlinkFolders"], json!(["node_modules"]));
         assert_eq!(v["worktreeCreateNewBranch"], true);
         assert!(!v.contains_key("scope"));
-        let folder = resolve_values(&compose(&f, None, None, Vec::new(), &Map::new()), &f, &Map::new());
+        let folder = resolve_values(&compose(&f, None, &Map::new()), &f, &Map::new());
         assert_eq!(folder["branch"], "dev");
         let outside = RepoFacts::not_a_repo();
-        let s = compose(&outside, None, None, Vec::new(), &asked);
+        let s = compose(&outside, None, &asked);
         assert_eq!(s.properties.len(), 1);
         assert_eq!(s.get("isolation").and_then(|p| p.read_only), Some(true));
         assert_eq!(resolve_values(&s, &outside, &asked)["isolation"], "folder");
@@ -543,30 +508,30 @@ mod tests {
     fn settled_at_creation_and_reported_from_the_offer() {
         let asked = json!({"isolation": "worktree", "branch": "gone", "worktreeBranchPrefix": "a..b/", "worktreeSymlinkFolders": [1], "model": "m"});
         let asked = asked.as_object().cloned().unwrap_or_default();
-        let (kept, offer) = settle(&asked, &repo(), None, Vec::new());
+        let (kept, offer) = settle(&asked, &repo(), None);
         assert_eq!(offer, ConfigOffer { repo: true, branch: Some("trunk".into()) });
         // The worktree keeps the branch it defaulted to; a prefix is taken
         // as a string (its name is refused at the first send); a list with
         // a number in it is left out; the backend's key is kept as sent.
         assert_eq!(Value::Object(kept.clone()), json!({"isolation": "worktree", "worktreeBranchPrefix": "a..b/", "model": "m", "branch": "trunk"}));
-        let config = reported(&offer, Some("web/site"), Vec::new(), &kept);
+        let config = reported(&offer, Some("web/site"), &kept);
         let keys: Vec<&str> = config["schema"]["properties"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
         assert_eq!(keys, ["isolation", "branch", "worktreeBranchPrefix", "worktreeIncludeFiles", "worktreeSymlinkFolders", "worktreeCreateNewBranch", "worktreeBranchTrack", "scope"]);
         assert_eq!(config["values"]["branch"], "trunk");
         assert_eq!(config["values"]["scope"], "web/site");
         assert_eq!(config["values"]["worktreeSymlinkFolders"], json!([]));
         // Outside a repository the worktree asked for is not kept.
-        let (kept, offer) = settle(&asked, &RepoFacts::not_a_repo(), None, Vec::new());
+        let (kept, offer) = settle(&asked, &RepoFacts::not_a_repo(), None);
         assert!(!kept.contains_key("isolation") && offer == ConfigOffer::default(), "{kept:?}");
-        assert_eq!(reported(&offer, None, Vec::new(), &kept)["values"]["isolation"], "folder");
+        assert_eq!(reported(&offer, None, &kept)["values"]["isolation"], "folder");
     }
 
     #[test]
     fn stored_values_read_back() {
         let stored = json!({"worktreeIncludeFiles": ".env, .npmrc\n.secret", "gone": 1, "branch": "dev"});
-        let (v, dropped) = restore_values(stored.as_object().unwrap_or(&Map::new()), &[]);
+        let (v, dropped) = restore_values(stored.as_object().unwrap_or(&Map::new()));
         assert_eq!(v["worktreeIncludeFiles"], json!([".env", ".npmrc", ".secret"]));
         assert_eq!(dropped, ["gone"]);
-        assert!(refused_change(json!({"branch": "x"}).as_object().unwrap_or(&Map::new()), &[]).is_some());
+        assert!(refused_change(json!({"branch": "x"}).as_object().unwrap_or(&Map::new())).is_some());
     }
 }

@@ -1,7 +1,8 @@
 //! Naming rules for worktrees and checkpoints (Sessions page, "Isolation and
 //! worktrees"): which branch names git would take, the folder a branch's tree
 //! goes in, where trees go on disk, and the names of a session's checkpoint
-//! refs. Pure functions: the shell asks git only with names checked here.
+//! refs, and the names a tree is tried under. Pure functions: the shell
+//! asks git only with names checked and chosen here.
 
 use hmac::digest::Digest;
 use sha2::Sha256;
@@ -78,6 +79,36 @@ pub fn folder_name(branch: &str) -> String {
         format!("{}-{}", branch.replace('/', "-"), short_hash(branch, 4))
     } else {
         branch.to_owned()
+    }
+}
+
+/// Most names tried for one tree ([`tree_names`]): a plan offers the
+/// first name and this many less one with a suffix.
+pub const NAME_TRIES: u32 = 50;
+
+/// The names a tree is tried under, in order (Sessions page, "Isolation
+/// and worktrees": a tree never takes a branch or folder that is there
+/// already). With a new branch: `new_branch` in [`folder_name`] of it, then
+/// `new_branch-2`, `new_branch-3`, … each in its own folder. Checking out
+/// `base` as it is: that branch in `folder_name(base)`, then
+/// `folder_name(base)-2`, …. [`NAME_TRIES`] names in all; none when there
+/// is no new branch and no `base` (nothing to check out). `new_branch` and
+/// `base` were checked by [`check_branch_name`]; a `-<n>` suffix keeps a
+/// name valid.
+pub fn tree_names(create_new_branch: bool, new_branch: &str, base: Option<&str>) -> Vec<crate::git::TreeName> {
+    use crate::git::TreeName;
+    let suffixed = |name: &str, i: u32| if i == 1 { name.to_owned() } else { format!("{name}-{i}") };
+    if create_new_branch {
+        (1..=NAME_TRIES)
+            .map(|i| {
+                let branch = suffixed(new_branch, i);
+                TreeName { folder: folder_name(&branch), branch }
+            })
+            .collect()
+    } else {
+        let Some(base) = base else { return Vec::new() };
+        let folder = folder_name(base);
+        (1..=NAME_TRIES).map(|i| TreeName { branch: base.to_owned(), folder: suffixed(&folder, i) }).collect()
     }
 }
 
@@ -207,6 +238,21 @@ mod tests {
         assert!(!a.contains('/'));
         assert_ne!(folder_name("a/-b"), folder_name("a-/b"));
         assert_eq!(folder_name("main"), "main");
+    }
+
+    #[test]
+    fn tree_names_are_tried_with_suffixes_in_order() {
+        let names = tree_names(true, "agents/s1", Some("main"));
+        assert_eq!(names.len(), NAME_TRIES as usize);
+        assert_eq!((names[0].branch.as_str(), names[0].folder.clone()), ("agents/s1", folder_name("agents/s1")));
+        assert_eq!((names[1].branch.as_str(), names[1].folder.clone()), ("agents/s1-2", folder_name("agents/s1-2")));
+        assert_eq!(names[49].branch, "agents/s1-50");
+        assert!(names.iter().all(|n| check_branch_name(&n.branch).is_ok()));
+        let same = tree_names(false, "agents/s1", Some("feature/x"));
+        assert!(same.iter().all(|n| n.branch == "feature/x"), "the base is checked out as it is");
+        assert_eq!(same[0].folder, folder_name("feature/x"));
+        assert_eq!(same[2].folder, format!("{}-3", folder_name("feature/x")));
+        assert!(tree_names(false, "agents/s1", None).is_empty(), "no branch to check out");
     }
 
     #[test]

@@ -2,12 +2,10 @@
 //! status (issue 9); a chat waiting for an approval whose backend says
 //! nothing about it is described by the host.
 
-mod harness;
-
 use ahp_types::actions::{ChatToolCallReadyAction, ChatToolCallStartAction, StateAction};
 use ahp_types::common::StringOrMarkdown;
 use ahpd_core::{BackendEvent, Config, Input};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn agent(h: &mut Harness, chat: &str, action: StateAction) {

@@ -1,14 +1,12 @@
 //! Workspace awareness scenarios (issue 10): publishing, peers on `_meta`,
 //! heartbeat noise, tiers deciding what a declared write does, removal.
 
-mod harness;
-
 use ahp_types::actions::{ChatToolCallReadyAction, ChatToolCallStartAction, StateAction};
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::ToolCallConfirmationReason;
 use ahpd_core::awareness::{ActiveRecord, AwarenessConfig, ProcessObservation, RegistryFile, RECORD_VERSION};
 use ahpd_core::{BackendCmd, BackendEvent, Config, Effect, Input, OpId, Outcome, RegistryCmd};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn config() -> Config {

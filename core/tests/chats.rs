@@ -1,13 +1,11 @@
 //! Sessions of several chats (Sessions page, "The state a session reports"
 //! and "Commands"): createChat, disposeChat, status aggregation.
 
-mod harness;
-
 use ahp_types::actions::*;
 use ahp_types::state::*;
 use ahp_types::StringOrMarkdown;
 use ahpd_core::{BackendCmd, BackendEvent, Config, Input};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn agent(h: &mut Harness, chat: &str, action: StateAction) {

@@ -4,22 +4,13 @@
 //! have moved meanwhile; a frame that waited is answered as it would have
 //! been had it run at once, in order.
 
-mod harness;
-
-use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
+use ahpd_core::grants::{Role, UsersDirectory};
 use ahpd_core::{Config, ConnId, Input};
-use harness::Harness;
+use ahpd_core::testkit::{users_directory, Harness};
 use serde_json::{json, Value};
 
 fn directory() -> UsersDirectory {
-    let user = |id: &str, role| User {
-        id: id.into(),
-        token_sha256: token_hash(&format!("token-{id}")),
-        role,
-        administrator: false,
-        memberships: vec![Membership { team: "t".into(), project: id.into(), primary: true }],
-    };
-    UsersDirectory { users: vec![user("member", Role::Member), user("guest", Role::Guest)], plugins: Vec::new() }
+    users_directory(&[("member", Role::Member), ("guest", Role::Guest)])
 }
 
 fn sign_in(h: &mut Harness, conn: u64, who: &str) {

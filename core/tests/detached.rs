@@ -3,12 +3,10 @@
 //! unarchive, delete, reconcile, as a client sees them. Git is answered by
 //! hand here; `tests/e2e_detached.rs` runs them on real repositories.
 
-mod harness;
-
 use ahpd_core::git::{GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{Config, Effect, OpId, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 const CREATE: &str = "vscode/createAgentHostDetachedWorktree";
@@ -99,7 +97,8 @@ fn assert_unknown(reply: &Value) {
 fn one_tree_cmd(h: &mut Harness, path: &str) -> (OpId, bool) {
     let cmds = h.git_cmds();
     match &cmds[..] {
-        [(op, GitCmd::ArchiveTree { repo, worktree })] => {
+        [(op, GitCmd::ArchiveTree { repo, worktree, removal })] => {
+            assert_eq!(*removal, ahpd_core::git::Removal::UnlessUncommitted, "a tree with uncommitted work stays");
             assert_eq!(repo, "/src/app");
             assert_eq!(worktree.path, path);
             (*op, true)
@@ -145,8 +144,10 @@ fn create_cuts_a_tree_from_the_sessions_folder_and_config_and_leaves_the_session
         }
         other => panic!("{other:?}"),
     };
-    assert_eq!(plan.new_branch, "me/agents/fix-the-login-page-then");
-    assert_eq!(plan.base, "develop");
+    let branches: Vec<&str> = plan.names.iter().map(|n| n.branch.as_str()).collect();
+    assert_eq!(branches[..2], ["me/agents/fix-the-login-page-then", "me/agents/fix-the-login-page-then-2"]);
+    assert_eq!(plan.names[0].folder, ahpd_core::worktree::folder_name("me/agents/fix-the-login-page-then"));
+    assert_eq!(plan.base.as_deref(), Some("develop"));
     assert!(plan.create_new_branch);
     assert_eq!(plan.symlink_folders, ["node_modules"]);
     assert_eq!(plan.include_files, [".env"]);

@@ -1,10 +1,8 @@
 //! External sessions and rediscovery (Sessions page, "Finding one", and the
 //! `--sessions memory` paragraph of "The life of a session").
 
-mod harness;
-
 use ahpd_core::{Config, Effect, Outcome, ScannedRow, WallTime};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 const DAY: i64 = 24 * 60 * 60 * 1000;

@@ -3,10 +3,8 @@
 //! peers; a backend that cannot take peers is told none; rows carry the
 //! folders as recorded, a folder gone from disk included.
 
-mod harness;
-
 use ahpd_core::{AgentSpec, BackendCmd, Config};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 const ROOT: &str = "file:///work/root";

@@ -2,11 +2,9 @@
 //! client-dispatched action against every kind of caller. The allowed set
 //! is exactly the grants table, and a refusal changes nothing.
 
-mod harness;
-
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::Config;
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,11 +3,9 @@
 //! waits for their wakes and carries a snapshot of every channel named;
 //! what cannot be woken or read is left out, never failing the handshake.
 
-mod harness;
-
-use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
-use ahpd_core::{BackendCmd, Config, ConnId, Input, Outcome};
-use harness::Harness;
+use ahpd_core::grants::{Role, UsersDirectory};
+use ahpd_core::{BackendCmd, Config, ConnId, Effect, Input, Outcome};
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn config(residency_limit: usize) -> Config {
@@ -178,14 +176,7 @@ fn a_reconnect_wakes_evicted_sessions_and_answers_with_their_snapshots() {
 }
 
 fn directory() -> UsersDirectory {
-    let user = |id: &str, role| User {
-        id: id.into(),
-        token_sha256: token_hash(&format!("token-{id}")),
-        role,
-        administrator: false,
-        memberships: vec![Membership { team: "t".into(), project: id.into(), primary: true }],
-    };
-    UsersDirectory { users: vec![user("owner", Role::Member)], plugins: Vec::new() }
+    ahpd_core::testkit::users_directory(&[("owner", Role::Member)])
 }
 
 #[test]
@@ -229,16 +220,45 @@ fn a_handshake_subscribes_only_to_what_the_connection_may_read() {
         assert_eq!(reply["result"]["missing"], json!(["ahp-root://", chat]), "{reply}");
         assert_eq!(reply["result"]["actions"], json!([]), "{reply}");
     }
-    // Signed in before the handshake (as the daemon does with a bearer
-    // token), the same names are answered.
+    // Signed in before the handshake, with `authenticate` or with the
+    // handshake's bearer token, the same names are answered.
     h.input(Input::Connected { conn: ConnId(3) });
     let r = h.request(3, "authenticate", json!({"channel": "ahp-root://", "resource": "ahpd", "token": "token-owner"}));
     assert_eq!(r["result"], json!({}), "{r}");
-    let rid = h.send_request(3, "initialize", json!({
-        "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c3", "initialSubscriptions": ["ahp-root://", uri, chat],
-    }));
-    let reply = h.take_reply(3, rid).expect("answered");
-    assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", uri.as_str(), chat.as_str()]);
+    h.input(Input::Connected { conn: ConnId(4) });
+    h.input(Input::Authenticate { conn: ConnId(4), token: "token-owner".into() });
+    assert!(h.frames(4).is_empty(), "a bearer sign-in is answered to nobody");
+    for conn in [3, 4] {
+        let rid = h.send_request(conn, "initialize", json!({
+            "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": format!("c{conn}"), "initialSubscriptions": ["ahp-root://", uri, chat],
+        }));
+        let reply = h.take_reply(conn, rid).expect("answered");
+        assert_eq!(resources(&reply, "snapshots"), ["ahp-root://", uri.as_str(), chat.as_str()], "conn {conn}");
+    }
+}
+
+#[test]
+fn a_bearer_token_that_names_nobody_closes_the_connection_and_says_why() {
+    let mut h = Harness::new(Config { users: Some(directory()), ..Config::default() });
+    h.input(Input::Connected { conn: ConnId(1) });
+    h.pending.clear();
+    h.input(Input::Authenticate { conn: ConnId(1), token: "not-a-token".into() });
+    match &h.pending[..] {
+        [Effect::Log(log), Effect::Close { conn: ConnId(1) }] => {
+            assert_eq!(log.event, "client.auth_failed");
+            assert!(log.detail.contains("bearer token matches no user") && !log.detail.contains("not-a-token"), "{log:?}");
+        }
+        other => panic!("a log line saying why, then the close, and nothing sent: {other:?}"),
+    }
+    assert!(h.host.view().conns.get(&ConnId(1)).is_some_and(|c| c.principal.is_none()));
+    // On a host with no users directory there is nobody to be: nothing
+    // happens, the connection is served as any other.
+    let mut h = Harness::new(Config::default());
+    h.input(Input::Connected { conn: ConnId(1) });
+    h.pending.clear();
+    h.input(Input::Authenticate { conn: ConnId(1), token: "whatever".into() });
+    assert!(h.pending.is_empty(), "{:?}", h.pending);
+    h.connect(2, "c2");
 }
 
 #[test]

@@ -4,13 +4,11 @@
 //! after a client's cancel the backend never recorded, and in exports;
 //! never twice when the backend has it too.
 
-mod harness;
-
 use std::collections::BTreeMap;
 
 use ahp_types::state::Turn;
 use ahpd_core::{BackendCmd, Config, Outcome, SessionRecord};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 

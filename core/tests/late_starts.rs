@@ -3,10 +3,8 @@
 //! names is real, so the next wake resumes that one, not the id the host
 //! first asked for, and the chat's turns come back.
 
-mod harness;
-
 use ahpd_core::{BackendCmd, BackendEvent, Config, Input, OpId, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 /// A live session `s1` with a second chat whose start is still

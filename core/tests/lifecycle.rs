@@ -1,10 +1,8 @@
 //! Scenarios for "The life of a session" (Sessions page): createSession
 //! order, provisional sessions, first turns, dispose, and protocol errors.
 
-mod harness;
-
 use ahpd_core::{BackendCmd, Config, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn methods(frames: &[Value]) -> Vec<String> {

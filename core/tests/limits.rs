@@ -1,10 +1,8 @@
 //! Bounds on what one client may ask (issue: hostile input): each refusal
 //! is a clear error, and the host goes on serving.
 
-mod harness;
-
 use ahpd_core::{Config, Limits};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 fn limited(limits: Limits) -> Harness {

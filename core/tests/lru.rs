@@ -2,13 +2,11 @@
 //! "proptest model tests"): a list of sessions in order of last use, moved
 //! to the back on every use, whose front goes first.
 
-mod harness;
-
 use std::collections::BTreeSet;
 
 use ahpd_core::lru::least_recent;
 use ahpd_core::Config;
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use proptest::prelude::*;
 use serde_json::json;
 

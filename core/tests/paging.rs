@@ -1,9 +1,7 @@
 //! The catalogue and paging (Sessions page, "Finding one").
 
-mod harness;
-
 use ahpd_core::Config;
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -3,11 +3,9 @@
 //! `plugin:<name>` for the users directory's plugins. Neither records a
 //! scope; root holds every grant and may delete any session.
 
-mod harness;
-
 use ahpd_core::grants::{token_hash, Membership, Plugin, Role, User, UsersDirectory};
 use ahpd_core::Config;
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn config() -> Config {

@@ -3,12 +3,10 @@
 //! `changes` in "The state a session reports"). Git itself is answered by
 //! hand here; `shell/src/exec/git.rs` tests it on real repositories.
 
-mod harness;
-
 use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::{BackendCmd, Config, Outcome, StoreCmd};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn repo_facts() -> RepoFacts {
@@ -214,7 +212,9 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
         }
         other => panic!("{other:?}"),
     };
-    assert_eq!(plan.base, "develop");
+    assert_eq!(plan.base.as_deref(), Some("develop"));
+    let branch = ahpd_core::worktree::session_branch("", "ahp-session@w").expect("a valid branch");
+    assert_eq!(plan.names.first().map(|n| &n.branch), Some(&branch), "the session's own branch first: {plan:?}");
     assert_eq!(plan.symlink_folders, ["node_modules"]);
     assert!(plan.create_new_branch);
     let tree = WorktreeRecord {
@@ -298,7 +298,8 @@ fn a_worktree_session_moves_into_its_tree_on_its_first_send_and_counts_its_branc
     h.settle_backend();
     let cmds = h.git_cmds();
     let op = match &cmds[..] {
-        [(op, GitCmd::Dispose { repo, refs_prefix, worktree: Some(w) })] => {
+        [(op, GitCmd::Dispose { repo, refs_prefix, worktree: Some(w), removal })] => {
+            assert_eq!(*removal, ahpd_core::git::Removal::UnlessUncommitted, "a tree with uncommitted work stays");
             assert_eq!(repo, "/src/app");
             assert!(refs_prefix.starts_with("refs/agents/") && refs_prefix.ends_with("/checkpoints/"));
             assert_eq!(w, &tree);
@@ -329,6 +330,57 @@ fn a_tree_git_cannot_make_fails_that_send_clearly() {
     assert!(message.contains("worktree could not be made") && message.contains("no commits yet"), "{err}");
     assert!(frames.iter().any(|f| f["params"]["action"]["type"] == "session/creationFailed"), "{frames:?}");
     let _ = uri;
+}
+
+/// A worktree session made where the folder offered no branch (a detached
+/// HEAD, no remote default) names none: its tree's base is settled by the
+/// host from the facts of the folder it is cut in, read just before (the
+/// root may have moved to another repository meanwhile), and the names to
+/// try come with it. A read git cannot do fails the send as the cut would.
+#[test]
+fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_first() {
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()] };
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let (uri, chat) = create_in(&mut h, "d", json!({"isolation": "worktree", "worktreeCreateNewBranch": false}), detached);
+    let record = h.host.view().sessions.get(&uri).expect("held").record.clone();
+    assert!(!record.config.contains_key("branch"), "nothing to settle: {:?}", record.config);
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    let op = match &cmds[..] {
+        [(op, GitCmd::Inspect { folder })] if folder == "/src/app" => *op,
+        other => panic!("the folder's facts are read before the tree is cut: {other:?}"),
+    };
+    assert!(h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Send { .. })), "the turn waits for its tree");
+    // Checked out on `main` since: a worktree's default is the branch
+    // checked out when the remote names none.
+    let now = RepoFacts { current_branch: Some("main".into()), default_branch: None, ..repo_facts() };
+    h.done(op, Outcome::Git(GitResult::Repo(now)));
+    let cmds = h.git_cmds();
+    let plan = match &cmds[..] {
+        [(_, GitCmd::Begin { folder, worktree: Some(plan), .. })] if folder == "/src/app" => plan.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(plan.base.as_deref(), Some("main"));
+    assert!(!plan.create_new_branch);
+    assert_eq!(plan.names.first().map(|n| (n.branch.as_str(), n.folder.as_str())), Some(("main", "main")), "{plan:?}");
+    assert_eq!(plan.names.get(1).map(|n| n.folder.as_str()), Some("main-2"));
+
+    // The same read failing fails the send, in git's words.
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c");
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()] };
+    let (_, chat) = create_in(&mut h, "e", json!({"isolation": "worktree"}), detached);
+    h.frames(1);
+    h.start_turn(1, &chat, 1, "t1", "hi");
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { .. })]), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Failed { message: "could not open the repository".to_owned() });
+    assert!(h.git_cmds().is_empty(), "no tree is cut");
+    let frames = h.frames(1);
+    let err = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/error").expect("chat/error");
+    let message = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("worktree could not be made") && message.contains("could not open the repository"), "{err}");
 }
 
 #[test]
@@ -570,7 +622,7 @@ fn an_archived_session_takes_its_tree_off_the_disk_once_its_agents_are_gone_and_
     assert_eq!(phase(&h, &uri), "asleep");
     let cmds = h.git_cmds();
     let op = match &cmds[..] {
-        [(op, GitCmd::ArchiveTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path => *op,
+        [(op, GitCmd::ArchiveTree { repo, worktree, .. })] if repo == "/src/app" && worktree.path == tree.path => *op,
         other => panic!("{other:?}"),
     };
     h.done(op, Outcome::Git(GitResult::TreeArchived { kept: false }));
@@ -683,7 +735,7 @@ fn a_session_moved_to_another_folder_keeps_its_tree_and_takes_it_along_on_archiv
     unwatch(&mut h, &uri, &chat);
     archive(&mut h, &uri, 4, true);
     let cmds = h.git_cmds();
-    assert!(matches!(&cmds[..], [(_, GitCmd::ArchiveTree { repo, worktree })] if repo == "/src/app" && worktree.path == tree.path), "{cmds:?}");
+    assert!(matches!(&cmds[..], [(_, GitCmd::ArchiveTree { repo, worktree, .. })] if repo == "/src/app" && worktree.path == tree.path), "{cmds:?}");
     h.done(cmds[0].0, Outcome::Git(GitResult::TreeArchived { kept: false }));
     h.settle();
     // Disposed: the refs and tree of both folders go (once the tombstone

@@ -3,10 +3,8 @@
 //! the grace, then cancels them through their backends, and says it has
 //! drained so the shell may exit.
 
-mod harness;
-
 use ahpd_core::{BackendCmd, Config, Input};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 #[test]

@@ -1,10 +1,8 @@
 //! Scenarios for "Sleep and wake" (Sessions page): idle sleep, the
 //! residency limit, waking, shared resumes, failed resumes, restarts.
 
-mod harness;
-
 use ahpd_core::{AgentSpec, BackendCmd, Config, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 fn config(sleep_after_ms: u64, residency_limit: usize) -> Config {

@@ -3,14 +3,12 @@
 //! chat that holds turns is never started over them in a tree, and a
 //! client's move out of the tree is one write with the tree it leaves.
 
-mod harness;
-
 use std::collections::BTreeMap;
 
 use ahpd_core::git::{GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::session::state::replayed_turn;
 use ahpd_core::{BackendCmd, Config, Outcome, StoreCmd};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 fn repo_facts() -> RepoFacts {

@@ -3,12 +3,10 @@
 //! came from is"; `core/src/trust.rs`). Git is answered by hand here;
 //! `tests/e2e_git.rs` runs it on a real repository.
 
-mod harness;
-
 use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreeRecord};
 use ahpd_core::trust::Trust;
 use ahpd_core::{Config, Outcome};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 fn trusting(folders: &[&str]) -> Config {

@@ -5,12 +5,10 @@
 //! wake, as for a session after a restart." Each case starts from a
 //! restart (the session asleep, its state not held) and asks one thing.
 
-mod harness;
-
 use std::collections::BTreeMap;
 
 use ahpd_core::{BackendCmd, Config, SessionRecord};
-use harness::Harness;
+use ahpd_core::testkit::Harness;
 use serde_json::{json, Value};
 
 

@@ -2,7 +2,7 @@
 //! core's next deadline, read both clocks once, call `Host::handle`, and
 //! execute the returned effects in order. No other place calls the core.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ahpd_core::{ConnId, Effect, Host, Input, LogEvent, LogLevel, MonoTime, Now, Outbound, WallTime};
@@ -12,11 +12,6 @@ use crate::exec::backend::Backends;
 use crate::exec::net::{Writer, WriterCmd};
 use crate::exec::store::Store;
 use crate::metrics::Metrics;
-
-/// The request id of the `authenticate` the shell sends on a client's
-/// behalf for a handshake bearer token; its reply is never shown to the
-/// client.
-pub const HANDSHAKE_AUTH_ID: u64 = u64::MAX;
 
 /// Something for the driver: a core input, or a new connection's writer
 /// (registered before its `Input::Connected` is handed to the core).
@@ -33,7 +28,7 @@ pub enum Event {
         /// Where its outgoing frames go, in order.
         writer: Writer,
         /// The handshake's `Authorization: Bearer` token, if any: fed to
-        /// the core as an `authenticate` request right after
+        /// the core as `Input::Authenticate` right after
         /// `Input::Connected`, before the client's first frame.
         bearer: Option<String>,
     },
@@ -138,9 +133,6 @@ pub struct Driver {
     pub turn_grace: Duration,
     writers: HashMap<ConnId, Writer>,
     metrics: Metrics,
-    /// Connections whose handshake `authenticate` reply is owed (and is to
-    /// be swallowed).
-    swallow: HashSet<ConnId>,
     /// The workspace-awareness registry executor, if awareness is on.
     registry: Option<crate::exec::registry::Registry>,
 }
@@ -163,10 +155,9 @@ impl Driver {
             store,
             backends,
             grace,
-            turn_grace: Duration::from_secs(30),
+            turn_grace: Duration::from_millis(ahpd_core::config::SHUTDOWN_GRACE_MS),
             writers: HashMap::new(),
             metrics: Metrics::default(),
-            swallow: HashSet::new(),
             registry: None,
         }
     }
@@ -233,7 +224,7 @@ impl Driver {
             last_tick = matches!(input, Input::Tick).then(|| self.clock.now().mono);
             self.feed(input);
             if let Some((conn, token)) = bearer_token {
-                self.handshake_authenticate(conn, token);
+                self.feed(Input::Authenticate { conn, token });
             }
             if stopping && self.host.drained() {
                 tracing::info!("every turn has ended; finishing queued store writes");
@@ -268,24 +259,8 @@ impl Driver {
         }
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
-            self.swallow.remove(&conn);
             self.metrics.forget_conn(conn);
         }
-    }
-
-    /// Feeds a new connection's handshake bearer token to the core as an
-    /// `authenticate` request, before the client's first frame, so that its
-    /// `initialize` (and the subscriptions it names) is checked against
-    /// who it is.
-    fn handshake_authenticate(&mut self, conn: ConnId, token: String) {
-        let frame = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": HANDSHAKE_AUTH_ID,
-            "method": "authenticate",
-            "params": { "channel": "ahp-root://", "resource": "ahpd", "token": token },
-        });
-        self.swallow.insert(conn);
-        self.feed(Input::Frame { conn, text: frame.to_string() });
     }
 
     fn execute(&mut self, effect: Effect) {
@@ -297,15 +272,6 @@ impl Driver {
                     _ => None,
                 };
                 if let Some((id, code)) = reply {
-                    if id == Some(HANDSHAKE_AUTH_ID) && self.swallow.remove(&conn) {
-                        if code.is_some() {
-                            tracing::warn!(conn = conn.0, "the handshake's bearer token matches no user; closing the connection");
-                            if let Some(w) = self.writers.get(&conn) {
-                                w.send(WriterCmd::Close);
-                            }
-                        }
-                        return;
-                    }
                     self.metrics.reply_out(conn, id, code.map(i64::from));
                 }
                 match self.writers.get(&conn) {

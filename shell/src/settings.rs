@@ -26,13 +26,6 @@ use crate::exec::store::StoreKind;
 
 /// The built-in listening address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
-/// The built-in `sleep_after_minutes`.
-pub const DEFAULT_SLEEP_AFTER_MINUTES: f64 = 30.0;
-/// The built-in `residency_limit`.
-pub const DEFAULT_RESIDENCY_LIMIT: usize = 10;
-/// The built-in `shutdown_grace_seconds`: how long running turns may go
-/// on after SIGTERM before they are cancelled.
-pub const DEFAULT_SHUTDOWN_GRACE_SECONDS: u64 = 30;
 
 /// How log lines are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
@@ -483,7 +476,9 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         Some(FileStoreKind::Memory) => StoreKind::Memory,
         Some(FileStoreKind::File) | None => StoreKind::File,
     });
-    let d = Limits::default();
+    // The spec's defaults are the core's (`Config::default`), set once there.
+    let defaults = ahpd_core::Config::default();
+    let d = &defaults.limits;
     let (g, f) = (&given.limits, &file.limits);
     let limits = Limits {
         frame_max_bytes: g.frame_max_bytes.or(f.frame_max_bytes).unwrap_or(d.frame_max_bytes),
@@ -507,13 +502,16 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         listen,
         data_dir,
         sessions,
-        sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(DEFAULT_SLEEP_AFTER_MINUTES),
-        residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(DEFAULT_RESIDENCY_LIMIT),
-        shutdown_grace_seconds: given.shutdown_grace_seconds.or(file.shutdown_grace_seconds).unwrap_or(DEFAULT_SHUTDOWN_GRACE_SECONDS),
+        sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(defaults.sleep_after_ms as f64 / 60_000.0),
+        residency_limit: given.residency_limit.or(file.residency_limit).unwrap_or(defaults.residency_limit),
+        shutdown_grace_seconds: given
+            .shutdown_grace_seconds
+            .or(file.shutdown_grace_seconds)
+            .unwrap_or(ahpd_core::config::SHUTDOWN_GRACE_MS / 1000),
         worktrees_root: given.worktrees_root.or(file.worktrees_root),
         awareness_dir: given.awareness_dir.or(file.awareness_dir),
         claude_projects: given.claude_projects.or(file.claude_projects),
-        show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(ExternalMode::None),
+        show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(defaults.show_external_sessions),
         agents: crate::agents::settle(&file.agents, &given.agents)?,
         limits,
         users_file,

@@ -19,16 +19,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreePlan, WorktreeRecord};
-use ahpd_core::session_config::default_branch;
+use ahpd_core::git::{Changes, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
 use ahpd_core::trust::within;
-use ahpd_core::worktree::{folder_name, pattern_matches, tree_path};
+use ahpd_core::worktree::{pattern_matches, tree_path};
 
 use crate::rng::SimRng;
-
-/// Most suffixes tried when a tree's branch or folder is taken (the
-/// shell's `NAME_TRIES`).
-const NAME_TRIES: u32 = 50;
 
 /// A tree of files: path (relative to the repository's top) to its lines.
 type Files = BTreeMap<String, Vec<u64>>;
@@ -387,21 +382,21 @@ impl GitWorld {
                     .ok_or_else(|| format!("could not read the base {base}: revspec '{base}' not found"))?;
                 Ok(GitResult::Checkpointed { changes: diff(&repo.commits[&base_id], &repo.commits[&written]) })
             }
-            GitCmd::Dispose { repo, refs_prefix, worktree } => {
+            GitCmd::Dispose { repo, refs_prefix, worktree, removal } => {
                 let Some(at) = self.locate(repo)? else { return Ok(GitResult::Disposed { kept_tree: false }) };
                 if refs_prefix.starts_with("refs/agents/") && refs_prefix.len() > "refs/agents/".len() {
                     self.repos[at.0].refs.retain(|r, _| !r.starts_with(refs_prefix.as_str()));
                 }
                 let Some(w) = worktree else { return Ok(GitResult::Disposed { kept_tree: false }) };
-                Ok(GitResult::Disposed { kept_tree: self.take_off_disk(at.0, w) })
+                Ok(GitResult::Disposed { kept_tree: self.take_off_disk(at.0, w, *removal) })
             }
             GitCmd::MakeTree { folder, plan } => {
                 let at = self.locate(folder)?.ok_or_else(|| format!("{folder} is not in a git repository"))?;
                 Ok(GitResult::TreeMade { worktree: self.make_worktree(&at, plan)? })
             }
-            GitCmd::ArchiveTree { repo, worktree } => {
+            GitCmd::ArchiveTree { repo, worktree, removal } => {
                 let at = self.locate(repo)?.ok_or_else(|| format!("{repo} is not in a git repository"))?;
-                Ok(GitResult::TreeArchived { kept: self.take_off_disk(at.0, worktree) })
+                Ok(GitResult::TreeArchived { kept: self.take_off_disk(at.0, worktree, *removal) })
             }
             GitCmd::RestoreTree { repo, worktree } => {
                 let at = self.locate(repo)?.ok_or_else(|| format!("{repo} is not in a git repository"))?;
@@ -421,8 +416,8 @@ impl GitWorld {
         id
     }
 
-    /// The shell's `make_worktree`: base, branch and folder chosen as it
-    /// does; git's refusals as errors.
+    /// The shell's `make_worktree`: the plan's base, the first of its
+    /// names that is free; git's refusals as errors.
     fn make_worktree(&mut self, at: &At, plan: &WorktreePlan) -> Result<WorktreeRecord, String> {
         let ri = at.0;
         let root = self.repos[ri].root.clone();
@@ -432,7 +427,7 @@ impl GitWorld {
         if self.head_commit(at).is_none() && facts.branches.is_empty() {
             return Err("the repository has no commits yet: a worktree needs a commit to start from".to_owned());
         }
-        let base = if plan.base.is_empty() { default_branch(&facts, true) } else { Some(plan.base.clone()) };
+        let base = plan.base.clone();
         let (commit, upstream) = match &base {
             Some(b) => {
                 let repo = &self.repos[ri];
@@ -451,22 +446,16 @@ impl GitWorld {
             repo.trees.contains_key(folder) || repo.trees.values().any(|e| e.path == path)
         };
         let (branch, folder) = if plan.create_new_branch {
-            let chosen = (1..=NAME_TRIES).find_map(|i| {
-                let name = if i == 1 { plan.new_branch.clone() } else { format!("{}-{i}", plan.new_branch) };
-                let folder = folder_name(&name);
-                (!branch_taken(&name) && !folder_taken(&folder)).then_some((name, folder))
-            });
-            chosen.ok_or_else(|| format!("every name tried for the branch {} is taken", plan.new_branch))?
+            let first = plan.names.first().map(|n| n.branch.as_str()).unwrap_or_default();
+            let chosen = plan.names.iter().find(|n| !branch_taken(&n.branch) && !folder_taken(&n.folder));
+            let chosen = chosen.ok_or_else(|| format!("every name tried for the branch {first} is taken"))?;
+            (chosen.branch.clone(), chosen.folder.clone())
         } else {
             let Some(name) = base.clone() else {
                 return Err("no branch is checked out and none was chosen: name a branch to check out".to_owned());
             };
-            let chosen = (1..=NAME_TRIES).find_map(|i| {
-                let f = folder_name(&name);
-                let f = if i == 1 { f } else { format!("{f}-{i}") };
-                (!folder_taken(&f)).then_some(f)
-            });
-            (name.clone(), chosen.ok_or_else(|| format!("every folder tried for the branch {name} is taken"))?)
+            let chosen = plan.names.iter().find(|n| !folder_taken(&n.folder));
+            (name.clone(), chosen.ok_or_else(|| format!("every folder tried for the branch {name} is taken"))?.folder.clone())
         };
         let path = tree_path(&root, None, &folder);
         // The branch is made (or already there) before git adds the tree,
@@ -523,14 +512,17 @@ impl GitWorld {
         placed
     }
 
-    /// The shell's `take_off_disk`: a tree with uncommitted work stays
-    /// (true); else its folder goes and its entry is pruned, its branch
-    /// kept.
-    fn take_off_disk(&mut self, ri: usize, w: &WorktreeRecord) -> bool {
+    /// The shell's `take_off_disk`: as `removal` says, a tree with
+    /// uncommitted work stays (true); else its folder goes and its entry is
+    /// pruned, its branch kept.
+    fn take_off_disk(&mut self, ri: usize, w: &WorktreeRecord, removal: Removal) -> bool {
         let on_disk = self.repos[ri].trees.iter().find(|(_, e)| e.path == w.path && e.checkout.is_some()).map(|(n, _)| n.clone());
         if let Some(name) = on_disk {
             let at = (ri, Some(name.clone()));
-            if without(&self.checkout(&at).work, &w.placed) != without(&self.head_files(&at), &w.placed) {
+            let keep = match removal {
+                Removal::UnlessUncommitted => without(&self.checkout(&at).work, &w.placed) != without(&self.head_files(&at), &w.placed),
+            };
+            if keep {
                 self.stats.trees_kept += 1;
                 return true;
             }
@@ -627,21 +619,34 @@ impl GitWorld {
 mod tests {
     use super::*;
 
-    fn plan(new_branch: &str) -> WorktreePlan {
+    /// A plan for a new branch cut from `base`, named as the core names it.
+    fn plan_from(base: Option<&str>, new_branch: &str, create_new_branch: bool) -> WorktreePlan {
         WorktreePlan {
-            base: String::new(),
-            new_branch: new_branch.to_owned(),
-            create_new_branch: true,
+            base: base.map(str::to_owned),
+            names: ahpd_core::worktree::tree_names(create_new_branch, new_branch, base),
+            create_new_branch,
             track: false,
             include_files: vec![".env".into()],
             symlink_folders: vec!["node_modules".into()],
         }
     }
 
+    /// The plan the core makes for a worktree session in `folder` whose
+    /// config named no branch: the default it settles from the folder's
+    /// facts (`session_config::settle`).
+    fn plan(g: &mut GitWorld, folder: &str, new_branch: &str) -> WorktreePlan {
+        let facts = match g.run(&GitCmd::Inspect { folder: folder.to_owned() }) {
+            Ok(GitResult::Repo(f)) => f,
+            other => panic!("{other:?}"),
+        };
+        plan_from(ahpd_core::session_config::default_branch(&facts, true).as_deref(), new_branch, true)
+    }
+
     #[test]
     fn a_tree_is_made_beside_the_repository_checkpointed_archived_and_put_back() {
         let mut g = GitWorld::new(true, false, false);
-        let begun = g.run(&GitCmd::Begin { folder: "/work/repo1/pkg".into(), checkpoint_ref: "refs/agents/s1/checkpoints/turn/0".into(), worktree: Some(plan("agents/s1")) });
+        let p = plan(&mut g, "/work/repo1/pkg", "agents/s1");
+        let begun = g.run(&GitCmd::Begin { folder: "/work/repo1/pkg".into(), checkpoint_ref: "refs/agents/s1/checkpoints/turn/0".into(), worktree: Some(p) });
         let Ok(GitResult::Begun { repo_root: Some(root), worktree: Some(w) }) = begun else { panic!("{begun:?}") };
         assert_eq!(root, "/work/repo1");
         assert!(w.path.starts_with("/work/repo1.worktrees/agents-s1-"), "{}", w.path);
@@ -657,7 +662,7 @@ mod tests {
         }
         assert!(matches!(cp(&mut g, 2), Ok(GitResult::Checkpointed { changes }) if changes.files > 0));
         // Dirty or committed: archive keeps a dirty tree, removes a clean one.
-        let archived = g.run(&GitCmd::ArchiveTree { repo: "/work/repo1".into(), worktree: w.clone() });
+        let archived = g.run(&GitCmd::ArchiveTree { repo: "/work/repo1".into(), worktree: w.clone(), removal: Removal::UnlessUncommitted });
         let Ok(GitResult::TreeArchived { kept }) = archived else { panic!("{archived:?}") };
         assert_eq!(kept, g.removed.is_empty());
         if !kept {
@@ -670,14 +675,14 @@ mod tests {
     #[test]
     fn git_refuses_what_the_shell_refuses() {
         let mut g = GitWorld::new(true, false, true);
-        let mut p = plan("x");
-        p.create_new_branch = false;
-        p.base = "main".into();
+        let p = plan_from(Some("main"), "x", false);
         let r = g.run(&GitCmd::MakeTree { folder: "/work/repo1".into(), plan: p });
         assert!(matches!(&r, Err(m) if m.contains("already checked out")), "{r:?}");
-        let r = g.run(&GitCmd::Begin { folder: "/work/empty".into(), checkpoint_ref: "refs/agents/e/checkpoints/turn/0".into(), worktree: Some(plan("agents/e")) });
+        let p = plan(&mut g, "/work/empty", "agents/e");
+        let r = g.run(&GitCmd::Begin { folder: "/work/empty".into(), checkpoint_ref: "refs/agents/e/checkpoints/turn/0".into(), worktree: Some(p) });
         assert!(matches!(&r, Err(m) if m.contains("no commits yet")), "{r:?}");
-        let r = g.run(&GitCmd::MakeTree { folder: "/work/plain".into(), plan: plan("y") });
+        let p = plan(&mut g, "/work/plain", "y");
+        let r = g.run(&GitCmd::MakeTree { folder: "/work/plain".into(), plan: p });
         assert!(matches!(&r, Err(m) if m.contains("is not in a git repository")), "{r:?}");
         let facts = g.run(&GitCmd::Inspect { folder: "/work/repo2".into() });
         assert!(matches!(facts, Ok(GitResult::Repo(RepoFacts { current_branch: None, default_branch: None, .. }))), "a detached HEAD");

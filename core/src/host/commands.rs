@@ -134,7 +134,7 @@ impl Host {
         // The config, settled against the folder's repository.
         let asked: serde_json::Map<String, Value> = request.config.unwrap_or_default().into_iter().collect();
         let memberships = self.memberships_of(conn);
-        let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref(), crate::session_config::backend_properties(&provider));
+        let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref());
         let in_tree = self.window_tree_of(request.working_directories.as_deref().and_then(|d| d.first()));
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,

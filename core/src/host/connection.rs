@@ -356,14 +356,54 @@ impl Host {
             Ok(p) => p,
             Err(e) => return self.reply_error(conn, id, e),
         };
-        let Some(users) = self.config.users.as_ref() else {
+        if self.config.users.is_none() {
             return self.reply(conn, id, serde_json::json!({}));
-        };
-        // The host's own token first (root), then users, then plugins.
-        let is_root = self.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(&params.token, h));
+        }
+        if self.sign_in(conn, &params.token) {
+            self.reply(conn, id, serde_json::json!({}));
+        } else {
+            crate::mark!("auth_failed");
+            self.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
+            self.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
+        }
+    }
+
+    /// `Input::Authenticate`: the handshake's bearer token signs the
+    /// connection in as `authenticate` would, with no reply; one that
+    /// names nobody closes the connection (a client that presented a
+    /// credential is never served as somebody else, or as nobody). A
+    /// connection refused at `Connected` is closing already.
+    pub(crate) fn on_bearer(&mut self, conn: ConnId, token: &str) {
+        if self.refused.contains(&conn) {
+            return;
+        }
+        if !self.conns.contains_key(&conn) {
+            // As for a frame: a connection the host never saw connect is
+            // taken as connected (within the connection limit).
+            self.on_connected(conn);
+            if self.refused.contains(&conn) {
+                return;
+            }
+        }
+        if self.config.users.is_none() || self.sign_in(conn, token) {
+            return;
+        }
+        crate::mark!("auth_failed");
+        self.log(LogLevel::Warn, "client.auth_failed", None, format!(
+            "connection {}: the handshake's bearer token matches no user; closing the connection", conn.0
+        ));
+        self.effects.push(Effect::Close { conn });
+    }
+
+    /// Makes `conn` whoever `token` names on a host with a users directory
+    /// (the host's own token first, then users, then plugins) and logs who;
+    /// false when it names nobody (nothing changes, nothing is logged).
+    fn sign_in(&mut self, conn: ConnId, token: &str) -> bool {
+        let Some(users) = self.config.users.as_ref() else { return false };
+        let is_root = self.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(token, h));
         let principal = if is_root {
             Some(crate::grants::Principal::Root { host: self.config.host_name.clone() })
-        } else if let Some(user) = users.authenticate(&params.token) {
+        } else if let Some(user) = users.authenticate(token) {
             Some(crate::grants::Principal::User {
                 id: user.id.clone(),
                 role: user.role,
@@ -371,23 +411,15 @@ impl Host {
                 memberships: user.memberships.clone(),
             })
         } else {
-            users.authenticate_plugin(&params.token).map(|p| crate::grants::Principal::Plugin { name: p.name.clone(), role: p.role })
+            users.authenticate_plugin(token).map(|p| crate::grants::Principal::Plugin { name: p.name.clone(), role: p.role })
         };
-        match principal {
-            Some(principal) => {
-                let owner = principal.owner();
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.principal = Some(principal);
-                }
-                crate::mark!("authenticated");
-                self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
-                self.reply(conn, id, serde_json::json!({}));
-            }
-            None => {
-                crate::mark!("auth_failed");
-                self.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
-                self.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
-            }
+        let Some(principal) = principal else { return false };
+        let owner = principal.owner();
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.principal = Some(principal);
         }
+        crate::mark!("authenticated");
+        self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
+        true
     }
 }

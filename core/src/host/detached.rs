@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::connection::parse;
-use super::git::{plan_for, GitOp};
+use super::git::{plan_for, GitOp, TreeCut};
 use super::{Host, Op};
 use crate::detached::{self as data, Detached, Step, UNKNOWN_HANDLE};
 use crate::effect::{ConnId, LogLevel, OpId};
@@ -151,10 +151,16 @@ impl Host {
             Ok(b) => b,
             Err(e) => return self.reply_error(conn, id, refuse(&e.0)),
         };
-        let plan = plan_for(&values, branch);
+        let plan = plan_for(&values, &branch);
         let handle = data::handle_from(self.rng.next_u64(), self.rng.next_u64());
         let owner = self.owner_of(conn);
         let make = DetachedOp::Make { conn, id, handle, owner, session: p.session, folder_uri, repo: repo.clone() };
+        if plan.base.is_none() {
+            // No base named: the folder's facts first (`GitOp::Base`).
+            let cut = TreeCut::Make { folder: repo.clone(), new_branch: branch, plan, purpose: make };
+            self.git(Op::Git(GitOp::Base(Box::new(cut))), GitCmd::Inspect { folder: repo });
+            return;
+        }
         self.git(Op::Git(GitOp::Detached(make)), GitCmd::MakeTree { folder: repo, plan });
     }
 
@@ -269,7 +275,7 @@ impl Host {
             if let Some(entry) = self.detached.get_mut(handle) {
                 entry.busy = true;
             }
-            let command = if archive { GitCmd::ArchiveTree { repo, worktree: tree } } else { GitCmd::RestoreTree { repo, worktree: tree } };
+            let command = if archive { GitCmd::ArchiveTree { repo, worktree: tree, removal: super::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
             self.git(Op::Git(GitOp::Detached(DetachedOp::Step { handle: handle.to_owned(), step })), command);
             return;
         }

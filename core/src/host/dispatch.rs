@@ -113,10 +113,9 @@ impl Host {
         let Some(session_uri) = self.session_of(&channel) else { return };
         if let StateAction::SessionConfigChanged(change) = &params.action {
             // Every key of the table is sessionMutable: false, and so is
-            // any backend key that does not say otherwise.
-            let provider = self.sessions.get(&session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            // every other: no backend declares one mutable.
             let change: serde_json::Map<String, Value> = change.config.clone().into_iter().collect();
-            let reason = crate::session_config::refused_change(&change, &crate::session_config::backend_properties(&provider))
+            let reason = crate::session_config::refused_change(&change)
                 .unwrap_or_else(|| "this config change is not accepted".to_owned());
             return self.reject(conn, &channel, params.action, origin, reason);
         }

@@ -15,7 +15,7 @@ use super::connection::parse;
 use super::{Host, Op};
 use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, Effect, LogLevel, OpId};
-use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, WorktreePlan};
+use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, Removal, RepoFacts, WorktreePlan};
 use crate::grants::{Membership, Operation, Principal};
 use crate::input::Outcome;
 use crate::protocol::error::*;
@@ -85,6 +85,40 @@ pub enum GitOp {
     },
     /// A window's own tree (`host/detached.rs`).
     Detached(super::detached::DetachedOp),
+    /// The facts of the folder a tree is to be cut in, read first because
+    /// the session's config names no base branch (its folder offered none
+    /// when the session was made): the base is settled from them
+    /// ([`settle_base`]), then the cut is sent.
+    Base(Box<TreeCut>),
+}
+
+/// A tree cut waiting for its base ([`GitOp::Base`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TreeCut {
+    /// A session's first send: `GitCmd::Begin` once the base is settled.
+    Begin {
+        /// The session.
+        session: Uri,
+        /// The folder git is asked about (and the tree cut from).
+        folder: String,
+        /// The ref of checkpoint `turn/0`.
+        checkpoint_ref: String,
+        /// The branch the tree creates (already checked).
+        new_branch: String,
+        /// The plan, its base and names still to settle.
+        plan: WorktreePlan,
+    },
+    /// A window's tree: `GitCmd::MakeTree` once the base is settled.
+    Make {
+        /// A folder in the repository.
+        folder: String,
+        /// The branch the tree creates (already checked).
+        new_branch: String,
+        /// The plan, its base and names still to settle.
+        plan: WorktreePlan,
+        /// What the tree is for.
+        purpose: super::detached::DetachedOp,
+    },
 }
 
 /// The folder of the tree at `tree` that matches `folder` of the checkout
@@ -96,17 +130,40 @@ pub(crate) fn same_folder_in_tree(folder: &str, checkout_root: Option<&str>, tre
 }
 
 /// How to cut a tree on `new_branch` (already checked) from a session's
-/// config `values`: its base branch, branch options and patterns.
-pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: String) -> WorktreePlan {
+/// config `values`: its base branch, the names to try, branch options and
+/// patterns. The base is the branch the config names: `settle` keeps the
+/// default branch the folder offered when the session was made
+/// (`session_config::default_branch`). A config that names none (the folder
+/// offered none: a detached or unborn HEAD and no remote default) leaves
+/// `base` unset, to be settled from the facts of the folder the tree is
+/// cut in ([`settle_base`]) before the plan is sent.
+pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: &str) -> WorktreePlan {
+    let base = Some(table::string_value(values, table::BRANCH, "")).filter(|b| !b.is_empty());
+    let create_new_branch = table::bool_value(values, table::CREATE_NEW_BRANCH, true);
     WorktreePlan {
-        base: table::string_value(values, table::BRANCH, ""),
-        new_branch,
-        create_new_branch: table::bool_value(values, table::CREATE_NEW_BRANCH, true),
+        names: worktree::tree_names(create_new_branch, new_branch, base.as_deref()),
+        base,
+        create_new_branch,
         track: table::bool_value(values, table::BRANCH_TRACK, false),
         include_files: table::list_value(values, table::INCLUDE_FILES),
         symlink_folders: table::list_value(values, table::SYMLINK_FOLDERS),
     }
 }
+
+/// Settles the base of a plan whose config names none from the `facts` of
+/// the folder the tree is cut in (Sessions page, "Configuration keys": the
+/// default `branch` of a worktree is the repository's default branch, else
+/// the one checked out; with neither, the commit checked out), and the
+/// names to try with it.
+pub(crate) fn settle_base(plan: &mut WorktreePlan, new_branch: &str, facts: &RepoFacts) {
+    plan.base = table::default_branch(facts, true);
+    plan.names = worktree::tree_names(plan.create_new_branch, new_branch, plan.base.as_deref());
+}
+
+/// How every tree the host takes off the disk goes (Sessions page,
+/// "Isolation and worktrees"): never with work nobody committed in it. A
+/// tree that stays is answered as kept, and said in the log.
+pub(crate) const TREE_REMOVAL: Removal = Removal::UnlessUncommitted;
 
 impl Host {
     /// The memberships of the person on `conn`; `None` for a connection
@@ -178,7 +235,7 @@ impl Host {
             return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
         }
         let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
-        let schema = table::compose(facts, memberships.as_deref(), None, table::backend_properties(&provider), &asked);
+        let schema = table::compose(facts, memberships.as_deref(), &asked);
         let values = table::resolve_values(&schema, facts, &asked);
         let mut result = Map::new();
         result.insert("schema".to_owned(), schema.to_json());
@@ -222,15 +279,23 @@ impl Host {
                     return true;
                 }
             };
-            Some(plan_for(&values, new_branch))
+            Some((plan_for(&values, &new_branch), new_branch))
         } else {
             None
         };
         let checkpoint_ref = worktree::checkpoint_ref(&key, 0);
-        let op = self.git(
-            Op::Git(GitOp::Begin { session: session_uri.clone(), folder: folder.clone() }),
-            GitCmd::Begin { folder, checkpoint_ref, worktree },
-        );
+        let (purpose, command) = match worktree {
+            // No base named: the folder's facts first (`GitOp::Base`).
+            Some((plan, new_branch)) if plan.base.is_none() => {
+                let cut = TreeCut::Begin { session: session_uri.clone(), folder: folder.clone(), checkpoint_ref, new_branch, plan };
+                (GitOp::Base(Box::new(cut)), GitCmd::Inspect { folder })
+            }
+            worktree => (
+                GitOp::Begin { session: session_uri.clone(), folder: folder.clone() },
+                GitCmd::Begin { folder, checkpoint_ref, worktree: worktree.map(|(plan, _)| plan) },
+            ),
+        };
+        let op = self.git(Op::Git(purpose), command);
         if let Some(s) = self.sessions.get_mut(session_uri) {
             s.git_begin = Some(op);
             s.git_ops.insert(op);
@@ -287,7 +352,7 @@ impl Host {
         // Trees handed to it: passed on, or removed with their maker's refs.
         for tree in shared {
             if !self.hand_over_tree(session_uri, &tree) {
-                ops.push(self.git(purpose(), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree) }));
+                ops.push(self.git(purpose(), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree), removal: TREE_REMOVAL }));
             }
         }
         let Some(git) = git else { return ops };
@@ -297,13 +362,13 @@ impl Host {
         // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
             let worktree = former.worktree.clone().filter(|w| !kept(self, &former.folder, w));
-            ops.push(self.git(purpose(), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree }));
+            ops.push(self.git(purpose(), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree, removal: TREE_REMOVAL }));
         }
         if git.repo_root.is_none() || git.moved {
             return ops;
         }
         let worktree = git.worktree.clone().filter(|w| !kept(self, &git.folder, w));
-        ops.push(self.git(purpose(), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree }));
+        ops.push(self.git(purpose(), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree, removal: TREE_REMOVAL }));
         ops
     }
 
@@ -397,6 +462,51 @@ impl Host {
             }
             GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
             GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome),
+            GitOp::Base(cut) => self.on_base_facts(op, *cut, outcome),
+        }
+    }
+
+    /// The facts a tree's base is settled from came ([`GitOp::Base`]): the
+    /// cut is sent with its base and names settled. A read git could not
+    /// do fails the cut as the cut's own failure would (git's words).
+    fn on_base_facts(&mut self, op: OpId, cut: TreeCut, outcome: Outcome) {
+        let facts = match outcome {
+            Outcome::Git(GitResult::Repo(facts)) => facts,
+            Outcome::Failed { message } => {
+                let failed = Outcome::Failed { message };
+                return match cut {
+                    TreeCut::Begin { session, folder, .. } => self.on_begun(&session, op, folder, failed),
+                    TreeCut::Make { purpose, .. } => self.on_detached_done(op, purpose, failed),
+                };
+            }
+            _ => RepoFacts::not_a_repo(),
+        };
+        match cut {
+            TreeCut::Begin { session, folder, checkpoint_ref, new_branch, mut plan } => {
+                let Some(s) = self.sessions.get_mut(&session) else { return };
+                s.git_ops.remove(&op);
+                if s.git_begin != Some(op) {
+                    return;
+                }
+                s.git_begin = None;
+                // Disposed meanwhile: no tree is cut for it.
+                if matches!(s.phase, Phase::Disposing { .. }) {
+                    return;
+                }
+                settle_base(&mut plan, &new_branch, &facts);
+                let begin = self.git(
+                    Op::Git(GitOp::Begin { session: session.clone(), folder: folder.clone() }),
+                    GitCmd::Begin { folder, checkpoint_ref, worktree: Some(plan) },
+                );
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.git_begin = Some(begin);
+                    s.git_ops.insert(begin);
+                }
+            }
+            TreeCut::Make { folder, new_branch, mut plan, purpose } => {
+                settle_base(&mut plan, &new_branch, &facts);
+                self.git(Op::Git(GitOp::Detached(purpose)), GitCmd::MakeTree { folder, plan });
+            }
         }
     }
 
@@ -423,7 +533,7 @@ impl Host {
             if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
                 if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
                     let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
-                    self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree });
+                    self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
                 }
             }
             return;
@@ -436,7 +546,7 @@ impl Host {
         if matches!(session.phase, Phase::Disposing { .. }) {
             if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
                 let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
-                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree });
+                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
             }
             return;
         }

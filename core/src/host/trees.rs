@@ -130,7 +130,7 @@ impl Host {
                     continue;
                 }
             }
-            let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree } } else { GitCmd::RestoreTree { repo, worktree: tree } };
+            let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree, removal: super::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
             self.git(Op::Git(GitOp::TreeArchive { session: session_uri.clone(), path, archived }), command);
         }
     }

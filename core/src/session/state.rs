@@ -67,8 +67,7 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
 /// written with it.
 pub fn session_config(record: &SessionRecord) -> Option<serde_json::Value> {
     let offer = record.offer.as_ref()?;
-    let backend = crate::session_config::backend_properties(&record.provider);
-    Some(crate::session_config::reported(offer, record.scope.as_deref(), backend, &record.config))
+    Some(crate::session_config::reported(offer, record.scope.as_deref(), &record.config))
 }
 
 /// The offer a record stored before offers were kept is read back with:

@@ -1,8 +1,9 @@
 //! Executes the core's `GitCmd`s with git2 (never the `git` program), on a
 //! blocking thread, answering each with `Input::Done` (Sessions page,
-//! "Isolation and worktrees"). Names were checked by the core; the rules
-//! for defaults, tree locations and patterns are the core's
-//! (`ahpd_core::{session_config, worktree}`), called from here.
+//! "Isolation and worktrees"). Every decision is the core's and comes in
+//! the command: the base branch, the names a tree is tried under, when a
+//! tree may be removed. Tree locations and patterns are the core's rules
+//! too (`ahpd_core::worktree`), called from here.
 //!
 //! Work on one repository is serialized (worktree creation and checkpoint
 //! writes take a per-repository lock keyed by its common git folder).
@@ -15,9 +16,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ahpd_core::git::{Changes, GitCmd, GitResult, RepoFacts, WorktreePlan, WorktreeRecord};
-use ahpd_core::session_config::default_branch;
-use ahpd_core::worktree::{folder_name, pattern_matches, tree_path};
+use ahpd_core::git::{Changes, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
+use ahpd_core::worktree::{pattern_matches, tree_path};
 use ahpd_core::{Input, OpId, Outcome};
 use git2::{BranchType, ErrorCode, IndexAddOption, Repository, Signature, StatusOptions, WorktreeAddOptions};
 
@@ -25,8 +25,6 @@ use crate::driver::EventSink;
 
 /// The name and address checkpoints are signed with.
 const SIGNER: (&str, &str) = ("ahpd", "ahpd@localhost");
-/// Most suffixes tried when a tree's branch or folder is taken.
-const NAME_TRIES: u32 = 50;
 /// Most entries looked at when finding the ignored paths to link or copy.
 const WALK_MAX_ENTRIES: usize = 200_000;
 
@@ -71,9 +69,9 @@ pub fn run(command: &GitCmd, worktrees_root: Option<&str>) -> Result<GitResult, 
         GitCmd::Checkpoint { workdir, checkpoint_ref, base, exclude } => {
             checkpoint(Path::new(workdir), checkpoint_ref, base, exclude).map(|changes| GitResult::Checkpointed { changes })
         }
-        GitCmd::Dispose { repo, refs_prefix, worktree } => dispose(Path::new(repo), refs_prefix, worktree.as_ref()),
+        GitCmd::Dispose { repo, refs_prefix, worktree, removal } => dispose(Path::new(repo), refs_prefix, worktree.as_ref(), *removal),
         GitCmd::MakeTree { folder, plan } => make_tree(Path::new(folder), plan, worktrees_root),
-        GitCmd::ArchiveTree { repo, worktree } => archive_tree(Path::new(repo), worktree),
+        GitCmd::ArchiveTree { repo, worktree, removal } => archive_tree(Path::new(repo), worktree, *removal),
         GitCmd::RestoreTree { repo, worktree } => restore_tree(Path::new(repo), worktree),
     }
 }
@@ -209,6 +207,8 @@ fn resolve_base<'r>(repo: &'r Repository, base: &str) -> Result<(git2::Commit<'r
     Err(format!("the base branch {base} does not exist in this repository"))
 }
 
+/// Cuts the tree `plan` describes: from its base (or the commit checked
+/// out), under the first of its names that is free.
 fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<&str>) -> Result<WorktreeRecord, String> {
     // The tree goes beside the repository's main checkout, also when the
     // folder it is cut from is inside another worktree; ignored files are
@@ -220,10 +220,9 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
     if repo.head().is_err() && facts.branches.is_empty() {
         return Err("the repository has no commits yet: a worktree needs a commit to start from".to_owned());
     }
-    let base = if plan.base.is_empty() { default_branch(&facts, true) } else { Some(plan.base.clone()) };
-    let (commit, upstream) = match &base {
+    let (commit, upstream) = match &plan.base {
         Some(b) => resolve_base(repo, b)?,
-        // A detached HEAD with no default branch: the commit checked out.
+        // No base named: the commit checked out.
         None => {
             let head = repo.head().map_err(|e| err("the repository's HEAD names no commit", e))?;
             (head.peel_to_commit().map_err(|e| err("the repository's HEAD names no commit", e))?, None)
@@ -231,26 +230,20 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
     };
     let branch_taken = |name: &str| repo.find_branch(name, BranchType::Local).is_ok();
     let folder_taken = |folder: &str| Path::new(&tree_path(&root, worktrees_root, folder)).exists() || repo.find_worktree(folder).is_ok();
+    let first = plan.names.first().map(|n| n.branch.clone()).unwrap_or_default();
     let (branch, folder) = if plan.create_new_branch {
-        let mut chosen = None;
-        for i in 1..=NAME_TRIES {
-            let name = if i == 1 { plan.new_branch.clone() } else { format!("{}-{i}", plan.new_branch) };
-            let folder = folder_name(&name);
-            if !branch_taken(&name) && !folder_taken(&folder) {
-                chosen = Some((name, folder));
-                break;
-            }
-        }
-        let (name, folder) = chosen.ok_or_else(|| format!("every name tried for the branch {} is taken", plan.new_branch))?;
+        let chosen = plan.names.iter().find(|n| !branch_taken(&n.branch) && !folder_taken(&n.folder));
+        let chosen = chosen.ok_or_else(|| format!("every name tried for the branch {first} is taken"))?;
+        let name = chosen.branch.clone();
         let mut b = repo.branch(&name, &commit, false).map_err(|e| err(&format!("could not create branch {name}"), e))?;
         if plan.track {
             if let Some(up) = &upstream {
                 b.set_upstream(Some(up)).map_err(|e| err(&format!("could not set {up} as the upstream of {name}"), e))?;
             }
         }
-        (name, folder)
+        (name, chosen.folder.clone())
     } else {
-        let Some(name) = base.clone() else {
+        let Some(name) = plan.base.clone() else {
             return Err("no branch is checked out and none was chosen: name a branch to check out".to_owned());
         };
         if !branch_taken(&name) {
@@ -259,16 +252,8 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
                 let _ = b.set_upstream(Some(up));
             }
         }
-        let mut chosen = None;
-        for i in 1..=NAME_TRIES {
-            let base_folder = folder_name(&name);
-            let folder = if i == 1 { base_folder } else { format!("{base_folder}-{i}") };
-            if !folder_taken(&folder) {
-                chosen = Some(folder);
-                break;
-            }
-        }
-        (name.clone(), chosen.ok_or_else(|| format!("every folder tried for the branch {name} is taken"))?)
+        let chosen = plan.names.iter().find(|n| !folder_taken(&n.folder));
+        (name.clone(), chosen.ok_or_else(|| format!("every folder tried for the branch {name} is taken"))?.folder.clone())
     };
     let path = tree_path(&root, worktrees_root, &folder);
     if let Some(parent) = Path::new(&path).parent() {
@@ -283,7 +268,7 @@ fn make_worktree(repo: &Repository, plan: &WorktreePlan, worktrees_root: Option<
         path,
         branch,
         base_commit: commit.id().to_string(),
-        base_branch: base.unwrap_or_default(),
+        base_branch: plan.base.clone().unwrap_or_default(),
         name: folder,
         placed,
         links: plan.symlink_folders.clone(),
@@ -517,8 +502,8 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
 }
 
 /// `disposeSession`: delete the session's checkpoint refs, and take its
-/// tree off the disk unless it holds uncommitted work (its branch stays).
-fn dispose(folder: &Path, refs_prefix: &str, worktree: Option<&WorktreeRecord>) -> Result<GitResult, String> {
+/// tree off the disk as `removal` says (its branch stays).
+fn dispose(folder: &Path, refs_prefix: &str, worktree: Option<&WorktreeRecord>, removal: Removal) -> Result<GitResult, String> {
     let Some(repo) = open(folder)? else { return Ok(GitResult::Disposed { kept_tree: false }) };
     let lock = repo_lock(&repo);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -537,16 +522,19 @@ fn dispose(folder: &Path, refs_prefix: &str, worktree: Option<&WorktreeRecord>) 
         }
     }
     let Some(w) = worktree else { return Ok(GitResult::Disposed { kept_tree: false }) };
-    Ok(GitResult::Disposed { kept_tree: take_off_disk(&repo, w)? })
+    Ok(GitResult::Disposed { kept_tree: take_off_disk(&repo, w, removal)? })
 }
 
-/// Takes a tree off the disk and out of git's list of worktrees unless it
-/// holds work nobody committed; its branch stays. Returns whether it
-/// stayed. The caller holds the repository's lock.
-fn take_off_disk(repo: &Repository, w: &WorktreeRecord) -> Result<bool, String> {
+/// Takes a tree off the disk and out of git's list of worktrees as
+/// `removal` says; its branch stays. Returns whether it stayed. The caller
+/// holds the repository's lock, so the check and the removal are one step.
+fn take_off_disk(repo: &Repository, w: &WorktreeRecord, removal: Removal) -> Result<bool, String> {
     let path = Path::new(&w.path);
     if path.exists() {
-        if has_uncommitted_work(path, &w.placed)? {
+        let keep = match removal {
+            Removal::UnlessUncommitted => has_uncommitted_work(path, &w.placed)?,
+        };
+        if keep {
             return Ok(true);
         }
         remove_tree(path).map_err(|e| format!("could not remove the worktree {}: {e}", w.path))?;
@@ -571,13 +559,13 @@ fn make_tree(folder: &Path, plan: &WorktreePlan, worktrees_root: Option<&str>) -
     Ok(GitResult::TreeMade { worktree: make_worktree(&repo, plan, worktrees_root)? })
 }
 
-/// Archiving a tree: off the disk unless it holds uncommitted work; the
-/// branch stays so [`restore_tree`] can put it back.
-fn archive_tree(folder: &Path, w: &WorktreeRecord) -> Result<GitResult, String> {
+/// Archiving a tree: off the disk as `removal` says; the branch stays so
+/// [`restore_tree`] can put it back.
+fn archive_tree(folder: &Path, w: &WorktreeRecord, removal: Removal) -> Result<GitResult, String> {
     let Some(repo) = open(folder)? else { return Err(format!("{} is not in a git repository", folder.display())) };
     let lock = repo_lock(&repo);
     let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(GitResult::TreeArchived { kept: take_off_disk(&repo, w)? })
+    Ok(GitResult::TreeArchived { kept: take_off_disk(&repo, w, removal)? })
 }
 
 /// Putting an archived tree back: the same branch at the same path, its
@@ -614,6 +602,8 @@ fn restore_tree(folder: &Path, w: &WorktreeRecord) -> Result<GitResult, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ahpd_core::session_config::default_branch;
+    use ahpd_core::worktree::tree_names;
     use git2::{Oid, RepositoryInitOptions};
 
     fn init(dir: &Path, branch: &str) -> Repository {
@@ -640,15 +630,31 @@ mod tests {
         repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &parents).expect("commit")
     }
 
-    fn plan(base: &str) -> WorktreePlan {
+    /// A plan for a tree on `new_branch` (or, without `create_new_branch`,
+    /// on `base` itself) cut from `base` (`None`: the commit checked out),
+    /// with the names the core offers ([`tree_names`]).
+    fn plan_on(base: Option<&str>, new_branch: &str, create_new_branch: bool) -> WorktreePlan {
         WorktreePlan {
-            base: base.to_owned(),
-            new_branch: "agents/s1".to_owned(),
-            create_new_branch: true,
+            base: base.map(str::to_owned),
+            names: tree_names(create_new_branch, new_branch, base),
+            create_new_branch,
             track: false,
             include_files: Vec::new(),
             symlink_folders: Vec::new(),
         }
+    }
+
+    /// A plan for a new branch `agents/s1` cut from `base`.
+    fn plan(base: &str) -> WorktreePlan {
+        plan_on(Some(base), "agents/s1", true)
+    }
+
+    /// The plan the core makes for a worktree session in `dir` whose config
+    /// named no branch: the base it settles from the folder's facts
+    /// (`default_branch(facts, true)`, `session_config::settle`).
+    fn plan_in(dir: &Path) -> WorktreePlan {
+        let facts = inspect(dir).expect("facts");
+        plan_on(default_branch(&facts, true).as_deref(), "agents/s1", true)
     }
 
     fn begin_tree(dir: &Path, plan: &WorktreePlan) -> Result<WorktreeRecord, String> {
@@ -675,8 +681,7 @@ mod tests {
         fs::create_dir_all(dir.join("node_modules/pkg")).expect("mkdir");
         fs::write(dir.join("node_modules/pkg/index.js"), "1\n").expect("write");
         fs::write(dir.join(".env"), "SECRET=1\n").expect("write");
-        let mut p = plan("main");
-        p.new_branch = "agents/summarize-the-seed".into();
+        let mut p = plan_on(Some("main"), "agents/summarize-the-seed", true);
         p.symlink_folders = vec!["node_modules".into()];
         p.include_files = vec![".env".into()];
         let w = match make_tree(&dir, &p, None).expect("make") {
@@ -689,7 +694,7 @@ mod tests {
         let listed = |repo: &Repository| -> Vec<String> { repo.worktrees().expect("list").iter().filter_map(|n| n.ok().flatten().map(str::to_owned)).collect() };
         assert!(listed(&repo).contains(&w.name));
 
-        assert_eq!(archive_tree(&dir, &w).expect("archive"), GitResult::TreeArchived { kept: false });
+        assert_eq!(archive_tree(&dir, &w, Removal::UnlessUncommitted).expect("archive"), GitResult::TreeArchived { kept: false });
         assert!(!tree.exists());
         assert!(!listed(&repo).contains(&w.name));
         assert!(repo.find_branch(&w.branch, BranchType::Local).is_ok(), "the branch stays");
@@ -715,7 +720,7 @@ mod tests {
 
         // Work nobody committed keeps the tree on disk.
         fs::write(tree.join("seed.txt"), "edited\n").expect("edit");
-        assert_eq!(archive_tree(&dir, &w).expect("archive"), GitResult::TreeArchived { kept: true });
+        assert_eq!(archive_tree(&dir, &w, Removal::UnlessUncommitted).expect("archive"), GitResult::TreeArchived { kept: true });
         assert!(tree.join("seed.txt").exists());
     }
 
@@ -730,8 +735,7 @@ mod tests {
         commit(&repo, &[("pkg/a.txt", "a\n")], "one");
         let first = begin_tree(&dir, &plan("main")).expect("tree");
         assert_eq!(first.repo_root, dir.display().to_string());
-        let mut second_plan = plan("main");
-        second_plan.new_branch = "agents/s2".into();
+        let second_plan = plan_on(Some("main"), "agents/s2", true);
         let inside = PathBuf::from(&first.path).join("pkg");
         let second = match begin(&inside, "refs/agents/s2/checkpoints/turn/0", Some(&second_plan), None).expect("begin") {
             GitResult::Begun { repo_root, worktree: Some(w) } => {
@@ -761,7 +765,7 @@ mod tests {
         assert_eq!(facts.current_branch.as_deref(), Some("master"));
         assert_eq!(facts.default_branch, None);
         assert_eq!(facts.branches, ["master"]);
-        let w = begin_tree(&dir, &plan("")).expect("tree");
+        let w = begin_tree(&dir, &plan_in(&dir)).expect("tree");
         assert_eq!(w.base_commit, c.to_string());
         assert_eq!(head_of(&w.path), c);
         assert!(w.path.starts_with(&format!("{}.worktrees/", dir.display())), "{}", w.path);
@@ -779,7 +783,7 @@ mod tests {
         let repo = init(&dir, "trunk");
         let c = commit(&repo, &[("a.txt", "a\n")], "one");
         assert_eq!(inspect(&dir).expect("facts").current_branch.as_deref(), Some("trunk"));
-        let w = begin_tree(&dir, &plan("")).expect("tree");
+        let w = begin_tree(&dir, &plan_in(&dir)).expect("tree");
         assert_eq!(head_of(&w.path), c);
     }
 
@@ -803,7 +807,7 @@ mod tests {
         assert_eq!(facts.branches, ["develop", "main"]);
         assert_eq!(default_branch(&facts, true).as_deref(), Some("develop"));
         assert_eq!(default_branch(&facts, false).as_deref(), Some("main"));
-        let mut p = plan("");
+        let mut p = plan_in(&dir);
         p.track = true;
         let w = begin_tree(&dir, &p).expect("tree");
         assert_eq!(w.base_commit, develop.to_string());
@@ -818,7 +822,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().join("empty");
         let repo = init(&dir, "main");
-        let e = begin_tree(&dir, &plan("")).expect_err("no tree in an empty repository");
+        let e = begin_tree(&dir, &plan_in(&dir)).expect_err("no tree in an empty repository");
         assert!(e.contains("no commits yet"), "{e}");
         assert!(repo.worktrees().expect("list").is_empty());
         fs::write(dir.join("new.txt"), "x\n").expect("write");
@@ -838,15 +842,13 @@ mod tests {
         repo.set_head_detached(first).expect("detach");
         let facts = inspect(&dir).expect("facts");
         assert_eq!(facts.current_branch, None);
-        let w = begin_tree(&dir, &plan("")).expect("tree");
+        let w = begin_tree(&dir, &plan_in(&dir)).expect("tree");
         assert_eq!(w.base_commit, first.to_string());
         assert_eq!(w.base_branch, "", "cut from a detached HEAD");
         assert_eq!(head_of(&w.path), first);
         // Naming no branch to check out as it is, on a detached HEAD, is a
         // clear error.
-        let mut p = plan("");
-        p.create_new_branch = false;
-        p.new_branch = "agents/s9".into();
+        let p = plan_on(default_branch(&facts, true).as_deref(), "agents/s9", false);
         let e = begin(&dir, "refs/agents/s9/checkpoints/turn/0", Some(&p), None).expect_err("no branch");
         assert!(e.contains("no branch is checked out"), "{e}");
     }
@@ -880,7 +882,7 @@ mod tests {
         assert!(tree_repo.index().expect("index").get_path(Path::new(".env"), 0).is_none());
         assert!(tree_repo.index().expect("index").get_path(Path::new("node_modules"), 0).is_none());
         // Teardown.
-        let r = dispose(&dir, "refs/agents/s1/checkpoints/", Some(&w)).expect("dispose");
+        let r = dispose(&dir, "refs/agents/s1/checkpoints/", Some(&w), Removal::UnlessUncommitted).expect("dispose");
         assert_eq!(r, GitResult::Disposed { kept_tree: false });
         assert!(dir.join("node_modules/pkg/index.js").exists());
         assert_eq!(fs::read_to_string(dir.join(".env")).expect("read"), "SECRET=1\n");
@@ -899,7 +901,7 @@ mod tests {
         commit(&repo, &[("a.txt", "a\n")], "one");
         let w = begin_tree(&dir, &plan("main")).expect("tree");
         fs::write(Path::new(&w.path).join("a.txt"), "changed\n").expect("edit");
-        let r = dispose(&dir, "refs/agents/s1/checkpoints/", Some(&w)).expect("dispose");
+        let r = dispose(&dir, "refs/agents/s1/checkpoints/", Some(&w), Removal::UnlessUncommitted).expect("dispose");
         assert_eq!(r, GitResult::Disposed { kept_tree: true });
         assert!(Path::new(&w.path).join("a.txt").exists());
     }
@@ -998,7 +1000,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         assert_eq!(inspect(tmp.path()).expect("facts"), RepoFacts::not_a_repo());
         assert_eq!(inspect(&tmp.path().join("gone")).expect("a missing folder"), RepoFacts::not_a_repo());
-        let r = begin(tmp.path(), "refs/agents/x/checkpoints/turn/0", Some(&plan("")), None).expect("begin");
+        let r = begin(tmp.path(), "refs/agents/x/checkpoints/turn/0", Some(&plan_in(tmp.path())), None).expect("begin");
         assert_eq!(r, GitResult::Begun { repo_root: None, worktree: None });
     }
 
@@ -1009,7 +1011,7 @@ mod tests {
         let repo = init(&dir, "main");
         commit(&repo, &[("a.txt", "a\n")], "one");
         let root = tmp.path().join("trees");
-        let r = begin(&dir, "refs/agents/r/checkpoints/turn/0", Some(&plan("")), root.to_str()).expect("begin");
+        let r = begin(&dir, "refs/agents/r/checkpoints/turn/0", Some(&plan_in(&dir)), root.to_str()).expect("begin");
         let GitResult::Begun { worktree: Some(w), .. } = r else { panic!("no tree: {r:?}") };
         assert!(w.path.starts_with(&format!("{}/proj/", root.display())), "{}", w.path);
         assert!(Path::new(&w.path).join("a.txt").exists());

@@ -1,6 +1,6 @@
 //! File reads and writes an ACP agent asks of the host (`fs/read_text_file`,
-//! `fs/write_text_file`), confined to the chat's working directory, and the
-//! set of paths each chat wrote (for change counts).
+//! `fs/write_text_file`), confined to the chat's working directory, each
+//! write told to the core (the session's claims, issue 10).
 //!
 //! A path is inside the root when its canonical form is (symlinks resolved):
 //! a read resolves the file itself; a write resolves its parent folder (the
@@ -8,47 +8,30 @@
 //! symlink inside the root cannot point a write outside it. Relative paths
 //! are refused (ACP requires absolute paths).
 
-use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use ahp_types::Uri;
 
-/// Paths written by each chat's agent, shared by every chat of the backend.
-/// Each write is also told to the core as `BackendEvent::Wrote`, the
-/// session's claim for workspace awareness (issue 10), when a sink is set.
-#[derive(Clone, Default)]
-pub struct Written(Arc<Mutex<HashMap<Uri, BTreeSet<PathBuf>>>>, Option<crate::driver::EventSink>);
+/// Where each write of a chat's agent is told: to the core, as
+/// `BackendEvent::Wrote`, the session's claim for workspace awareness
+/// (issue 10). Shared by every chat of the backend.
+#[derive(Clone)]
+pub struct Written(crate::driver::EventSink);
 
 impl Written {
-    /// A set that also tells `events` of every write.
+    /// Tells `events` of every write.
     pub fn reporting_to(events: crate::driver::EventSink) -> Written {
-        Written(Arc::default(), Some(events))
+        Written(events)
     }
 
-    /// The paths `chat`'s agent wrote through ACP since the daemon started,
-    /// in path order.
-    pub fn of(&self, chat: &str) -> Vec<PathBuf> {
-        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(chat).map(|s| s.iter().cloned().collect()).unwrap_or_default()
-    }
-
-    fn record(&self, chat: &str, path: PathBuf) {
-        if let Some(events) = &self.1 {
-            let event = ahpd_core::BackendEvent::Wrote { paths: vec![path.display().to_string()] };
-            events.input(ahpd_core::Input::Backend { chat: chat.to_owned(), event });
-        }
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        map.entry(chat.to_owned()).or_default().insert(path);
-    }
-
-    /// Forgets `chat` (its conversation was deleted).
-    pub fn forget(&self, chat: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(chat);
+    fn record(&self, chat: &str, path: &Path) {
+        let event = ahpd_core::BackendEvent::Wrote { paths: vec![path.display().to_string()] };
+        self.0.input(ahpd_core::Input::Backend { chat: chat.to_owned(), event });
     }
 }
 
-/// One chat's view of the file system: its root and its written set.
+/// One chat's view of the file system: its root, and where its writes are
+/// told.
 #[derive(Clone)]
 pub struct Confined {
     chat: Uri,
@@ -80,15 +63,15 @@ impl Confined {
         Ok(text.split_inclusive('\n').skip(skip).take(take).collect())
     }
 
-    /// Writes (creates or replaces) a text file inside the root and records
-    /// the path.
+    /// Writes (creates or replaces) a text file inside the root and tells
+    /// the core the path.
     ///
     /// Errors: outside the root, its folder missing, or the write failed.
     pub async fn write(&self, path: &Path, content: &str) -> Result<(), String> {
         let target = self.resolve_for_write(path)?;
         tokio::fs::write(&target, content.as_bytes()).await.map_err(|e| format!("{}: {e}", path.display()))?;
         tracing::info!(chat = %self.chat, path = %target.display(), bytes = content.len(), "acp.fs.write: the agent wrote a file");
-        self.written.record(&self.chat, target);
+        self.written.record(&self.chat, &target);
         Ok(())
     }
 
@@ -161,8 +144,8 @@ mod tests {
         std::fs::write(root.join("a.txt"), "1\n2\n3\n").expect("write");
         #[cfg(unix)]
         std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("link")).expect("symlink");
-        let written = Written::default();
-        let fs = Confined::new("ahp-chat:/c".to_owned(), &root, written.clone()).expect("root");
+        let (events, mut told) = crate::driver::EventSink::channel();
+        let fs = Confined::new("ahp-chat:/c".to_owned(), &root, Written::reporting_to(events)).expect("root");
         let root = std::fs::canonicalize(&root).expect("canon");
 
         assert_eq!(fs.read(&root.join("a.txt"), None, None).await.unwrap(), "1\n2\n3\n");
@@ -179,7 +162,15 @@ mod tests {
         fs.write(&root.join("new.txt"), "hello").await.expect("write inside");
         assert_eq!(std::fs::read_to_string(root.join("new.txt")).unwrap(), "hello");
         assert_eq!(std::fs::read_to_string(tmp.path().join("secret")).unwrap(), "no");
-        assert_eq!(written.of("ahp-chat:/c"), vec![root.join("new.txt")]);
-        assert!(written.of("ahp-chat:/other").is_empty());
+        // The one write that happened is told, as the chat's, and nothing
+        // else.
+        let mut writes = Vec::new();
+        while let Ok(event) = told.try_recv() {
+            match event {
+                crate::driver::Event::Input(ahpd_core::Input::Backend { chat, event: ahpd_core::BackendEvent::Wrote { paths } }) => writes.push((chat, paths)),
+                other => panic!("only writes are told: {other:?}"),
+            }
+        }
+        assert_eq!(writes, vec![("ahp-chat:/c".to_owned(), vec![root.join("new.txt").display().to_string()])]);
     }
 }

@@ -107,13 +107,6 @@ impl Acp {
         self.agents.contains_key(provider)
     }
 
-    /// The files `chat`'s agent wrote through ACP (`fs/write_text_file`)
-    /// since the daemon started, for change counts.
-    #[allow(dead_code)] // read by the change-count feature; tested here
-    pub fn written_paths(&self, chat: &str) -> Vec<PathBuf> {
-        self.written.of(chat)
-    }
-
     /// Hands one command to `chat`'s actor (started on first use); the
     /// answer comes back as `Input::Done { op, .. }`.
     pub fn execute(&mut self, op: OpId, provider: &str, chat: Uri, command: BackendCmd) {
@@ -121,9 +114,6 @@ impl Acp {
             self.events.input(Input::Done { op, outcome: Outcome::Failed { message: format!("no ACP agent {provider:?}") } });
             return;
         };
-        if let BackendCmd::Delete { .. } = &command {
-            self.written.forget(&chat);
-        }
         let mut msg = chat::Msg { op, command: Box::new(command) };
         if let Some(tx) = self.chats.get(&chat) {
             match tx.send(msg) {

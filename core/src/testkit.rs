@@ -1,50 +1,116 @@
-//! A tiny driver for scenario tests: JSON frames in, effects out, with a
-//! hand-cranked clock and helpers to answer the host's commands.
+//! The one hand-cranked driver of the core for tests (issue 20: "one test
+//! driver"): JSON frames in, effects out, a clock moved by hand, helpers
+//! that answer the host's commands as a working agent, store and git
+//! would, and every state rule of [`crate::invariants`] checked after
+//! every input. The core's scenario tests, the simulator's regression
+//! scenarios and the `host_frames` fuzz target all drive the host through
+//! it. Built only with the `testkit` feature (a dev-dependency feature):
+//! the daemon never carries it.
 
-#![allow(dead_code)]
-
-use ahpd_core::{BackendCmd, Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, Outcome, Outbound, WallTime};
+use ahp_types::actions::{
+    ChatDeltaAction, ChatResponsePartAction, ChatTurnCompleteAction, StateAction,
+};
+use ahp_types::state::{MarkdownResponsePart, ResponsePart};
 use serde_json::{json, Value};
 
+use crate::git::{GitCmd, GitResult, RepoFacts};
+use crate::{BackendCmd, BackendEvent, Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, Outbound, Outcome, SessionRecord, StoreCmd, WallTime};
+
+/// A users directory of one-team members for tests: each `(id, role)`
+/// signs in with the token `token-<id>`, is no administrator, and has one
+/// primary membership (team `t`, project `<id>`) (Sessions page, "Whose
+/// it is").
+pub fn users_directory(users: &[(&str, crate::grants::Role)]) -> crate::grants::UsersDirectory {
+    use crate::grants::{token_hash, Membership, User, UsersDirectory};
+    let users = users
+        .iter()
+        .map(|(id, role)| User {
+            id: (*id).into(),
+            token_sha256: token_hash(&format!("token-{id}")),
+            role: *role,
+            administrator: false,
+            memberships: vec![Membership { team: "t".into(), project: (*id).into(), primary: true }],
+        })
+        .collect();
+    UsersDirectory { users, plugins: Vec::new() }
+}
+
+/// The wall clock a [`Harness`] starts at: 2026-01-01T00:00:00Z, in ms
+/// since the Unix epoch.
+pub const START_WALL_MS: i64 = 1_767_225_600_000;
+
+/// A host driven by hand. Effects pile up in [`Harness::pending`] until a
+/// test takes them (a reply, the commands of one kind) or answers them.
+/// Panics, naming the rule, when an input breaks a state rule.
+#[derive(Debug)]
 pub struct Harness {
+    /// The host.
     pub host: Host,
+    /// The time the next input is handed over at; a test may set it.
     pub now: Now,
     /// Every effect not yet looked at, in order.
     pub pending: Vec<Effect>,
+    /// How far both clocks move before each input, in ms (0: only
+    /// [`Harness::advance`] and the test move them).
+    pub step_ms: u64,
     next_id: u64,
+    client_seq: i64,
 }
 
 impl Harness {
+    /// A host with `config`, seed 1 and no records, at [`START_WALL_MS`].
     pub fn new(config: Config) -> Harness {
         Harness::with_records(config, Vec::new())
     }
 
-    pub fn with_records(config: Config, records: Vec<ahpd_core::SessionRecord>) -> Harness {
-        let now = Now { mono: MonoTime(0), wall: WallTime(1_767_225_600_000) };
+    /// A host with `config`, random stream `seed` and no records, at
+    /// [`START_WALL_MS`].
+    pub fn with_seed(config: Config, seed: u64) -> Harness {
+        let now = Now { mono: MonoTime(0), wall: WallTime(START_WALL_MS) };
+        Harness::built(Host::new(config, seed, Vec::new(), now), now)
+    }
+
+    /// A host built from `records` (a restart) at [`START_WALL_MS`].
+    pub fn with_records(config: Config, records: Vec<SessionRecord>) -> Harness {
+        let now = Now { mono: MonoTime(0), wall: WallTime(START_WALL_MS) };
         Harness::with_records_at(config, records, now)
     }
 
     /// A host built from `records` at `now` (a restart at that time).
-    pub fn with_records_at(config: Config, records: Vec<ahpd_core::SessionRecord>, now: Now) -> Harness {
-        Harness { host: Host::new(config, 1, records, now), now, pending: Vec::new(), next_id: 100 }
+    pub fn with_records_at(config: Config, records: Vec<SessionRecord>, now: Now) -> Harness {
+        Harness::built(Host::new(config, 1, records, now), now)
     }
 
+    fn built(host: Host, now: Now) -> Harness {
+        Harness { host, now, pending: Vec::new(), step_ms: 0, next_id: 100, client_seq: 0 }
+    }
+
+    /// Moves both clocks `ms` forward and hands the host a tick.
     pub fn advance(&mut self, ms: u64) {
         self.now.mono = self.now.mono.plus_ms(ms);
         self.now.wall = WallTime(self.now.wall.0 + ms as i64);
         self.input(Input::Tick);
     }
 
+    /// Hands `input` to the host (after moving the clocks [`Harness::step_ms`])
+    /// and keeps its effects. Panics when the host's state breaks a rule
+    /// of [`crate::invariants`], or a step rule across the input.
     pub fn input(&mut self, input: Input) {
-        let before = ahpd_core::invariants::before(&self.host.view());
+        if self.step_ms > 0 {
+            self.now.mono = self.now.mono.plus_ms(self.step_ms);
+            self.now.wall = WallTime(self.now.wall.0 + self.step_ms as i64);
+        }
+        let before = crate::invariants::before(&self.host.view());
         let effects = self.host.handle(self.now, input);
         let view = self.host.view();
-        if let Err(v) = ahpd_core::invariants::check_all(&view).and_then(|()| ahpd_core::invariants::check_step(&before, &view)) {
+        if let Err(v) = crate::invariants::check_all(&view).and_then(|()| crate::invariants::check_step(&before, &view)) {
             panic!("invariant {} broken: {}", v.rule, v.detail);
         }
         self.pending.extend(effects);
     }
 
+    /// Connects `conn` and initializes it as `client_id`, subscribed to the
+    /// root; panics when the handshake is refused.
     pub fn connect(&mut self, conn: u64, client_id: &str) {
         self.input(Input::Connected { conn: ConnId(conn) });
         let r = self.request(conn, "initialize", json!({
@@ -60,6 +126,7 @@ impl Harness {
         self.take_reply(conn, id).unwrap_or_else(|| panic!("no reply to {method}; pending: {:#?}", self.pending))
     }
 
+    /// Sends a request with a fresh id; returns the id.
     pub fn send_request(&mut self, conn: u64, method: &str, params: Value) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
@@ -68,14 +135,24 @@ impl Harness {
         id
     }
 
+    /// Sends one frame as it is.
     pub fn raw(&mut self, conn: u64, text: &str) {
         self.input(Input::Frame { conn: ConnId(conn), text: text.to_owned() });
     }
 
+    /// Dispatches `action` on `channel` with `client_seq`.
     pub fn dispatch(&mut self, conn: u64, channel: &str, client_seq: i64, action: Value) {
         let text = json!({"jsonrpc": "2.0", "method": "dispatchAction",
             "params": {"channel": channel, "clientSeq": client_seq, "action": action}}).to_string();
         self.input(Input::Frame { conn: ConnId(conn), text });
+    }
+
+    /// Dispatches `action` on `channel` with the next of the harness's own
+    /// client sequence numbers (1, 2, … across connections).
+    pub fn dispatch_next(&mut self, conn: u64, channel: &str, action: Value) {
+        self.client_seq += 1;
+        let seq = self.client_seq;
+        self.dispatch(conn, channel, seq, action);
     }
 
     /// Removes and returns the reply to request `id` on `conn`, if sent.
@@ -105,7 +182,8 @@ impl Harness {
         out
     }
 
-    /// Removes and returns the backend commands issued so far.
+    /// Removes and returns the backend commands issued so far: op, chat,
+    /// command.
     pub fn backend_cmds(&mut self) -> Vec<(OpId, String, BackendCmd)> {
         let mut out = Vec::new();
         self.pending.retain(|e| match e {
@@ -118,8 +196,8 @@ impl Harness {
         out
     }
 
-    /// Removes and returns store ops issued so far.
-    pub fn store_ops(&mut self) -> Vec<(OpId, ahpd_core::StoreCmd)> {
+    /// Removes and returns the store commands issued so far.
+    pub fn store_ops(&mut self) -> Vec<(OpId, StoreCmd)> {
         let mut out = Vec::new();
         self.pending.retain(|e| match e {
             Effect::Store { op, command } => {
@@ -132,7 +210,7 @@ impl Harness {
     }
 
     /// Removes and returns the git commands issued so far.
-    pub fn git_cmds(&mut self) -> Vec<(OpId, ahpd_core::git::GitCmd)> {
+    pub fn git_cmds(&mut self) -> Vec<(OpId, GitCmd)> {
         let mut out = Vec::new();
         self.pending.retain(|e| match e {
             Effect::Git { op, command } => {
@@ -163,6 +241,7 @@ impl Harness {
         }
     }
 
+    /// Answers command `op` with `outcome`.
     pub fn done(&mut self, op: OpId, outcome: Outcome) {
         self.input(Input::Done { op, outcome });
     }
@@ -187,7 +266,7 @@ impl Harness {
     pub fn answer_inspects(&mut self) {
         let mut asked = Vec::new();
         self.pending.retain(|e| match e {
-            Effect::Git { op, command: command @ ahpd_core::git::GitCmd::Inspect { .. } } => {
+            Effect::Git { op, command: command @ GitCmd::Inspect { .. } } => {
                 asked.push((*op, command.no_repo_answer()));
                 false
             }
@@ -199,8 +278,10 @@ impl Harness {
     }
 
     /// Answers backend commands like an agent that always works: starts
-    /// (resuming with `history`), acknowledges the rest. Folder facts a
-    /// `createSession` waits on are answered first ([`Harness::answer_inspects`]).
+    /// (a new conversation, no history), acknowledges the rest. Folder
+    /// facts a `createSession` waits on are answered first
+    /// ([`Harness::answer_inspects`]). Returns the backend commands seen:
+    /// chat, command.
     pub fn settle_backend(&mut self) -> Vec<(String, BackendCmd)> {
         let mut seen = Vec::new();
         loop {
@@ -240,16 +321,37 @@ impl Harness {
         self.pending.iter().filter(|e| matches!(e, Effect::Store { .. })).count()
     }
 
+    /// Answers each command pending now once, in order, and drops every
+    /// other effect: a start as a new conversation, other backend, store
+    /// and registry commands as done, git with `git(command)`. What the
+    /// answers issue stays pending for the next call (the fuzz target's
+    /// rhythm: one input, then one round of answers).
+    pub fn answer_each(&mut self, mut git: impl FnMut(&GitCmd) -> Outcome) {
+        for effect in std::mem::take(&mut self.pending) {
+            let done = match effect {
+                Effect::Backend { op, command: BackendCmd::Start { conversation_id, .. }, .. } => {
+                    Some((op, Outcome::Started { conversation_id, history: Vec::new() }))
+                }
+                Effect::Backend { op, .. } | Effect::Store { op, .. } | Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
+                Effect::Git { op, command } => Some((op, git(&command))),
+                Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) => None,
+            };
+            if let Some((op, outcome)) = done {
+                self.done(op, outcome);
+            }
+        }
+    }
+
     /// Answers every store write, keeping the last record written per key
     /// in `disk` (what a restart reads back).
-    pub fn durable(&mut self, disk: &mut std::collections::BTreeMap<String, ahpd_core::SessionRecord>) {
+    pub fn durable(&mut self, disk: &mut std::collections::BTreeMap<String, SessionRecord>) {
         loop {
             let ops = self.store_ops();
             if ops.is_empty() {
                 return;
             }
             for (op, cmd) in ops {
-                if let ahpd_core::StoreCmd::Put { record } = cmd {
+                if let StoreCmd::Put { record } = cmd {
                     disk.insert(record.key.clone(), *record);
                 }
                 self.done(op, Outcome::Ok);
@@ -257,11 +359,13 @@ impl Harness {
         }
     }
 
+    /// Drops the log lines pending.
     pub fn drop_logs(&mut self) {
         self.pending.retain(|e| !matches!(e, Effect::Log(_)));
     }
 
-    /// Creates a session and answers its start; returns (session, chat).
+    /// Creates session `id` on `conn` (echo, no folder) and answers its
+    /// start; returns (session, default chat).
     pub fn create(&mut self, conn: u64, id: &str) -> (String, String) {
         let uri = format!("ahp-session:/{id}");
         let rid = self.send_request(conn, "createSession", json!({"channel": uri, "provider": "echo"}));
@@ -275,8 +379,7 @@ impl Harness {
     /// answers the question about the folder's repository with `facts`
     /// (asked before anything is made), then its start, and subscribes to
     /// the session and its chat; returns (session, chat).
-    pub fn create_in(&mut self, id: &str, folder: &str, config: Value, facts: ahpd_core::git::RepoFacts) -> (String, String) {
-        use ahpd_core::git::{GitCmd, GitResult};
+    pub fn create_in(&mut self, id: &str, folder: &str, config: Value, facts: RepoFacts) -> (String, String) {
         let uri = format!("ahp-session:/{id}");
         let dir = format!("file://{folder}");
         let rid = self.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [dir], "config": config}));
@@ -295,7 +398,6 @@ impl Harness {
         (uri, chat)
     }
 
-    /// Starts a turn as `conn` and makes its store write durable.
     /// Makes session `id` on connection 1 and runs one echoed turn in its
     /// default chat; returns the session and chat URIs.
     pub fn session_with_turn(&mut self, id: &str) -> (String, String) {
@@ -306,6 +408,8 @@ impl Harness {
         (uri, chat)
     }
 
+    /// Starts turn `turn` with `text` in `chat` as `conn` (client sequence
+    /// number `seq`) and makes its store write durable.
     pub fn start_turn(&mut self, conn: u64, chat: &str, seq: i64, turn: &str, text: &str) {
         self.dispatch(conn, chat, seq, json!({
             "type": "chat/turnStarted", "turnId": turn, "startedAt": "2000-01-01T00:00:00Z",
@@ -316,8 +420,6 @@ impl Harness {
 
     /// The agent streams a reply and ends the turn.
     pub fn agent_reply(&mut self, chat: &str, turn: &str, text: &str) {
-        use ahp_types::actions::*;
-        use ahp_types::state::*;
         let part = StateAction::ChatResponsePart(ChatResponsePartAction {
             turn_id: turn.into(),
             part: ResponsePart::Markdown(MarkdownResponsePart { id: "p1".into(), content: String::new() }),
@@ -326,11 +428,12 @@ impl Harness {
         let delta = StateAction::ChatDelta(ChatDeltaAction { turn_id: turn.into(), part_id: "p1".into(), content: text.into(), meta: None });
         let done = StateAction::ChatTurnComplete(ChatTurnCompleteAction { turn_id: turn.into(), duration: 0, meta: None });
         for a in [part, delta, done] {
-            self.input(Input::Backend { chat: chat.into(), event: ahpd_core::BackendEvent::Action(a) });
+            self.input(Input::Backend { chat: chat.into(), event: BackendEvent::Action(a) });
         }
         self.settle_store();
     }
 
+    /// The catalogue's rows as `conn` lists them (`listSessions`, no limit).
     pub fn list(&mut self, conn: u64) -> Vec<Value> {
         let r = self.request(conn, "listSessions", json!({"channel": "ahp-root://"}));
         r["result"]["items"].as_array().cloned().unwrap_or_default()

@@ -185,41 +185,40 @@ impl Harness {
     /// Removes and returns the backend commands issued so far: op, chat,
     /// command.
     pub fn backend_cmds(&mut self) -> Vec<(OpId, String, BackendCmd)> {
+        self.take(|e| match e {
+            Effect::Backend { op, chat, command, .. } => Some((*op, chat.clone(), command.clone())),
+            _ => None,
+        })
+    }
+
+    /// Removes the pending effects `pick` names (`Some`) and returns what it
+    /// made of each, in order; the others stay pending.
+    pub fn take<T>(&mut self, mut pick: impl FnMut(&Effect) -> Option<T>) -> Vec<T> {
         let mut out = Vec::new();
-        self.pending.retain(|e| match e {
-            Effect::Backend { op, chat, command, .. } => {
-                out.push((*op, chat.clone(), command.clone()));
+        self.pending.retain(|e| match pick(e) {
+            Some(t) => {
+                out.push(t);
                 false
             }
-            _ => true,
+            None => true,
         });
         out
     }
 
     /// Removes and returns the store commands issued so far.
     pub fn store_ops(&mut self) -> Vec<(OpId, StoreCmd)> {
-        let mut out = Vec::new();
-        self.pending.retain(|e| match e {
-            Effect::Store { op, command } => {
-                out.push((*op, command.clone()));
-                false
-            }
-            _ => true,
-        });
-        out
+        self.take(|e| match e {
+            Effect::Store { op, command } => Some((*op, command.clone())),
+            _ => None,
+        })
     }
 
     /// Removes and returns the git commands issued so far.
     pub fn git_cmds(&mut self) -> Vec<(OpId, GitCmd)> {
-        let mut out = Vec::new();
-        self.pending.retain(|e| match e {
-            Effect::Git { op, command } => {
-                out.push((*op, command.clone()));
-                false
-            }
-            _ => true,
-        });
-        out
+        self.take(|e| match e {
+            Effect::Git { op, command } => Some((*op, command.clone())),
+            _ => None,
+        })
     }
 
     /// Answers every git command as a machine with no repositories would

@@ -18,15 +18,10 @@ fn config() -> Config {
 }
 
 fn registry(h: &mut Harness) -> Vec<(OpId, RegistryCmd)> {
-    let mut out = Vec::new();
-    h.pending.retain(|e| match e {
-        Effect::Registry { op, command } => {
-            out.push((*op, command.clone()));
-            false
-        }
-        _ => true,
-    });
-    out
+    h.take(|e| match e {
+        Effect::Registry { op, command } => Some((*op, command.clone())),
+        _ => None,
+    })
 }
 
 fn peer(activity: &str, updated_at: i64) -> ActiveRecord {

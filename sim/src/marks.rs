@@ -27,6 +27,9 @@ pub const EXPECTED: &[&str] = &[
     "handshake_waits_for_wake",
     "handshake_answered_early",
     "create_chat_wakes_session",
+    // Typed continuations and git decisions in core (issue 20).
+    "queued_command_runs",
+    "tree_base_from_folder_facts",
     // The residency limit.
     "evict_least_recently_used",
     "evict_archived_at_once",

@@ -40,6 +40,7 @@ impl Host {
     /// Runs a command that waited behind a parked write on from its decoded
     /// form (`host/dispatch.rs`, `drain_inbox`).
     pub(crate) fn run_queued_command(&mut self, conn: ConnId, id: u64, command: QueuedCommand) {
+        crate::mark!("queued_command_runs");
         match command {
             QueuedCommand::CreateChat(request) => self.create_chat(conn, id, *request),
             QueuedCommand::DisposeChat(request) => self.dispose_chat(conn, id, request),

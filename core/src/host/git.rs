@@ -470,6 +470,7 @@ impl Host {
     /// cut is sent with its base and names settled. A read git could not
     /// do fails the cut as the cut's own failure would (git's words).
     fn on_base_facts(&mut self, op: OpId, cut: TreeCut, outcome: Outcome) {
+        crate::mark!("tree_base_from_folder_facts");
         let facts = match outcome {
             Outcome::Git(GitResult::Repo(facts)) => facts,
             Outcome::Failed { message } => {

@@ -8,8 +8,23 @@
 //! bytes of HMAC-SHA256 over the rest under the host secret. Keyset: the
 //! walk resumes strictly after `(modifiedAt desc, uri asc)` of that row, so
 //! a disposed row resumes where it would have been.
+//!
+//! Also the `fetchTurns` cursors ([`turns_before`]), which name a turn.
 
 use hmac::{Hmac, Mac};
+
+/// The `fetchTurns` cursor of a page that ends before turn `turn_id`
+/// (AHP 1.0 `chat/turnsLoaded`'s `turnsNextCursor`): the next older page is
+/// the turns before it. Names a turn of the chat, nothing the host keeps.
+pub fn turns_before(turn_id: &str) -> String {
+    format!("before:{turn_id}")
+}
+
+/// The turn id a `fetchTurns` cursor made by [`turns_before`] names;
+/// `None` for any other text (the request is refused with -32602).
+pub fn turn_named(cursor: &str) -> Option<&str> {
+    cursor.strip_prefix("before:")
+}
 use sha2::Sha256;
 
 const MAC_BYTES: usize = 16;

@@ -476,3 +476,17 @@ mod tests {
         assert_eq!(path_of_uri("file:///a%00b"), None);
     }
 }
+
+/// The folder of the tree at `tree` that matches `folder` of the checkout
+/// whose top is `checkout_root`: `<tree>/pkg` for `<checkout>/pkg`; the
+/// tree's top when `folder` is not inside `checkout_root` (or either is not
+/// an absolute path).
+pub fn same_folder_in_tree(folder: &str, checkout_root: Option<&str>, tree: &str) -> String {
+    checkout_root.and_then(|root| rebase_path(folder, root, tree)).unwrap_or_else(|| tree.to_owned())
+}
+
+/// How every tree the host takes off the disk goes (Sessions page,
+/// "Isolation and worktrees"): never with work nobody committed in it. A
+/// tree that stays is answered as kept, and said in the log.
+pub const TREE_REMOVAL: Removal = Removal::UnlessUncommitted;
+

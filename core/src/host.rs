@@ -2,22 +2,33 @@
 //! connection (design card: sans-IO core).
 //!
 //! `handle(now, input)` applies one input and returns the effects to run;
-//! `next_deadline()` says when to call again with `Input::Tick`. Handlers
-//! live in submodules, one job each:
-//! - `connection`: `initialize`, `ping`, `reconnect`, `subscribe`,
-//!   `unsubscribe`, disconnects.
+//! `next_deadline()` says when to call again with `Input::Tick`. This file
+//! holds the host's state, its construction (also the restart path), and
+//! the routing: each input to its handler, each completion to the owner
+//! its op names (`ops`). Handlers live in submodules, one job each.
+//!
+//! Across sessions:
+//! - `connection`: admission, frame credit, `initialize`, `reconnect`,
+//!   `authenticate`, `subscribe`, `unsubscribe`, disconnects.
+//! - `handshake`: an `initialize` or `reconnect` held for the wakes of the
+//!   sessions it names.
+//! - `broadcast`: `serverSeq`, fan-out, the replay buffer, catalogue rows.
+//! - `residency`: sleep after idle, the residency limit, waking.
+//! - `discovery`: passes over the backends' transcripts, external sessions.
+//! - `awareness`: workspace awareness (the registry, peers, warnings).
+//! - `shutdown`: a graceful stop.
+//!
+//! One session at a time:
 //! - `commands`: `createSession`, `disposeSession`, `listSessions`,
 //!   `fetchTurns`.
 //! - `dispatch`: client-dispatched actions (write-ahead: validate, make
 //!   durable, apply, stamp `serverSeq`, echo).
-//! - `backend`: backend events and command completions.
-//! - `residency`: sleep after idle, the residency limit, waking.
-//! - `handshake`: an `initialize` or `reconnect` held for the wakes of the
-//!   sessions it names.
-//! - `broadcast`: `serverSeq`, fan-out, the replay buffer, summaries.
+//! - `turns`: the life of a turn (handed to the agent, taken, ended).
+//! - `backend`: what a session's backend answers and says.
+//! - `chats`: `createChat`, `disposeChat`; `chat_changes`: change counts.
+//! - `git`, `trees`: config resolution, worktrees, checkpoints, a tree's
+//!   life through archive and wake; `detached`: the window's own trees.
 
-mod admission;
-mod agent_restart;
 mod awareness;
 mod backend;
 mod broadcast;
@@ -29,9 +40,10 @@ mod detached;
 mod discovery;
 mod dispatch;
 mod git;
+mod ops;
 pub(crate) mod handshake;
 mod trees;
-mod trust;
+mod turns;
 mod residency;
 pub(crate) mod shutdown;
 
@@ -41,125 +53,18 @@ use ahp_types::actions::ActionEnvelope;
 use ahp_types::state::{AgentInfo, RootState};
 use ahp_types::Uri;
 
+pub use connection::{Conn, Handshake};
+pub use ops::{DetachedOp, GitOp, Op, TreeCut};
+
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
 use crate::ids::ResourceId;
-use crate::input::Input;
+use crate::input::{Input, Outcome};
 use crate::protocol::codec::{self, Incoming};
 use crate::record::SessionRecord;
 use crate::rng::Rng;
 use crate::session::{lifecycle, Phase, Session};
 use crate::time::{MonoTime, Now, WallTime};
-
-/// One client connection as the host sees it.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Conn {
-    /// The client's id from `initialize` or `reconnect`.
-    pub client_id: Option<String>,
-    /// Whether `initialize` (or `reconnect`) succeeded.
-    pub initialized: bool,
-    /// The channels it is subscribed to.
-    pub subscriptions: BTreeSet<Uri>,
-    /// Who it authenticated as, on a host with a users directory.
-    pub principal: Option<crate::grants::Principal>,
-    /// Frame credit left (token bucket), in thousandths of a frame.
-    pub credit_milli: u64,
-    /// When the credit was last topped up.
-    pub credit_at: MonoTime,
-    /// An `initialize` or `reconnect` held until the sessions it names are
-    /// woken (`host/handshake.rs`); at most one per connection.
-    pub handshake: Option<Handshake>,
-}
-
-/// A handshake (`initialize` or `reconnect`) waiting for the wakes of the
-/// sessions it names whose state is not held, so that its reply carries a
-/// snapshot of each (Sessions page, "Sleep and wake": a session after a
-/// restart is a row until something needs it).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Handshake {
-    /// The request id.
-    pub id: u64,
-    /// The `initialize` or `reconnect`, decoded and checked when it came;
-    /// it runs on from there when the last wake ends.
-    pub request: crate::continuation::HandshakeReq,
-    /// Every session it named (by the session or one of its chats):
-    /// watched until the reply, so no sleep or eviction takes one it has
-    /// just woken, or one it found held, while others wake.
-    pub sessions: BTreeSet<Uri>,
-    /// Those whose wake has not ended yet.
-    pub waiting: BTreeSet<Uri>,
-    /// When it is answered with what is held, wakes ended or not (ten
-    /// seconds after it came, `host/handshake.rs`).
-    pub until: MonoTime,
-    /// The connection's frames that came while it waited, decoded, in
-    /// order: run once it is answered, as if the wakes had been instant.
-    pub queued: Vec<codec::Decoded>,
-}
-
-impl Conn {
-    /// Whether this connection watches `session`: it is subscribed to the
-    /// session or to one of its chats, or holds a handshake waiting for it
-    /// (Sessions page, "Sleep and wake": none goes while a client watches
-    /// it, and a watched session does not sleep).
-    pub fn watches(&self, session: &SessionRecord) -> bool {
-        self.subscriptions.contains(&session.resource)
-            || session.chats.iter().any(|chat| self.subscriptions.contains(&chat.resource))
-            || self.handshake.as_ref().is_some_and(|h| h.sessions.contains(&session.resource))
-    }
-}
-
-/// What an in-flight command effect was for, by op id.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Op {
-    /// A pass over a backend's transcripts.
-    Scan {
-        /// The backend or source.
-        provider: String,
-    },
-    /// Starting (or resuming) a chat's agent.
-    Start {
-        /// The session.
-        session: Uri,
-        /// The chat.
-        chat: Uri,
-    },
-    /// Handing turn `turn_id` to a chat's agent.
-    Send {
-        /// The session.
-        session: Uri,
-    },
-    /// Letting a chat's agent go, cancelling or confirming: nothing waits on
-    /// the answer.
-    Fire,
-    /// Deleting a chat's conversation for `disposeSession`.
-    Delete {
-        /// The session.
-        session: Uri,
-    },
-    /// Writing a session record.
-    StorePut {
-        /// The session.
-        session: Uri,
-    },
-    /// Replacing a session record by its tombstone for `disposeSession`.
-    StoreDelete {
-        /// The session.
-        session: Uri,
-    },
-    /// Removing a tombstone whose backend copy is gone: nothing waits on
-    /// the answer.
-    StoreForget {
-        /// The disposed session.
-        session: Uri,
-    },
-    /// A git command (`host/git.rs`).
-    Git(git::GitOp),
-    /// A command for the awareness registry (`scan`: a registry scan).
-    Registry {
-        /// Whether it is a scan.
-        scan: bool,
-    },
-}
 
 /// How a session went during one input (Sessions page, "Sleep and wake"):
 /// what the step rules of `invariants.rs` check the rule "None goes while a
@@ -585,6 +490,44 @@ impl Host {
         }
     }
 
+    /// Routes a command's completion to the owner its op names
+    /// ([`Op`]): the session, request or tree whose continuation it is.
+    /// An op the host no longer knows (its owner went) is counted stale.
+    fn on_done(&mut self, op: OpId, outcome: Outcome) {
+        let Some(purpose) = self.ops.remove(&op) else {
+            self.stats.stale_ops += 1;
+            return;
+        };
+        match purpose {
+            Op::Fire => {
+                if let Outcome::Failed { message } = outcome {
+                    self.log(LogLevel::Warn, "backend.command_failed", None, message);
+                }
+            }
+            Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
+            Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
+            Op::Send { session } => self.on_sent(&session, op, outcome),
+            Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),
+            Op::StorePut { session } => self.on_record_written(&session, op, outcome),
+            Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
+            Op::Registry { scan } => self.on_registry_done(op, scan, outcome),
+            Op::StoreForget { session } => {
+                if let Outcome::Failed { message } = outcome {
+                    // Still on disk: read back at the next start, and
+                    // removed by the first pass after it.
+                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
+                }
+            }
+            Op::StoreDelete { session } => {
+                let failure = match outcome {
+                    Outcome::Failed { message } => Some(message),
+                    _ => None,
+                };
+                self.dispose_stored(&session, failure);
+            }
+        }
+    }
+
     /// Runs one decoded frame of `conn` (rate and handshake checks done).
     pub(crate) fn run_frame(&mut self, conn: ConnId, frame: codec::Decoded) {
         match frame {
@@ -593,11 +536,6 @@ impl Host {
             Ok(Incoming::Response) => {}
             Err(e) => self.send(conn, Outbound::Error { id: e.id, error: e.error }),
         }
-    }
-
-    pub(crate) fn admit(&mut self, conn: ConnId) {
-        let conn_state = self.fresh_conn();
-        self.conns.insert(conn, conn_state);
     }
 
     pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
@@ -666,33 +604,6 @@ impl Host {
             _ => self.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
                 "ignored notification {}", crate::ids::printable(method)
             )),
-        }
-    }
-
-    fn fresh_conn(&self) -> Conn {
-        Conn {
-            credit_milli: u64::from(self.config.limits.frames_burst) * 1000,
-            credit_at: self.now.mono,
-            ..Conn::default()
-        }
-    }
-
-    /// Token bucket: tops the connection's credit up for the time passed
-    /// and takes one frame's worth; false when none is left.
-    fn take_frame_credit(&mut self, conn: ConnId) -> bool {
-        let limits = &self.config.limits;
-        let cap = u64::from(limits.frames_burst.max(1)) * 1000;
-        let rate = u64::from(limits.frames_per_second.max(1));
-        let now = self.now.mono;
-        let Some(c) = self.conns.get_mut(&conn) else { return false };
-        let elapsed_ms = now.0.saturating_sub(c.credit_at.0);
-        c.credit_milli = c.credit_milli.saturating_add(elapsed_ms.saturating_mul(rate)).min(cap);
-        c.credit_at = now;
-        if c.credit_milli >= 1000 {
-            c.credit_milli -= 1000;
-            true
-        } else {
-            false
         }
     }
 
@@ -858,6 +769,26 @@ impl Host {
                 Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only"))
             }
         }
+    }
+
+    /// Whether agents may run in every one of `folders` (Sessions page: "A
+    /// worktree the host made is trusted when the repository it came from
+    /// is"). `Err` is the reason a client reads. Free when no list of
+    /// trusted folders is kept. With a list, a session with no folder is
+    /// refused: its agent would start wherever the host runs it, which no
+    /// entry of the list names.
+    pub(crate) fn trusted(&self, folders: &[Uri]) -> Result<(), String> {
+        if !self.config.trust.gated() {
+            return Ok(());
+        }
+        if folders.is_empty() {
+            return Err("this host runs agents only in trusted folders: name a working directory in one of them".to_owned());
+        }
+        let trees = crate::trust::made_trees(self.sessions.values().map(|s| &s.record), self.detached.iter().map(|(_, d)| &d.tree));
+        for folder in folders {
+            self.config.trust.check(folder, &trees)?;
+        }
+        Ok(())
     }
 
     /// The owner string of the connection's principal (`user:<id>`), if any.

@@ -159,3 +159,36 @@ mod tests {
         assert!(Trust::default().check("vscode-remote://box/x", &[]).is_ok(), "no list: every folder");
     }
 }
+
+/// The trees this host made, each with the repository it is a checkout
+/// of: every session's own tree (`records`), the ones sessions kept from
+/// folders they moved away from, and the window's detached trees
+/// (`window`). What [`Trust::check`] lets a tree inherit trust from.
+pub fn made_trees<'a>(
+    records: impl Iterator<Item = &'a crate::record::SessionRecord>,
+    window: impl Iterator<Item = &'a crate::git::WorktreeRecord>,
+) -> Vec<MadeTree<'a>> {
+    fn known(w: &crate::git::WorktreeRecord) -> Option<&str> {
+        (!w.repo_root.is_empty()).then_some(w.repo_root.as_str())
+    }
+    let mut trees = Vec::new();
+    for record in records {
+        if let Some(t) = &record.in_tree {
+            trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
+        }
+        for t in &record.shared_trees {
+            trees.push(MadeTree { path: &t.tree.path, repo: known(&t.tree).or(Some(t.repo.as_str())) });
+        }
+        let Some(git) = record.git.as_ref() else { continue };
+        if let Some(w) = &git.worktree {
+            trees.push(MadeTree { path: &w.path, repo: known(w).or(git.repo_root.as_deref()) });
+        }
+        for w in git.former.iter().filter_map(|f| f.worktree.as_ref()) {
+            trees.push(MadeTree { path: &w.path, repo: known(w) });
+        }
+    }
+    for tree in window {
+        trees.push(MadeTree { path: &tree.path, repo: known(tree) });
+    }
+    trees
+}

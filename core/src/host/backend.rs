@@ -1,8 +1,8 @@
-//! Completions of the host's commands (`Input::Done`) and what backends
-//! say unprompted (`Input::Backend`).
+//! What a session's backend answers and says: a chat's agent started (or
+//! not), a turn taken, what an agent says unprompted (`Input::Backend`:
+//! turn actions, background work, files written, an exit).
 
-use ahp_types::actions::{ChatErrorAction, SessionCreationFailedAction, StateAction};
-use ahp_types::state::{ErrorInfo, ErrorResponsePart};
+use ahp_types::actions::StateAction;
 use ahp_types::Uri;
 
 use super::{Host, Op};
@@ -11,65 +11,9 @@ use crate::input::{BackendEvent, Outcome};
 use crate::session::Phase;
 
 impl Host {
-    pub(crate) fn on_done(&mut self, op: OpId, outcome: Outcome) {
-        let Some(purpose) = self.ops.remove(&op) else {
-            self.stats.stale_ops += 1;
-            return;
-        };
-        match purpose {
-            Op::Fire => {
-                if let Outcome::Failed { message } = outcome {
-                    self.log(LogLevel::Warn, "backend.command_failed", None, message);
-                }
-            }
-            Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
-            Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
-            Op::Send { session } => self.on_sent(&session, op, outcome),
-            Op::Delete { session } => {
-                if let Outcome::Failed { message } = &outcome {
-                    self.log(LogLevel::Warn, "backend.delete_failed", Some(session.clone()), message.clone());
-                }
-                let Some(s) = self.sessions.get_mut(&session) else { return };
-                s.phase_ops.remove(&op);
-                if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
-                    self.dispose_finish(&session, None);
-                }
-            }
-            Op::StorePut { session } => {
-                let failure = match outcome {
-                    Outcome::Failed { message } => Some(message),
-                    _ => None,
-                };
-                let parked = self.sessions.get(&session).and_then(|s| s.parked.as_ref()).is_some_and(|p| p.op == op);
-                if parked {
-                    self.on_parked_write(&session, failure);
-                } else if let Some(message) = failure {
-                    crate::mark!("store_write_failed");
-                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
-                }
-            }
-            Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
-            Op::Registry { scan } => self.on_registry_done(op, scan, outcome),
-            Op::StoreForget { session } => {
-                if let Outcome::Failed { message } = outcome {
-                    // Still on disk: read back at the next start, and
-                    // removed by the first pass after it.
-                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
-                }
-            }
-            Op::StoreDelete { session } => {
-                let failure = match outcome {
-                    Outcome::Failed { message } => Some(message),
-                    _ => None,
-                };
-                self.dispose_stored(&session, failure);
-            }
-        }
-    }
-
     /// A chat's agent started (or failed to): the end of `createSession`'s
     /// wait, or one step of a wake.
-    fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
+    pub(crate) fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let unanswered = session.starts_unanswered.remove(&op);
         // A start answered with its conversation supersedes the chat's
@@ -200,76 +144,13 @@ impl Host {
     /// The backend acknowledged (or refused) a turn. The first turn a
     /// backend takes announces a provisional session: `root/sessionAdded`
     /// then `session/ready` (Sessions page, "The life of a session").
-    fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+    pub(crate) fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some((chat, turn_id)) = session.sends_in_flight.remove(&op) else { return };
         match outcome {
             Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
             _ => self.agent_took_turn(session_uri, &chat),
         }
-    }
-
-    /// The agent took a turn of `chat` (its send was acknowledged, or the
-    /// agent spoke in it, whichever is heard first: a late answer is stale
-    /// after a sleep). Its conversation exists, so a wake resumes it rather
-    /// than starting it afresh, and a provisional session is announced
-    /// (issue 19, seeds 326 and 1631: a wake after a lost answer started
-    /// the conversation again and the turns it had taken were gone).
-    fn agent_took_turn(&mut self, session_uri: &Uri, chat: &Uri) {
-        if let Some(c) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) {
-            c.fresh = false;
-        }
-        self.mark_ready(session_uri);
-    }
-
-    /// Ends a running turn with `chat/error` carrying `message`. For a
-    /// session still provisional this also fails its creation:
-    /// `session/creationFailed` after the turn's error, then
-    /// `root/sessionAdded`, and its start is owed to the next send.
-    pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
-        // A failed turn still held for its agent is not handed over later.
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
-        }
-        let running = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .and_then(|r| r.chats.get(chat))
-            .and_then(|c| c.active_turn.as_ref())
-            .is_some_and(|t| t.id == turn_id);
-        if running {
-            let duration = self.turn_duration(session_uri, chat);
-            let action = StateAction::ChatError(ChatErrorAction {
-                turn_id: turn_id.to_owned(),
-                duration,
-                part: ErrorResponsePart {
-                    error: ErrorInfo { error_type: "backendError".to_owned(), message: message.to_owned(), stack: None, meta: None },
-                    resumable: Some(false),
-                },
-                meta: None,
-            });
-            self.emit(chat, action, None);
-            self.kept_turn_ended(session_uri, chat, turn_id, Some(crate::kept_turns::KeptEnd::Error(message.to_owned())));
-        }
-        let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.is_announced());
-        if provisional {
-            let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
-                error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
-            });
-            self.emit(session_uri, action, None);
-            if let Some(s) = self.sessions.get_mut(session_uri) {
-                s.start_owed = true;
-            }
-            // The creation failed: its agent goes, and the next send starts
-            // it afresh (Sessions page: "held with its start owed").
-            self.let_agents_go(session_uri);
-            self.after_chat_change(session_uri, chat);
-            self.announce(session_uri);
-            crate::mark!("creation_failed_start_owed");
-            self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
-        }
-        self.end_turn_bookkeeping(session_uri, chat, running);
     }
 
     pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {

@@ -8,7 +8,7 @@ use ahp_types::state::Message;
 use ahp_types::Uri;
 use serde_json::Value;
 
-use super::connection::parse;
+use crate::protocol::params as parse;
 use super::{Host, Op};
 use crate::continuation::{CreateChatReq, DisposeChatReq, QueuedCommand, WaitingRequest};
 use crate::effect::{BackendCmd, ConnId, LogLevel};

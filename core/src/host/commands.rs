@@ -9,21 +9,17 @@ use ahp_types::state::SessionLifecycle;
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
-use super::connection::parse;
+use crate::protocol::params as parse;
 use super::{Host, Op};
 use crate::continuation::{CreateSessionReq, FetchTurnsReq, WaitingRequest};
-use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, StoreCmd};
+use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, StoreCmd};
+use crate::input::Outcome;
 use crate::grants::{Operation, Principal};
 use crate::ids::{printable, ResourceId};
 use crate::protocol::error::*;
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
 use crate::session::state::{chat_state, chat_summary, session_state};
 use crate::session::{Phase, Resident, Session, Waiter};
-
-/// The `fetchTurns` cursor naming the turn before which the next page ends.
-pub(crate) fn turns_cursor(turn_id: &str) -> String {
-    format!("before:{turn_id}")
-}
 
 impl Host {
     /// `createSession` (Sessions page, "The life of a session"): the URI is
@@ -59,7 +55,7 @@ impl Host {
         }
         match request.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
-                let purpose = super::git::GitOp::Create { conn, id, request: Box::new(request) };
+                let purpose = super::GitOp::Create { conn, id, request: Box::new(request) };
                 self.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
             }
             None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
@@ -378,6 +374,20 @@ impl Host {
         }
     }
 
+    /// A chat's conversation was deleted for `disposeSession` (or the
+    /// backend failed to: logged, the dispose goes on): the dispose
+    /// finishes once every delete it asked for answered.
+    pub(crate) fn on_conversation_deleted(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+        if let Outcome::Failed { message } = &outcome {
+            self.log(LogLevel::Warn, "backend.delete_failed", Some(session_uri.clone()), message.clone());
+        }
+        let Some(s) = self.sessions.get_mut(session_uri) else { return };
+        s.phase_ops.remove(&op);
+        if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+            self.dispose_finish(session_uri, None);
+        }
+    }
+
     /// `listSessions`: announced sessions, most recently modified first,
     /// ties broken by URI. A limit is capped at `list_limit_max`; no limit
     /// means the whole catalogue up to `list_default_max` rows.
@@ -459,9 +469,7 @@ impl Host {
         let end = match request.cursor.as_deref() {
             None => chat.turns.len(),
             Some(cursor) => {
-                let found = cursor
-                    .strip_prefix("before:")
-                    .and_then(|turn_id| chat.turns.iter().position(|t| t.id == turn_id));
+                let found = crate::cursor::turn_named(cursor).and_then(|turn_id| chat.turns.iter().position(|t| t.id == turn_id));
                 match found {
                     Some(i) => i,
                     None => return self.reply_error(conn, id, error(INVALID_PARAMS, "unknown fetchTurns cursor")),
@@ -470,7 +478,7 @@ impl Host {
         };
         let start = end.saturating_sub(self.config.turns_page_len.max(1));
         let turns = chat.turns[start..end].to_vec();
-        let next = (start > 0).then(|| turns_cursor(&chat.turns[start].id));
+        let next = (start > 0).then(|| crate::cursor::turns_before(&chat.turns[start].id));
         let action = StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction { turns, turns_next_cursor: next });
         self.emit(&request.chat, action, None);
         self.reply(conn, id, serde_json::json!({}));

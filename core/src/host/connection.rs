@@ -1,6 +1,15 @@
-//! Connection-level commands: `initialize`, `reconnect`, `subscribe`,
-//! `unsubscribe`, and what a disconnect ends (docs/REFERENCE-NOTES.md,
-//! AHP 2-4).
+//! Connections: admission, the connection-level commands (`initialize`,
+//! `reconnect`, `authenticate`, `subscribe`, `unsubscribe`; docs/REFERENCE-NOTES.md,
+//! AHP 2-4), and what a disconnect ends.
+//!
+//! Admission is the limit on client connections open at once
+//! (`Limits::connections_max`; issue 11, "connections in total"). A
+//! connection over the limit is told why in a JSON-RPC error frame the
+//! client can read (`id: null`, code -32600, since no request of its was
+//! seen yet), logged, and closed. Requests it manages to send before the
+//! close lands get the same error under their own id. Its place is counted
+//! again only for connections admitted; a refused one is forgotten at its
+//! `Disconnected`, and an admitted one frees its place then.
 
 use ahp_types::commands::{
     Implementation, InitializeParams, InitializeResult, ReconnectParams, ReconnectReplayResult, ReconnectResult,
@@ -10,18 +19,137 @@ use ahp_types::state::{Snapshot, SnapshotState};
 use ahp_types::{negotiate_protocol_version, Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
+use std::collections::BTreeSet;
+
 use super::Host;
+use crate::record::SessionRecord;
+use crate::time::MonoTime;
 use crate::continuation::{HandshakeReq, InitializeReq, ReconnectReq, SubscribeReq, WaitingRequest};
-use crate::effect::{ConnId, Effect, LogLevel};
+use crate::effect::{ConnId, Effect, LogLevel, Outbound};
+use crate::protocol::codec::{self, Incoming};
 use crate::protocol::error::*;
+use crate::protocol::params as parse;
 use crate::session::{Phase, Waiter};
 
-/// Parses a request's params into `T`, or the -32602 reply to send.
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, ahp_types::messages::JsonRpcError> {
-    serde_json::from_value(params).map_err(|e| error(INVALID_PARAMS, format!("invalid params: {e}")))
+/// One client connection as the host sees it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Conn {
+    /// The client's id from `initialize` or `reconnect`.
+    pub client_id: Option<String>,
+    /// Whether `initialize` (or `reconnect`) succeeded.
+    pub initialized: bool,
+    /// The channels it is subscribed to.
+    pub subscriptions: BTreeSet<Uri>,
+    /// Who it authenticated as, on a host with a users directory.
+    pub principal: Option<crate::grants::Principal>,
+    /// Frame credit left (token bucket), in thousandths of a frame.
+    pub credit_milli: u64,
+    /// When the credit was last topped up.
+    pub credit_at: MonoTime,
+    /// An `initialize` or `reconnect` held until the sessions it names are
+    /// woken (`host/handshake.rs`); at most one per connection.
+    pub handshake: Option<Handshake>,
+}
+
+/// A handshake (`initialize` or `reconnect`) waiting for the wakes of the
+/// sessions it names whose state is not held, so that its reply carries a
+/// snapshot of each (Sessions page, "Sleep and wake": a session after a
+/// restart is a row until something needs it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handshake {
+    /// The request id.
+    pub id: u64,
+    /// The `initialize` or `reconnect`, decoded and checked when it came;
+    /// it runs on from there when the last wake ends.
+    pub request: crate::continuation::HandshakeReq,
+    /// Every session it named (by the session or one of its chats):
+    /// watched until the reply, so no sleep or eviction takes one it has
+    /// just woken, or one it found held, while others wake.
+    pub sessions: BTreeSet<Uri>,
+    /// Those whose wake has not ended yet.
+    pub waiting: BTreeSet<Uri>,
+    /// When it is answered with what is held, wakes ended or not (ten
+    /// seconds after it came, `host/handshake.rs`).
+    pub until: MonoTime,
+    /// The connection's frames that came while it waited, decoded, in
+    /// order: run once it is answered, as if the wakes had been instant.
+    pub queued: Vec<codec::Decoded>,
+}
+
+impl Conn {
+    /// Whether this connection watches `session`: it is subscribed to the
+    /// session or to one of its chats, or holds a handshake waiting for it
+    /// (Sessions page, "Sleep and wake": none goes while a client watches
+    /// it, and a watched session does not sleep).
+    pub fn watches(&self, session: &SessionRecord) -> bool {
+        self.subscriptions.contains(&session.resource)
+            || session.chats.iter().any(|chat| self.subscriptions.contains(&chat.resource))
+            || self.handshake.as_ref().is_some_and(|h| h.sessions.contains(&session.resource))
+    }
 }
 
 impl Host {
+    pub(crate) fn admit(&mut self, conn: ConnId) {
+        let conn_state = self.fresh_conn();
+        self.conns.insert(conn, conn_state);
+    }
+
+    pub(crate) fn fresh_conn(&self) -> Conn {
+        Conn {
+            credit_milli: u64::from(self.config.limits.frames_burst) * 1000,
+            credit_at: self.now.mono,
+            ..Conn::default()
+        }
+    }
+
+    /// Token bucket: tops the connection's credit up for the time passed
+    /// and takes one frame's worth; false when none is left.
+    pub(crate) fn take_frame_credit(&mut self, conn: ConnId) -> bool {
+        let limits = &self.config.limits;
+        let cap = u64::from(limits.frames_burst.max(1)) * 1000;
+        let rate = u64::from(limits.frames_per_second.max(1));
+        let now = self.now.mono;
+        let Some(c) = self.conns.get_mut(&conn) else { return false };
+        let elapsed_ms = now.0.saturating_sub(c.credit_at.0);
+        c.credit_milli = c.credit_milli.saturating_add(elapsed_ms.saturating_mul(rate)).min(cap);
+        c.credit_at = now;
+        if c.credit_milli >= 1000 {
+            c.credit_milli -= 1000;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// `Input::Connected`: admits `conn` when fewer than `connections_max`
+    /// connections are open, else refuses it (error frame, log line,
+    /// `Effect::Close`).
+    pub(crate) fn on_connected(&mut self, conn: ConnId) {
+        if self.conns.contains_key(&conn) || self.refused.contains(&conn) {
+            return;
+        }
+        let max = self.config.limits.connections_max;
+        if self.conns.len() < max {
+            return self.admit(conn);
+        }
+        self.refused.insert(conn);
+        crate::mark!("limit_connections_refused");
+        self.log(LogLevel::Warn, "limit.connections", None, format!(
+            "connection {} refused: {} connections open, the limit is {max}", conn.0, self.conns.len()
+        ));
+        self.effects.push(Effect::Send { conn, message: Outbound::Error { id: None, error: refusal(max) } });
+        self.effects.push(Effect::Close { conn });
+    }
+
+    /// A frame from a refused connection: a request gets the refusal under
+    /// its id; anything else is dropped.
+    pub(crate) fn on_refused_frame(&mut self, conn: ConnId, text: &str) {
+        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+            let error = refusal(self.config.limits.connections_max);
+            self.effects.push(Effect::Send { conn, message: Outbound::Error { id: Some(id), error } });
+        }
+    }
+
     /// `initialize`: negotiates the version and subscribes to each of
     /// `initialSubscriptions` the connection may read, answering with their
     /// snapshots; sessions among them whose state is not held are woken
@@ -336,7 +464,7 @@ impl Host {
                     if chat.turns.len() > n {
                         let cut = chat.turns.len() - n;
                         chat.turns.drain(..cut);
-                        chat.turns_next_cursor = chat.turns.first().map(|t| super::commands::turns_cursor(&t.id));
+                        chat.turns_next_cursor = chat.turns.first().map(|t| crate::cursor::turns_before(&t.id));
                     }
                 }
                 SnapshotState::Chat(Box::new(chat))
@@ -422,4 +550,9 @@ impl Host {
         self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
         true
     }
+}
+
+/// The error a refused connection reads.
+fn refusal(max: usize) -> ahp_types::messages::JsonRpcError {
+    error(INVALID_REQUEST, format!("connection limit: this host serves at most {max} connections at once; try again later"))
 }

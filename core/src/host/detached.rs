@@ -14,8 +14,9 @@ use ahp_types::Uri;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::connection::parse;
-use super::git::{plan_for, GitOp, TreeCut};
+use crate::protocol::params as parse;
+use super::{DetachedOp, GitOp, TreeCut};
+use crate::worktree::plan_for;
 use super::{Host, Op};
 use crate::detached::{self as data, Detached, Step, UNKNOWN_HANDLE};
 use crate::effect::{ConnId, LogLevel, OpId};
@@ -25,35 +26,6 @@ use crate::input::Outcome;
 use crate::protocol::error::*;
 use crate::session::Phase;
 use crate::session_config as table;
-
-/// What an in-flight git command for a window's tree is for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DetachedOp {
-    /// `createAgentHostDetachedWorktree` waiting for its tree.
-    Make {
-        /// The connection to answer.
-        conn: ConnId,
-        /// The request id.
-        id: u64,
-        /// The handle it will answer with.
-        handle: String,
-        /// The owner of the connection that asked.
-        owner: Option<String>,
-        /// The session the tree is cut for.
-        session: Uri,
-        /// That session's folder URI.
-        folder_uri: Uri,
-        /// That folder as a local path.
-        repo: String,
-    },
-    /// One queued [`Step`] of a handle.
-    Step {
-        /// The handle.
-        handle: String,
-        /// The step.
-        step: Step,
-    },
-}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,6 +73,15 @@ fn kept_reply(kept: Option<&str>) -> Value {
 const UNCOMMITTED: &str = "the tree holds uncommitted work";
 
 impl Host {
+    /// The window's tree (a detached worktree) `folder` is inside, if any,
+    /// as a new session's record keeps it.
+    pub(crate) fn window_tree_of(&self, folder: Option<&Uri>) -> Option<crate::git::TreeOrigin> {
+        let path = crate::git::path_of_uri(folder?).and_then(|p| crate::git::normalize_path(&p))?;
+        self.detached.iter().map(|(_, d)| &d.tree).find(|t| !t.repo_root.is_empty() && crate::trust::within(&path, &t.path)).map(|t| {
+            crate::git::TreeOrigin { path: t.path.clone(), repo_root: t.repo_root.clone() }
+        })
+    }
+
     /// Routes one of [`data::METHODS`] (the caller checked the connection
     /// is initialized). Every one needs `session:worktree`.
     pub(crate) fn on_detached_request(&mut self, conn: ConnId, id: u64, method: &str, params: Value) {
@@ -275,7 +256,7 @@ impl Host {
             if let Some(entry) = self.detached.get_mut(handle) {
                 entry.busy = true;
             }
-            let command = if archive { GitCmd::ArchiveTree { repo, worktree: tree, removal: super::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
+            let command = if archive { GitCmd::ArchiveTree { repo, worktree: tree, removal: crate::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
             self.git(Op::Git(GitOp::Detached(DetachedOp::Step { handle: handle.to_owned(), step })), command);
             return;
         }
@@ -330,7 +311,7 @@ impl Host {
                     // The tree's folder matching the one the session was
                     // in, as a session's own tree is entered.
                     let checkout_root = (!worktree.repo_root.is_empty()).then_some(worktree.repo_root.as_str());
-                    let resource = uri_of_path(&super::git::same_folder_in_tree(&repo, checkout_root, &worktree.path));
+                    let resource = uri_of_path(&crate::git::same_folder_in_tree(&repo, checkout_root, &worktree.path));
                     let entry = Detached {
                         owner,
                         session,

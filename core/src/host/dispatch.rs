@@ -6,13 +6,14 @@
 
 use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
 use ahp_types::commands::DispatchActionParams;
-use ahp_types::state::{MessageKind, SessionLifecycle, ToolCallState};
+use ahp_types::state::{MessageKind, ToolCallState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
-use super::connection::parse;
+use crate::protocol::params as parse;
 use super::{Host, Op};
-use crate::effect::{BackendCmd, ConnId, LogLevel};
+use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
+use crate::input::Outcome;
 use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
 
 /// Longest title taken from a first message, in characters.
@@ -329,6 +330,23 @@ impl Host {
         }
     }
 
+    /// A record write finished: the write a parked action or command
+    /// waits for goes on to [`Host::on_parked_write`]; any other failed
+    /// write is logged (the next write carries the record whole).
+    pub(crate) fn on_record_written(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+        let failure = match outcome {
+            Outcome::Failed { message } => Some(message),
+            _ => None,
+        };
+        let parked = self.sessions.get(session_uri).and_then(|s| s.parked.as_ref()).is_some_and(|p| p.op == op);
+        if parked {
+            self.on_parked_write(session_uri, failure);
+        } else if let Some(message) = failure {
+            crate::mark!("store_write_failed");
+            self.log(LogLevel::Warn, "store.write_failed", Some(session_uri.clone()), message);
+        }
+    }
+
     /// A parked action's store write finished: apply it (or reject it when
     /// the write failed), then take the next queued action.
     pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
@@ -487,66 +505,6 @@ impl Host {
         }
     }
 
-    /// Hands a started turn to the chat's agent, waking the session first
-    /// when its agent is not running.
-    fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
-        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase == Phase::Live && !s.start_owed);
-        // A session's first send asks git first (its tree and `turn/0`);
-        // a sleeping session is woken first and asks once it is live.
-        if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {
-            return;
-        }
-        if live {
-            self.hand_to_agent(session_uri, chat, turn_id, message);
-            return;
-        }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.pending_sends.push((chat, turn_id, message));
-        self.wake(session_uri);
-    }
-
-    /// Sends a turn of a live session to its chat's agent (starting an
-    /// agent it owes first). A chat whose agent is still starting holds
-    /// the turn until the start answers ([`Host::chat_start_answered`]):
-    /// the answer names the conversation the turn is kept under, and a
-    /// turn the backend ended under a conversation the record never
-    /// learnt was gone after a restart (issue 19, seed 12609).
-    pub(crate) fn hand_to_agent(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
-        self.start_owed_agent(session_uri, &chat);
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        let provider = session.record.provider.clone();
-        let starting = session.phase_ops.iter().any(|op| Host::starts_chat(&self.ops, op, &chat));
-        if starting {
-            crate::mark!("send_waits_for_chat_start");
-            if let Some(session) = self.sessions.get_mut(session_uri) {
-                session.pending_sends.push((chat, turn_id, message));
-            }
-            return;
-        }
-        let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
-        if let Some(session) = self.sessions.get_mut(session_uri) {
-            session.sends_in_flight.insert(op, (chat, turn_id));
-        }
-    }
-
-    /// The agent of `chat` in a live session answered its start: the turns
-    /// it held go to it, or fail with the start's `failure`. Turns still
-    /// waiting for the session's first git command stay for it.
-    pub(crate) fn chat_start_answered(&mut self, session_uri: &Uri, chat: &Uri, failure: Option<&str>) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.git_begin.is_some() {
-            return;
-        }
-        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut session.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
-        session.pending_sends = rest;
-        for (chat, turn_id, message) in held {
-            match failure {
-                Some(message) => self.fail_turn(session_uri, &chat, &turn_id, &format!("the chat's agent would not start: {message}")),
-                None => self.hand_to_agent(session_uri, chat, turn_id, message),
-            }
-        }
-    }
-
     /// A session with no title takes one from its first message: the first
     /// line, cut to 80 characters on a character boundary.
     fn maybe_title_from(&mut self, session_uri: &Uri, text: &str) {
@@ -564,68 +522,6 @@ impl Host {
         self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
     }
 
-    /// How long `chat`'s running turn has run, in milliseconds of host
-    /// time (0 when the host does not know its start): every turn end's
-    /// `duration` is the host's own.
-    pub(crate) fn turn_duration(&self, session_uri: &Uri, chat: &Uri) -> i64 {
-        let started = self.sessions.get(session_uri).and_then(|s| s.resident.as_ref()).and_then(|r| r.turn_started_mono.get(chat).copied());
-        started.map_or(0, |t| i64::try_from(self.now.mono.0.saturating_sub(t.0)).unwrap_or(i64::MAX))
-    }
-
-    /// A kept turn ended (`crate::kept_turns`): the backend ended it (`how`
-    /// `None`: its history has it, the host lets it go) or the host did
-    /// (kept, with how). Written by the end's record write.
-    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
-        let Some(record) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) else { return };
-        match how {
-            None => crate::kept_turns::release(record, turn_id),
-            Some(how) => crate::kept_turns::end(record, turn_id, how),
-        };
-    }
-
-    /// After a turn ended (completed, cancelled, failed): clear its clock,
-    /// note activity, mirror the chat, recount, and persist the record.
-    /// What every turn's end does, in this order: the chat's bookkeeping,
-    /// the record, then (`checkpoint`: a turn that completed or failed for
-    /// good) its checkpoint, and only then the residency check, so the
-    /// checkpoint is work in hand that keeps the session from being evicted
-    /// under it (issue 18: an eviction at a turn's end left its checkpoint
-    /// running on a session that had gone).
-    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
-        if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
-            resident.turn_started_mono.remove(chat);
-        }
-        self.mark_activity(session_uri);
-        self.after_chat_change(session_uri, chat);
-        self.recount_active();
-        if self.sessions.get(session_uri).is_some_and(|s| s.is_announced()) {
-            self.store_put(session_uri);
-        }
-        if checkpoint {
-            self.checkpoint_turn(session_uri);
-        }
-    }
-
-    /// Sends `session/ready` once the session's first turn went to its
-    /// backend (or a retry after a failed creation succeeded).
-    pub(crate) fn mark_ready(&mut self, session_uri: &Uri) {
-        let lifecycle = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .map(|r| r.session.lifecycle.clone());
-        self.announce(session_uri);
-        if let Some(l) = lifecycle {
-            if l != SessionLifecycle::Ready {
-                self.emit(session_uri, StateAction::SessionReady(ahp_types::actions::SessionReadyAction {}), None);
-                crate::mark!("session_ready_after_announce");
-                self.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
-            }
-        }
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.start_owed = false;
-        }
-    }
 }
 
 /// Applies the host-owned part of an action to the durable record.

@@ -11,159 +11,18 @@ use ahp_types::state::ChangesSummary;
 use ahp_types::Uri;
 use serde_json::{Map, Value};
 
-use super::connection::parse;
-use super::{Host, Op};
+use crate::protocol::params as parse;
+use super::{GitOp, Host, Op, TreeCut};
 use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, Effect, LogLevel, OpId};
-use crate::git::{path_of_uri, uri_of_path, GitCmd, GitRecord, GitResult, Removal, RepoFacts, WorktreePlan};
+use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, TREE_REMOVAL};
+use crate::worktree::{plan_for, settle_base};
 use crate::grants::{Membership, Operation, Principal};
 use crate::input::Outcome;
 use crate::protocol::error::*;
 use crate::session::Phase;
 use crate::session_config as table;
 use crate::worktree;
-
-/// What an in-flight git command is for.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GitOp {
-    /// `createSession` waiting on the facts of its folder's repository,
-    /// which its config is settled against.
-    Create {
-        /// The connection.
-        conn: ConnId,
-        /// The request id.
-        id: u64,
-        /// The request, decoded and its URI checked when it came; it runs
-        /// on from there when the facts come.
-        request: Box<crate::continuation::CreateSessionReq>,
-    },
-    /// `resolveSessionConfig` (or `sessionConfigCompletions`) waiting on
-    /// the repository's facts.
-    Resolve {
-        /// The connection.
-        conn: ConnId,
-        /// The request id.
-        id: u64,
-        /// The request, decoded when it came; answered from it when the
-        /// facts come.
-        request: Box<ResolveReq>,
-    },
-    /// A session's first send: its tree and `turn/0`.
-    Begin {
-        /// The session.
-        session: Uri,
-        /// The folder git was asked about.
-        folder: String,
-    },
-    /// A checkpoint and the session's change counts.
-    Checkpoint {
-        /// The session.
-        session: Uri,
-    },
-    /// Removing a session's checkpoints and tree for `disposeSession`.
-    Dispose {
-        /// The session.
-        session: Uri,
-    },
-    /// Removing a tree made for a session that was disposed meanwhile, or
-    /// the refs and tree of a folder a disposed session moved away from.
-    Cleanup,
-    /// A session's tree taken off the disk (`archived`) or put back as the
-    /// session's archived bit changed (`host/trees.rs`).
-    TreeArchive {
-        /// The session.
-        session: Uri,
-        /// The tree's folder.
-        path: String,
-        /// Off the disk (true) or back (false).
-        archived: bool,
-    },
-    /// A session's own tree put back before its agents start again.
-    Restore {
-        /// The session.
-        session: Uri,
-    },
-    /// A window's own tree (`host/detached.rs`).
-    Detached(super::detached::DetachedOp),
-    /// The facts of the folder a tree is to be cut in, read first because
-    /// the session's config names no base branch (its folder offered none
-    /// when the session was made): the base is settled from them
-    /// ([`settle_base`]), then the cut is sent.
-    Base(Box<TreeCut>),
-}
-
-/// A tree cut waiting for its base ([`GitOp::Base`]).
-#[derive(Debug, Clone, PartialEq)]
-pub enum TreeCut {
-    /// A session's first send: `GitCmd::Begin` once the base is settled.
-    Begin {
-        /// The session.
-        session: Uri,
-        /// The folder git is asked about (and the tree cut from).
-        folder: String,
-        /// The ref of checkpoint `turn/0`.
-        checkpoint_ref: String,
-        /// The branch the tree creates (already checked).
-        new_branch: String,
-        /// The plan, its base and names still to settle.
-        plan: WorktreePlan,
-    },
-    /// A window's tree: `GitCmd::MakeTree` once the base is settled.
-    Make {
-        /// A folder in the repository.
-        folder: String,
-        /// The branch the tree creates (already checked).
-        new_branch: String,
-        /// The plan, its base and names still to settle.
-        plan: WorktreePlan,
-        /// What the tree is for.
-        purpose: super::detached::DetachedOp,
-    },
-}
-
-/// The folder of the tree at `tree` that matches `folder` of the checkout
-/// whose top is `checkout_root`: `<tree>/pkg` for `<checkout>/pkg`; the
-/// tree's top when `folder` is not inside `checkout_root` (or either is not
-/// an absolute path).
-pub(crate) fn same_folder_in_tree(folder: &str, checkout_root: Option<&str>, tree: &str) -> String {
-    checkout_root.and_then(|root| crate::git::rebase_path(folder, root, tree)).unwrap_or_else(|| tree.to_owned())
-}
-
-/// How to cut a tree on `new_branch` (already checked) from a session's
-/// config `values`: its base branch, the names to try, branch options and
-/// patterns. The base is the branch the config names: `settle` keeps the
-/// default branch the folder offered when the session was made
-/// (`session_config::default_branch`). A config that names none (the folder
-/// offered none: a detached or unborn HEAD and no remote default) leaves
-/// `base` unset, to be settled from the facts of the folder the tree is
-/// cut in ([`settle_base`]) before the plan is sent.
-pub(crate) fn plan_for(values: &Map<String, Value>, new_branch: &str) -> WorktreePlan {
-    let base = Some(table::string_value(values, table::BRANCH, "")).filter(|b| !b.is_empty());
-    let create_new_branch = table::bool_value(values, table::CREATE_NEW_BRANCH, true);
-    WorktreePlan {
-        names: worktree::tree_names(create_new_branch, new_branch, base.as_deref()),
-        base,
-        create_new_branch,
-        track: table::bool_value(values, table::BRANCH_TRACK, false),
-        include_files: table::list_value(values, table::INCLUDE_FILES),
-        symlink_folders: table::list_value(values, table::SYMLINK_FOLDERS),
-    }
-}
-
-/// Settles the base of a plan whose config names none from the `facts` of
-/// the folder the tree is cut in (Sessions page, "Configuration keys": the
-/// default `branch` of a worktree is the repository's default branch, else
-/// the one checked out; with neither, the commit checked out), and the
-/// names to try with it.
-pub(crate) fn settle_base(plan: &mut WorktreePlan, new_branch: &str, facts: &RepoFacts) {
-    plan.base = table::default_branch(facts, true);
-    plan.names = worktree::tree_names(plan.create_new_branch, new_branch, plan.base.as_deref());
-}
-
-/// How every tree the host takes off the disk goes (Sessions page,
-/// "Isolation and worktrees"): never with work nobody committed in it. A
-/// tree that stays is answered as kept, and said in the log.
-pub(crate) const TREE_REMOVAL: Removal = Removal::UnlessUncommitted;
 
 impl Host {
     /// The memberships of the person on `conn`; `None` for a connection

@@ -411,4 +411,24 @@ impl Host {
             }
         }
     }
+
+    /// Before a wake: a session read back whose folder is no longer trusted
+    /// (the list changed since it was made) is not started; the turns and
+    /// requests waiting on it fail saying why, and it stays asleep.
+    /// Returns true when the wake was refused.
+    pub(crate) fn refuse_untrusted_wake(&mut self, session_uri: &Uri) -> bool {
+        let Some(session) = self.sessions.get(session_uri) else { return false };
+        let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
+        crate::mark!("wake_refused_untrusted_folder");
+        self.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
+        let Some(session) = self.sessions.get_mut(session_uri) else { return true };
+        let pending = std::mem::take(&mut session.pending_sends);
+        let waiters = std::mem::take(&mut session.waiters);
+        let reason = format!("the session was not woken: {reason}");
+        for (chat, turn_id, _) in pending {
+            self.fail_turn(session_uri, &chat, &turn_id, &reason);
+        }
+        self.fail_waiters_with(session_uri, waiters, crate::protocol::error::PERMISSION_DENIED, &reason);
+        true
+    }
 }

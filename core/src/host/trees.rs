@@ -14,7 +14,7 @@
 
 use ahp_types::Uri;
 
-use super::git::GitOp;
+use super::GitOp;
 use super::{Host, Op};
 use crate::effect::{LogLevel, OpId};
 use crate::git::{path_of_uri, FormerFolder, GitCmd, GitResult, SharedTree, WorktreeRecord};
@@ -130,7 +130,7 @@ impl Host {
                     continue;
                 }
             }
-            let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree, removal: super::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
+            let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree, removal: crate::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
             self.git(Op::Git(GitOp::TreeArchive { session: session_uri.clone(), path, archived }), command);
         }
     }

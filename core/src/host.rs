@@ -432,7 +432,7 @@ impl Host {
     /// idle session falls asleep, the residency sweep runs), or `None`.
     /// Derived from state, never stored (docs/STYLE.md 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
-        let sleep = self.held_sessions().filter_map(|(_, s)| self.sleep_due_at(s)).min();
+        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.config.sleep_after_ms, || self.is_watched(s))).min();
         let sweep = (self.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
         let handshake = self.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();

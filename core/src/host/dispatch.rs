@@ -6,7 +6,6 @@
 
 use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
 use ahp_types::commands::DispatchActionParams;
-use ahp_types::state::{MessageKind, ToolCallState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
@@ -14,10 +13,8 @@ use crate::protocol::params as parse;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
 use crate::input::Outcome;
+use crate::session::actions::ActionRules;
 use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
-
-/// Longest title taken from a first message, in characters.
-const TITLE_MAX_CHARS: usize = 80;
 
 /// How the host treats one client-dispatchable action type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +192,17 @@ impl Host {
             }
             return self.wake(session_uri);
         }
-        if let Err(reason) = self.validate(session_uri, &q) {
+        let checked = {
+            let trusted = |folder: &Uri| self.trusted(std::slice::from_ref(folder));
+            let rules = ActionRules {
+                takes_peers: self.agent_takes_peers(&session.record.provider),
+                stopping: self.stopping(),
+                message_text_max_bytes: self.config.limits.message_text_max_bytes,
+                trusted: &trusted,
+            };
+            session.check_client_action(&q, &rules)
+        };
+        if let Err(reason) = checked {
             return self.reject(q.conn, &q.channel, q.action, origin, reason);
         }
         if matches!(q.action, StateAction::ChatDraftChanged(_)) && self.sessions.get(session_uri).is_some_and(|s| s.resident.is_none()) {
@@ -208,8 +215,7 @@ impl Host {
                 let sender = self.sender_of(q.conn);
                 let Some(session) = self.sessions.get_mut(session_uri) else { return };
                 let saved = session.record.clone();
-                let after = last_turn_id(session, &q.channel);
-                apply_to_record(&mut session.record, &q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
+                session.write_ahead(&q, sender);
                 let op = self.store_put(session_uri);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
                     // The in-memory record keeps the old values until the
@@ -221,112 +227,6 @@ impl Host {
                 }
             }
             _ => self.apply_client_action(session_uri, q),
-        }
-    }
-
-    /// The checks an action must pass before anything is written.
-    fn validate(&self, session_uri: &Uri, q: &QueuedAction) -> Result<(), String> {
-        let session = self.sessions.get(session_uri).ok_or("no such session")?;
-        let on_session = q.channel == *session_uri;
-        match &q.action {
-            StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_) => {
-                if !on_session {
-                    return Err("a session action must be dispatched on the session channel".into());
-                }
-                Ok(())
-            }
-            action if crate::folders::is_folder_action(action) => {
-                if !on_session {
-                    return Err("a session action must be dispatched on the session channel".into());
-                }
-                let list = &session.record.working_directories;
-                crate::folders::check(list, action, self.agent_takes_peers(&session.record.provider))?;
-                if let Some(folder) = crate::folders::added(action) {
-                    self.trusted(std::slice::from_ref(folder))?;
-                }
-                if crate::folders::moves_root(list, action) {
-                    // The agent's process must start again in the new root:
-                    // only between turns, and only on a backend that can
-                    // resume the conversation there.
-                    if !session.can_resume {
-                        return Err("this session's agent cannot be restarted in another folder".into());
-                    }
-                    if session.has_work_in_hand() {
-                        return Err("the process root can be replaced only while no turn is running".into());
-                    }
-                }
-                Ok(())
-            }
-            StateAction::ChatDraftChanged(d) => {
-                if on_session {
-                    return Err("a chat action must be dispatched on a chat channel".into());
-                }
-                if !session.record.chats.iter().any(|c| c.resource == q.channel) {
-                    return Err("no such chat".into());
-                }
-                match &d.draft {
-                    Some(m) if m.text.len() > self.config.limits.message_text_max_bytes => {
-                        Err(format!("draft text larger than the limit of {} bytes", self.config.limits.message_text_max_bytes))
-                    }
-                    Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
-                    _ => Ok(()),
-                }
-            }
-            action => {
-                if on_session {
-                    return Err("a chat action must be dispatched on a chat channel".into());
-                }
-                let resident = session.resident.as_ref().ok_or("the session's state is not loaded")?;
-                let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
-                match action {
-                    StateAction::ChatTurnStarted(a) => {
-                        if self.stopping() {
-                            return Err(crate::host::shutdown::REFUSED_WHILE_STOPPING.into());
-                        }
-                        let max = self.config.limits.message_text_max_bytes;
-                        if a.message.text.len() > max {
-                            return Err(format!("message text larger than the limit of {max} bytes"));
-                        }
-                        if a.message.origin.kind != MessageKind::User {
-                            return Err("a turn from a client must carry a user message".into());
-                        }
-                        if a.turn_id.is_empty() || a.turn_id.len() > 256 {
-                            return Err("a turn id must be 1 to 256 bytes".into());
-                        }
-                        if chat.active_turn.is_some() || session.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
-                            return Err("a turn is already running in this chat".into());
-                        }
-                        if chat.turns.iter().any(|t| t.id == a.turn_id) {
-                            return Err("that turn id was already used in this chat".into());
-                        }
-                        if a.queued_message_id.is_some() {
-                            return Err("queued messages are not supported by this host".into());
-                        }
-                        Ok(())
-                    }
-                    StateAction::ChatTurnCancelled(a) => match &chat.active_turn {
-                        Some(t) if t.id == a.turn_id => Ok(()),
-                        _ => Err("no such turn is running".into()),
-                    },
-                    StateAction::ChatToolCallConfirmed(a) => {
-                        let Some(turn) = chat.active_turn.as_ref().filter(|t| t.id == a.turn_id) else {
-                            return Err("no such turn is running".into());
-                        };
-                        let pending = turn.response_parts.iter().any(|p| match p {
-                            ahp_types::state::ResponsePart::ToolCall(tc) => {
-                                matches!(&tc.tool_call, ToolCallState::PendingConfirmation(s) if s.tool_call_id == a.tool_call_id)
-                            }
-                            _ => false,
-                        });
-                        if pending {
-                            Ok(())
-                        } else {
-                            Err("no such tool call is waiting for confirmation".into())
-                        }
-                    }
-                    _ => Err("this action type is not accepted from clients".into()),
-                }
-            }
         }
     }
 
@@ -356,8 +256,7 @@ impl Host {
             (ParkedWork::Action(q), None) => {
                 let client_id = self.sender_of(q.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
-                    let after = last_turn_id(session, &q.channel);
-                    apply_to_record(&mut session.record, &q, client_id, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
+                    session.write_ahead(&q, client_id);
                 }
                 self.apply_client_action(session_uri, q);
             }
@@ -424,7 +323,13 @@ impl Host {
                 }
                 self.mark_activity(session_uri);
                 self.touch(session_uri);
-                self.maybe_title_from(session_uri, &message.text);
+                let title = self.sessions.get(session_uri).and_then(|s| s.title_from_first_message(&message.text));
+                if let Some(title) = title {
+                    if let Some(s) = self.sessions.get_mut(session_uri) {
+                        s.record.title = title.clone();
+                    }
+                    self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
+                }
                 self.adopt(session_uri);
                 self.after_chat_change(session_uri, &q.channel);
                 self.recount_active();
@@ -505,64 +410,4 @@ impl Host {
         }
     }
 
-    /// A session with no title takes one from its first message: the first
-    /// line, cut to 80 characters on a character boundary.
-    fn maybe_title_from(&mut self, session_uri: &Uri, text: &str) {
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        if !session.record.title.is_empty() {
-            return;
-        }
-        let title: String = text.lines().next().unwrap_or("").trim().chars().take(TITLE_MAX_CHARS).collect();
-        if title.is_empty() {
-            return;
-        }
-        if let Some(session) = self.sessions.get_mut(session_uri) {
-            session.record.title = title.clone();
-        }
-        self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
-    }
-
-}
-
-/// Applies the host-owned part of an action to the durable record.
-/// The id of `chat`'s last ended turn and how many it has, as the
-/// session's state holds them (a started turn's place).
-fn last_turn_id(session: &crate::session::Session, chat: &Uri) -> Option<(String, usize)> {
-    let turns = &session.resident.as_ref()?.chats.get(chat)?.turns;
-    turns.last().map(|t| (t.id.clone(), turns.len()))
-}
-
-/// `after` is the chat's last turn id and turn count (a started turn's
-/// place).
-fn apply_to_record(record: &mut crate::record::SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>) {
-    match &q.action {
-        StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
-        StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
-        StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
-        action if crate::folders::is_folder_action(action) => {
-            crate::folders::apply(&mut record.working_directories, action);
-            super::trees::root_moved(record);
-        }
-        StateAction::ChatDraftChanged(d) => {
-            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
-                chat.draft = d.draft.clone();
-            }
-        }
-        StateAction::ChatTurnStarted(a) => {
-            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
-                chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
-                // Durable history from its echo on: kept until the backend
-                // has it (`crate::kept_turns`).
-                crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
-                    id: a.turn_id.clone(),
-                    started_at: a.started_at.clone(),
-                    message: a.message.clone(),
-                    after: after.map(|(id, _)| id.to_owned()),
-                    index: after.map_or(0, |(_, n)| n),
-                    ended: None,
-                });
-            }
-        }
-        _ => {}
-    }
 }

@@ -11,39 +11,11 @@ use super::{Host, Op};
 use crate::continuation::WaitingRequest;
 use crate::effect::{BackendCmd, ConnId, LogLevel};
 use crate::session::state::{chat_state, chat_summary, session_state};
-use crate::session::{Phase, Resident, Session, Waiter, Wake};
+use crate::session::sleep::SleepRefusal;
+use crate::session::{Phase, Resident, Waiter, Wake};
 use crate::time::MonoTime;
 
 impl Host {
-    /// When `session` falls asleep if nothing moves, or `None` when it may
-    /// not sleep now: sleep is off, it is not live, its backend cannot
-    /// resume it, a client watches it, or it has work in hand.
-    pub(crate) fn sleep_due_at(&self, session: &Session) -> Option<MonoTime> {
-        if self.config.sleep_after_ms == 0 || self.sleep_refusal(session).is_some() {
-            return None;
-        }
-        Some(session.last_activity.plus_ms(self.config.sleep_after_ms))
-    }
-
-    /// Why `session` may not sleep now, or `None` when it may (Sessions
-    /// page, "Sleep and wake": "A session does not sleep while it is
-    /// waking", nor "while any of its chats has a turn running ... or
-    /// background work", nor "while a client is subscribed to it", and "a
-    /// session whose backend cannot resume it never sleeps").
-    fn sleep_refusal(&self, session: &Session) -> Option<&'static str> {
-        if session.phase != Phase::Live {
-            Some("not live")
-        } else if !session.can_resume {
-            Some("cannot resume")
-        } else if session.has_work_in_hand() {
-            Some("work in hand")
-        } else if self.is_watched(session) {
-            Some("watched")
-        } else {
-            None
-        }
-    }
-
     /// Coverage marks for the sessions whose quiet time is over but that
     /// may not sleep: the rule's refusals, seen where they decide.
     fn mark_sleep_refusals(&self, now: MonoTime) {
@@ -54,12 +26,12 @@ impl Host {
             if s.last_activity.plus_ms(self.config.sleep_after_ms) > now {
                 continue;
             }
-            match (s.phase.clone(), self.sleep_refusal(s)) {
-                (Phase::Waking(_), _) => crate::mark!("sleep_refused_waking"),
-                (_, Some("cannot resume")) => crate::mark!("sleep_refused_not_resumable"),
-                (_, Some("work in hand")) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
-                (_, Some("work in hand")) => crate::mark!("sleep_refused_work_in_hand"),
-                (_, Some("watched")) => crate::mark!("sleep_refused_watched"),
+            match (s.phase.is_waking(), s.sleep_refusal(|| self.is_watched(s))) {
+                (true, _) => crate::mark!("sleep_refused_waking"),
+                (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
+                (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
+                (_, Some(SleepRefusal::WorkInHand)) => crate::mark!("sleep_refused_work_in_hand"),
+                (_, Some(SleepRefusal::Watched)) => crate::mark!("sleep_refused_watched"),
                 _ => {}
             }
         }
@@ -73,7 +45,7 @@ impl Host {
         let now = self.now.mono;
         let due: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| self.sleep_due_at(s).is_some_and(|t| t <= now))
+            .filter(|(_, s)| s.sleep_due_at(self.config.sleep_after_ms, || self.is_watched(s)).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
         self.mark_sleep_refusals(now);
@@ -146,20 +118,6 @@ impl Host {
         true
     }
 
-    /// Whether the residency limit may take `session` now: nothing said in
-    /// it yet means it does not count; a watched session, one with work in
-    /// hand, one waking or being made or disposed, and one whose backend
-    /// cannot resume it all stay.
-    pub(crate) fn evictable(&self, session: &Session) -> bool {
-        session.resident.is_some()
-            && session.is_announced()
-            && matches!(session.phase, Phase::Live | Phase::Asleep)
-            // Its turns could not be rebuilt: the host's copy is all there is.
-            && session.can_resume
-            && !session.has_work_in_hand()
-            && !self.is_watched(session)
-    }
-
     /// Sessions that count against the limit: state held and something said.
     pub(crate) fn resident_count(&self) -> usize {
         self.held_sessions().filter(|(_, s)| s.is_announced()).count()
@@ -174,7 +132,7 @@ impl Host {
         }
         let archived: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.record.is_archived && self.evictable(s))
+            .filter(|(_, s)| s.record.is_archived && s.evictable(|| self.is_watched(s)))
             .map(|(u, _)| u.clone())
             .collect();
         for uri in archived {
@@ -183,7 +141,7 @@ impl Host {
         }
         while self.resident_count() > self.config.residency_limit {
             self.mark_eviction_skips();
-            let candidates = self.held_sessions().filter(|(_, s)| self.evictable(s)).map(|(u, s)| (u, s.last_used));
+            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| self.is_watched(s))).map(|(u, s)| (u, s.last_used));
             let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
                 Some(uri) => {

@@ -17,7 +17,7 @@ use ahp_types::Uri;
 use super::GitOp;
 use super::{Host, Op};
 use crate::effect::{LogLevel, OpId};
-use crate::git::{path_of_uri, FormerFolder, GitCmd, GitResult, SharedTree, WorktreeRecord};
+use crate::git::{path_of_uri, GitCmd, GitResult, SharedTree, WorktreeRecord};
 use crate::input::Outcome;
 use crate::session::Phase;
 
@@ -222,29 +222,4 @@ impl Host {
             }
         }
     }
-}
-
-/// A client moved the session's root to another folder (`record` already
-/// holds the new list): the folder (and tree) it worked in is kept as the
-/// session's, and its next send asks git about the new root. Part of the
-/// same record write as the move itself: a process that stopped between
-/// two writes left a session working outside the tree it still called its
-/// own (issue 19, seed 42704).
-pub(crate) fn root_moved(record: &mut crate::record::SessionRecord) {
-    let root = record.working_directories.first().and_then(|u| path_of_uri(u));
-    let Some(git) = record.git.as_mut() else { return };
-    if git.moved {
-        return;
-    }
-    let own_tree = git.worktree.as_ref().map(|w| w.path.clone());
-    let in_own_tree = root.as_deref().zip(own_tree.as_deref()).is_some_and(|(r, t)| crate::trust::within(r, t));
-    if root.is_some() && (in_own_tree || (own_tree.is_none() && root.as_deref() == Some(git.folder.as_str()))) {
-        return;
-    }
-    if git.repo_root.is_some() {
-        let former = FormerFolder { folder: git.folder.clone(), worktree: git.worktree.take() };
-        git.former.push(former);
-    }
-    git.worktree = None;
-    git.moved = true;
 }

@@ -19,6 +19,19 @@ use crate::effect::{BackendCmd, LogLevel};
 use crate::session::Phase;
 
 impl Host {
+    /// How long `chat`'s running turn has run, in ms of host time
+    /// ([`Session::turn_duration`](crate::session::Session::turn_duration)).
+    pub(crate) fn turn_duration(&self, session_uri: &Uri, chat: &Uri) -> i64 {
+        self.sessions.get(session_uri).map_or(0, |s| s.turn_duration(chat, self.now.mono))
+    }
+
+    /// A kept turn ended ([`Session::end_kept_turn`](crate::session::Session::end_kept_turn)).
+    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.end_kept_turn(chat, turn_id, how);
+        }
+    }
+
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
     pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
@@ -140,25 +153,6 @@ impl Host {
             self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
         self.end_turn_bookkeeping(session_uri, chat, running);
-    }
-
-    /// How long `chat`'s running turn has run, in milliseconds of host
-    /// time (0 when the host does not know its start): every turn end's
-    /// `duration` is the host's own.
-    pub(crate) fn turn_duration(&self, session_uri: &Uri, chat: &Uri) -> i64 {
-        let started = self.sessions.get(session_uri).and_then(|s| s.resident.as_ref()).and_then(|r| r.turn_started_mono.get(chat).copied());
-        started.map_or(0, |t| i64::try_from(self.now.mono.0.saturating_sub(t.0)).unwrap_or(i64::MAX))
-    }
-
-    /// A kept turn ended (`crate::kept_turns`): the backend ended it (`how`
-    /// `None`: its history has it, the host lets it go) or the host did
-    /// (kept, with how). Written by the end's record write.
-    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
-        let Some(record) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) else { return };
-        match how {
-            None => crate::kept_turns::release(record, turn_id),
-            Some(how) => crate::kept_turns::end(record, turn_id, how),
-        };
     }
 
     /// After a turn ended (completed, cancelled, failed): clear its clock,

@@ -1,11 +1,14 @@
 //! One session as the host holds it: its durable record, the protocol state
 //! it holds in memory while resident, its agents, and what waits on it.
 
+pub mod actions;
 pub mod activity;
 pub mod lifecycle;
 pub mod row;
+pub mod sleep;
 pub mod state;
 pub mod table;
+pub mod turns;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

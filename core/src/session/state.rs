@@ -262,34 +262,6 @@ impl Session {
             .is_some_and(|r| r.chats.values().any(|c| c.active_turn.is_some()))
     }
 
-    /// Whether the session has work in hand: a turn running, a message
-    /// pending or queued or steering, a tool call or question waiting, a
-    /// send not yet acknowledged, a store write parked, background work, or
-    /// waiters (Sessions page, "Sleep and wake": "Quiet means ... nothing is
-    /// in hand").
-    pub fn has_work_in_hand(&self) -> bool {
-        let chat_work = self.resident.as_ref().is_some_and(|r| {
-            r.chats.values().any(|c| {
-                c.active_turn.is_some()
-                    || c.steering_message.is_some()
-                    || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
-            }) || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())
-        });
-        chat_work
-            || self.is_busy()
-            || !self.sends_in_flight.is_empty()
-            // Turns accepted and not yet handed to the agent (waiting for a
-            // wake or for the first send's tree).
-            || !self.pending_sends.is_empty()
-            || self.parked.is_some()
-            || !self.inbox.is_empty()
-            || !self.waiters.is_empty()
-            || !self.git_ops.is_empty()
-            // A chat's agent starting in a live session: its answer carries
-            // the conversation id a later wake resumes (issue 19, seed 1631:
-            // a sleep made the answer stale and the chat's turns were lost).
-            || (self.phase == crate::session::Phase::Live && !self.phase_ops.is_empty())
-    }
 }
 
 /// A finished turn as a transcript replays it: the person's message `text`,

@@ -1,0 +1,214 @@
+//! A client action's rules that are the session's own (docs/DECISIONS.md,
+//! 2: write-ahead): the checks it must pass against the session's state,
+//! and what it writes into the session's record before it is applied.
+//! The host decides the rest (grants, whether the session must wake first,
+//! the store write, the echo): `host/dispatch.rs`.
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::{MessageKind, ToolCallState};
+use ahp_types::Uri;
+
+use crate::record::SessionRecord;
+use crate::session::{QueuedAction, Session};
+
+/// The host-wide facts a client action is checked against
+/// ([`Session::check_client_action`]).
+pub struct ActionRules<'a> {
+    /// Whether the session's agent can take peer working directories.
+    pub takes_peers: bool,
+    /// Whether the host is stopping (a new turn is refused then).
+    pub stopping: bool,
+    /// The largest message or draft text taken, in bytes
+    /// (`Limits::message_text_max_bytes`).
+    pub message_text_max_bytes: usize,
+    /// Whether agents may run in a folder a client adds (Sessions page,
+    /// "Isolation and worktrees"); `Err` is the reason a client reads.
+    pub trusted: &'a dyn Fn(&Uri) -> Result<(), String>,
+}
+
+impl Session {
+    /// The checks a client action must pass against this session before
+    /// anything is written (AHP 5, write-ahead: a failed check is echoed
+    /// back unapplied with the `Err` as its `rejectionReason`). The
+    /// host-wide facts it needs come in `rules`.
+    pub fn check_client_action(&self, q: &QueuedAction, rules: &ActionRules<'_>) -> Result<(), String> {
+        let session = self;
+        let on_session = q.channel == self.record.resource;
+        match &q.action {
+            StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_) => {
+                if !on_session {
+                    return Err("a session action must be dispatched on the session channel".into());
+                }
+                Ok(())
+            }
+            action if crate::folders::is_folder_action(action) => {
+                if !on_session {
+                    return Err("a session action must be dispatched on the session channel".into());
+                }
+                let list = &session.record.working_directories;
+                crate::folders::check(list, action, rules.takes_peers)?;
+                if let Some(folder) = crate::folders::added(action) {
+                    (rules.trusted)(folder)?;
+                }
+                if crate::folders::moves_root(list, action) {
+                    // The agent's process must start again in the new root:
+                    // only between turns, and only on a backend that can
+                    // resume the conversation there.
+                    if !session.can_resume {
+                        return Err("this session's agent cannot be restarted in another folder".into());
+                    }
+                    if session.has_work_in_hand() {
+                        return Err("the process root can be replaced only while no turn is running".into());
+                    }
+                }
+                Ok(())
+            }
+            StateAction::ChatDraftChanged(d) => {
+                if on_session {
+                    return Err("a chat action must be dispatched on a chat channel".into());
+                }
+                if !session.record.chats.iter().any(|c| c.resource == q.channel) {
+                    return Err("no such chat".into());
+                }
+                match &d.draft {
+                    Some(m) if m.text.len() > rules.message_text_max_bytes => {
+                        Err(format!("draft text larger than the limit of {} bytes", rules.message_text_max_bytes))
+                    }
+                    Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
+                    _ => Ok(()),
+                }
+            }
+            action => {
+                if on_session {
+                    return Err("a chat action must be dispatched on a chat channel".into());
+                }
+                let resident = session.resident.as_ref().ok_or("the session's state is not loaded")?;
+                let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
+                match action {
+                    StateAction::ChatTurnStarted(a) => {
+                        if rules.stopping {
+                            return Err(crate::host::shutdown::REFUSED_WHILE_STOPPING.into());
+                        }
+                        let max = rules.message_text_max_bytes;
+                        if a.message.text.len() > max {
+                            return Err(format!("message text larger than the limit of {max} bytes"));
+                        }
+                        if a.message.origin.kind != MessageKind::User {
+                            return Err("a turn from a client must carry a user message".into());
+                        }
+                        if a.turn_id.is_empty() || a.turn_id.len() > 256 {
+                            return Err("a turn id must be 1 to 256 bytes".into());
+                        }
+                        if chat.active_turn.is_some() || session.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
+                            return Err("a turn is already running in this chat".into());
+                        }
+                        if chat.turns.iter().any(|t| t.id == a.turn_id) {
+                            return Err("that turn id was already used in this chat".into());
+                        }
+                        if a.queued_message_id.is_some() {
+                            return Err("queued messages are not supported by this host".into());
+                        }
+                        Ok(())
+                    }
+                    StateAction::ChatTurnCancelled(a) => match &chat.active_turn {
+                        Some(t) if t.id == a.turn_id => Ok(()),
+                        _ => Err("no such turn is running".into()),
+                    },
+                    StateAction::ChatToolCallConfirmed(a) => {
+                        let Some(turn) = chat.active_turn.as_ref().filter(|t| t.id == a.turn_id) else {
+                            return Err("no such turn is running".into());
+                        };
+                        let pending = turn.response_parts.iter().any(|p| match p {
+                            ahp_types::state::ResponsePart::ToolCall(tc) => {
+                                matches!(&tc.tool_call, ToolCallState::PendingConfirmation(s) if s.tool_call_id == a.tool_call_id)
+                            }
+                            _ => false,
+                        });
+                        if pending {
+                            Ok(())
+                        } else {
+                            Err("no such tool call is waiting for confirmation".into())
+                        }
+                    }
+                    _ => Err("this action type is not accepted from clients".into()),
+                }
+            }
+        }
+    }
+
+    /// Writes the host-owned part of client action `q` into the record, as
+    /// it will be once the action applies (the store gets this copy before
+    /// the action is echoed). `sender` is who a started turn is recorded as
+    /// sent by.
+    pub fn write_ahead(&mut self, q: &QueuedAction, sender: Option<String>) {
+        let after = self.last_turn(&q.channel);
+        apply_to_record(&mut self.record, q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
+    }
+
+    /// The id of `chat`'s last ended turn and how many it has, as the
+    /// session's state holds them (a started turn's place).
+    fn last_turn(&self, chat: &Uri) -> Option<(String, usize)> {
+        let turns = &self.resident.as_ref()?.chats.get(chat)?.turns;
+        turns.last().map(|t| (t.id.clone(), turns.len()))
+    }
+}
+
+/// Applies the host-owned part of an action to the durable record. `after`
+/// is the chat's last turn id and turn count (a started turn's place).
+fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>) {
+    match &q.action {
+        StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
+        StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
+        StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
+        action if crate::folders::is_folder_action(action) => {
+            crate::folders::apply(&mut record.working_directories, action);
+            root_moved(record);
+        }
+        StateAction::ChatDraftChanged(d) => {
+            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
+                chat.draft = d.draft.clone();
+            }
+        }
+        StateAction::ChatTurnStarted(a) => {
+            if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
+                chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
+                // Durable history from its echo on: kept until the backend
+                // has it (`crate::kept_turns`).
+                crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
+                    id: a.turn_id.clone(),
+                    started_at: a.started_at.clone(),
+                    message: a.message.clone(),
+                    after: after.map(|(id, _)| id.to_owned()),
+                    index: after.map_or(0, |(_, n)| n),
+                    ended: None,
+                });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A client moved the session's root to another folder (`record` already
+/// holds the new list): the folder (and tree) it worked in is kept as the
+/// session's, and its next send asks git about the new root. Part of the
+/// same record write as the move itself: a process that stopped between
+/// two writes left a session working outside the tree it still called its
+/// own (issue 19, seed 42704).
+fn root_moved(record: &mut crate::record::SessionRecord) {
+    let root = record.working_directories.first().and_then(|u| crate::git::path_of_uri(u));
+    let Some(git) = record.git.as_mut() else { return };
+    if git.moved {
+        return;
+    }
+    let own_tree = git.worktree.as_ref().map(|w| w.path.clone());
+    let in_own_tree = root.as_deref().zip(own_tree.as_deref()).is_some_and(|(r, t)| crate::trust::within(r, t));
+    if root.is_some() && (in_own_tree || (own_tree.is_none() && root.as_deref() == Some(git.folder.as_str()))) {
+        return;
+    }
+    if git.repo_root.is_some() {
+        let former = crate::git::FormerFolder { folder: git.folder.clone(), worktree: git.worktree.take() };
+        git.former.push(former);
+    }
+    git.worktree = None;
+    git.moved = true;
+}

@@ -45,6 +45,7 @@ pub(crate) mod handshake;
 mod trees;
 mod turns;
 mod residency;
+mod shared;
 pub(crate) mod shutdown;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -57,7 +58,7 @@ pub use connection::{Conn, Handshake};
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
 
 use crate::config::Config;
-use crate::effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, StoreCmd};
+use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
 use crate::input::{Input, Outcome};
 use crate::protocol::codec::{self, Incoming};
@@ -122,18 +123,18 @@ impl Tombstone {
 }
 
 /// The whole host. See the crate docs for the contract.
+///
+/// Split the way quinn-proto splits an endpoint from its connections: the
+/// session table here, and in [`Shared`] what one session's rules may use
+/// while they run (the time, the settings, the connections and fan-out,
+/// the op table and the effects queue, the catalogue). A session's own
+/// rules (`impl Session`, taking `&mut Shared`) so cannot reach another
+/// session; what does (residency, trees shared between sessions, the count
+/// of active sessions) is the host's.
 #[derive(Debug, Clone)]
 pub struct Host {
-    pub(crate) config: Config,
-    /// The host's one random stream, seeded in `new`: turn ids for a
-    /// chat's first message.
-    pub(crate) rng: Rng,
-    pub(crate) now: Now,
-    pub(crate) server_seq: u64,
-    pub(crate) next_op: u64,
-    pub(crate) lru_clock: u64,
-    pub(crate) root: RootState,
-    pub(crate) conns: BTreeMap<ConnId, Conn>,
+    /// What every session's rules share.
+    pub(crate) shared: Shared,
     pub(crate) sessions: crate::session::table::SessionTable,
     /// The sessions whose protocol state is held (`resident` is `Some`),
     /// kept with `sessions` by [`Host::add_session`], [`Host::drop_session`]
@@ -142,6 +143,55 @@ pub struct Host {
     /// residency limit, the next deadline) walks them and not the whole
     /// catalogue (issue 4: a 100k-row catalogue must not tax every input).
     pub(crate) held: BTreeSet<Uri>,
+    /// Disposed sessions whose tombstone the store holds, by URI: what a
+    /// pass over their backend's transcripts must not list again, across
+    /// restarts (see [`crate::record::SessionRecord::deleted`]).
+    pub(crate) tombstones: BTreeMap<Uri, Tombstone>,
+    /// Connections refused at `Connected` (over `Limits::connections_max`),
+    /// until their `Disconnected`: their frames are answered with the
+    /// refusal and otherwise ignored.
+    pub(crate) refused: BTreeSet<ConnId>,
+    /// When the residency limit was last swept (once a minute).
+    pub(crate) last_sweep: MonoTime,
+    /// Providers whose scan is in flight.
+    pub(crate) scans_in_flight: BTreeSet<String>,
+    /// When the last scan was started; `None` before the first.
+    pub(crate) last_scan_at: Option<MonoTime>,
+    /// The `recent` mode's cutoff, fixed when the first listing ran
+    /// (`Some(None)`: fewer than two sessions of this host's own then).
+    pub(crate) recent_cutoff: Option<Option<WallTime>>,
+    /// Workspace awareness (issue 10).
+    pub(crate) awareness: awareness::Awareness,
+    /// The window's own trees, by handle (`host/detached.rs`).
+    pub(crate) detached: crate::detached::Registry,
+    /// The sessions put to sleep or evicted by the current input, in
+    /// order (emptied as each input starts): for the step rules.
+    pub(crate) went: Vec<(Uri, Went)>,
+    /// A graceful stop in progress (`host/shutdown.rs`).
+    pub(crate) drain: Option<shutdown::Drain>,
+}
+
+/// What one session's rules may use of the host while they run, besides
+/// the session itself: nothing here is another session (see [`Host`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    /// The settings.
+    pub(crate) config: Config,
+    /// The host's one random stream, seeded in `new`: turn ids for a
+    /// chat's first message.
+    pub(crate) rng: Rng,
+    /// The time of the input being handled.
+    pub(crate) now: Now,
+    /// The last `serverSeq` stamped.
+    pub(crate) server_seq: u64,
+    /// The last op id given.
+    pub(crate) next_op: u64,
+    /// The LRU clock: taken when a session is used.
+    pub(crate) lru_clock: u64,
+    /// The root channel's state.
+    pub(crate) root: RootState,
+    /// Every connection, by id.
+    pub(crate) conns: BTreeMap<ConnId, Conn>,
     /// Chat URI to its session's URI.
     pub(crate) chats: BTreeMap<Uri, Uri>,
     /// The catalogue's order over announced sessions.
@@ -152,35 +202,14 @@ pub struct Host {
     /// state; `reconnect` answers a listed one with snapshots, never a
     /// replay onto that state (the URI may have been made anew since).
     pub(crate) retired: BTreeSet<Uri>,
-    /// Disposed sessions whose tombstone the store holds, by URI: what a
-    /// pass over their backend's transcripts must not list again, across
-    /// restarts (see [`crate::record::SessionRecord::deleted`]).
-    pub(crate) tombstones: BTreeMap<Uri, Tombstone>,
-    /// Connections refused at `Connected` (over `Limits::connections_max`),
-    /// until their `Disconnected`: their frames are answered with the
-    /// refusal and otherwise ignored.
-    pub(crate) refused: BTreeSet<ConnId>,
+    /// What each command in flight is for, by op id (`host/ops.rs`).
     pub(crate) ops: BTreeMap<OpId, Op>,
+    /// The last envelopes broadcast, for `reconnect` replays.
     pub(crate) replay: VecDeque<ActionEnvelope>,
-    pub(crate) last_sweep: MonoTime,
-    /// Providers whose scan is in flight.
-    pub(crate) scans_in_flight: BTreeSet<String>,
-    /// When the last scan was started; `None` before the first.
-    pub(crate) last_scan_at: Option<MonoTime>,
-    /// The `recent` mode's cutoff, fixed when the first listing ran
-    /// (`Some(None)`: fewer than two sessions of this host's own then).
-    pub(crate) recent_cutoff: Option<Option<WallTime>>,
+    /// Counters.
     pub(crate) stats: Stats,
-    /// Workspace awareness (issue 10).
-    pub(crate) awareness: awareness::Awareness,
-    /// The window's own trees, by handle (`host/detached.rs`).
-    pub(crate) detached: crate::detached::Registry,
+    /// The effects of the input being handled, in order.
     pub(crate) effects: Vec<Effect>,
-    /// The sessions put to sleep or evicted by the current input, in
-    /// order (emptied as each input starts): for the step rules.
-    pub(crate) went: Vec<(Uri, Went)>,
-    /// A graceful stop in progress (`host/shutdown.rs`).
-    pub(crate) drain: Option<shutdown::Drain>,
 }
 
 /// A read-only view of the host for checkers, the simulator and debugging.
@@ -272,31 +301,33 @@ impl Host {
             meta: None,
         };
         let mut host = Host {
-            config,
-            rng: Rng::new(seed),
-            now,
-            server_seq: server_seq_origin(now.wall),
-            next_op: 0,
-            lru_clock: 0,
-            root,
-            conns: BTreeMap::new(),
+            shared: Shared {
+                config,
+                rng: Rng::new(seed),
+                now,
+                server_seq: server_seq_origin(now.wall),
+                next_op: 0,
+                lru_clock: 0,
+                root,
+                conns: BTreeMap::new(),
+                chats: BTreeMap::new(),
+                catalogue: crate::catalogue::Index::default(),
+                retired: BTreeSet::new(),
+                ops: BTreeMap::new(),
+                replay: VecDeque::new(),
+                stats: Stats::default(),
+                effects: Vec::new(),
+            },
             sessions: crate::session::table::SessionTable::new(),
             held: BTreeSet::new(),
-            chats: BTreeMap::new(),
-            catalogue: crate::catalogue::Index::default(),
-            retired: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             refused: BTreeSet::new(),
-            ops: BTreeMap::new(),
-            replay: VecDeque::new(),
             last_sweep: now.mono,
             scans_in_flight: BTreeSet::new(),
             last_scan_at: None,
             recent_cutoff: None,
-            stats: Stats::default(),
             awareness: awareness::Awareness::default(),
             detached: crate::detached::Registry::default(),
-            effects: Vec::new(),
             went: Vec::new(),
             drain: None,
         };
@@ -311,7 +342,7 @@ impl Host {
             Ok(id) if id.store_key() == record.key => id,
             Ok(_) | Err(_) => {
                 crate::mark!("restore_record_skipped");
-                self.log(LogLevel::Warn, "store.record_skipped", None, format!(
+                self.shared.log(LogLevel::Warn, "store.record_skipped", None, format!(
                     "stored record {} does not name a valid session; left on disk, not listed",
                     crate::ids::printable(&record.key)
                 ));
@@ -323,16 +354,16 @@ impl Host {
             self.tombstones.insert(uri, Tombstone::after(record, OpId(0)));
             return;
         }
-        let chat_clash = record.chats.iter().any(|c| self.chats.contains_key(&c.resource));
+        let chat_clash = record.chats.iter().any(|c| self.shared.chats.contains_key(&c.resource));
         if self.sessions.contains_key(&uri) || chat_clash || record.chats.is_empty() {
-            self.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
+            self.shared.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
             return;
         }
         let mut record = record;
         let (values, dropped) =
             crate::session_config::restore_values(&record.config);
         if !dropped.is_empty() {
-            self.log(LogLevel::Info, "config.value_dropped", Some(uri.clone()), format!(
+            self.shared.log(LogLevel::Info, "config.value_dropped", Some(uri.clone()), format!(
                 "stored values its backend no longer offers were left out so the defaults apply: {}",
                 dropped.iter().map(|k| crate::ids::printable(k)).collect::<Vec<_>>().join(", ")
             ));
@@ -349,21 +380,21 @@ impl Host {
         for chat in &mut record.chats {
             if crate::kept_turns::interrupt(chat) {
                 crate::mark!("turn_interrupted_by_stop");
-                self.log(LogLevel::Info, "turn.interrupted", Some(uri.clone()), format!("{}: {}", chat.resource, crate::kept_turns::INTERRUPTED));
+                self.shared.log(LogLevel::Info, "turn.interrupted", Some(uri.clone()), format!("{}: {}", chat.resource, crate::kept_turns::INTERRUPTED));
             }
         }
         let can_resume = self.agent_can_resume(&record.provider);
         for chat in &record.chats {
-            self.chats.insert(chat.resource.clone(), uri.clone());
+            self.shared.chats.insert(chat.resource.clone(), uri.clone());
         }
-        let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
+        let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
         let summary = session.summary();
         session.mark_announced(summary);
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
-        self.catalogue.insert(modified_at.0, &uri, slot, external);
+        self.shared.catalogue.insert(modified_at.0, &uri, slot, external);
     }
 
     /// Adds a session to the host's map, noting it in `held` when its
@@ -395,8 +426,8 @@ impl Host {
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
         // Monotonic time never goes back; a shell that read an earlier value
         // is clamped rather than trusted.
-        let mono = now.mono.max(self.now.mono);
-        self.now = Now { mono, wall: now.wall };
+        let mono = now.mono.max(self.shared.now.mono);
+        self.shared.now = Now { mono, wall: now.wall };
         self.went.clear();
         self.sessions.clear_touched();
         if self.last_scan_at.is_none() {
@@ -416,8 +447,8 @@ impl Host {
             Input::Done { op, outcome } => self.on_done(op, outcome),
             Input::Backend { chat, event } => self.on_backend_event(&chat, event),
             Input::PolicyChanged(policy) => {
-                self.config.policy = policy;
-                self.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.config.policy.rules.len()));
+                self.shared.config.policy = policy;
+                self.shared.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.shared.config.policy.rules.len()));
             }
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
             Input::Tick => {}
@@ -425,40 +456,40 @@ impl Host {
         self.drain_due();
         self.fire_due();
         self.awareness_tick();
-        std::mem::take(&mut self.effects)
+        std::mem::take(&mut self.shared.effects)
     }
 
     /// The monotonic time at which the host next has something to do (an
     /// idle session falls asleep, the residency sweep runs), or `None`.
     /// Derived from state, never stored (docs/STYLE.md 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
-        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.config.sleep_after_ms, || self.is_watched(s))).min();
-        let sweep = (self.config.residency_limit > 0)
-            .then(|| self.last_sweep.plus_ms(self.config.residency_sweep_ms.max(1)));
-        let handshake = self.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
+        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || self.is_watched(s))).min();
+        let sweep = (self.shared.config.residency_limit > 0)
+            .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
+        let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
         [sleep, sweep, self.awareness_deadline(), handshake, self.drain_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
     pub fn view(&self) -> HostView<'_> {
         HostView {
-            config: &self.config,
-            now: self.now,
-            server_seq: self.server_seq,
-            root: &self.root,
+            config: &self.shared.config,
+            now: self.shared.now,
+            server_seq: self.shared.server_seq,
+            root: &self.shared.root,
             sessions: &self.sessions,
             held: &self.held,
-            conns: &self.conns,
-            chats: &self.chats,
-            catalogue: &self.catalogue,
-            stats: &self.stats,
+            conns: &self.shared.conns,
+            chats: &self.shared.chats,
+            catalogue: &self.shared.catalogue,
+            stats: &self.shared.stats,
             host: self,
             went: &self.went,
         }
     }
 
     fn on_frame(&mut self, conn: ConnId, text: &str) {
-        if !self.conns.contains_key(&conn) {
+        if !self.shared.conns.contains_key(&conn) {
             // A frame for a connection the host never saw connect: accept it
             // as connected (within the connection limit) rather than drop
             // the client's request.
@@ -468,15 +499,15 @@ impl Host {
             }
         }
         if !self.take_frame_credit(conn) {
-            let limit = self.config.limits.frames_per_second;
+            let limit = self.shared.config.limits.frames_per_second;
             crate::mark!("limit_rate_refused");
-            self.log(LogLevel::Warn, "limit.rate", None, format!("connection {} sends more than {limit} frames/s", conn.0));
-            let id = match codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
+            self.shared.log(LogLevel::Warn, "limit.rate", None, format!("connection {} sends more than {limit} frames/s", conn.0));
+            let id = match codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes) {
                 Ok(Incoming::Request { id, .. }) => Some(id),
                 _ => None,
             };
             if let Some(id) = id {
-                self.reply_error(conn, id, crate::protocol::error::error(
+                self.shared.reply_error(conn, id, crate::protocol::error::error(
                     crate::protocol::error::INVALID_REQUEST,
                     format!("rate limit: more than {limit} frames per second; slow down"),
                 ));
@@ -484,7 +515,7 @@ impl Host {
             return;
         }
         // Decoded once, here: a frame held behind a handshake waits decoded.
-        let frame = codec::decode_bounded(text, self.config.limits.frame_max_bytes);
+        let frame = codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes);
         if let Some(frame) = self.queue_behind_handshake(conn, frame) {
             self.run_frame(conn, frame);
         }
@@ -494,14 +525,14 @@ impl Host {
     /// ([`Op`]): the session, request or tree whose continuation it is.
     /// An op the host no longer knows (its owner went) is counted stale.
     fn on_done(&mut self, op: OpId, outcome: Outcome) {
-        let Some(purpose) = self.ops.remove(&op) else {
-            self.stats.stale_ops += 1;
+        let Some(purpose) = self.shared.ops.remove(&op) else {
+            self.shared.stats.stale_ops += 1;
             return;
         };
         match purpose {
             Op::Fire => {
                 if let Outcome::Failed { message } = outcome {
-                    self.log(LogLevel::Warn, "backend.command_failed", None, message);
+                    self.shared.log(LogLevel::Warn, "backend.command_failed", None, message);
                 }
             }
             Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
@@ -515,7 +546,7 @@ impl Host {
                 if let Outcome::Failed { message } = outcome {
                     // Still on disk: read back at the next start, and
                     // removed by the first pass after it.
-                    self.log(LogLevel::Warn, "store.write_failed", Some(session), message);
+                    self.shared.log(LogLevel::Warn, "store.write_failed", Some(session), message);
                 }
             }
             Op::StoreDelete { session } => {
@@ -534,33 +565,33 @@ impl Host {
             Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
             Ok(Incoming::Response) => {}
-            Err(e) => self.send(conn, Outbound::Error { id: e.id, error: e.error }),
+            Err(e) => self.shared.send(conn, Outbound::Error { id: e.id, error: e.error }),
         }
     }
 
     pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
         use crate::protocol::error::*;
-        let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
+        let initialized = self.shared.conns.get(&conn).is_some_and(|c| c.initialized);
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
             "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
             "sessionConfigCompletions", "ahpd/listPeers",
         ];
         if method == "dispatchAction" {
-            return self.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)"));
+            return self.shared.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)"));
         }
         if !METHODS.contains(&method) && !crate::detached::METHODS.contains(&method) {
-            return self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
+            return self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
         }
         match method {
-            "ping" => self.reply(conn, id, serde_json::Value::Null),
+            "ping" => self.shared.reply(conn, id, serde_json::Value::Null),
             "initialize" => self.on_initialize(conn, id, params),
             "reconnect" => self.on_reconnect(conn, id, params),
             // Signing in may come first, so that a handshake's subscriptions
             // are checked against who the connection is (as
             // `Input::Authenticate` signs one in with its bearer token).
             "authenticate" => self.on_authenticate(conn, id, params),
-            _ if !initialized => self.reply_error(conn, id, not_initialized()),
+            _ if !initialized => self.shared.reply_error(conn, id, not_initialized()),
             "subscribe" => self.on_subscribe(conn, id, params),
             "createSession" => self.on_create_session(conn, id, params),
             "disposeSession" => self.on_dispose_session(conn, id, params),
@@ -574,9 +605,9 @@ impl Host {
             m if crate::detached::METHODS.contains(&m) => self.on_detached_request(conn, id, m, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
-                self.reply(conn, id, serde_json::Value::Null);
+                self.shared.reply(conn, id, serde_json::Value::Null);
             }
-            _ => self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
+            _ => self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
         }
     }
 
@@ -586,45 +617,25 @@ impl Host {
     /// again after its connection left can be) is answered as it would
     /// have been at arrival.
     pub(crate) fn may_resume(&mut self, conn: ConnId, id: u64) -> bool {
-        match self.conns.get(&conn) {
+        match self.shared.conns.get(&conn) {
             None => false,
             Some(c) if c.initialized => true,
             Some(_) => {
-                self.reply_error(conn, id, not_initialized());
+                self.shared.reply_error(conn, id, not_initialized());
                 false
             }
         }
     }
 
     fn on_notification(&mut self, conn: ConnId, method: &str, params: serde_json::Value) {
-        let initialized = self.conns.get(&conn).is_some_and(|c| c.initialized);
+        let initialized = self.shared.conns.get(&conn).is_some_and(|c| c.initialized);
         match method {
             "dispatchAction" if initialized => self.on_dispatch_action(conn, params),
             "unsubscribe" => self.on_unsubscribe(conn, params),
-            _ => self.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
+            _ => self.shared.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
                 "ignored notification {}", crate::ids::printable(method)
             )),
         }
-    }
-
-    // ---- small helpers shared by the handlers ----
-
-    pub(crate) fn send(&mut self, conn: ConnId, message: Outbound) {
-        if self.conns.contains_key(&conn) {
-            self.effects.push(Effect::Send { conn, message });
-        }
-    }
-
-    pub(crate) fn reply(&mut self, conn: ConnId, id: u64, result: serde_json::Value) {
-        self.send(conn, Outbound::Result { id, result: crate::effect::ResultBody::Value(result) });
-    }
-
-    pub(crate) fn reply_error(&mut self, conn: ConnId, id: u64, error: ahp_types::messages::JsonRpcError) {
-        self.send(conn, Outbound::Error { id: Some(id), error });
-    }
-
-    pub(crate) fn log(&mut self, level: LogLevel, event: &'static str, session: Option<Uri>, detail: String) {
-        self.effects.push(Effect::Log(LogEvent { level, event, session, detail }));
     }
 
     /// Whether `op` is a start of `chat`'s agent (one of a session's
@@ -633,49 +644,28 @@ impl Host {
         matches!(ops.get(op), Some(Op::Start { chat: c, .. }) if c == chat)
     }
 
-    pub(crate) fn new_op(&mut self, op: Op) -> OpId {
-        self.next_op += 1;
-        let id = OpId(self.next_op);
-        self.ops.insert(id, op);
-        id
-    }
-
+    /// Sends `command` to `chat`'s agent for `op` (`Effect::Backend`); a
+    /// start goes through its session ([`Session::backend`]). Returns the
+    /// op id.
     pub(crate) fn backend(&mut self, op: Op, provider: String, chat: Uri, command: BackendCmd) -> OpId {
-        let start_of = match &op {
-            Op::Start { session, .. } => Some(session.clone()),
-            _ => None,
-        };
-        let id = self.new_op(op);
-        if let Some(s) = start_of.and_then(|s| self.sessions.get_mut(&s)) {
-            s.starts_unanswered.insert(id, chat.clone());
+        if let Op::Start { session, .. } = &op {
+            if let Some(s) = self.sessions.get_mut(session) {
+                return s.backend(&mut self.shared, op, chat, command);
+            }
         }
-        self.effects.push(Effect::Backend { op: id, provider, chat, command });
+        let id = self.shared.new_op(op);
+        self.shared.effects.push(Effect::Backend { op: id, provider, chat, command });
         id
     }
 
+    /// Writes the session's record ([`Session::store_put`]).
     pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
-        let session = self.sessions.get_mut(uri)?;
-        if matches!(session.phase, Phase::Disposing { .. }) {
-            // Its tombstone is written or on its way: a record written after
-            // it would bring the session back, without the conversations the
-            // dispose deletes (issue 19, sim seed 17 with a graceful stop). A
-            // dispose the store refuses writes the record again.
-            return None;
-        }
-        if session.parked.is_some() {
-            // Write-ahead ordering: see `Session::put_owed`.
-            session.put_owed = true;
-            return None;
-        }
-        let record = Box::new(session.record.clone());
-        let op = self.new_op(Op::StorePut { session: uri.clone() });
-        self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
-        Some(op)
+        self.sessions.get_mut(uri)?.store_put(&mut self.shared)
     }
 
     /// Whether the provider's agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
-        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
+        self.shared.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
     }
 
     /// The peers a chat's agent is told at its start: none when the
@@ -689,7 +679,7 @@ impl Host {
     }
 
     pub(crate) fn agent_can_resume(&self, provider: &str) -> bool {
-        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.can_resume)
+        self.shared.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.can_resume)
     }
 
     /// Moves `uri` to `to` through the legal-transition table.
@@ -705,70 +695,33 @@ impl Host {
         }
     }
 
-    /// Moves the session's `modifiedAt` forward to `to` (never back: see
-    /// [`Session::advance_modified_at`], "modifiedAt ... moves forward
-    /// only") and its catalogue row with it. Every site that moves a
-    /// session's `modifiedAt` calls this.
+    /// Moves the session's `modifiedAt` forward to `to` and its catalogue
+    /// row with it ([`Session::advance_modified`]). Every site that moves a
+    /// session's `modifiedAt` calls this or that.
     pub(crate) fn advance_modified_at(&mut self, uri: &Uri, to: WallTime) {
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        let was = session.advance_modified_at(to);
-        let (now, announced) = (session.modified_at, session.is_announced());
-        // An unannounced session has no row to move (`moved` would find
-        // none either).
-        if announced {
-            self.catalogue.moved(was.0, now.0, uri);
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.advance_modified(&mut self.shared, to);
         }
     }
 
-    /// Marks the session used now (LRU, Sessions page "Sleep and wake": "a
-    /// session is used when it starts, when a client subscribes to it, and
-    /// when a turn starts in it").
+    /// Marks the session used now ([`Session::touch`]).
     pub(crate) fn touch(&mut self, uri: &Uri) {
-        self.lru_clock += 1;
-        let stamp = self.lru_clock;
-        if let Some(session) = self.sessions.get_mut(uri) {
-            session.last_used = stamp;
+        match self.sessions.get_mut(uri) {
+            Some(s) => s.touch(&mut self.shared),
+            None => self.shared.lru_clock += 1,
         }
     }
 
-    /// Notes that an action moved in the session now (idle timer).
+    /// Notes that an action moved in the session now ([`Session::mark_activity`]).
     pub(crate) fn mark_activity(&mut self, uri: &Uri) {
-        let now = self.now.mono;
-        if let Some(session) = self.sessions.get_mut(uri) {
-            session.last_activity = now;
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.mark_activity(&self.shared);
         }
     }
 
     /// Whether any connection watches the session or one of its chats.
     pub(crate) fn is_watched(&self, session: &Session) -> bool {
-        self.conns.values().any(|c| c.watches(&session.record))
-    }
-
-    /// Checks that `conn` holds the grant for `op` (always, on a host with
-    /// no users directory); the error is -32009.
-    pub(crate) fn authorize(&self, conn: ConnId, op: crate::grants::Operation) -> Result<(), ahp_types::messages::JsonRpcError> {
-        use crate::protocol::error::{error, PERMISSION_DENIED};
-        if self.config.users.is_none() {
-            return Ok(());
-        }
-        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
-            Some(p) if p.holds(op) => Ok(()),
-            Some(_) => {
-                crate::mark!("grant_refused_missing_grant");
-                if op.is_read() {
-                    crate::mark!("grant_refused_read_op");
-                } else {
-                    crate::mark!("grant_refused_write_op");
-                }
-                Err(error(PERMISSION_DENIED, crate::grants::refusal(op)))
-            }
-            // The same words whatever was asked, so that a connection not
-            // signed in cannot tell which channels exist.
-            None => {
-                crate::mark!("grant_refused_not_signed_in");
-                Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only"))
-            }
-        }
+        self.shared.conns.values().any(|c| c.watches(&session.record))
     }
 
     /// Whether agents may run in every one of `folders` (Sessions page: "A
@@ -778,7 +731,7 @@ impl Host {
     /// refused: its agent would start wherever the host runs it, which no
     /// entry of the list names.
     pub(crate) fn trusted(&self, folders: &[Uri]) -> Result<(), String> {
-        if !self.config.trust.gated() {
+        if !self.shared.config.trust.gated() {
             return Ok(());
         }
         if folders.is_empty() {
@@ -786,14 +739,9 @@ impl Host {
         }
         let trees = crate::trust::made_trees(self.sessions.values().map(|s| &s.record), self.detached.iter().map(|(_, d)| &d.tree));
         for folder in folders {
-            self.config.trust.check(folder, &trees)?;
+            self.shared.config.trust.check(folder, &trees)?;
         }
         Ok(())
-    }
-
-    /// The owner string of the connection's principal (`user:<id>`), if any.
-    pub(crate) fn owner_of(&self, conn: ConnId) -> Option<String> {
-        self.conns.get(&conn).and_then(|c| c.principal.as_ref()).map(|p| p.owner())
     }
 
     /// The session URI a session or chat channel belongs to.
@@ -801,7 +749,7 @@ impl Host {
         if self.sessions.contains_key(channel) {
             Some(channel.to_owned())
         } else {
-            self.chats.get(channel).cloned()
+            self.shared.chats.get(channel).cloned()
         }
     }
 

@@ -87,7 +87,7 @@ pub struct Awareness {
 impl Host {
     /// Whether awareness is on for this host.
     fn aware(&self) -> bool {
-        self.config.awareness.enabled
+        self.shared.config.awareness.enabled
     }
 
     /// When the next heartbeat is due: only while this host has records
@@ -96,7 +96,7 @@ impl Host {
         if !self.aware() || self.awareness.published.is_empty() {
             return None;
         }
-        let period = self.config.awareness.heartbeat_ms.max(1);
+        let period = self.shared.config.awareness.heartbeat_ms.max(1);
         self.awareness.last_heartbeat.map(|t| t.plus_ms(period))
     }
 
@@ -107,7 +107,7 @@ impl Host {
             self.awareness.recheck.clear();
             return;
         }
-        let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.now.mono);
+        let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.shared.now.mono);
         // The sessions this input touched (the table forgets them as each
         // input begins; the tick runs at the end of every input).
         let touched: Option<std::collections::BTreeSet<Uri>> = self.sessions.touched().map(|t| t.into_iter().cloned().collect());
@@ -140,16 +140,16 @@ impl Host {
             };
             if stale {
                 let Some(name) = self.record_name(uri) else { continue };
-                let op = self.new_op(Op::Registry { scan: false });
-                self.effects.push(Effect::Registry { op, command: RegistryCmd::Publish { name: name.clone(), record: Box::new(record.clone()) } });
+                let op = self.shared.new_op(Op::Registry { scan: false });
+                self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Publish { name: name.clone(), record: Box::new(record.clone()) } });
                 self.awareness.published.insert(uri.clone(), (name, record));
                 changed = true;
             }
         }
         for uri in gone {
             if let Some((name, _)) = self.awareness.published.remove(&uri) {
-                let op = self.new_op(Op::Registry { scan: false });
-                self.effects.push(Effect::Registry { op, command: RegistryCmd::Remove { name } });
+                let op = self.shared.new_op(Op::Registry { scan: false });
+                self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Remove { name } });
                 changed = true;
             }
             self.awareness.claims.remove(&uri);
@@ -161,7 +161,7 @@ impl Host {
         // The heartbeat's period runs from the first publish, and stops while
         // nothing is published.
         if heartbeat || (self.awareness.last_heartbeat.is_none() && !self.awareness.published.is_empty()) {
-            self.awareness.last_heartbeat = Some(self.now.mono);
+            self.awareness.last_heartbeat = Some(self.shared.now.mono);
         }
         if self.awareness.published.is_empty() {
             self.awareness.last_heartbeat = None;
@@ -187,9 +187,9 @@ impl Host {
         for (_, record) in self.awareness.published.values() {
             dirs.extend(record.working_directories.iter().take(1).cloned());
         }
-        let op = self.new_op(Op::Registry { scan: true });
+        let op = self.shared.new_op(Op::Registry { scan: true });
         self.awareness.scan = Some(op);
-        self.effects.push(Effect::Registry { op, command: RegistryCmd::Scan { dirs: dirs.into_iter().collect() } });
+        self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Scan { dirs: dirs.into_iter().collect() } });
     }
 
     /// The file name of `uri`'s record: `<pid>-<store key>.json`, both parts
@@ -197,7 +197,7 @@ impl Host {
     fn record_name(&self, uri: &Uri) -> Option<String> {
         let session = self.sessions.get(uri)?;
         let key = ResourceId::parse(uri).ok()?.store_key();
-        (key == session.id.store_key()).then(|| format!("{}-{key}.json", self.config.awareness.pid))
+        (key == session.id.store_key()).then(|| format!("{}-{key}.json", self.shared.config.awareness.pid))
     }
 
     /// `uri`'s record as it stands now (stamped with the wall clock).
@@ -209,9 +209,9 @@ impl Host {
         Some(ActiveRecord {
             version: rules::RECORD_VERSION,
             session: uri.clone(),
-            host: self.config.host_name.clone(),
-            pid: self.config.awareness.pid,
-            pid_start: self.config.awareness.pid_start,
+            host: self.shared.config.host_name.clone(),
+            pid: self.shared.config.awareness.pid,
+            pid_start: self.shared.config.awareness.pid_start,
             working_directories: dirs,
             repository: repo.as_ref().map(|r| r.root.clone()),
             branch: repo.as_ref().and_then(|r| r.branch.clone()),
@@ -219,7 +219,7 @@ impl Host {
             status,
             activity: rules::clean_text(&activity.unwrap_or_default(), rules::ACTIVITY_MAX_CHARS),
             claims: self.awareness.claims.get(uri).map(|c| c.iter().cloned().collect()).unwrap_or_default(),
-            updated_at: self.now.wall.0,
+            updated_at: self.shared.now.wall.0,
         })
     }
 
@@ -245,7 +245,7 @@ impl Host {
     /// sessions go on; peers keep their last known value).
     fn awareness_error(&mut self, message: String) {
         crate::mark!("awareness_error");
-        self.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
+        self.shared.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
         self.awareness.error = Some(message.clone());
         let live: Vec<Uri> = self.awareness.published.keys().cloned().collect();
         for uri in live {
@@ -255,7 +255,7 @@ impl Host {
     }
 
     fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
-        let now_ms = self.now.wall.0;
+        let now_ms = self.shared.now.wall.0;
         let mut live = Vec::new();
         let mut parsed = BTreeMap::new();
         for file in files {
@@ -275,7 +275,7 @@ impl Host {
             }
             match outcome {
                 Err(refusal) => self.note_skipped(&file.name, refusal.to_string()),
-                Ok(record) => match rules::judge(&record, &self.config.host_name, file.process.as_ref(), now_ms) {
+                Ok(record) => match rules::judge(&record, &self.shared.config.host_name, file.process.as_ref(), now_ms) {
                     Liveness::Live => {
                         self.awareness.skipped.remove(&file.name);
                         live.push(record);
@@ -309,7 +309,7 @@ impl Host {
     fn note_skipped(&mut self, name: &str, why: String) {
         if self.awareness.skipped.insert(name.to_owned()) {
             crate::mark!("awareness_record_skipped");
-            self.log(LogLevel::Info, "awareness.record_skipped", None, format!("{}: {why}", printable(name)));
+            self.shared.log(LogLevel::Info, "awareness.record_skipped", None, format!("{}: {why}", printable(name)));
         }
     }
 
@@ -329,7 +329,7 @@ impl Host {
         for (kind, key) in &events {
             let peer = fresh.get(key).or_else(|| old.get(key));
             let session = peer.map(|p| p.session.clone()).unwrap_or_default();
-            self.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(key)));
+            self.shared.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(key)));
             self.push_event(uri, json!({ "type": kind.name(), "peer": session, "key": key }));
         }
         // A peer that only refreshed its heartbeat is shown as it was: the
@@ -346,7 +346,7 @@ impl Host {
         let before = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
         for w in warnings.iter().filter(|w| !before.contains(w)) {
             crate::mark!("awareness_warning");
-            self.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
+            self.shared.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
         }
         let unchanged = !force && events.is_empty() && fresh == old && warnings == before;
         self.awareness.peers.insert(uri.clone(), fresh);
@@ -360,7 +360,7 @@ impl Host {
         self.awareness.event_seq += 1;
         if let Some(obj) = event.as_object_mut() {
             obj.insert("seq".to_owned(), Value::from(self.awareness.event_seq));
-            obj.insert("at".to_owned(), Value::String(self.now.wall.to_iso()));
+            obj.insert("at".to_owned(), Value::String(self.shared.now.wall.to_iso()));
         }
         let events = self.awareness.events.entry(uri.clone()).or_default();
         events.push_back(event);
@@ -467,16 +467,16 @@ impl Host {
                 action.confirmed = None;
                 action.confirmation_title = Some(StringOrMarkdown::Plain(format!("Write anyway? {message}")));
                 crate::mark!("awareness_write_held");
-                self.log(LogLevel::Warn, "awareness.write_held", Some(session_uri.clone()), message);
+                self.shared.log(LogLevel::Warn, "awareness.write_held", Some(session_uri.clone()), message);
                 false
             }
             Tier::Coordinate => {
                 action.confirmed = Some(ToolCallConfirmationReason::Setting);
-                self.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), format!("auto-approved: {message}"));
+                self.shared.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), format!("auto-approved: {message}"));
                 true
             }
             Tier::Warn | Tier::Passive => {
-                self.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), message);
+                self.shared.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), message);
                 true
             }
         }
@@ -487,17 +487,17 @@ impl Host {
     /// read). Errors: -32602 for a malformed URI, -32001 for an unknown
     /// session.
     pub(crate) fn on_list_peers(&mut self, conn: ConnId, id: u64, params: Value) {
-        if let Err(e) = self.authorize(conn, crate::grants::Operation::SessionPeers) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, crate::grants::Operation::SessionPeers) {
+            return self.shared.reply_error(conn, id, e);
         }
         let Some(channel) = params.get("channel").and_then(|c| c.as_str()).map(str::to_owned) else {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, "invalid params: channel (a session URI) is required"));
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "invalid params: channel (a session URI) is required"));
         };
         if let Err(e) = ResourceId::parse(&channel) {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
         }
         if !self.sessions.contains_key(&channel) {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {channel}")));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {channel}")));
         }
         let meta = self.awareness_meta(&channel);
         let [(_, awareness), (_, peers), (_, warnings), _] = meta;
@@ -508,6 +508,6 @@ impl Host {
             "peers": peers,
             "warnings": warnings,
         });
-        self.reply(conn, id, result);
+        self.shared.reply(conn, id, result);
     }
 }

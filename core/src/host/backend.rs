@@ -30,7 +30,7 @@ impl Host {
         // with another schedule: the answer came while asleep).
         let awaited = session.phase_ops.remove(&op) && matches!(session.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live);
         if !awaited {
-            self.stats.stale_ops += 1;
+            self.shared.stats.stale_ops += 1;
             // Late for its phase (the agent exited, the session slept), but
             // the conversation it names is real: a wake must resume that
             // one, not the id the host first asked for (issue 19, seeds
@@ -59,21 +59,21 @@ impl Host {
                     self.set_phase(session_uri, Phase::Live);
                     self.touch(session_uri);
                     self.mark_activity(session_uri);
-                    self.reply(conn, id, serde_json::Value::Null);
-                    self.log(LogLevel::Info, "session.created", Some(session_uri.clone()), String::new());
+                    self.shared.reply(conn, id, serde_json::Value::Null);
+                    self.shared.log(LogLevel::Info, "session.created", Some(session_uri.clone()), String::new());
                 }
                 Outcome::Failed { message } => {
                     self.forget_unborn(session_uri);
-                    self.reply_error(conn, id, crate::protocol::error::error(
+                    self.shared.reply_error(conn, id, crate::protocol::error::error(
                         crate::protocol::error::INTERNAL_ERROR,
                         format!("the backend would not start: {message}"),
                     ));
                     crate::mark!("create_refused_backend_failed");
-                    self.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
+                    self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
                 }
                 Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                     self.forget_unborn(session_uri);
-                    self.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
+                    self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
                 }
             },
             Phase::Waking(_) => {
@@ -113,7 +113,7 @@ impl Host {
                 Outcome::Failed { message } => {
                     crate::mark!("chat_start_failed");
                     self.chat_start_answered(session_uri, chat, Some(&message));
-                    self.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
+                    self.shared.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
                 }
                 Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                     self.chat_start_answered(session_uri, chat, Some("the backend answered the start with something else"));
@@ -127,12 +127,12 @@ impl Host {
     /// Removes a session whose creation was refused: it never existed.
     fn forget_unborn(&mut self, session_uri: &Uri) {
         if let Some(s) = self.drop_session(session_uri) {
-            self.retired.insert(session_uri.clone());
+            self.shared.retired.insert(session_uri.clone());
             for chat in &s.record.chats {
-                self.chats.remove(&chat.resource);
-                self.retired.insert(chat.resource.clone());
+                self.shared.chats.remove(&chat.resource);
+                self.shared.retired.insert(chat.resource.clone());
             }
-            for c in self.conns.values_mut() {
+            for c in self.shared.conns.values_mut() {
                 c.subscriptions.remove(session_uri);
                 for chat in &s.record.chats {
                     c.subscriptions.remove(&chat.resource);
@@ -154,13 +154,13 @@ impl Host {
     }
 
     pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
-        let Some(session_uri) = self.chats.get(chat).cloned() else {
-            self.stats.stale_events += 1;
+        let Some(session_uri) = self.shared.chats.get(chat).cloned() else {
+            self.shared.stats.stale_events += 1;
             return;
         };
         let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some());
         if !live {
-            self.stats.stale_events += 1;
+            self.shared.stats.stale_events += 1;
             return;
         }
         match event {
@@ -208,7 +208,7 @@ impl Host {
                         self.fail_turn(&session_uri, &other, &turn_id, &format!("the session's agent exited: {message}"));
                     }
                 }
-                self.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
+                self.shared.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
                 if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
                     // A backend that cannot resume never sleeps.
                     self.agent_exited_for_good(&session_uri, chat);
@@ -274,12 +274,12 @@ impl Host {
                 (a.turn_id.clone(), true)
             }
             _ => {
-                self.stats.stale_events += 1;
-                return self.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
+                self.shared.stats.stale_events += 1;
+                return self.shared.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
             }
         };
         if active.as_deref() != Some(turn_id.as_str()) {
-            self.stats.stale_events += 1;
+            self.shared.stats.stale_events += 1;
             return;
         }
         // A tool call declaring the paths it writes waits for the host's

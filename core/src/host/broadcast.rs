@@ -3,7 +3,7 @@
 //! chats (docs/REFERENCE-NOTES.md, AHP 12: the host alone produces the
 //! cross-channel mirrors).
 
-use ahp::reducers::{apply_action_to_chat, apply_action_to_root, apply_action_to_session, ReduceOutcome};
+use ahp::reducers::{apply_action_to_root, ReduceOutcome};
 use ahp_types::actions::{
     ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, SessionChatUpdatedAction, StateAction,
 };
@@ -21,72 +21,42 @@ impl Host {
     /// with the protocol's own reducer, stamps the next `serverSeq`, keeps it
     /// for replay and sends it to every subscriber of the channel. Returns
     /// false (and sends nothing) when the reducer finds the action invalid.
+    /// A session's channels go through the session ([`Session::emit`](crate::session::Session::emit)).
     pub(crate) fn emit(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> bool {
-        let outcome = self.apply_to_state(channel, &action);
-        match outcome {
-            Some(ReduceOutcome::Invalid(e)) => {
-                self.log(LogLevel::Warn, "action.invalid", self.session_of(channel), format!("not applied: {e}"));
-                return false;
+        if channel == ROOT_RESOURCE_URI {
+            match apply_action_to_root(&mut self.shared.root, &action) {
+                ReduceOutcome::Invalid(e) => {
+                    self.shared.log(LogLevel::Warn, "action.invalid", None, format!("not applied: {e}"));
+                    return false;
+                }
+                ReduceOutcome::OutOfScope => {
+                    self.shared.log(LogLevel::Warn, "action.out_of_scope", None, "action does not belong to its channel".to_owned());
+                    return false;
+                }
+                _ => {}
             }
-            Some(ReduceOutcome::OutOfScope) => {
-                self.log(LogLevel::Warn, "action.out_of_scope", self.session_of(channel), "action does not belong to its channel".to_owned());
-                return false;
-            }
-            _ => {}
+        } else if let Some(session) = self.session_of(channel).and_then(|uri| self.sessions.get_mut(&uri)) {
+            return session.emit(&mut self.shared, channel, action, origin);
         }
-        self.server_seq += 1;
-        let envelope = ActionEnvelope {
-            channel: channel.clone(),
-            action,
-            server_seq: self.server_seq,
-            origin,
-            rejection_reason: None,
-        };
-        let subscribers: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.subscriptions.contains(channel))
-            .map(|(id, _)| *id)
-            .collect();
-        for conn in subscribers {
-            self.send(conn, Outbound::Action(Box::new(envelope.clone())));
-        }
-        self.replay.push_back(envelope);
-        while self.replay.len() > self.config.replay_buffer_len {
-            self.replay.pop_front();
-        }
+        self.shared.fan_out(channel, action, origin);
         true
     }
 
     /// Sends a rejected client action back to the client that sent it,
     /// unapplied, with its reason (docs/REFERENCE-NOTES.md, AHP 5, step 4).
     pub(crate) fn reject(&mut self, conn: ConnId, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>, reason: String) {
-        self.stats.rejections += 1;
-        self.server_seq += 1;
+        self.shared.stats.rejections += 1;
+        self.shared.server_seq += 1;
         let envelope = ActionEnvelope {
             channel: channel.clone(),
             action,
-            server_seq: self.server_seq,
+            server_seq: self.shared.server_seq,
             origin,
             rejection_reason: Some(reason.clone()),
         };
-        self.send(conn, Outbound::Action(Box::new(envelope)));
+        self.shared.send(conn, Outbound::Action(Box::new(envelope)));
         crate::mark!("action_rejected");
-        self.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
-    }
-
-    fn apply_to_state(&mut self, channel: &Uri, action: &StateAction) -> Option<ReduceOutcome> {
-        if channel == ROOT_RESOURCE_URI {
-            return Some(apply_action_to_root(&mut self.root, action));
-        }
-        let session_uri = self.session_of(channel)?;
-        let resident = self.sessions.get_mut(&session_uri)?.resident.as_mut()?;
-        if *channel == session_uri {
-            Some(apply_action_to_session(&mut resident.session, action))
-        } else {
-            let chat = resident.chats.get_mut(channel)?;
-            Some(apply_action_to_chat(chat, action))
-        }
+        self.shared.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
     }
 
     /// After a chat changed: mirror its summary into the session's chat
@@ -207,7 +177,7 @@ impl Host {
                 session: session_uri.clone(),
                 changes,
             };
-            self.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
+            self.shared.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
         }
     }
 
@@ -241,20 +211,6 @@ impl Host {
         self.emit(session_uri, action, None);
     }
 
-    /// Sends a protocol notification to every root subscriber (never
-    /// replayed; clients re-list after a reconnect).
-    pub(crate) fn notify_root(&mut self, method: &'static str, params: serde_json::Value) {
-        let subscribers: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.subscriptions.contains(ROOT_RESOURCE_URI))
-            .map(|(id, _)| *id)
-            .collect();
-        for conn in subscribers {
-            self.send(conn, Outbound::Notification { method, params: params.clone() });
-        }
-    }
-
     /// Announces a session: `root/sessionAdded` with its row.
     pub(crate) fn announce(&mut self, session_uri: &Uri) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
@@ -266,7 +222,7 @@ impl Host {
         let summary = session.summary();
         session.mark_announced(summary.clone());
         let Some(slot) = self.sessions.slot(session_uri) else { return };
-        self.catalogue.insert(modified, session_uri, slot, external);
+        self.shared.catalogue.insert(modified, session_uri, slot, external);
         if !self.shown_to_clients(session_uri) {
             crate::mark!("announce_hidden_external");
             return;
@@ -275,9 +231,9 @@ impl Host {
             channel: ROOT_RESOURCE_URI.to_owned(),
             summary,
         };
-        self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
         crate::mark!("announced_at_first_turn");
-        self.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
+        self.shared.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
     }
 
     /// Recounts the sessions running a turn and says so on root when the
@@ -285,7 +241,7 @@ impl Host {
     /// running a turn").
     pub(crate) fn recount_active(&mut self) {
         let count = self.held_sessions().filter(|(_, s)| s.has_active_turn()).count() as i64;
-        if self.root.active_sessions != Some(count) {
+        if self.shared.root.active_sessions != Some(count) {
             let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
             self.emit(&ROOT_RESOURCE_URI.to_owned(), action, None);
         }

@@ -55,29 +55,29 @@ impl Host {
     /// host; those that read only the request are made here once, and the
     /// decoded request ([`CreateChatReq`]) runs on in [`Host::create_chat`].
     pub(crate) fn on_create_chat(&mut self, conn: ConnId, id: u64, params: Value) {
-        if let Err(e) = self.authorize(conn, Operation::ChatCreate) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::ChatCreate) {
+            return self.shared.reply_error(conn, id, e);
         }
         let params: CreateChatParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         if let Some(e) = self.create_chat_refusal(&params.channel) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         if params.source.is_some() {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, "forks and side chats are not offered by this agent"));
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "forks and side chats are not offered by this agent"));
         }
         let chat_id = match ResourceId::parse(&params.chat) {
             Ok(r) => r,
-            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid chat URI: {e}"))),
+            Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid chat URI: {e}"))),
         };
         if let Some(e) = self.new_chat_refusal(&params.channel, &chat_id.uri(), params.working_directories.as_deref()) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         if let Some(m) = &params.initial_message {
             if m.origin.kind != ahp_types::state::MessageKind::User {
-                return self.reply_error(conn, id, error(INVALID_PARAMS, "a first message must be a user message"));
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "a first message must be a user message"));
             }
         }
         let request = CreateChatReq {
@@ -93,14 +93,14 @@ impl Host {
     /// wake or a parked write: the checks that read the host run again, in
     /// their order, since it may have moved meanwhile.
     pub(crate) fn create_chat(&mut self, conn: ConnId, id: u64, request: CreateChatReq) {
-        if let Err(e) = self.authorize(conn, Operation::ChatCreate) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::ChatCreate) {
+            return self.shared.reply_error(conn, id, e);
         }
         if let Some(e) = self.create_chat_refusal(&request.session) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         if let Some(e) = self.new_chat_refusal(&request.session, &request.chat.uri(), request.working_directories.as_deref()) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         self.create_chat_checked(conn, id, request);
     }
@@ -116,7 +116,7 @@ impl Host {
             Phase::Starting { .. } => return Some(error(INVALID_PARAMS, "the session is still being created")),
             _ => {}
         }
-        let multiple = self.config.agents.iter().any(|a| a.provider == session.record.provider && a.multiple_chats);
+        let multiple = self.shared.config.agents.iter().any(|a| a.provider == session.record.provider && a.multiple_chats);
         if !multiple {
             return Some(error(INVALID_PARAMS, "this session's agent holds one chat only"));
         }
@@ -126,7 +126,7 @@ impl Host {
     /// Why chat `chat_uri` in `dirs` may not be made in `session_uri` now:
     /// the URI is taken, or a folder is not one of the session's.
     fn new_chat_refusal(&self, session_uri: &Uri, chat_uri: &Uri, dirs: Option<&[Uri]>) -> Option<ahp_types::messages::JsonRpcError> {
-        if self.chats.contains_key(chat_uri) || self.sessions.contains_key(chat_uri) {
+        if self.shared.chats.contains_key(chat_uri) || self.sessions.contains_key(chat_uri) {
             return Some(error(ALREADY_EXISTS, format!("chat {chat_uri} already exists")));
         }
         let session = self.sessions.get(session_uri)?;
@@ -157,7 +157,7 @@ impl Host {
             resource: chat_uri.clone(),
             title: String::new(),
             conversation_id: request.chat.store_key(),
-            modified_at: self.now.wall.to_iso(),
+            modified_at: self.shared.now.wall.to_iso(),
             status: crate::session::state::IDLE,
             fresh: true,
             senders: Default::default(),
@@ -189,7 +189,7 @@ impl Host {
         failure: Option<String>,
     ) {
         if let Some(message) = failure {
-            return self.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
+            return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
         }
         let chat_uri = record.resource.clone();
         let state = chat_state(&record, Vec::new());
@@ -201,7 +201,7 @@ impl Host {
         }
         let phase = session.phase.clone();
         let provider = session.record.provider.clone();
-        self.chats.insert(chat_uri.clone(), session_uri.clone());
+        self.shared.chats.insert(chat_uri.clone(), session_uri.clone());
         self.emit(session_uri, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None);
         self.touch(session_uri);
         self.mark_activity(session_uri);
@@ -229,14 +229,14 @@ impl Host {
             _ => {}
         }
         self.summary_changed(session_uri);
-        self.reply(conn, id, Value::Null);
+        self.shared.reply(conn, id, Value::Null);
         crate::mark!("chat_created");
-        self.log(LogLevel::Info, "chat.created", Some(session_uri.clone()), chat_uri.clone());
+        self.shared.log(LogLevel::Info, "chat.created", Some(session_uri.clone()), chat_uri.clone());
         if let Some(message) = initial_message {
-            let turn_id = self.rng.hex_id();
+            let turn_id = self.shared.rng.hex_id();
             let action = StateAction::ChatTurnStarted(ChatTurnStartedAction {
                 turn_id,
-                started_at: self.now.wall.to_iso(),
+                started_at: self.shared.now.wall.to_iso(),
                 message,
                 queued_message_id: None,
                 meta: None,
@@ -249,12 +249,12 @@ impl Host {
     /// written out of the record, and once that is durable its agent is
     /// deleted, `session/chatRemoved` said, and the request answered.
     pub(crate) fn on_dispose_chat(&mut self, conn: ConnId, id: u64, params: Value) {
-        if let Err(e) = self.authorize(conn, Operation::ChatDispose) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::ChatDispose) {
+            return self.shared.reply_error(conn, id, e);
         }
         let params: DisposeChatParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         self.dispose_chat_authorized(conn, id, DisposeChatReq { chat: params.channel });
     }
@@ -262,8 +262,8 @@ impl Host {
     /// [`Host::on_dispose_chat`] run on from its decoded request, after a
     /// parked write: the grant and the state are read anew.
     pub(crate) fn dispose_chat(&mut self, conn: ConnId, id: u64, request: DisposeChatReq) {
-        if let Err(e) = self.authorize(conn, Operation::ChatDispose) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::ChatDispose) {
+            return self.shared.reply_error(conn, id, e);
         }
         self.dispose_chat_authorized(conn, id, request);
     }
@@ -271,15 +271,15 @@ impl Host {
     /// A decoded `disposeChat` its connection may send: checked against the
     /// host, then queued behind a parked write or written.
     fn dispose_chat_authorized(&mut self, conn: ConnId, id: u64, request: DisposeChatReq) {
-        let Some(session_uri) = self.chats.get(&request.chat).cloned() else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
+        let Some(session_uri) = self.shared.chats.get(&request.chat).cloned() else {
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
         };
         let Some(session) = self.sessions.get(&session_uri) else { return };
         if session.record.default_chat == request.chat {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, "the session's default chat is kept: dispose the session instead"));
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the session's default chat is kept: dispose the session instead"));
         }
         if matches!(session.phase, Phase::Disposing { .. }) {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         if self.busy_with_writes(&session_uri) {
             return self.queue_command(&session_uri, conn, id, QueuedCommand::DisposeChat(request));
@@ -296,11 +296,11 @@ impl Host {
 
     pub(crate) fn finish_dispose_chat(&mut self, session_uri: &Uri, conn: ConnId, id: u64, chat: Uri, failure: Option<String>) {
         if let Some(message) = failure {
-            return self.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
+            return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
         }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(pos) = session.record.chats.iter().position(|c| c.resource == chat) else {
-            return self.reply(conn, id, Value::Null);
+            return self.shared.reply(conn, id, Value::Null);
         };
         let record = session.record.chats.remove(pos);
         session.pending_sends.retain(|(c, _, _)| *c != chat);
@@ -310,7 +310,7 @@ impl Host {
         // seed 55746: the disposed chat's start answered the wake and gave
         // the new chat its deleted conversation).
         session.starts_unanswered.retain(|_, c| *c != chat);
-        let ops = &self.ops;
+        let ops = &self.shared.ops;
         session.phase_ops.retain(|op| !Host::starts_chat(ops, op, &chat));
         if let Phase::Waking(wake) = &mut session.phase {
             wake.history.remove(&chat);
@@ -323,16 +323,16 @@ impl Host {
             resident.chats.remove(&chat);
             resident.turn_started_mono.remove(&chat);
         }
-        self.chats.remove(&chat);
-        self.retired.insert(chat.clone());
-        for c in self.conns.values_mut() {
+        self.shared.chats.remove(&chat);
+        self.shared.retired.insert(chat.clone());
+        for c in self.shared.conns.values_mut() {
             c.subscriptions.remove(&chat);
         }
         self.recount_active();
         self.summary_changed(session_uri);
-        self.reply(conn, id, Value::Null);
+        self.shared.reply(conn, id, Value::Null);
         crate::mark!("chat_disposed");
-        self.log(LogLevel::Info, "chat.disposed", Some(session_uri.clone()), chat);
+        self.shared.log(LogLevel::Info, "chat.disposed", Some(session_uri.clone()), chat);
         if wake_done {
             self.finish_wake(session_uri);
         }

@@ -34,14 +34,14 @@ impl Host {
     pub(crate) fn on_create_session(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: CreateSessionParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionCreate) {
+            return self.shared.reply_error(conn, id, e);
         }
         let session = match ResourceId::parse(&params.channel) {
             Ok(r) => r,
-            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
+            Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
         };
         let request = CreateSessionReq {
             session,
@@ -51,12 +51,12 @@ impl Host {
         };
         // No agent, and no git, in a folder the operator did not trust.
         if let Err(e) = self.create_trusted(&request) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         match request.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
                 let purpose = super::GitOp::Create { conn, id, request: Box::new(request) };
-                self.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
+                self.shared.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
             }
             None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
         }
@@ -68,7 +68,7 @@ impl Host {
     fn create_trusted(&mut self, request: &CreateSessionReq) -> Result<(), ahp_types::messages::JsonRpcError> {
         let Err(reason) = self.trusted(request.working_directories.as_deref().unwrap_or_default()) else { return Ok(()) };
         crate::mark!("create_refused_untrusted_folder");
-        self.log(LogLevel::Warn, "session.untrusted_folder", Some(request.session.uri()), reason.clone());
+        self.shared.log(LogLevel::Warn, "session.untrusted_folder", Some(request.session.uri()), reason.clone());
         Err(error(PERMISSION_DENIED, reason))
     }
 
@@ -83,49 +83,49 @@ impl Host {
         // would be written with ("written when the session opens"), is
         // gone with it. A create that cannot be answered makes nothing (a
         // session made then was nobody's on a users host: sim issue 18).
-        if !self.conns.contains_key(&conn) {
+        if !self.shared.conns.contains_key(&conn) {
             let uri = Some(printable(&request.session.uri()));
-            self.log(LogLevel::Info, "session.create_abandoned", uri, "the connection that asked is gone".to_owned());
+            self.shared.log(LogLevel::Info, "session.create_abandoned", uri, "the connection that asked is gone".to_owned());
             return;
         }
         // Asked again: the host tree that made the folder trusted may have
         // gone while its repository was read (sim seed 806).
         if let Err(e) = self.create_trusted(&request) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         let scope = match self.resolve_scope(conn, request.config.as_ref()) {
             Ok(s) => s,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         let rid = &request.session;
         // The policy store is asked about the harness and the machine before
         // anything exists: a refusal is a session that never existed.
-        let principal = self.conns.get(&conn).and_then(|c| c.principal.clone());
-        let asked_provider = request.provider.clone().or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.clone());
+        let asked_provider = request.provider.clone().or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
         let folder = request.working_directories.as_ref().and_then(|d| d.first().cloned());
-        if let Err(reason) = self.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
+        if let Err(reason) = self.shared.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
             crate::mark!("create_refused_by_policy");
-            self.log(LogLevel::Warn, "session.policy_refused", Some(rid.uri()), reason.clone());
-            return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+            self.shared.log(LogLevel::Warn, "session.policy_refused", Some(rid.uri()), reason.clone());
+            return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, reason));
         }
         let uri = rid.uri();
         let default_chat = format!("ahp-chat:/{}", rid.store_key());
-        if self.sessions.contains_key(&uri) || self.chats.contains_key(&default_chat) {
-            return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("session {uri} already exists")));
+        if self.sessions.contains_key(&uri) || self.shared.chats.contains_key(&default_chat) {
+            return self.shared.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("session {uri} already exists")));
         }
         // One resource per URI: a chat's URI is not free for a session.
-        if self.chats.contains_key(&uri) {
-            return self.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("{uri} is already a chat's URI")));
+        if self.shared.chats.contains_key(&uri) {
+            return self.shared.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("{uri} is already a chat's URI")));
         }
         let provider = match request.provider {
             Some(p) => p,
-            None => match self.config.agents.first() {
+            None => match self.shared.config.agents.first() {
                 Some(a) => a.provider.clone(),
-                None => return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, "no agent is configured")),
+                None => return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, "no agent is configured")),
             },
         };
-        if !self.config.agents.iter().any(|a| a.provider == provider) {
-            return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
+        if !self.shared.config.agents.iter().any(|a| a.provider == provider) {
+            return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
         }
         // The config, settled against the folder's repository.
         let asked: serde_json::Map<String, Value> = request.config.unwrap_or_default().into_iter().collect();
@@ -136,7 +136,7 @@ impl Host {
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
         // AHP 6: otherwise "the server uses only the first").
         let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
-        let now_iso = self.now.wall.to_iso();
+        let now_iso = self.shared.now.wall.to_iso();
         let record = SessionRecord {
             format: RECORD_FORMAT,
             key: rid.store_key(),
@@ -149,7 +149,7 @@ impl Host {
             is_archived: false,
             working_directories: working_directories.clone(),
             config,
-            owner: self.owner_of(conn),
+            owner: self.shared.owner_of(conn),
             scope,
             default_chat: default_chat.clone(),
             chats: vec![ChatRecord {
@@ -182,12 +182,12 @@ impl Host {
             session: state,
             chats: [(default_chat.clone(), chat)].into_iter().collect(),
             turn_started_mono: BTreeMap::new(),
-            born_seq: self.server_seq,
+            born_seq: self.shared.server_seq,
         };
         let can_resume = self.agent_can_resume(&provider);
-        let session = Session::new(rid.clone(), record, Phase::Starting { conn, id }, Some(resident), can_resume, self.now.mono);
+        let session = Session::new(rid.clone(), record, Phase::Starting { conn, id }, Some(resident), can_resume, self.shared.now.mono);
         self.add_session(uri.clone(), session);
-        self.chats.insert(default_chat.clone(), uri.clone());
+        self.shared.chats.insert(default_chat.clone(), uri.clone());
         let op = self.backend(
             Op::Start { session: uri.clone(), chat: default_chat.clone() },
             provider,
@@ -203,7 +203,7 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(&uri) {
             s.phase_ops.insert(op);
         }
-        self.log(LogLevel::Info, "session.creating", Some(uri), String::new());
+        self.shared.log(LogLevel::Info, "session.creating", Some(uri), String::new());
     }
 
     /// `disposeSession`: checks first, then tears each chat's agent down and
@@ -212,35 +212,35 @@ impl Host {
     pub(crate) fn on_dispose_session(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: DisposeSessionParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if let Err(e) = self.authorize(conn, Operation::SessionDispose) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionDispose) {
+            return self.shared.reply_error(conn, id, e);
         }
         if let Err(e) = ResourceId::parse(&params.channel) {
-            return self.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}")));
         }
         let uri = params.channel;
         let Some(session) = self.sessions.get(&uri) else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {uri}")));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {uri}")));
         };
         // Deleting is the owner's or an administrator's (Sessions page,
         // "Whose it is"); a host with no users directory refuses nobody.
-        if self.config.users.is_some() {
-            let principal = self.conns.get(&conn).and_then(|c| c.principal.as_ref());
+        if self.shared.config.users.is_some() {
+            let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref());
             let admin = principal.is_some_and(|p| p.is_administrator());
             if !admin && session.record.owner != principal.map(|p| p.owner()) {
                 crate::mark!("dispose_refused_not_owner");
-                self.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
-                return self.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
+                self.shared.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
+                return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
             }
         }
         match session.phase {
             Phase::Disposing { .. } => {
-                return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
+                return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
             }
             Phase::Starting { .. } => {
-                return self.reply_error(conn, id, error(INVALID_PARAMS, format!("session {uri} is still being created; dispose it once createSession has answered")))
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("session {uri} is still being created; dispose it once createSession has answered")))
             }
             _ => {}
         }
@@ -251,7 +251,7 @@ impl Host {
             s.pending_sends.clear();
         }
         self.dispose_store_step(&uri);
-        self.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
+        self.shared.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
     }
 
     /// First step of a dispose: the store record becomes a tombstone
@@ -264,8 +264,8 @@ impl Host {
     pub(crate) fn dispose_store_step(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
         let record = Box::new(tombstone_of(&session.record));
-        let op = self.new_op(Op::StoreDelete { session: uri.clone() });
-        self.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        let op = self.shared.new_op(Op::StoreDelete { session: uri.clone() });
+        self.shared.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
     }
 
     /// Second step of a dispose, once its tombstone is durable (or the
@@ -307,7 +307,7 @@ impl Host {
             crate::mark!("dispose_store_failed_session_stays");
             // The record is still on disk: the session stays, asleep, and the
             // client is told its dispose did not happen.
-            self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
+            self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
             // Its conversations are untouched; its agents stop (a wake
             // resumes them), so it sleeps with nothing in hand and its
             // running turns end in an error, kept in its history.
@@ -339,16 +339,16 @@ impl Host {
         }
         let Some(session) = self.drop_session(uri) else { return };
         // Only passes asked from now on speak for the tombstone.
-        let since = crate::effect::OpId(self.next_op);
+        let since = crate::effect::OpId(self.shared.next_op);
         self.tombstones.insert(uri.clone(), super::Tombstone::after(tombstone_of(&session.record), since));
-        self.catalogue.remove(session.modified_at.0, uri);
+        self.shared.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {
-            self.chats.remove(&chat.resource);
+            self.shared.chats.remove(&chat.resource);
             channels.push(chat.resource.clone());
         }
-        self.retired.extend(channels.iter().cloned());
-        for c in self.conns.values_mut() {
+        self.shared.retired.extend(channels.iter().cloned());
+        for c in self.shared.conns.values_mut() {
             for ch in &channels {
                 c.subscriptions.remove(ch);
             }
@@ -359,15 +359,15 @@ impl Host {
                 channel: ROOT_RESOURCE_URI.to_owned(),
                 session: uri.clone(),
             };
-            self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+            self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
         } else if !session.is_announced() {
             // "One removed before it is announced goes without a
             // root/sessionRemoved."
             crate::mark!("dispose_provisional_unannounced");
         }
         self.recount_active();
-        self.reply(conn, id, Value::Null);
-        self.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
+        self.shared.reply(conn, id, Value::Null);
+        self.shared.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
         if !session.record.working_directories.is_empty() {
             // Trees it worked in that an archived session kept for it.
             self.trees_freed();
@@ -379,7 +379,7 @@ impl Host {
     /// finishes once every delete it asked for answered.
     pub(crate) fn on_conversation_deleted(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         if let Outcome::Failed { message } = &outcome {
-            self.log(LogLevel::Warn, "backend.delete_failed", Some(session_uri.clone()), message.clone());
+            self.shared.log(LogLevel::Warn, "backend.delete_failed", Some(session_uri.clone()), message.clone());
         }
         let Some(s) = self.sessions.get_mut(session_uri) else { return };
         s.phase_ops.remove(&op);
@@ -394,38 +394,38 @@ impl Host {
     pub(crate) fn on_list_sessions(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: ListSessionsParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if let Err(e) = self.authorize(conn, Operation::SessionList) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionList) {
+            return self.shared.reply_error(conn, id, e);
         }
         let owner_filter = match params.meta.as_ref().and_then(|m| m.get("ahpd.owner")) {
             None => None,
-            Some(Value::String(me)) if me == "me" => Some(self.owner_of(conn)),
+            Some(Value::String(me)) if me == "me" => Some(self.shared.owner_of(conn)),
             Some(other) => {
-                return self.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
             }
         };
         self.note_first_listing();
         let external = self.external_filter();
-        match crate::catalogue::list(&self.catalogue, &self.sessions, &params, &self.config, owner_filter.as_ref(), &external) {
+        match crate::catalogue::list(&self.shared.catalogue, &self.sessions, &params, &self.shared.config, owner_filter.as_ref(), &external) {
             Ok(result) => {
                 if result.hidden_external > 0 {
                     crate::mark!("list_hid_external_logged");
-                    self.log(LogLevel::Info, "catalogue.external_hidden", None, format!(
+                    self.shared.log(LogLevel::Info, "catalogue.external_hidden", None, format!(
                         "showExternalSessions={} hid {} external sessions", self.external_mode().name(), result.hidden_external
                     ));
                 }
                 if result.overflowed {
                     crate::mark!("list_default_truncated_logged");
-                    self.log(LogLevel::Warn, "catalogue.truncated", None, format!(
+                    self.shared.log(LogLevel::Warn, "catalogue.truncated", None, format!(
                         "listSessions without a limit answered {} rows of a larger catalogue", result.rows
                     ));
                 }
-                self.send(conn, crate::effect::Outbound::Result { id, result: crate::effect::ResultBody::Encoded(result.page) });
+                self.shared.send(conn, crate::effect::Outbound::Result { id, result: crate::effect::ResultBody::Encoded(result.page) });
                 self.refresh_if_stale();
             }
-            Err(e) => self.reply_error(conn, id, e),
+            Err(e) => self.shared.reply_error(conn, id, e),
         }
     }
 
@@ -436,7 +436,7 @@ impl Host {
     pub(crate) fn on_fetch_turns(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: FetchTurnsParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         self.fetch_turns(conn, id, FetchTurnsReq { chat: params.channel, cursor: params.cursor });
     }
@@ -445,17 +445,17 @@ impl Host {
     /// again when the wake it waited for ends (the grant and the state are
     /// read anew then).
     pub(crate) fn fetch_turns(&mut self, conn: ConnId, id: u64, request: FetchTurnsReq) {
-        if let Err(e) = self.authorize(conn, Operation::ChatTurns) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::ChatTurns) {
+            return self.shared.reply_error(conn, id, e);
         }
-        let Some(session_uri) = self.chats.get(&request.chat).cloned() else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
+        let Some(session_uri) = self.shared.chats.get(&request.chat).cloned() else {
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
         if matches!(session.phase, Phase::Disposing { .. }) {
             // Nothing would wake it to answer a waiter: refuse now, as
             // `subscribe` does.
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         let Some(resident) = session.resident.as_ref() else {
             crate::mark!("fetch_turns_wakes_session");
@@ -464,7 +464,7 @@ impl Host {
             return;
         };
         let Some(chat) = resident.chats.get(&request.chat) else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "no such chat"));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "no such chat"));
         };
         let end = match request.cursor.as_deref() {
             None => chat.turns.len(),
@@ -472,16 +472,16 @@ impl Host {
                 let found = crate::cursor::turn_named(cursor).and_then(|turn_id| chat.turns.iter().position(|t| t.id == turn_id));
                 match found {
                     Some(i) => i,
-                    None => return self.reply_error(conn, id, error(INVALID_PARAMS, "unknown fetchTurns cursor")),
+                    None => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "unknown fetchTurns cursor")),
                 }
             }
         };
-        let start = end.saturating_sub(self.config.turns_page_len.max(1));
+        let start = end.saturating_sub(self.shared.config.turns_page_len.max(1));
         let turns = chat.turns[start..end].to_vec();
         let next = (start > 0).then(|| crate::cursor::turns_before(&chat.turns[start].id));
         let action = StateAction::ChatTurnsLoaded(ChatTurnsLoadedAction { turns, turns_next_cursor: next });
         self.emit(&request.chat, action, None);
-        self.reply(conn, id, serde_json::json!({}));
+        self.shared.reply(conn, id, serde_json::json!({}));
     }
 
     /// Answers every waiter of a failed or abandoned wake with `reason`:
@@ -495,10 +495,10 @@ impl Host {
     pub(crate) fn fail_waiters_with(&mut self, uri: &Uri, waiters: Vec<Waiter>, code: i32, reason: &str) {
         for waiter in waiters {
             match waiter {
-                Waiter::Request { conn, id, .. } => self.reply_error(conn, id, error(code, reason.to_owned())),
+                Waiter::Request { conn, id, .. } => self.shared.reply_error(conn, id, error(code, reason.to_owned())),
                 Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
                 Waiter::Action(q) => {
-                    let origin = self.origin_of(q.conn, q.client_seq);
+                    let origin = self.shared.origin_of(q.conn, q.client_seq);
                     self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned());
                 }
             }
@@ -513,7 +513,7 @@ impl Host {
     /// directory records none. Errors (-32602): a `scope` that is not one of
     /// the person's, or memberships that do not resolve to one place.
     fn resolve_scope(&self, conn: ConnId, config: Option<&serde_json::Map<String, Value>>) -> Result<Option<String>, ahp_types::messages::JsonRpcError> {
-        let Some(Principal::User { memberships, .. }) = self.conns.get(&conn).and_then(|c| c.principal.as_ref()) else {
+        let Some(Principal::User { memberships, .. }) = self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref()) else {
             return Ok(None);
         };
         if let Some(Value::String(asked)) = config.and_then(|c| c.get("scope")) {

@@ -91,13 +91,13 @@ impl Conn {
 impl Host {
     pub(crate) fn admit(&mut self, conn: ConnId) {
         let conn_state = self.fresh_conn();
-        self.conns.insert(conn, conn_state);
+        self.shared.conns.insert(conn, conn_state);
     }
 
     pub(crate) fn fresh_conn(&self) -> Conn {
         Conn {
-            credit_milli: u64::from(self.config.limits.frames_burst) * 1000,
-            credit_at: self.now.mono,
+            credit_milli: u64::from(self.shared.config.limits.frames_burst) * 1000,
+            credit_at: self.shared.now.mono,
             ..Conn::default()
         }
     }
@@ -105,11 +105,11 @@ impl Host {
     /// Token bucket: tops the connection's credit up for the time passed
     /// and takes one frame's worth; false when none is left.
     pub(crate) fn take_frame_credit(&mut self, conn: ConnId) -> bool {
-        let limits = &self.config.limits;
+        let limits = &self.shared.config.limits;
         let cap = u64::from(limits.frames_burst.max(1)) * 1000;
         let rate = u64::from(limits.frames_per_second.max(1));
-        let now = self.now.mono;
-        let Some(c) = self.conns.get_mut(&conn) else { return false };
+        let now = self.shared.now.mono;
+        let Some(c) = self.shared.conns.get_mut(&conn) else { return false };
         let elapsed_ms = now.0.saturating_sub(c.credit_at.0);
         c.credit_milli = c.credit_milli.saturating_add(elapsed_ms.saturating_mul(rate)).min(cap);
         c.credit_at = now;
@@ -125,28 +125,28 @@ impl Host {
     /// connections are open, else refuses it (error frame, log line,
     /// `Effect::Close`).
     pub(crate) fn on_connected(&mut self, conn: ConnId) {
-        if self.conns.contains_key(&conn) || self.refused.contains(&conn) {
+        if self.shared.conns.contains_key(&conn) || self.refused.contains(&conn) {
             return;
         }
-        let max = self.config.limits.connections_max;
-        if self.conns.len() < max {
+        let max = self.shared.config.limits.connections_max;
+        if self.shared.conns.len() < max {
             return self.admit(conn);
         }
         self.refused.insert(conn);
         crate::mark!("limit_connections_refused");
-        self.log(LogLevel::Warn, "limit.connections", None, format!(
-            "connection {} refused: {} connections open, the limit is {max}", conn.0, self.conns.len()
+        self.shared.log(LogLevel::Warn, "limit.connections", None, format!(
+            "connection {} refused: {} connections open, the limit is {max}", conn.0, self.shared.conns.len()
         ));
-        self.effects.push(Effect::Send { conn, message: Outbound::Error { id: None, error: refusal(max) } });
-        self.effects.push(Effect::Close { conn });
+        self.shared.effects.push(Effect::Send { conn, message: Outbound::Error { id: None, error: refusal(max) } });
+        self.shared.effects.push(Effect::Close { conn });
     }
 
     /// A frame from a refused connection: a request gets the refusal under
     /// its id; anything else is dropped.
     pub(crate) fn on_refused_frame(&mut self, conn: ConnId, text: &str) {
-        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.config.limits.frame_max_bytes) {
-            let error = refusal(self.config.limits.connections_max);
-            self.effects.push(Effect::Send { conn, message: Outbound::Error { id: Some(id), error } });
+        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes) {
+            let error = refusal(self.shared.config.limits.connections_max);
+            self.shared.effects.push(Effect::Send { conn, message: Outbound::Error { id: Some(id), error } });
         }
     }
 
@@ -157,16 +157,16 @@ impl Host {
     pub(crate) fn on_initialize(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: InitializeParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         let version = match negotiate_protocol_version(&params.protocol_versions) {
             Ok(Some(v)) => v.to_owned(),
             Ok(None) => {
-                self.reply_error(conn, id, unsupported_version(&params.protocol_versions));
-                self.effects.push(Effect::Close { conn });
+                self.shared.reply_error(conn, id, unsupported_version(&params.protocol_versions));
+                self.shared.effects.push(Effect::Close { conn });
                 return;
             }
-            Err(e) => return self.reply_error(conn, id, error(INVALID_PARAMS, e)),
+            Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, e)),
         };
         let mut initial: Vec<Uri> = Vec::new();
         for uri in params.initial_subscriptions.unwrap_or_default() {
@@ -175,7 +175,7 @@ impl Host {
             }
         }
         if let Some(e) = self.too_many_named(initial.len()) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         let request = InitializeReq { client_id: params.client_id, protocol_version: version, subscriptions: initial };
         self.initialize(conn, id, request, true);
@@ -194,7 +194,7 @@ impl Host {
         if may_wait && self.hold_for_wakes(conn, id, HandshakeReq::Initialize(request), &initial) {
             return;
         }
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.client_id = Some(client_id);
             c.initialized = true;
         }
@@ -204,7 +204,7 @@ impl Host {
                 if let Some(session) = self.session_of(&uri) {
                     self.touch(&session);
                 }
-                if let Some(c) = self.conns.get_mut(&conn) {
+                if let Some(c) = self.shared.conns.get_mut(&conn) {
                     c.subscriptions.insert(uri);
                 }
                 snapshots.push(snapshot);
@@ -212,7 +212,7 @@ impl Host {
         }
         let result = InitializeResult {
             protocol_version: version,
-            server_seq: self.server_seq as i64,
+            server_seq: self.shared.server_seq as i64,
             server_info: Some(Implementation {
                 name: "ahpd".to_owned(),
                 version: Some(env!("CARGO_PKG_VERSION").to_owned()),
@@ -227,7 +227,7 @@ impl Host {
             automations: None,
         };
         let result = self.with_session_configs(serde_json::to_value(result).unwrap_or_default());
-        self.reply(conn, id, result);
+        self.shared.reply(conn, id, result);
     }
 
     /// `reconnect`: replay every envelope after `lastSeenServerSeq` on the
@@ -240,11 +240,11 @@ impl Host {
     pub(crate) fn on_reconnect(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: ReconnectParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         let distinct: std::collections::BTreeSet<&Uri> = params.subscriptions.iter().collect();
         if let Some(e) = self.too_many_named(distinct.len()) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         let request = ReconnectReq {
             client_id: params.client_id,
@@ -275,24 +275,24 @@ impl Host {
         let (live, unheld): (Vec<Uri>, Vec<Uri>) =
             live.into_iter().partition(|uri| uri == ROOT_RESOURCE_URI || self.snapshot(uri, None).is_some());
         missing.extend(unheld);
-        let oldest = self.replay.front().map(|e| e.server_seq);
-        let replayable = last_seen >= self.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
+        let oldest = self.shared.replay.front().map(|e| e.server_seq);
+        let replayable = last_seen >= self.shared.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
         // A channel whose state was made after the client last heard from
         // us (evicted and rebuilt from its backend), or whose URI this
         // process retired (disposed, perhaps made anew since), cannot be
         // brought up to date by replay: answer with snapshots.
         let rebuilt = live.iter().filter(|uri| *uri != ROOT_RESOURCE_URI).any(|uri| {
             let state = self.session_of(uri).and_then(|s| self.sessions.get(&s)).and_then(|s| s.resident.as_ref());
-            self.retired.contains(uri) || state.is_none_or(|r| r.born_seq >= last_seen)
+            self.shared.retired.contains(uri) || state.is_none_or(|r| r.born_seq >= last_seen)
         });
         for uri in &live {
             if let Some(session) = self.session_of(uri) {
                 self.touch(&session);
             }
         }
-        let result = if replayable && last_seen <= self.server_seq && !rebuilt {
+        let result = if replayable && last_seen <= self.shared.server_seq && !rebuilt {
             let actions = self
-                .replay
+                .shared.replay
                 .iter()
                 .filter(|e| e.server_seq > last_seen && live.contains(&e.channel))
                 .cloned()
@@ -302,13 +302,13 @@ impl Host {
             let snapshots = live.iter().filter_map(|uri| self.snapshot(uri, None)).collect();
             ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
         };
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.client_id = Some(client_id);
             c.initialized = true;
             c.subscriptions = live.into_iter().collect();
         }
         let result = self.with_session_configs(serde_json::to_value(result).unwrap_or_default());
-        self.reply(conn, id, result);
+        self.shared.reply(conn, id, result);
     }
 
     /// `subscribe`: the snapshot, then every later envelope of the channel.
@@ -319,7 +319,7 @@ impl Host {
     pub(crate) fn on_subscribe(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: SubscribeParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         let view_turns = params.view.as_ref().and_then(|v| v.turns).map(|n| n.max(1) as usize);
         self.subscribe(conn, id, SubscribeReq { channel: params.channel, view_turns });
@@ -329,31 +329,31 @@ impl Host {
     /// again when the wake it waited for ends (the grant and the state are
     /// read anew then).
     pub(crate) fn subscribe(&mut self, conn: ConnId, id: u64, request: SubscribeReq) {
-        if let Err(e) = self.authorize(conn, self.read_operation(&request.channel)) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, self.read_operation(&request.channel)) {
+            return self.shared.reply_error(conn, id, e);
         }
         if let Some(e) = self.subscriptions_full(conn, &request.channel) {
-            return self.reply_error(conn, id, e);
+            return self.shared.reply_error(conn, id, e);
         }
         if request.channel == ROOT_RESOURCE_URI {
             let snapshot = self.snapshot(&request.channel, None);
             self.subscribe_conn(conn, &request.channel);
-            return self.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
+            return self.shared.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
         }
         let Some(session_uri) = self.session_of(&request.channel) else {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&request.channel))));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&request.channel))));
         };
         let (phase, resident) = match self.sessions.get(&session_uri) {
             Some(s) => (s.phase.clone(), s.resident.is_some()),
             None => return,
         };
         if matches!(phase, Phase::Disposing { .. }) {
-            return self.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
+            return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         self.touch(&session_uri);
         if !resident {
             if let Some(e) = self.waiting_full(conn) {
-                return self.reply_error(conn, id, e);
+                return self.shared.reply_error(conn, id, e);
             }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("subscribe_wakes_session");
@@ -365,7 +365,7 @@ impl Host {
         let snapshot = self.snapshot(&request.channel, request.view_turns);
         self.subscribe_conn(conn, &request.channel);
         let result = self.with_session_configs(serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
-        self.reply(conn, id, result);
+        self.shared.reply(conn, id, result);
         if phase == Phase::Asleep {
             self.wake(&session_uri);
         }
@@ -373,21 +373,21 @@ impl Host {
 
     /// The -32602 refusal when `conn` may not take one more subscription.
     fn subscriptions_full(&mut self, conn: ConnId, channel: &str) -> Option<ahp_types::messages::JsonRpcError> {
-        let max = self.config.limits.subscriptions_per_conn;
-        let c = self.conns.get(&conn)?;
+        let max = self.shared.config.limits.subscriptions_per_conn;
+        let c = self.shared.conns.get(&conn)?;
         if c.subscriptions.contains(channel) || c.subscriptions.len() < max {
             return None;
         }
         crate::mark!("limit_subscriptions_refused");
-        self.log(LogLevel::Warn, "limit.subscriptions", None, format!("connection {} holds {max} subscriptions", conn.0));
+        self.shared.log(LogLevel::Warn, "limit.subscriptions", None, format!("connection {} holds {max} subscriptions", conn.0));
         Some(error(INVALID_PARAMS, format!("too many subscriptions: a connection may hold {max}; unsubscribe first")))
     }
 
     /// The -32602 refusal when `conn` already has as many requests waiting
     /// for wakes as it may.
     pub(crate) fn waiting_full(&mut self, conn: ConnId) -> Option<ahp_types::messages::JsonRpcError> {
-        let max = self.config.limits.pending_requests_per_conn;
-        let held = self.conns.get(&conn).is_some_and(|c| c.handshake.is_some());
+        let max = self.shared.config.limits.pending_requests_per_conn;
+        let held = self.shared.conns.get(&conn).is_some_and(|c| c.handshake.is_some());
         let waiting: usize = self
             .sessions
             .values()
@@ -398,31 +398,31 @@ impl Host {
             return None;
         }
         crate::mark!("limit_pending_requests_refused");
-        self.log(LogLevel::Warn, "limit.pending_requests", None, format!("connection {} has {max} requests waiting", conn.0));
+        self.shared.log(LogLevel::Warn, "limit.pending_requests", None, format!("connection {} has {max} requests waiting", conn.0));
         Some(error(INVALID_PARAMS, format!("too many requests waiting: a connection may have {max} waiting at once")))
     }
 
     fn subscribe_conn(&mut self, conn: ConnId, channel: &Uri) {
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.subscriptions.insert(channel.clone());
         }
     }
 
     pub(crate) fn on_unsubscribe(&mut self, conn: ConnId, params: Value) {
         let Ok(params) = parse::<UnsubscribeParams>(params) else { return };
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.subscriptions.remove(&params.channel);
         }
     }
 
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
-        if self.conns.remove(&conn).is_some() {
+        if self.shared.conns.remove(&conn).is_some() {
             for session in self.sessions.values_mut() {
                 session.waiters.retain(|w| {
                     !matches!(w, Waiter::Request { conn: c, .. } | Waiter::Handshake { conn: c, .. } if *c == conn)
                 });
             }
-            self.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
+            self.shared.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
         }
     }
 
@@ -452,7 +452,7 @@ impl Host {
     /// with `turnsNextCursor` set when older ones remain.
     pub(crate) fn snapshot(&self, uri: &str, view_turns: Option<usize>) -> Option<Snapshot> {
         let state = if uri == ROOT_RESOURCE_URI {
-            SnapshotState::Root(Box::new(self.root.clone()))
+            SnapshotState::Root(Box::new(self.shared.root.clone()))
         } else {
             let session_uri = self.session_of(uri)?;
             let resident = self.sessions.get(&session_uri)?.resident.as_ref()?;
@@ -470,7 +470,7 @@ impl Host {
                 SnapshotState::Chat(Box::new(chat))
             }
         };
-        Some(Snapshot { resource: uri.to_owned(), state, from_seq: self.server_seq as i64 })
+        Some(Snapshot { resource: uri.to_owned(), state, from_seq: self.shared.server_seq as i64 })
     }
 }
 
@@ -482,17 +482,17 @@ impl Host {
     pub(crate) fn on_authenticate(&mut self, conn: ConnId, id: u64, params: Value) {
         let params: ahp_types::commands::AuthenticateParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if self.config.users.is_none() {
-            return self.reply(conn, id, serde_json::json!({}));
+        if self.shared.config.users.is_none() {
+            return self.shared.reply(conn, id, serde_json::json!({}));
         }
         if self.sign_in(conn, &params.token) {
-            self.reply(conn, id, serde_json::json!({}));
+            self.shared.reply(conn, id, serde_json::json!({}));
         } else {
             crate::mark!("auth_failed");
-            self.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
-            self.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
+            self.shared.log(LogLevel::Warn, "client.auth_failed", None, format!("connection {}: token matches no user", conn.0));
+            self.shared.reply_error(conn, id, error(INVALID_PARAMS, "authentication failed: the token matches no user"));
         }
     }
 
@@ -505,7 +505,7 @@ impl Host {
         if self.refused.contains(&conn) {
             return;
         }
-        if !self.conns.contains_key(&conn) {
+        if !self.shared.conns.contains_key(&conn) {
             // As for a frame: a connection the host never saw connect is
             // taken as connected (within the connection limit).
             self.on_connected(conn);
@@ -513,24 +513,24 @@ impl Host {
                 return;
             }
         }
-        if self.config.users.is_none() || self.sign_in(conn, token) {
+        if self.shared.config.users.is_none() || self.sign_in(conn, token) {
             return;
         }
         crate::mark!("auth_failed");
-        self.log(LogLevel::Warn, "client.auth_failed", None, format!(
+        self.shared.log(LogLevel::Warn, "client.auth_failed", None, format!(
             "connection {}: the handshake's bearer token matches no user; closing the connection", conn.0
         ));
-        self.effects.push(Effect::Close { conn });
+        self.shared.effects.push(Effect::Close { conn });
     }
 
     /// Makes `conn` whoever `token` names on a host with a users directory
     /// (the host's own token first, then users, then plugins) and logs who;
     /// false when it names nobody (nothing changes, nothing is logged).
     fn sign_in(&mut self, conn: ConnId, token: &str) -> bool {
-        let Some(users) = self.config.users.as_ref() else { return false };
-        let is_root = self.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(token, h));
+        let Some(users) = self.shared.config.users.as_ref() else { return false };
+        let is_root = self.shared.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(token, h));
         let principal = if is_root {
-            Some(crate::grants::Principal::Root { host: self.config.host_name.clone() })
+            Some(crate::grants::Principal::Root { host: self.shared.config.host_name.clone() })
         } else if let Some(user) = users.authenticate(token) {
             Some(crate::grants::Principal::User {
                 id: user.id.clone(),
@@ -543,11 +543,11 @@ impl Host {
         };
         let Some(principal) = principal else { return false };
         let owner = principal.owner();
-        if let Some(c) = self.conns.get_mut(&conn) {
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.principal = Some(principal);
         }
         crate::mark!("authenticated");
-        self.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
+        self.shared.log(LogLevel::Info, "client.authenticated", None, format!("connection {} is {owner}", conn.0));
         true
     }
 }

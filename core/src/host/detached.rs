@@ -85,8 +85,8 @@ impl Host {
     /// Routes one of [`data::METHODS`] (the caller checked the connection
     /// is initialized). Every one needs `session:worktree`.
     pub(crate) fn on_detached_request(&mut self, conn: ConnId, id: u64, method: &str, params: Value) {
-        if let Err(e) = self.authorize(conn, Operation::SessionWorktree) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionWorktree) {
+            return self.shared.reply_error(conn, id, e);
         }
         match method {
             data::CREATE => self.detached_create(conn, id, params),
@@ -94,7 +94,7 @@ impl Host {
             data::SET_ARCHIVED => self.detached_set_archived(conn, id, params),
             data::DELETE => self.detached_delete(conn, id, params),
             data::RECONCILE => self.detached_reconcile(conn, id, params),
-            _ => self.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
+            _ => self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
         }
     }
 
@@ -105,44 +105,44 @@ impl Host {
     fn detached_create(&mut self, conn: ConnId, id: u64, params: Value) {
         let p: CreateParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
         let refuse = |why: &str| error(INVALID_PARAMS, format!("no detached worktree for {}: {why}", crate::ids::printable(&p.session)));
         let Some(session) = self.sessions.get(&p.session) else {
-            return self.reply_error(conn, id, refuse("no such session"));
+            return self.shared.reply_error(conn, id, refuse("no such session"));
         };
         if matches!(session.phase, Phase::Starting { .. } | Phase::Disposing { .. }) {
-            return self.reply_error(conn, id, refuse("the session is being created or disposed"));
+            return self.shared.reply_error(conn, id, refuse("the session is being created or disposed"));
         }
         if session.is_announced() || session.record.git.is_some() || session.git_begin.is_some() {
-            return self.reply_error(conn, id, refuse("the session has started: only a creating session whose tree is pending has one cut"));
+            return self.shared.reply_error(conn, id, refuse("the session has started: only a creating session whose tree is pending has one cut"));
         }
         if !table::worktree_asked(&session.record.config) {
-            return self.reply_error(conn, id, refuse("the session's isolation is not worktree"));
+            return self.shared.reply_error(conn, id, refuse("the session's isolation is not worktree"));
         }
         let Some(folder_uri) = session.record.working_directories.first().cloned() else {
-            return self.reply_error(conn, id, refuse("the session has no folder"));
+            return self.shared.reply_error(conn, id, refuse("the session has no folder"));
         };
         let Some(repo) = path_of_uri(&folder_uri) else {
-            return self.reply_error(conn, id, refuse("the session's folder is not a local folder"));
+            return self.shared.reply_error(conn, id, refuse("the session's folder is not a local folder"));
         };
         let values = session.record.config.clone();
         let prefix = table::string_value(&values, table::BRANCH_PREFIX, "");
         let branch = match data::branch_for(&prefix, p.prompt.as_deref().unwrap_or("")) {
             Ok(b) => b,
-            Err(e) => return self.reply_error(conn, id, refuse(&e.0)),
+            Err(e) => return self.shared.reply_error(conn, id, refuse(&e.0)),
         };
         let plan = plan_for(&values, &branch);
-        let handle = data::handle_from(self.rng.next_u64(), self.rng.next_u64());
-        let owner = self.owner_of(conn);
+        let handle = data::handle_from(self.shared.rng.next_u64(), self.shared.rng.next_u64());
+        let owner = self.shared.owner_of(conn);
         let make = DetachedOp::Make { conn, id, handle, owner, session: p.session, folder_uri, repo: repo.clone() };
         if plan.base.is_none() {
             // No base named: the folder's facts first (`GitOp::Base`).
             let cut = TreeCut::Make { folder: repo.clone(), new_branch: branch, plan, purpose: make };
-            self.git(Op::Git(GitOp::Base(Box::new(cut))), GitCmd::Inspect { folder: repo });
+            self.shared.git(Op::Git(GitOp::Base(Box::new(cut))), GitCmd::Inspect { folder: repo });
             return;
         }
-        self.git(Op::Git(GitOp::Detached(make)), GitCmd::MakeTree { folder: repo, plan });
+        self.shared.git(Op::Git(GitOp::Detached(make)), GitCmd::MakeTree { folder: repo, plan });
     }
 
     /// `claimAgentHostDetachedWorktree {handle}`: marks it claimed (and
@@ -150,16 +150,16 @@ impl Host {
     fn detached_claim(&mut self, conn: ConnId, id: u64, params: Value) {
         let p: HandleParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        let owner = self.owner_of(conn);
-        let now = self.now.mono;
+        let owner = self.shared.owner_of(conn);
+        let now = self.shared.now.mono;
         let Some(entry) = self.detached.visible_mut(owner.as_deref(), &p.handle) else {
-            return self.reply_error(conn, id, unknown(&p.handle));
+            return self.shared.reply_error(conn, id, unknown(&p.handle));
         };
         entry.claimed = true;
         entry.last_seen = now;
-        self.reply(conn, id, json!({}));
+        self.shared.reply(conn, id, json!({}));
     }
 
     /// `setAgentHostDetachedWorktreeArchived {handle, archived}`: archive
@@ -167,11 +167,11 @@ impl Host {
     fn detached_set_archived(&mut self, conn: ConnId, id: u64, params: Value) {
         let p: ArchivedParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        let owner = self.owner_of(conn);
+        let owner = self.shared.owner_of(conn);
         let Some(entry) = self.detached.visible_mut(owner.as_deref(), &p.handle) else {
-            return self.reply_error(conn, id, unknown(&p.handle));
+            return self.shared.reply_error(conn, id, unknown(&p.handle));
         };
         entry.queue.push_back(Step::SetArchived { conn, id, archived: p.archived });
         self.detached_next(&p.handle);
@@ -182,11 +182,11 @@ impl Host {
     fn detached_delete(&mut self, conn: ConnId, id: u64, params: Value) {
         let p: HandleParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        let owner = self.owner_of(conn);
+        let owner = self.shared.owner_of(conn);
         let Some(entry) = self.detached.visible_mut(owner.as_deref(), &p.handle) else {
-            return self.reply(conn, id, json!({}));
+            return self.shared.reply(conn, id, json!({}));
         };
         entry.leaving = true;
         entry.queue.push_back(Step::Delete { reply: Some((conn, id)) });
@@ -199,10 +199,10 @@ impl Host {
     fn detached_reconcile(&mut self, conn: ConnId, id: u64, params: Value) {
         let p: ReconcileParams = match parse(params) {
             Ok(p) => p,
-            Err(e) => return self.reply_error(conn, id, e),
+            Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        let owner = self.owner_of(conn);
-        let now = self.now.mono;
+        let owner = self.shared.owner_of(conn);
+        let now = self.shared.now.mono;
         let mut expired = Vec::new();
         for handle in self.detached.handles_of(owner.as_deref()) {
             let Some(entry) = self.detached.get_mut(&handle) else { continue };
@@ -219,12 +219,12 @@ impl Host {
         }
         for handle in expired {
             crate::mark!("detached_expired");
-            self.log(LogLevel::Info, "detached.expired", None, format!(
+            self.shared.log(LogLevel::Info, "detached.expired", None, format!(
                 "handle {handle} went unnamed for {} h: let go", data::RETENTION_MS / 3_600_000
             ));
             self.detached_next(&handle);
         }
-        self.reply(conn, id, json!({}));
+        self.shared.reply(conn, id, json!({}));
     }
 
     /// The first session (not being disposed) that works in the tree at
@@ -248,7 +248,7 @@ impl Host {
             if archive {
                 if let Some(user) = self.tree_user(&tree.path) {
                     let why = format!("the tree is the working directory of {user}");
-                    self.log(LogLevel::Warn, "detached.tree_kept", Some(user), format!("{}: {why}; it stays on disk", tree.path));
+                    self.shared.log(LogLevel::Warn, "detached.tree_kept", Some(user), format!("{}: {why}; it stays on disk", tree.path));
                     self.detached_finish(handle, step, Ok(Some(why)));
                     continue;
                 }
@@ -257,7 +257,7 @@ impl Host {
                 entry.busy = true;
             }
             let command = if archive { GitCmd::ArchiveTree { repo, worktree: tree, removal: crate::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
-            self.git(Op::Git(GitOp::Detached(DetachedOp::Step { handle: handle.to_owned(), step })), command);
+            self.shared.git(Op::Git(GitOp::Detached(DetachedOp::Step { handle: handle.to_owned(), step })), command);
             return;
         }
     }
@@ -271,18 +271,18 @@ impl Host {
                     if let Some(entry) = self.detached.get_mut(handle) {
                         entry.archived = archived;
                     }
-                    self.reply(conn, id, kept_reply(kept.as_deref()));
+                    self.shared.reply(conn, id, kept_reply(kept.as_deref()));
                 }
                 Err(message) => {
                     let what = if archived { "archived" } else { "put back" };
-                    self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be {what}: {message}")));
+                    self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be {what}: {message}")));
                 }
             },
             Step::Delete { reply } => match result {
                 Ok(kept) => {
                     self.detached.remove(handle);
                     if let Some((conn, id)) = reply {
-                        self.reply(conn, id, kept_reply(kept.as_deref()));
+                        self.shared.reply(conn, id, kept_reply(kept.as_deref()));
                     }
                 }
                 Err(message) => {
@@ -290,9 +290,9 @@ impl Host {
                     if let Some(entry) = self.detached.get_mut(handle) {
                         entry.leaving = false;
                     }
-                    self.log(LogLevel::Warn, "detached.delete_failed", None, format!("handle {handle}: {message}"));
+                    self.shared.log(LogLevel::Warn, "detached.delete_failed", None, format!("handle {handle}: {message}"));
                     if let Some((conn, id)) = reply {
-                        self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be removed: {message}")));
+                        self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be removed: {message}")));
                     }
                 }
             },
@@ -305,7 +305,7 @@ impl Host {
             DetachedOp::Make { conn, id, handle, owner, session, folder_uri, repo } => match outcome {
                 Outcome::Git(GitResult::TreeMade { worktree }) => {
                     crate::mark!("detached_tree_made");
-                    self.log(LogLevel::Info, "detached.tree_made", Some(session.clone()), format!(
+                    self.shared.log(LogLevel::Info, "detached.tree_made", Some(session.clone()), format!(
                         "{} on {} (handle {handle})", worktree.path, worktree.branch
                     ));
                     // The tree's folder matching the one the session was
@@ -320,7 +320,7 @@ impl Host {
                         tree: worktree,
                         claimed: false,
                         archived: false,
-                        last_seen: self.now.mono,
+                        last_seen: self.shared.now.mono,
                         leaving: false,
                         busy: false,
                         queue: Default::default(),
@@ -329,14 +329,14 @@ impl Host {
                     let mut result = Map::new();
                     result.insert("handle".to_owned(), Value::String(handle));
                     result.insert("resource".to_owned(), Value::String(resource));
-                    self.reply(conn, id, Value::Object(result));
+                    self.shared.reply(conn, id, Value::Object(result));
                 }
                 Outcome::Failed { message } => {
                     crate::mark!("detached_make_failed");
-                    self.log(LogLevel::Warn, "detached.make_failed", Some(session), message.clone());
-                    self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be made: {message}")));
+                    self.shared.log(LogLevel::Warn, "detached.make_failed", Some(session), message.clone());
+                    self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be made: {message}")));
                 }
-                other => self.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be made: git answered {other:?}"))),
+                other => self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the detached worktree could not be made: git answered {other:?}"))),
             },
             DetachedOp::Step { handle, step } => {
                 if let Some(entry) = self.detached.get_mut(&handle) {
@@ -345,7 +345,7 @@ impl Host {
                 let result = match outcome {
                     Outcome::Git(GitResult::TreeArchived { kept: true }) => {
                         let path = self.detached.get_mut(&handle).map(|e| e.tree.path.clone()).unwrap_or_default();
-                        self.log(LogLevel::Warn, "detached.tree_kept", None, format!("{path}: {UNCOMMITTED}; it stays on disk"));
+                        self.shared.log(LogLevel::Warn, "detached.tree_kept", None, format!("{path}: {UNCOMMITTED}; it stays on disk"));
                         Ok(Some(UNCOMMITTED.to_owned()))
                     }
                     Outcome::Git(GitResult::TreeArchived { kept: false } | GitResult::TreeRestored) => Ok(None),

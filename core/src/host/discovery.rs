@@ -46,7 +46,7 @@ pub fn root_config(mode: ExternalMode) -> RootConfigState {
 impl Host {
     /// The current `showExternalSessions` mode, from the root config.
     pub(crate) fn external_mode(&self) -> ExternalMode {
-        self.root
+        self.shared.root
             .config
             .as_ref()
             .and_then(|c| c.values.get(SHOW_EXTERNAL))
@@ -63,14 +63,14 @@ impl Host {
         let cutoff = self.recent_cutoff.flatten();
         let externals: Vec<(WallTime, Uri)> = match mode {
             ExternalMode::Recent => self
-                .catalogue
-                .newest_externals(ExternalFilter::recent_floor(self.now.wall, cutoff).0, 2)
+                .shared.catalogue
+                .newest_externals(ExternalFilter::recent_floor(self.shared.now.wall, cutoff).0, 2)
                 .into_iter()
                 .map(|(ms, uri)| (WallTime(ms), uri))
                 .collect(),
             _ => Vec::new(),
         };
-        ExternalFilter::new(mode, self.now.wall, &externals, cutoff)
+        ExternalFilter::new(mode, self.shared.now.wall, &externals, cutoff)
     }
 
     /// Whether root subscribers are told about this session: every session
@@ -97,13 +97,13 @@ impl Host {
     /// Starts a scan of every agent and external source that has none in
     /// flight.
     pub(crate) fn start_scans(&mut self) {
-        let mut providers: BTreeSet<String> = self.config.agents.iter().map(|a| a.provider.clone()).collect();
-        providers.extend(self.config.external_sources.iter().cloned());
-        self.last_scan_at = Some(self.now.mono);
+        let mut providers: BTreeSet<String> = self.shared.config.agents.iter().map(|a| a.provider.clone()).collect();
+        providers.extend(self.shared.config.external_sources.iter().cloned());
+        self.last_scan_at = Some(self.shared.now.mono);
         for provider in providers {
             if self.scans_in_flight.insert(provider.clone()) {
-                let op = self.new_op(Op::Scan { provider: provider.clone() });
-                self.effects.push(Effect::Scan { op, provider });
+                let op = self.shared.new_op(Op::Scan { provider: provider.clone() });
+                self.shared.effects.push(Effect::Scan { op, provider });
             }
         }
     }
@@ -111,7 +111,7 @@ impl Host {
     /// After a listing: a refresh runs behind the answer when the last pass
     /// is older than `scan_interval_ms`.
     pub(crate) fn refresh_if_stale(&mut self) {
-        let stale = self.last_scan_at.is_none_or(|t| self.now.mono >= t.plus_ms(self.config.scan_interval_ms));
+        let stale = self.last_scan_at.is_none_or(|t| self.shared.now.mono >= t.plus_ms(self.shared.config.scan_interval_ms));
         if stale {
             self.start_scans();
         }
@@ -128,7 +128,7 @@ impl Host {
             Outcome::Scanned { rows } => rows,
             Outcome::Failed { message } => {
                 crate::mark!("scan_failed");
-                return self.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
+                return self.shared.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
             }
             _ => return,
         };
@@ -180,7 +180,7 @@ impl Host {
         }
         if skipped > 0 {
             crate::mark!("scan_rows_skipped");
-            self.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
+            self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
         }
         // External sessions whose transcript went, untouched here, go too.
         let gone: Vec<Uri> = self
@@ -199,7 +199,7 @@ impl Host {
             self.forget_listed(&uri);
         }
         if !guarding.is_empty() {
-            self.log(LogLevel::Info, "catalogue.tombstones_held", None, format!(
+            self.shared.log(LogLevel::Info, "catalogue.tombstones_held", None, format!(
                 "{provider}: {} disposed sessions' transcripts are still there and stay unlisted",
                 guarding.len()
             ));
@@ -221,7 +221,7 @@ impl Host {
                 t.clean.insert(provider.to_owned());
             }
         }
-        let sources: Vec<&String> = self.config.agents.iter().map(|a| &a.provider).chain(self.config.external_sources.iter()).collect();
+        let sources: Vec<&String> = self.shared.config.agents.iter().map(|a| &a.provider).chain(self.shared.config.external_sources.iter()).collect();
         let spent: Vec<Uri> = self
             .tombstones
             .iter()
@@ -231,8 +231,8 @@ impl Host {
         for uri in spent {
             let Some(t) = self.tombstones.remove(&uri) else { continue };
             crate::mark!("tombstone_spent");
-            let op = self.new_op(Op::StoreForget { session: uri.clone() });
-            self.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.record.key } });
+            let op = self.shared.new_op(Op::StoreForget { session: uri.clone() });
+            self.shared.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.record.key } });
         }
     }
 
@@ -252,10 +252,10 @@ impl Host {
     fn insert_listed(&mut self, record: SessionRecord, id: ResourceId) {
         let uri = id.uri();
         for chat in &record.chats {
-            self.chats.insert(chat.resource.clone(), uri.clone());
+            self.shared.chats.insert(chat.resource.clone(), uri.clone());
         }
         let can_resume = self.agent_can_resume(&record.provider);
-        let session = Session::new(id, record, Phase::Asleep, None, can_resume, self.now.mono);
+        let session = Session::new(id, record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         self.add_session(uri.clone(), session);
         self.announce(&uri);
     }
@@ -302,7 +302,7 @@ impl Host {
         let uri = id.uri();
         let default_chat = default_chat_of(&id);
         let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or_else(|| default_chat.clone());
-        if self.retired.contains(&uri) || self.retired.contains(&chat) || self.chats.contains_key(&chat) {
+        if self.shared.retired.contains(&uri) || self.shared.retired.contains(&chat) || self.shared.chats.contains_key(&chat) {
             return;
         }
         if self.sessions.contains_key(&uri) {
@@ -317,7 +317,7 @@ impl Host {
         self.insert_listed(record, id);
         self.store_put(&uri);
         crate::mark!("rediscovered_from_transcripts");
-        self.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
+        self.shared.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
     }
 
     /// One more chat of a session this host ran, found in its backend's
@@ -329,7 +329,7 @@ impl Host {
             return;
         }
         session.record.chats.push(chat_from_row(chat.clone(), row));
-        self.chats.insert(chat, uri.clone());
+        self.shared.chats.insert(chat, uri.clone());
         self.advance_modified_at(uri, row.modified_at);
         self.store_put(uri);
         self.summary_changed(uri);
@@ -340,7 +340,7 @@ impl Host {
     fn discover_external(&mut self, provider: &str, row: ScannedRow) {
         let Ok(id) = ResourceId::parse(&format!("{provider}:/{}", row.conversation_id)) else { return };
         let chat = format!("ahp-chat:/{}", id.store_key());
-        if self.sessions.contains_key(&id.uri()) || self.chats.contains_key(&chat) {
+        if self.sessions.contains_key(&id.uri()) || self.shared.chats.contains_key(&chat) {
             return;
         }
         let record = self.record_from_row(provider, &id, chat, &row, true);
@@ -353,14 +353,14 @@ impl Host {
         let shown = self.shown_to_clients(uri);
         let Some(session) = self.drop_session(uri) else { return };
         if session.is_announced() {
-            self.catalogue.remove(session.modified_at.0, uri);
+            self.shared.catalogue.remove(session.modified_at.0, uri);
         }
         for chat in &session.record.chats {
-            self.chats.remove(&chat.resource);
+            self.shared.chats.remove(&chat.resource);
         }
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri.clone() };
-            self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+            self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
         }
     }
 
@@ -378,15 +378,15 @@ impl Host {
         let summary = session.summary();
         session.replace_sent_row(summary.clone());
         self.store_put(uri);
-        self.catalogue.adopted(modified, uri);
+        self.shared.catalogue.adopted(modified, uri);
         if !was_shown {
             let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
-            self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+            self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
         } else {
             self.summary_changed(uri);
         }
         crate::mark!("external_adopted_by_person_turn");
-        self.log(LogLevel::Info, "session.adopted", Some(uri.clone()), String::new());
+        self.shared.log(LogLevel::Info, "session.adopted", Some(uri.clone()), String::new());
     }
 
     /// A client changed the root config: only `showExternalSessions`, only
@@ -427,18 +427,18 @@ impl Host {
                     let summary = session.summary();
                     session.replace_sent_row(summary.clone());
                     let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
-                    self.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+                    self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
                 }
                 (true, false) => {
                     removed += 1;
                     let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri };
-                    self.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+                    self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
                 }
                 _ => {}
             }
         }
         crate::mark!("external_mode_changed");
-        self.log(LogLevel::Info, "catalogue.external_mode", None, format!(
+        self.shared.log(LogLevel::Info, "catalogue.external_mode", None, format!(
             "{} now: {added} external sessions shown, {removed} no longer shown", self.external_mode().name()
         ));
     }

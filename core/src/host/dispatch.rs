@@ -76,26 +76,15 @@ fn needs_state(action: &StateAction) -> bool {
 }
 
 impl Host {
-    pub(crate) fn origin_of(&self, conn: ConnId, client_seq: i64) -> Option<ActionOrigin> {
-        let client_id = self.conns.get(&conn)?.client_id.clone()?;
-        Some(ActionOrigin { client_id, client_seq })
-    }
-
-    /// Who a turn is recorded as sent by: the principal (`user:<id>`), or
-    /// the client id on a host with no users directory.
-    fn sender_of(&self, conn: ConnId) -> Option<String> {
-        self.owner_of(conn).or_else(|| self.conns.get(&conn).and_then(|c| c.client_id.clone()))
-    }
-
     pub(crate) fn on_dispatch_action(&mut self, conn: ConnId, params: Value) {
         let params: DispatchActionParams = match parse(params) {
             Ok(p) => p,
             Err(e) => {
-                return self.log(LogLevel::Warn, "action.undecodable", None, e.message);
+                return self.shared.log(LogLevel::Warn, "action.undecodable", None, e.message);
             }
         };
         let channel = params.channel;
-        let origin = self.origin_of(conn, params.client_seq);
+        let origin = self.shared.origin_of(conn, params.client_seq);
         if channel == ROOT_RESOURCE_URI {
             return self.on_root_action(conn, channel, params.action, origin);
         }
@@ -105,7 +94,7 @@ impl Host {
         // channel does); then an action for a channel that does not exist is
         // dropped silently.
         let op = operation_of(&params.action).unwrap_or(crate::grants::Operation::SessionState);
-        if let Err(e) = self.authorize(conn, op) {
+        if let Err(e) = self.shared.authorize(conn, op) {
             return self.reject(conn, &channel, params.action, origin, e.message);
         }
         let Some(session_uri) = self.session_of(&channel) else { return };
@@ -148,7 +137,7 @@ impl Host {
         let StateAction::RootConfigChanged(change) = &action else {
             return self.reject(conn, &channel, action, origin, "this root action is not accepted from clients".to_owned());
         };
-        if let Err(e) = self.authorize(conn, crate::grants::Operation::SessionConfigure) {
+        if let Err(e) = self.shared.authorize(conn, crate::grants::Operation::SessionConfigure) {
             return self.reject(conn, &channel, action, origin, e.message);
         }
         if let Err(reason) = self.change_root_config(change) {
@@ -164,7 +153,7 @@ impl Host {
     /// rejects it, parks it behind its store write, queues it behind a wake,
     /// or applies it.
     pub(crate) fn process_action(&mut self, session_uri: &Uri, q: QueuedAction) {
-        let origin = self.origin_of(q.conn, q.client_seq);
+        let origin = self.shared.origin_of(q.conn, q.client_seq);
         let Some(session) = self.sessions.get(session_uri) else { return };
         match session.phase {
             Phase::Disposing { .. } => {
@@ -197,7 +186,7 @@ impl Host {
             let rules = ActionRules {
                 takes_peers: self.agent_takes_peers(&session.record.provider),
                 stopping: self.stopping(),
-                message_text_max_bytes: self.config.limits.message_text_max_bytes,
+                message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 trusted: &trusted,
             };
             session.check_client_action(&q, &rules)
@@ -212,7 +201,7 @@ impl Host {
             Some(Kind::Durable) => {
                 // Write the record as it will be once the action applies;
                 // apply and echo only when that write is durable.
-                let sender = self.sender_of(q.conn);
+                let sender = self.shared.sender_of(q.conn);
                 let Some(session) = self.sessions.get_mut(session_uri) else { return };
                 let saved = session.record.clone();
                 session.write_ahead(&q, sender);
@@ -243,7 +232,7 @@ impl Host {
             self.on_parked_write(session_uri, failure);
         } else if let Some(message) = failure {
             crate::mark!("store_write_failed");
-            self.log(LogLevel::Warn, "store.write_failed", Some(session_uri.clone()), message);
+            self.shared.log(LogLevel::Warn, "store.write_failed", Some(session_uri.clone()), message);
         }
     }
 
@@ -254,14 +243,14 @@ impl Host {
         let Some(parked) = session.parked.take() else { return };
         match (parked.work, failure) {
             (ParkedWork::Action(q), None) => {
-                let client_id = self.sender_of(q.conn);
+                let client_id = self.shared.sender_of(q.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
                     session.write_ahead(&q, client_id);
                 }
                 self.apply_client_action(session_uri, q);
             }
             (ParkedWork::Action(q), Some(message)) => {
-                let origin = self.origin_of(q.conn, q.client_seq);
+                let origin = self.shared.origin_of(q.conn, q.client_seq);
                 self.reject(q.conn, &q.channel, q.action, origin, format!("not saved: the session store failed: {message}"));
             }
             (ParkedWork::CreateChat { conn, id, chat, initial_message }, failure) => {
@@ -306,18 +295,18 @@ impl Host {
     /// Applies a validated (and, if durable, saved) action: reducer,
     /// `serverSeq`, echo, then its side effect on the backend.
     fn apply_client_action(&mut self, session_uri: &Uri, q: QueuedAction) {
-        let origin = self.origin_of(q.conn, q.client_seq);
+        let origin = self.shared.origin_of(q.conn, q.client_seq);
         match q.action {
             StateAction::ChatTurnStarted(mut a) => {
                 // The host stamps the start with its own clock: the server
                 // wins over the client's optimistic copy.
-                a.started_at = self.now.wall.to_iso();
+                a.started_at = self.shared.now.wall.to_iso();
                 let turn_id = a.turn_id.clone();
                 let message = a.message.clone();
                 if !self.emit(&q.channel, StateAction::ChatTurnStarted(a), origin) {
                     return;
                 }
-                let now = self.now.mono;
+                let now = self.shared.now.mono;
                 if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
                     resident.turn_started_mono.insert(q.channel.clone(), now);
                 }
@@ -397,7 +386,7 @@ impl Host {
                 if root_now != root_shown {
                     self.let_agents_go(session_uri);
                     crate::mark!("root_replaced_agent_restarts");
-                    self.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
+                    self.shared.log(LogLevel::Info, "session.root_replaced", Some(session_uri.clone()), format!(
                         "the agent starts again in {}", crate::ids::printable(root_now.as_deref().unwrap_or(""))
                     ));
                 }

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use crate::protocol::params as parse;
 use super::{GitOp, Host, Op, TreeCut};
 use crate::continuation::ResolveReq;
-use crate::effect::{ConnId, Effect, LogLevel, OpId};
+use crate::effect::{ConnId, LogLevel, OpId};
 use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, TREE_REMOVAL};
 use crate::worktree::{plan_for, settle_base};
 use crate::grants::{Membership, Operation, Principal};
@@ -28,16 +28,10 @@ impl Host {
     /// The memberships of the person on `conn`; `None` for a connection
     /// with no person to ask (no principal, this host itself, a plugin).
     pub(crate) fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
-        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+        match self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
             Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
             _ => None,
         }
-    }
-
-    pub(crate) fn git(&mut self, op: Op, command: GitCmd) -> OpId {
-        let id = self.new_op(op);
-        self.effects.push(Effect::Git { op: id, command });
-        id
     }
 
     /// `resolveSessionConfig` and `sessionConfigCompletions`: the facts of
@@ -45,29 +39,29 @@ impl Host {
     /// when they come. A folder that is not a local path is in no
     /// repository.
     pub(crate) fn on_resolve_request(&mut self, conn: ConnId, id: u64, params: Value, completions: bool) {
-        if let Err(e) = self.authorize(conn, Operation::SessionCreate) {
-            return self.reply_error(conn, id, e);
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionCreate) {
+            return self.shared.reply_error(conn, id, e);
         }
         let (folder, request) = if completions {
             match parse::<SessionConfigCompletionsParams>(params) {
                 Ok(p) => (p.working_directory, ResolveReq::Completions { property: p.property, query: p.query, config: p.config }),
-                Err(e) => return self.reply_error(conn, id, e),
+                Err(e) => return self.shared.reply_error(conn, id, e),
             }
         } else {
             match parse::<ResolveSessionConfigParams>(params) {
                 Ok(p) => (p.working_directory, ResolveReq::Resolve { provider: p.provider, config: p.config }),
-                Err(e) => return self.reply_error(conn, id, e),
+                Err(e) => return self.shared.reply_error(conn, id, e),
             }
         };
         // Git is not asked about a folder the operator did not trust.
         if let Some(uri) = folder.as_ref() {
             if let Err(reason) = self.trusted(std::slice::from_ref(uri)) {
-                return self.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+                return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, reason));
             }
         }
         match folder.as_deref().and_then(path_of_uri) {
             Some(folder) => {
-                self.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder });
+                self.shared.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder });
             }
             None => self.answer_resolve(conn, id, request, &RepoFacts::not_a_repo()),
         }
@@ -79,8 +73,8 @@ impl Host {
             ResolveReq::Completions { property, query, config } => {
                 let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
                 match table::completions(&property, query.as_deref().unwrap_or(""), facts, memberships.as_deref(), &asked) {
-                    Some(items) => self.reply(conn, id, serde_json::json!({ "items": items })),
-                    None => self.reply_error(conn, id, error(INVALID_PARAMS, format!(
+                    Some(items) => self.shared.reply(conn, id, serde_json::json!({ "items": items })),
+                    None => self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!(
                         "property {} has no completions here",
                         crate::ids::printable(&property)
                     ))),
@@ -89,9 +83,9 @@ impl Host {
             }
             ResolveReq::Resolve { provider, config } => (provider, config),
         };
-        let provider = provider.or_else(|| self.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
-        if !self.config.agents.iter().any(|a| a.provider == provider) {
-            return self.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
+        let provider = provider.or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        if !self.shared.config.agents.iter().any(|a| a.provider == provider) {
+            return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", crate::ids::printable(&provider))));
         }
         let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
         let schema = table::compose(facts, memberships.as_deref(), &asked);
@@ -99,7 +93,7 @@ impl Host {
         let mut result = Map::new();
         result.insert("schema".to_owned(), schema.to_json());
         result.insert("values".to_owned(), Value::Object(values));
-        self.reply(conn, id, Value::Object(result));
+        self.shared.reply(conn, id, Value::Object(result));
     }
 
     /// Called before a turn goes to its agent. A session that has not asked
@@ -154,7 +148,7 @@ impl Host {
                 GitCmd::Begin { folder, checkpoint_ref, worktree: worktree.map(|(plan, _)| plan) },
             ),
         };
-        let op = self.git(Op::Git(purpose), command);
+        let op = self.shared.git(Op::Git(purpose), command);
         if let Some(s) = self.sessions.get_mut(session_uri) {
             s.git_begin = Some(op);
             s.git_ops.insert(op);
@@ -179,7 +173,7 @@ impl Host {
             Some(w) => (w.path.clone(), w.base_commit.clone(), w.placed.clone()),
             None => (git.folder.clone(), worktree::checkpoint_ref(&key, 0), Vec::new()),
         };
-        let op = self.git(
+        let op = self.shared.git(
             Op::Git(GitOp::Checkpoint { session: session_uri.clone() }),
             GitCmd::Checkpoint { workdir, checkpoint_ref: worktree::checkpoint_ref(&key, n), base, exclude },
         );
@@ -211,7 +205,7 @@ impl Host {
         // Trees handed to it: passed on, or removed with their maker's refs.
         for tree in shared {
             if !self.hand_over_tree(session_uri, &tree) {
-                ops.push(self.git(purpose(), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree), removal: TREE_REMOVAL }));
+                ops.push(self.shared.git(purpose(), GitCmd::Dispose { repo: tree.repo, refs_prefix: tree.refs_prefix, worktree: Some(tree.tree), removal: TREE_REMOVAL }));
             }
         }
         let Some(git) = git else { return ops };
@@ -221,13 +215,13 @@ impl Host {
         // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
             let worktree = former.worktree.clone().filter(|w| !kept(self, &former.folder, w));
-            ops.push(self.git(purpose(), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree, removal: TREE_REMOVAL }));
+            ops.push(self.shared.git(purpose(), GitCmd::Dispose { repo: former.folder.clone(), refs_prefix: refs_prefix.clone(), worktree, removal: TREE_REMOVAL }));
         }
         if git.repo_root.is_none() || git.moved {
             return ops;
         }
         let worktree = git.worktree.clone().filter(|w| !kept(self, &git.folder, w));
-        ops.push(self.git(purpose(), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree, removal: TREE_REMOVAL }));
+        ops.push(self.shared.git(purpose(), GitCmd::Dispose { repo: git.folder, refs_prefix, worktree, removal: TREE_REMOVAL }));
         ops
     }
 
@@ -292,14 +286,14 @@ impl Host {
                         self.summary_changed(&session);
                         self.store_put(&session);
                     }
-                    Outcome::Failed { message } => self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message),
+                    Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message),
                     _ => {}
                 }
             }
             GitOp::Dispose { session } => {
                 match &outcome {
-                    Outcome::Failed { message } => self.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
-                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.log(
+                    Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
+                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.shared.log(
                         LogLevel::Warn,
                         "git.tree_kept",
                         Some(session.clone()),
@@ -316,7 +310,7 @@ impl Host {
             GitOp::Detached(purpose) => self.on_detached_done(op, purpose, outcome),
             GitOp::Cleanup => {
                 if let Outcome::Failed { message } = outcome {
-                    self.log(LogLevel::Warn, "git.dispose_failed", None, message);
+                    self.shared.log(LogLevel::Warn, "git.dispose_failed", None, message);
                 }
             }
             GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
@@ -354,7 +348,7 @@ impl Host {
                     return;
                 }
                 settle_base(&mut plan, &new_branch, &facts);
-                let begin = self.git(
+                let begin = self.shared.git(
                     Op::Git(GitOp::Begin { session: session.clone(), folder: folder.clone() }),
                     GitCmd::Begin { folder, checkpoint_ref, worktree: Some(plan) },
                 );
@@ -365,7 +359,7 @@ impl Host {
             }
             TreeCut::Make { folder, new_branch, mut plan, purpose } => {
                 settle_base(&mut plan, &new_branch, &facts);
-                self.git(Op::Git(GitOp::Detached(purpose)), GitCmd::MakeTree { folder, plan });
+                self.shared.git(Op::Git(GitOp::Detached(purpose)), GitCmd::MakeTree { folder, plan });
             }
         }
     }
@@ -377,7 +371,7 @@ impl Host {
             Outcome::Git(GitResult::Repo(facts)) => facts,
             Outcome::Failed { message } => {
                 crate::mark!("git_inspect_failed");
-                self.log(LogLevel::Warn, "git.inspect_failed", None, message);
+                self.shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
                 RepoFacts::not_a_repo()
             }
             _ => RepoFacts::not_a_repo(),
@@ -393,7 +387,7 @@ impl Host {
             if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
                 if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
                     let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
-                    self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
+                    self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
                 }
             }
             return;
@@ -406,7 +400,7 @@ impl Host {
         if matches!(session.phase, Phase::Disposing { .. }) {
             if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
                 let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
-                self.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
+                self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
             }
             return;
         }
@@ -422,7 +416,7 @@ impl Host {
             Outcome::Failed { message } => {
                 let pending = std::mem::take(&mut session.pending_sends);
                 crate::mark!("worktree_failed_fails_send");
-                self.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
+                self.shared.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
                 for (chat, turn_id, _) in pending {
                     self.fail_turn(session_uri, &chat, &turn_id, &format!("the worktree could not be made: {message}"));
                 }
@@ -436,7 +430,7 @@ impl Host {
         let former = session.record.git.take().map(|g| g.former).unwrap_or_default();
         session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former });
         if let Some(message) = git_warning {
-            self.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
+            self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
         }
         if to_folder {
             self.config_read_back(session_uri, table::ISOLATION, "folder");
@@ -481,7 +475,7 @@ impl Host {
             self.emit(session_uri, action, None);
         }
         crate::mark!("worktree_made_at_first_send");
-        self.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
+        self.shared.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
         self.store_put(session_uri);
         self.summary_changed(session_uri);
         match self.sessions.get(session_uri).map(|s| s.phase.clone()) {

@@ -49,13 +49,13 @@ impl Host {
     /// Whether `conn` may be sent `channel`'s snapshot and envelopes (always
     /// on a host with no users directory).
     pub(crate) fn may_read(&self, conn: ConnId, channel: &str) -> bool {
-        self.authorize(conn, self.read_operation(channel)).is_ok()
+        self.shared.authorize(conn, self.read_operation(channel)).is_ok()
     }
 
     /// The -32602 refusal of a handshake naming `count` distinct channels
     /// when a connection may hold fewer subscriptions.
     pub(crate) fn too_many_named(&self, count: usize) -> Option<ahp_types::messages::JsonRpcError> {
-        let max = self.config.limits.subscriptions_per_conn;
+        let max = self.shared.config.limits.subscriptions_per_conn;
         (count > max).then(|| {
             error(INVALID_PARAMS, format!("too many subscriptions named: a connection may hold {max} subscriptions"))
         })
@@ -83,14 +83,14 @@ impl Host {
             })
             .cloned()
             .collect();
-        if sleepers.is_empty() || self.conns.get(&conn).is_none_or(|c| c.handshake.is_some()) {
+        if sleepers.is_empty() || self.shared.conns.get(&conn).is_none_or(|c| c.handshake.is_some()) {
             return false;
         }
         if self.waiting_full(conn).is_some() {
             return false;
         }
-        let until = self.now.mono.plus_ms(HANDSHAKE_WAIT_MS);
-        if let Some(c) = self.conns.get_mut(&conn) {
+        let until = self.shared.now.mono.plus_ms(HANDSHAKE_WAIT_MS);
+        if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.handshake = Some(Handshake {
                 id,
                 request,
@@ -119,7 +119,7 @@ impl Host {
     /// ended, woken or not. When it was the last, the handshake runs on
     /// and answers with the snapshots of what is held now.
     pub(crate) fn handshake_settled(&mut self, conn: ConnId, id: u64, session: &Uri) {
-        let Some(c) = self.conns.get_mut(&conn) else { return };
+        let Some(c) = self.shared.conns.get_mut(&conn) else { return };
         let Some(held) = c.handshake.as_mut().filter(|h| h.id == id && h.waiting.contains(session)) else { return };
         held.waiting.remove(session);
         if held.waiting.is_empty() {
@@ -130,13 +130,13 @@ impl Host {
     /// Answers every handshake whose wait is over with what is held now
     /// (called as time moves; [`HANDSHAKE_WAIT_MS`]).
     pub(crate) fn answer_overdue_handshakes(&mut self) {
-        let now = self.now.mono;
+        let now = self.shared.now.mono;
         let overdue: Vec<ConnId> =
-            self.conns.iter().filter(|(_, c)| c.handshake.as_ref().is_some_and(|h| h.until <= now)).map(|(id, _)| *id).collect();
+            self.shared.conns.iter().filter(|(_, c)| c.handshake.as_ref().is_some_and(|h| h.until <= now)).map(|(id, _)| *id).collect();
         for conn in overdue {
-            let waiting = self.conns.get(&conn).and_then(|c| c.handshake.as_ref()).map(|h| h.waiting.len()).unwrap_or(0);
+            let waiting = self.shared.conns.get(&conn).and_then(|c| c.handshake.as_ref()).map(|h| h.waiting.len()).unwrap_or(0);
             crate::mark!("handshake_answered_early");
-            self.log(LogLevel::Info, "handshake.answered_early", None, format!(
+            self.shared.log(LogLevel::Info, "handshake.answered_early", None, format!(
                 "connection {}: {waiting} session(s) still waking after {HANDSHAKE_WAIT_MS} ms are left out",
                 conn.0
             ));
@@ -149,17 +149,17 @@ impl Host {
     /// (a later one may hold a handshake again; the rest then wait behind
     /// that).
     fn answer_handshake(&mut self, conn: ConnId) {
-        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.take()) else { return };
+        let Some(held) = self.shared.conns.get_mut(&conn).and_then(|c| c.handshake.take()) else { return };
         match held.request {
             HandshakeReq::Reconnect(request) => self.reconnect(conn, held.id, request, false),
             HandshakeReq::Initialize(request) => self.initialize(conn, held.id, request, false),
         }
         let mut queued = held.queued.into_iter();
         while let Some(frame) = queued.next() {
-            if !self.conns.contains_key(&conn) {
+            if !self.shared.conns.contains_key(&conn) {
                 return;
             }
-            if let Some(next) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) {
+            if let Some(next) = self.shared.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) {
                 next.queued.push(frame);
                 next.queued.extend(queued);
                 return;
@@ -174,19 +174,19 @@ impl Host {
     /// a request is refused at once (-32600) and anything else dropped,
     /// with a warning.
     pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, frame: Decoded) -> Option<Decoded> {
-        let max = self.config.limits.pending_requests_per_conn;
-        let Some(held) = self.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return Some(frame) };
+        let max = self.shared.config.limits.pending_requests_per_conn;
+        let Some(held) = self.shared.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return Some(frame) };
         if held.queued.len() < max {
             held.queued.push(frame);
             return None;
         }
-        self.log(LogLevel::Warn, "limit.pending_requests", None, format!(
+        self.shared.log(LogLevel::Warn, "limit.pending_requests", None, format!(
             "connection {}: {max} frames already wait behind its handshake",
             conn.0
         ));
         if let Ok(Incoming::Request { id, .. }) = frame {
             let message = format!("too many requests waiting: {max} frames already wait behind this connection's handshake");
-            self.reply_error(conn, id, error(INVALID_REQUEST, message));
+            self.shared.reply_error(conn, id, error(INVALID_REQUEST, message));
         }
         None
     }

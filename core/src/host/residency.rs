@@ -19,11 +19,11 @@ impl Host {
     /// Coverage marks for the sessions whose quiet time is over but that
     /// may not sleep: the rule's refusals, seen where they decide.
     fn mark_sleep_refusals(&self, now: MonoTime) {
-        if !cfg!(feature = "sim") || self.config.sleep_after_ms == 0 {
+        if !cfg!(feature = "sim") || self.shared.config.sleep_after_ms == 0 {
             return;
         }
         for (_, s) in self.held_sessions() {
-            if s.last_activity.plus_ms(self.config.sleep_after_ms) > now {
+            if s.last_activity.plus_ms(self.shared.config.sleep_after_ms) > now {
                 continue;
             }
             match (s.phase.is_waking(), s.sleep_refusal(|| self.is_watched(s))) {
@@ -42,10 +42,10 @@ impl Host {
     /// sweep.
     pub(crate) fn fire_due(&mut self) {
         self.answer_overdue_handshakes();
-        let now = self.now.mono;
+        let now = self.shared.now.mono;
         let due: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.sleep_due_at(self.config.sleep_after_ms, || self.is_watched(s)).is_some_and(|t| t <= now))
+            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || self.is_watched(s)).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
         self.mark_sleep_refusals(now);
@@ -53,11 +53,11 @@ impl Host {
             crate::mark!("sleep_after_idle");
             self.let_agents_go(&uri);
             self.went.push((uri.clone(), super::Went::Slept));
-            self.stats.sleeps += 1;
-            self.log(LogLevel::Info, "session.slept", Some(uri), String::new());
+            self.shared.stats.sleeps += 1;
+            self.shared.log(LogLevel::Info, "session.slept", Some(uri), String::new());
         }
-        let period = self.config.residency_sweep_ms.max(1);
-        if self.config.residency_limit > 0 && now >= self.last_sweep.plus_ms(period) {
+        let period = self.shared.config.residency_sweep_ms.max(1);
+        if self.shared.config.residency_limit > 0 && now >= self.last_sweep.plus_ms(period) {
             // Catch up by whole periods so the deadline stays on the minute.
             let periods = (now.0 - self.last_sweep.0) / period;
             self.last_sweep = self.last_sweep.plus_ms(periods * period);
@@ -127,7 +127,7 @@ impl Host {
     /// least recently used evictable sessions until the count is within the
     /// limit (ties on the LRU stamp break on the URI).
     pub(crate) fn check_residency(&mut self) {
-        if self.config.residency_limit == 0 {
+        if self.shared.config.residency_limit == 0 {
             return;
         }
         let archived: Vec<Uri> = self
@@ -139,7 +139,7 @@ impl Host {
             crate::mark!("evict_archived_at_once");
             self.evict(&uri);
         }
-        while self.resident_count() > self.config.residency_limit {
+        while self.resident_count() > self.shared.config.residency_limit {
             self.mark_eviction_skips();
             let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| self.is_watched(s))).map(|(u, s)| (u, s.last_used));
             let victim = crate::lru::least_recent(candidates).cloned();
@@ -187,8 +187,8 @@ impl Host {
         // The row is read from the record now: say what that moved.
         self.summary_changed(uri);
         self.went.push((uri.clone(), super::Went::Evicted));
-        self.stats.evictions += 1;
-        self.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
+        self.shared.stats.evictions += 1;
+        self.shared.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
     }
 
     /// Starts a wake unless one is running: every chat's agent is resumed
@@ -257,7 +257,7 @@ impl Host {
             s.phase_ops = ops;
         }
         self.touch(uri);
-        self.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
+        self.shared.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
     }
 
     /// Runs a request that waited for a wake on from its decoded form.
@@ -291,8 +291,8 @@ impl Host {
                 self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
             }
             self.set_phase(uri, Phase::Asleep);
-            self.stats.failed_resumes += 1;
-            self.log(LogLevel::Warn, "session.resume_failed", Some(uri.clone()), message.clone());
+            self.shared.stats.failed_resumes += 1;
+            self.shared.log(LogLevel::Warn, "session.resume_failed", Some(uri.clone()), message.clone());
             let reason = format!("the session could not be resumed: {message}");
             for (chat, turn_id, _) in pending {
                 self.fail_turn(uri, &chat, &turn_id, &reason);
@@ -323,7 +323,7 @@ impl Host {
                 session: state,
                 chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
                 turn_started_mono: Default::default(),
-                born_seq: self.server_seq,
+                born_seq: self.shared.server_seq,
             }));
         }
         let pending = std::mem::take(&mut session.pending_sends);
@@ -332,7 +332,7 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(uri) {
             s.start_owed = false;
         }
-        self.stats.wakes += 1;
+        self.shared.stats.wakes += 1;
         if let_go {
             self.store_put(uri);
         }
@@ -340,7 +340,7 @@ impl Host {
         // hears what that moved (issue 19, `root_rows_match_listing`).
         self.summary_changed(uri);
         self.mark_activity(uri);
-        self.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
+        self.shared.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
         for (chat, turn_id, message) in pending {
             // A first send waits for its tree and `turn/0` (host/git.rs).
             if self.hold_for_git(uri, &chat, &turn_id, &message) {
@@ -378,7 +378,7 @@ impl Host {
         let Some(session) = self.sessions.get(session_uri) else { return false };
         let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
         crate::mark!("wake_refused_untrusted_folder");
-        self.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
+        self.shared.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
         let Some(session) = self.sessions.get_mut(session_uri) else { return true };
         let pending = std::mem::take(&mut session.pending_sends);
         let waiters = std::mem::take(&mut session.waiters);

@@ -30,8 +30,8 @@ impl Host {
         }
         let running = self.running_turns().len();
         crate::mark!("shutdown_drains");
-        self.log(LogLevel::Info, "host.draining", None, format!("{running} turns running; they get {grace_ms} ms to end"));
-        self.drain = Some(Drain { until: self.now.mono.plus_ms(grace_ms), cut: false });
+        self.shared.log(LogLevel::Info, "host.draining", None, format!("{running} turns running; they get {grace_ms} ms to end"));
+        self.drain = Some(Drain { until: self.shared.now.mono.plus_ms(grace_ms), cut: false });
         self.drain_due();
     }
 
@@ -50,14 +50,14 @@ impl Host {
     /// it).
     pub(crate) fn drain_due(&mut self) {
         let Some(drain) = self.drain else { return };
-        if drain.cut || self.now.mono < drain.until {
+        if drain.cut || self.shared.now.mono < drain.until {
             return;
         }
         self.drain = Some(Drain { cut: true, ..drain });
         let running = self.running_turns();
         if !running.is_empty() {
             crate::mark!("shutdown_cancels_running_turns");
-            self.log(LogLevel::Warn, "host.turns_cancelled", None, format!("{} turns still running at the end of the grace were cancelled", running.len()));
+            self.shared.log(LogLevel::Warn, "host.turns_cancelled", None, format!("{} turns still running at the end of the grace were cancelled", running.len()));
         }
         for (session, chat, turn_id) in running {
             let duration = self.turn_duration(&session, &chat);

@@ -76,7 +76,7 @@ impl Host {
             if let Some(s) = self.sessions.get_mut(&user) {
                 s.record.shared_trees.push(tree.clone());
             }
-            self.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
+            self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
             self.store_put(&user);
         }
         true
@@ -126,12 +126,12 @@ impl Host {
                 if !users.is_empty() || handle {
                     crate::mark!("archive_keeps_tree_in_use");
                     let who = users.first().map_or_else(|| "a window's handle holds it".to_owned(), |u| format!("{u} works in it"));
-                    self.log(LogLevel::Info, "git.tree_kept", Some(session_uri.clone()), format!("{path} stays on disk: {who}"));
+                    self.shared.log(LogLevel::Info, "git.tree_kept", Some(session_uri.clone()), format!("{path} stays on disk: {who}"));
                     continue;
                 }
             }
             let command = if archived { GitCmd::ArchiveTree { repo, worktree: tree, removal: crate::git::TREE_REMOVAL } } else { GitCmd::RestoreTree { repo, worktree: tree } };
-            self.git(Op::Git(GitOp::TreeArchive { session: session_uri.clone(), path, archived }), command);
+            self.shared.git(Op::Git(GitOp::TreeArchive { session: session_uri.clone(), path, archived }), command);
         }
     }
 
@@ -148,20 +148,20 @@ impl Host {
         match outcome {
             Outcome::Git(GitResult::TreeArchived { kept: true }) => {
                 crate::mark!("tree_kept_dirty");
-                self.log(LogLevel::Warn, "git.tree_kept", Some(session_uri.clone()), format!("{path} holds uncommitted work: it stays on disk"));
+                self.shared.log(LogLevel::Warn, "git.tree_kept", Some(session_uri.clone()), format!("{path} holds uncommitted work: it stays on disk"));
             }
             Outcome::Git(GitResult::TreeArchived { kept: false }) | Outcome::Git(GitResult::TreeRestored) => {
                 let Some(tree) = self.tree_mut(session_uri, path) else { return };
                 tree.off_disk = archived;
                 crate::mark!("tree_restored_before_wake");
                 let event = if archived { "git.tree_archived" } else { "git.tree_restored" };
-                self.log(LogLevel::Info, event, Some(session_uri.clone()), path.to_owned());
+                self.shared.log(LogLevel::Info, event, Some(session_uri.clone()), path.to_owned());
                 self.store_put(session_uri);
             }
             Outcome::Failed { message } => {
                 crate::mark!("tree_restore_failed");
                 let event = if archived { "git.archive_failed" } else { "git.restore_failed" };
-                self.log(LogLevel::Warn, event, Some(session_uri.clone()), format!("{path}: {message}"));
+                self.shared.log(LogLevel::Warn, event, Some(session_uri.clone()), format!("{path}: {message}"));
             }
             _ => {}
         }
@@ -179,7 +179,7 @@ impl Host {
         let Some(git) = session.record.git.as_ref().filter(|g| !g.moved) else { return false };
         let Some(tree) = git.worktree.clone().filter(|w| w.off_disk) else { return false };
         let repo = git.folder.clone();
-        let op = self.git(Op::Git(GitOp::Restore { session: session_uri.clone() }), GitCmd::RestoreTree { repo, worktree: tree });
+        let op = self.shared.git(Op::Git(GitOp::Restore { session: session_uri.clone() }), GitCmd::RestoreTree { repo, worktree: tree });
         if let Some(s) = self.sessions.get_mut(session_uri) {
             s.git_begin = Some(op);
             s.git_ops.insert(op);
@@ -202,7 +202,7 @@ impl Host {
                 if let Some(w) = session.record.git.as_mut().and_then(|g| g.worktree.as_mut()) {
                     w.off_disk = false;
                 }
-                self.log(LogLevel::Info, "git.tree_restored", Some(session_uri.clone()), "before its agents start again".to_owned());
+                self.shared.log(LogLevel::Info, "git.tree_restored", Some(session_uri.clone()), "before its agents start again".to_owned());
                 self.store_put(session_uri);
                 self.wake(session_uri);
             }
@@ -213,7 +213,7 @@ impl Host {
                 };
                 let pending = std::mem::take(&mut session.pending_sends);
                 let waiters = std::mem::take(&mut session.waiters);
-                self.log(LogLevel::Warn, "git.restore_failed", Some(session_uri.clone()), message.clone());
+                self.shared.log(LogLevel::Warn, "git.restore_failed", Some(session_uri.clone()), message.clone());
                 let reason = format!("the session's worktree could not be put back: {message}");
                 for (chat, turn_id, _) in pending {
                     self.fail_turn(session_uri, &chat, &turn_id, &reason);

@@ -22,7 +22,7 @@ impl Host {
     /// How long `chat`'s running turn has run, in ms of host time
     /// ([`Session::turn_duration`](crate::session::Session::turn_duration)).
     pub(crate) fn turn_duration(&self, session_uri: &Uri, chat: &Uri) -> i64 {
-        self.sessions.get(session_uri).map_or(0, |s| s.turn_duration(chat, self.now.mono))
+        self.sessions.get(session_uri).map_or(0, |s| s.turn_duration(chat, self.shared.now.mono))
     }
 
     /// A kept turn ended ([`Session::end_kept_turn`](crate::session::Session::end_kept_turn)).
@@ -60,7 +60,7 @@ impl Host {
         self.start_owed_agent(session_uri, &chat);
         let Some(session) = self.sessions.get(session_uri) else { return };
         let provider = session.record.provider.clone();
-        let starting = session.phase_ops.iter().any(|op| Host::starts_chat(&self.ops, op, &chat));
+        let starting = session.phase_ops.iter().any(|op| Host::starts_chat(&self.shared.ops, op, &chat));
         if starting {
             crate::mark!("send_waits_for_chat_start");
             if let Some(session) = self.sessions.get_mut(session_uri) {
@@ -150,7 +150,7 @@ impl Host {
             self.after_chat_change(session_uri, chat);
             self.announce(session_uri);
             crate::mark!("creation_failed_start_owed");
-            self.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
+            self.shared.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
         self.end_turn_bookkeeping(session_uri, chat, running);
     }
@@ -191,7 +191,7 @@ impl Host {
             if l != SessionLifecycle::Ready {
                 self.emit(session_uri, StateAction::SessionReady(ahp_types::actions::SessionReadyAction {}), None);
                 crate::mark!("session_ready_after_announce");
-                self.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
+                self.shared.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
             }
         }
         if let Some(s) = self.sessions.get_mut(session_uri) {

@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod activity;
+pub mod effects;
 pub mod lifecycle;
 pub mod row;
 pub mod sleep;

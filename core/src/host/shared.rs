@@ -1,0 +1,125 @@
+//! The host's services that reach no session: replies and notifications
+//! to connections, log lines, op ids and the effects they go out with,
+//! and who a connection is. Used by the host and by a session's own rules
+//! alike ([`Shared`] is what those rules may touch besides their session).
+
+use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
+use ahp_types::Uri;
+
+use super::{Op, Shared};
+use crate::effect::{ConnId, Effect, LogEvent, LogLevel, OpId, Outbound};
+use crate::git::GitCmd;
+
+impl Shared {
+    /// Stamps `action` on `channel` with the next `serverSeq`, keeps it
+    /// for replay (the last `replay_buffer_len`) and sends it to every
+    /// subscriber of the channel. The caller applied it to the state first.
+    pub(crate) fn fan_out(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) {
+        self.server_seq += 1;
+        let envelope = ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None };
+        let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
+        for conn in subscribers {
+            self.send(conn, Outbound::Action(Box::new(envelope.clone())));
+        }
+        self.replay.push_back(envelope);
+        while self.replay.len() > self.config.replay_buffer_len {
+            self.replay.pop_front();
+        }
+    }
+
+    /// Queues `message` for `conn`, while it is connected.
+    pub(crate) fn send(&mut self, conn: ConnId, message: Outbound) {
+        if self.conns.contains_key(&conn) {
+            self.effects.push(Effect::Send { conn, message });
+        }
+    }
+
+    /// Answers request `id` of `conn` with `result`.
+    pub(crate) fn reply(&mut self, conn: ConnId, id: u64, result: serde_json::Value) {
+        self.send(conn, Outbound::Result { id, result: crate::effect::ResultBody::Value(result) });
+    }
+
+    /// Answers request `id` of `conn` with a JSON-RPC error.
+    pub(crate) fn reply_error(&mut self, conn: ConnId, id: u64, error: ahp_types::messages::JsonRpcError) {
+        self.send(conn, Outbound::Error { id: Some(id), error });
+    }
+
+    /// Queues one log line (`Effect::Log`).
+    pub(crate) fn log(&mut self, level: LogLevel, event: &'static str, session: Option<Uri>, detail: String) {
+        self.effects.push(Effect::Log(LogEvent { level, event, session, detail }));
+    }
+
+    /// A fresh op id, noting what its completion is for.
+    pub(crate) fn new_op(&mut self, op: Op) -> OpId {
+        self.next_op += 1;
+        let id = OpId(self.next_op);
+        self.ops.insert(id, op);
+        id
+    }
+
+    /// Sends git `command` (`Effect::Git`) for `op`; returns its id.
+    pub(crate) fn git(&mut self, op: Op, command: GitCmd) -> OpId {
+        let id = self.new_op(op);
+        self.effects.push(Effect::Git { op: id, command });
+        id
+    }
+
+    /// Sends a protocol notification to every root subscriber (never
+    /// replayed; clients re-list after a reconnect).
+    pub(crate) fn notify_root(&mut self, method: &'static str, params: serde_json::Value) {
+        let subscribers: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.subscriptions.contains(ahp_types::ROOT_RESOURCE_URI))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in subscribers {
+            self.send(conn, Outbound::Notification { method, params: params.clone() });
+        }
+    }
+
+    /// Checks that `conn` holds the grant for `op` (always, on a host with
+    /// no users directory); the error is -32009.
+    pub(crate) fn authorize(&self, conn: ConnId, op: crate::grants::Operation) -> Result<(), ahp_types::messages::JsonRpcError> {
+        use crate::protocol::error::{error, PERMISSION_DENIED};
+        if self.config.users.is_none() {
+            return Ok(());
+        }
+        match self.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+            Some(p) if p.holds(op) => Ok(()),
+            Some(_) => {
+                crate::mark!("grant_refused_missing_grant");
+                if op.is_read() {
+                    crate::mark!("grant_refused_read_op");
+                } else {
+                    crate::mark!("grant_refused_write_op");
+                }
+                Err(error(PERMISSION_DENIED, crate::grants::refusal(op)))
+            }
+            // The same words whatever was asked, so that a connection not
+            // signed in cannot tell which channels exist.
+            None => {
+                crate::mark!("grant_refused_not_signed_in");
+                Err(error(PERMISSION_DENIED, "authenticate first: this host serves signed-in users only"))
+            }
+        }
+    }
+
+    /// The owner string of the connection's principal (`user:<id>`), if any.
+    pub(crate) fn owner_of(&self, conn: ConnId) -> Option<String> {
+        self.conns.get(&conn).and_then(|c| c.principal.as_ref()).map(|p| p.owner())
+    }
+
+    /// The origin an action dispatched by `conn` with `client_seq` is
+    /// echoed with: its client id, once it has one.
+    pub(crate) fn origin_of(&self, conn: ConnId, client_seq: i64) -> Option<ActionOrigin> {
+        let client_id = self.conns.get(&conn)?.client_id.clone()?;
+        Some(ActionOrigin { client_id, client_seq })
+    }
+
+    /// Who a turn is recorded as sent by: the principal (`user:<id>`), or
+    /// the client id on a host with no users directory.
+    pub(crate) fn sender_of(&self, conn: ConnId) -> Option<String> {
+        self.owner_of(conn).or_else(|| self.conns.get(&conn).and_then(|c| c.client_id.clone()))
+    }
+}

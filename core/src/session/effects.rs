@@ -1,0 +1,102 @@
+//! What a session's own rules say and ask, through what they share with
+//! the host ([`Shared`]): an action applied to its state with the
+//! protocol's reducer and fanned out under the next `serverSeq`, its record
+//! written, a command to a chat's agent, its LRU stamp and idle clock, its
+//! `modifiedAt` moved with its catalogue row. Nothing here reaches another
+//! session.
+
+use ahp::reducers::{apply_action_to_chat, apply_action_to_session, ReduceOutcome};
+use ahp_types::actions::{ActionOrigin, StateAction};
+use ahp_types::Uri;
+
+use crate::effect::{BackendCmd, Effect, LogLevel, OpId, StoreCmd};
+use crate::host::{Op, Shared};
+use crate::session::{Phase, Session};
+use crate::time::WallTime;
+
+impl Session {
+    /// Applies an accepted action to this session's state on `channel`
+    /// (the session's channel or one of its chats') with the protocol's own
+    /// reducer, then stamps, keeps and sends it ([`Shared::fan_out`]).
+    /// Returns false (and sends nothing) when the reducer finds the action
+    /// invalid or out of its channel's scope. With no state held, the
+    /// action is sent as it is.
+    pub(crate) fn emit(&mut self, sh: &mut Shared, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> bool {
+        let outcome = self.resident.as_mut().and_then(|r| {
+            if *channel == self.record.resource {
+                Some(apply_action_to_session(&mut r.session, &action))
+            } else {
+                r.chats.get_mut(channel).map(|chat| apply_action_to_chat(chat, &action))
+            }
+        });
+        match outcome {
+            Some(ReduceOutcome::Invalid(e)) => {
+                sh.log(LogLevel::Warn, "action.invalid", Some(self.record.resource.clone()), format!("not applied: {e}"));
+                false
+            }
+            Some(ReduceOutcome::OutOfScope) => {
+                sh.log(LogLevel::Warn, "action.out_of_scope", Some(self.record.resource.clone()), "action does not belong to its channel".to_owned());
+                false
+            }
+            _ => {
+                sh.fan_out(channel, action, origin);
+                true
+            }
+        }
+    }
+
+    /// Writes this session's record (`Effect::Store` put), unless its
+    /// tombstone is written or on its way (a record written after it would
+    /// bring the session back without the conversations the dispose
+    /// deletes: issue 19, sim seed 17), or a parked write is in flight (the
+    /// write is owed until it settles: see [`Session::put_owed`]).
+    pub(crate) fn store_put(&mut self, sh: &mut Shared) -> Option<OpId> {
+        if matches!(self.phase, Phase::Disposing { .. }) {
+            return None;
+        }
+        if self.parked.is_some() {
+            self.put_owed = true;
+            return None;
+        }
+        let record = Box::new(self.record.clone());
+        let op = sh.new_op(Op::StorePut { session: self.record.resource.clone() });
+        sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        Some(op)
+    }
+
+    /// Sends `command` to `chat`'s agent for `op` (`Effect::Backend`);
+    /// a start is noted among the starts not answered yet
+    /// ([`Session::starts_unanswered`]). Returns the op id.
+    pub(crate) fn backend(&mut self, sh: &mut Shared, op: Op, chat: Uri, command: BackendCmd) -> OpId {
+        let start = matches!(op, Op::Start { .. });
+        let id = sh.new_op(op);
+        if start {
+            self.starts_unanswered.insert(id, chat.clone());
+        }
+        sh.effects.push(Effect::Backend { op: id, provider: self.record.provider.clone(), chat, command });
+        id
+    }
+
+    /// Marks the session used now (LRU, Sessions page "Sleep and wake": "a
+    /// session is used when it starts, when a client subscribes to it, and
+    /// when a turn starts in it").
+    pub(crate) fn touch(&mut self, sh: &mut Shared) {
+        sh.lru_clock += 1;
+        self.last_used = sh.lru_clock;
+    }
+
+    /// Notes that an action moved in the session now (its idle clock).
+    pub(crate) fn mark_activity(&mut self, sh: &Shared) {
+        self.last_activity = sh.now.mono;
+    }
+
+    /// Moves `modifiedAt` forward to `to` (never back: "modifiedAt ...
+    /// moves forward only") and the session's catalogue row with it, once
+    /// it is announced (a provisional session has no row).
+    pub(crate) fn advance_modified(&mut self, sh: &mut Shared, to: WallTime) {
+        let was = self.advance_modified_at(to);
+        if self.is_announced() {
+            sh.catalogue.moved(was.0, self.modified_at.0, &self.record.resource);
+        }
+    }
+}

@@ -157,9 +157,6 @@ pub struct Host {
     pub(crate) scans_in_flight: BTreeSet<String>,
     /// When the last scan was started; `None` before the first.
     pub(crate) last_scan_at: Option<MonoTime>,
-    /// The `recent` mode's cutoff, fixed when the first listing ran
-    /// (`Some(None)`: fewer than two sessions of this host's own then).
-    pub(crate) recent_cutoff: Option<Option<WallTime>>,
     /// Workspace awareness (issue 10).
     pub(crate) awareness: awareness::Awareness,
     /// The window's own trees, by handle (`host/detached.rs`).
@@ -206,6 +203,9 @@ pub(crate) struct Shared {
     pub(crate) ops: BTreeMap<OpId, Op>,
     /// The last envelopes broadcast, for `reconnect` replays.
     pub(crate) replay: VecDeque<ActionEnvelope>,
+    /// The `recent` mode's cutoff, fixed when the first listing ran
+    /// (`Some(None)`: fewer than two sessions of this host's own then).
+    pub(crate) recent_cutoff: Option<Option<WallTime>>,
     /// Counters.
     pub(crate) stats: Stats,
     /// The effects of the input being handled, in order.
@@ -261,7 +261,7 @@ impl HostView<'_> {
     /// left them, with it (issue 19: "every client hears every change").
     pub fn fresh_listing(&self) -> Result<crate::catalogue::Listing, ahp_types::messages::JsonRpcError> {
         let params = ahp_types::commands::ListSessionsParams { channel: ahp_types::ROOT_RESOURCE_URI.to_owned(), meta: None, limit: None, cursor: None };
-        crate::catalogue::list(self.catalogue, self.sessions, &params, self.config, None, &self.host.external_filter())
+        crate::catalogue::list(self.catalogue, self.sessions, &params, self.config, None, &self.host.shared.external_filter())
     }
 }
 
@@ -316,6 +316,7 @@ impl Host {
                 ops: BTreeMap::new(),
                 replay: VecDeque::new(),
                 stats: Stats::default(),
+                recent_cutoff: None,
                 effects: Vec::new(),
             },
             sessions: crate::session::table::SessionTable::new(),
@@ -325,7 +326,6 @@ impl Host {
             last_sweep: now.mono,
             scans_in_flight: BTreeSet::new(),
             last_scan_at: None,
-            recent_cutoff: None,
             awareness: awareness::Awareness::default(),
             detached: crate::detached::Registry::default(),
             went: Vec::new(),

@@ -5,18 +5,29 @@
 
 use ahp::reducers::{apply_action_to_root, ReduceOutcome};
 use ahp_types::actions::{
-    ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, SessionChatUpdatedAction, StateAction,
+    ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, StateAction,
 };
-use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
-use ahp_types::actions::PartialChatSummary;
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
 use super::Host;
 use crate::effect::{ConnId, LogLevel, Outbound};
-use crate::session::state::{chat_summary, ACTIVITY_MASK, ERROR, IDLE};
-use crate::time::WallTime;
 
 impl Host {
+    /// After a chat changed ([`Session::after_chat_change`](crate::session::Session::after_chat_change)).
+    pub(crate) fn after_chat_change(&mut self, session_uri: &Uri, chat_uri: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.after_chat_change(&mut self.shared, chat_uri);
+        }
+    }
+
+    /// Tells root subscribers what moved in an announced session's row
+    /// ([`Session::summary_changed`](crate::session::Session::summary_changed)).
+    pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.summary_changed(&mut self.shared);
+        }
+    }
+
     /// Applies an accepted action to the authoritative state of `channel`
     /// with the protocol's own reducer, stamps the next `serverSeq`, keeps it
     /// for replay and sends it to every subscriber of the channel. Returns
@@ -57,158 +68,6 @@ impl Host {
         self.shared.send(conn, Outbound::Action(Box::new(envelope)));
         crate::mark!("action_rejected");
         self.shared.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
-    }
-
-    /// After a chat changed: mirror its summary into the session's chat
-    /// list (`session/chatUpdated`), move the session's `modifiedAt`
-    /// forward only, keep the record in step, and tell root subscribers
-    /// what moved.
-    pub(crate) fn after_chat_change(&mut self, session_uri: &Uri, chat_uri: &Uri) {
-        // Say what the chat waits on (or stop saying it) before mirroring it.
-        let derived = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .and_then(|r| r.chats.get(chat_uri))
-            .and_then(crate::session::activity::derived);
-        if let Some(activity) = derived {
-            let action = StateAction::ChatActivityChanged(ahp_types::actions::ChatActivityChangedAction { activity });
-            self.emit(chat_uri, action, None);
-        }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(resident) = session.resident.as_ref() else { return };
-        let Some(chat) = resident.chats.get(chat_uri) else { return };
-        let fresh = chat_summary(chat);
-        let listed = resident.session.chats.iter().find(|c| c.resource == *chat_uri).cloned();
-        // Forward-only modifiedAt (Sessions page: "it moves forward only").
-        let to = WallTime::parse_iso(&fresh.modified_at).unwrap_or(session.modified_at);
-        self.advance_modified_at(session_uri, to);
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(resident) = session.resident.as_ref() else { return };
-        let Some(chat) = resident.chats.get(chat_uri) else { return };
-        let mut fresh = chat_summary(chat);
-        // The chat's change count is the host's own (`host/chat_changes.rs`):
-        // its record says it, whatever the chat's state held at its start.
-        fresh.changes = session.chat_changes(chat_uri).cloned();
-        if let Some(rec) = session.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
-            // The record keeps where a chat rests: Error or Idle.
-            rec.status = fresh.status & !ACTIVITY_MASK
-                | match fresh.status & ACTIVITY_MASK {
-                    ERROR => ERROR,
-                    _ => IDLE,
-                };
-            rec.modified_at = fresh.modified_at.clone();
-            rec.title = fresh.title.clone();
-        }
-        let changes = match listed {
-            Some(old) => PartialChatSummary {
-                resource: None,
-                title: (old.title != fresh.title).then(|| fresh.title.clone()),
-                status: (old.status != fresh.status).then_some(fresh.status),
-                activity: if old.activity != fresh.activity { fresh.activity.clone() } else { None },
-                modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
-                changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
-                origin: None,
-                movable: None,
-                interactivity: None,
-                working_directories: None,
-            },
-            None => return,
-        };
-        let moved = changes.title.is_some()
-            || changes.status.is_some()
-            || changes.activity.is_some()
-            || changes.modified_at.is_some()
-            || changes.changes.is_some();
-        if moved {
-            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat_uri.clone(), changes });
-            self.emit(session_uri, action, None);
-        }
-        self.summary_changed(session_uri);
-    }
-
-    /// Tells root subscribers which fields of an announced session's row
-    /// moved since they were last told (`root/sessionSummaryChanged`).
-    pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
-        self.mirror_aggregate(session_uri);
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if !session.is_announced() {
-            return;
-        }
-        let fresh = session.summary();
-        let Some(old) = session.replace_sent_row(fresh.clone()) else { return };
-        if !self.shown_to_clients(session_uri) {
-            return;
-        }
-        let changes = PartialSessionSummary {
-            provider: None,
-            title: (old.title != fresh.title).then(|| fresh.title.clone()),
-            status: (old.status != fresh.status).then_some(fresh.status),
-            // An activity that ended is sent as "" (docs/DECISIONS.md, 7):
-            // in ahp-types 1.0.0 an omitted field is unchanged and a null
-            // reads as omitted, so neither would clear it in any client.
-            activity: if old.activity != fresh.activity { Some(fresh.activity.clone().unwrap_or_default()) } else { None },
-            origin: None,
-            project: None,
-            working_directories: if old.working_directories != fresh.working_directories {
-                fresh.working_directories.clone()
-            } else {
-                None
-            },
-            annotations: None,
-            resource: None,
-            created_at: None,
-            modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
-            changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
-            meta: None,
-            chats: if old.chats != fresh.chats { fresh.chats.clone() } else { None },
-            default_chat: None,
-        };
-        let moved = changes.title.is_some()
-            || changes.status.is_some()
-            || changes.activity.is_some()
-            || changes.working_directories.is_some()
-            || changes.modified_at.is_some()
-            || changes.changes.is_some()
-            || changes.chats.is_some();
-        if moved {
-            let params = SessionSummaryChangedParams {
-                channel: ROOT_RESOURCE_URI.to_owned(),
-                session: session_uri.clone(),
-                changes,
-            };
-            self.shared.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
-        }
-    }
-
-    /// Carries the session's aggregate status and activity on its own
-    /// state's `_meta` (`ahpd.status`, `ahpd.activity`) through
-    /// `session/metaChanged`: ahp-types 1.0.0 has no action that sets a
-    /// session state's activity bits, and the page asks that "the session's
-    /// row and its state both carry the aggregate" (docs/DECISIONS.md, 1).
-    fn mirror_aggregate(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        let Some(resident) = session.resident.as_ref() else { return };
-        let (status, activity) = session.status();
-        let mut meta = resident.session.meta.clone().unwrap_or_default();
-        let status_value = serde_json::Value::from(status);
-        let activity_value = activity.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null);
-        let external_now = meta.get("vscode.external") == Some(&serde_json::Value::Bool(true));
-        if meta.get("ahpd.status") == Some(&status_value)
-            && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value
-            && external_now == session.record.external
-        {
-            return;
-        }
-        meta.insert("ahpd.status".to_owned(), status_value);
-        meta.insert("ahpd.activity".to_owned(), activity_value);
-        if session.record.external {
-            meta.insert("vscode.external".to_owned(), serde_json::Value::Bool(true));
-        } else {
-            meta.remove("vscode.external");
-        }
-        let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
-        self.emit(session_uri, action, None);
     }
 
     /// Announces a session: `root/sessionAdded` with its row.

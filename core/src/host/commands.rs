@@ -353,7 +353,7 @@ impl Host {
                 c.subscriptions.remove(ch);
             }
         }
-        let shown = session.is_announced() && (!session.record.external || self.external_filter().shows(session.modified_at, uri));
+        let shown = session.is_announced() && (!session.record.external || self.shared.external_filter().shows(session.modified_at, uri));
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),
@@ -407,13 +407,13 @@ impl Host {
             }
         };
         self.note_first_listing();
-        let external = self.external_filter();
+        let external = self.shared.external_filter();
         match crate::catalogue::list(&self.shared.catalogue, &self.sessions, &params, &self.shared.config, owner_filter.as_ref(), &external) {
             Ok(result) => {
                 if result.hidden_external > 0 {
                     crate::mark!("list_hid_external_logged");
                     self.shared.log(LogLevel::Info, "catalogue.external_hidden", None, format!(
-                        "showExternalSessions={} hid {} external sessions", self.external_mode().name(), result.hidden_external
+                        "showExternalSessions={} hid {} external sessions", self.shared.external_mode().name(), result.hidden_external
                     ));
                 }
                 if result.overflowed {

@@ -44,54 +44,21 @@ pub fn root_config(mode: ExternalMode) -> RootConfigState {
 }
 
 impl Host {
-    /// The current `showExternalSessions` mode, from the root config.
-    pub(crate) fn external_mode(&self) -> ExternalMode {
-        self.shared.root
-            .config
-            .as_ref()
-            .and_then(|c| c.values.get(SHOW_EXTERNAL))
-            .and_then(|v| v.as_str())
-            .and_then(ExternalMode::parse)
-            .unwrap_or_default()
-    }
-
-    /// Which external sessions are shown now.
-    /// Reads the catalogue's own order of external rows, so it costs
-    /// O(log n) whatever the catalogue's size.
-    pub(crate) fn external_filter(&self) -> ExternalFilter {
-        let mode = self.external_mode();
-        let cutoff = self.recent_cutoff.flatten();
-        let externals: Vec<(WallTime, Uri)> = match mode {
-            ExternalMode::Recent => self
-                .shared.catalogue
-                .newest_externals(ExternalFilter::recent_floor(self.shared.now.wall, cutoff).0, 2)
-                .into_iter()
-                .map(|(ms, uri)| (WallTime(ms), uri))
-                .collect(),
-            _ => Vec::new(),
-        };
-        ExternalFilter::new(mode, self.shared.now.wall, &externals, cutoff)
-    }
-
     /// Whether root subscribers are told about this session: every session
     /// of this host's own, and the external ones the mode shows.
     pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
-        match self.sessions.get(uri) {
-            Some(s) if s.record.external => self.external_filter().shows(s.modified_at, uri),
-            Some(_) => true,
-            None => false,
-        }
+        self.sessions.get(uri).is_some_and(|s| self.shared.shows(s))
     }
 
     /// Fixes the `recent` cutoff the first time a listing runs: the second
     /// most recent update of a session of this host's own.
     pub(crate) fn note_first_listing(&mut self) {
-        if self.recent_cutoff.is_some() {
+        if self.shared.recent_cutoff.is_some() {
             return;
         }
         let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.is_announced() && !s.record.external).map(|s| s.modified_at).collect();
         own.sort_by(|a, b| b.cmp(a));
-        self.recent_cutoff = Some(own.get(1).copied());
+        self.shared.recent_cutoff = Some(own.get(1).copied());
     }
 
     /// Starts a scan of every agent and external source that has none in
@@ -410,7 +377,7 @@ impl Host {
     /// After the mode changed from `before`: sessionAdded / sessionRemoved
     /// for every external session whose visibility moved.
     pub(crate) fn reconcile_external(&mut self, before: ExternalFilter) {
-        let after = self.external_filter();
+        let after = self.shared.external_filter();
         let externals: Vec<(Uri, WallTime)> = self
             .sessions
             .iter()
@@ -439,7 +406,7 @@ impl Host {
         }
         crate::mark!("external_mode_changed");
         self.shared.log(LogLevel::Info, "catalogue.external_mode", None, format!(
-            "{} now: {added} external sessions shown, {removed} no longer shown", self.external_mode().name()
+            "{} now: {added} external sessions shown, {removed} no longer shown", self.shared.external_mode().name()
         ));
     }
 }

@@ -143,7 +143,7 @@ impl Host {
         if let Err(reason) = self.change_root_config(change) {
             return self.reject(conn, &channel, action, origin, reason);
         }
-        let before = self.external_filter();
+        let before = self.shared.external_filter();
         if self.emit(&channel, action, origin) {
             self.reconcile_external(before);
         }

@@ -6,6 +6,10 @@
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
 use ahp_types::Uri;
 
+use crate::external::{ExternalFilter, ExternalMode};
+use crate::host::discovery::SHOW_EXTERNAL;
+use crate::time::WallTime;
+
 use super::{Op, Shared};
 use crate::effect::{ConnId, Effect, LogEvent, LogLevel, OpId, Outbound};
 use crate::git::GitCmd;
@@ -121,5 +125,40 @@ impl Shared {
     /// the client id on a host with no users directory.
     pub(crate) fn sender_of(&self, conn: ConnId) -> Option<String> {
         self.owner_of(conn).or_else(|| self.conns.get(&conn).and_then(|c| c.client_id.clone()))
+    }
+
+    /// The current `showExternalSessions` mode, from the root config.
+    pub(crate) fn external_mode(&self) -> ExternalMode {
+        self.root
+            .config
+            .as_ref()
+            .and_then(|c| c.values.get(SHOW_EXTERNAL))
+            .and_then(|v| v.as_str())
+            .and_then(ExternalMode::parse)
+            .unwrap_or_default()
+    }
+
+    /// Which external sessions are shown now.
+    /// Reads the catalogue's own order of external rows, so it costs
+    /// O(log n) whatever the catalogue's size.
+    pub(crate) fn external_filter(&self) -> ExternalFilter {
+        let mode = self.external_mode();
+        let cutoff = self.recent_cutoff.flatten();
+        let externals: Vec<(WallTime, Uri)> = match mode {
+            ExternalMode::Recent => self
+                .catalogue
+                .newest_externals(ExternalFilter::recent_floor(self.now.wall, cutoff).0, 2)
+                .into_iter()
+                .map(|(ms, uri)| (WallTime(ms), uri))
+                .collect(),
+            _ => Vec::new(),
+        };
+        ExternalFilter::new(mode, self.now.wall, &externals, cutoff)
+    }
+
+    /// Whether clients are shown `session` now: every session of this
+    /// host's own, an external one as `showExternalSessions` says.
+    pub(crate) fn shows(&self, session: &crate::session::Session) -> bool {
+        !session.record.external || self.external_filter().shows(session.modified_at, &session.record.resource)
     }
 }

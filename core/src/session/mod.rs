@@ -5,6 +5,7 @@ pub mod actions;
 pub mod activity;
 pub mod effects;
 pub mod lifecycle;
+pub mod mirror;
 pub mod row;
 pub mod sleep;
 pub mod state;

@@ -1,0 +1,156 @@
+//! The cross-channel mirrors a session keeps (docs/REFERENCE-NOTES.md, AHP
+//! 12: the host alone produces them): a chat's summary on the session's
+//! chat list (`session/chatUpdated`), the aggregate status and activity on
+//! the session state's `_meta`, and the session's catalogue row on root
+//! (`root/sessionSummaryChanged`), each sent only when something in it
+//! moved.
+
+use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateAction};
+use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
+use ahp_types::{Uri, ROOT_RESOURCE_URI};
+
+use crate::host::Shared;
+use crate::session::state::{chat_summary, ACTIVITY_MASK, ERROR, IDLE};
+use crate::session::Session;
+use crate::time::WallTime;
+
+impl Session {
+    /// After chat `chat_uri` changed: say what it waits on (or stop saying
+    /// it), mirror its summary into the session's chat list, move the
+    /// session's `modifiedAt` forward only, keep the record in step, and
+    /// tell root subscribers what moved.
+    pub(crate) fn after_chat_change(&mut self, sh: &mut Shared, chat_uri: &Uri) {
+        let derived = self.resident.as_ref().and_then(|r| r.chats.get(chat_uri)).and_then(crate::session::activity::derived);
+        if let Some(activity) = derived {
+            let action = StateAction::ChatActivityChanged(ahp_types::actions::ChatActivityChangedAction { activity });
+            self.emit(sh, chat_uri, action, None);
+        }
+        let Some(resident) = self.resident.as_ref() else { return };
+        let Some(chat) = resident.chats.get(chat_uri) else { return };
+        let fresh = chat_summary(chat);
+        let listed = resident.session.chats.iter().find(|c| c.resource == *chat_uri).cloned();
+        // Forward-only modifiedAt (Sessions page: "it moves forward only").
+        let to = WallTime::parse_iso(&fresh.modified_at).unwrap_or(self.modified_at);
+        self.advance_modified(sh, to);
+        let Some(resident) = self.resident.as_ref() else { return };
+        let Some(chat) = resident.chats.get(chat_uri) else { return };
+        let mut fresh = chat_summary(chat);
+        // The chat's change count is the host's own (`host/chat_changes.rs`):
+        // its record says it, whatever the chat's state held at its start.
+        fresh.changes = self.chat_changes(chat_uri).cloned();
+        if let Some(rec) = self.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {
+            // The record keeps where a chat rests: Error or Idle.
+            rec.status = fresh.status & !ACTIVITY_MASK
+                | match fresh.status & ACTIVITY_MASK {
+                    ERROR => ERROR,
+                    _ => IDLE,
+                };
+            rec.modified_at = fresh.modified_at.clone();
+            rec.title = fresh.title.clone();
+        }
+        let Some(old) = listed else { return };
+        let changes = PartialChatSummary {
+            resource: None,
+            title: (old.title != fresh.title).then(|| fresh.title.clone()),
+            status: (old.status != fresh.status).then_some(fresh.status),
+            activity: if old.activity != fresh.activity { fresh.activity.clone() } else { None },
+            modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
+            changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
+            origin: None,
+            movable: None,
+            interactivity: None,
+            working_directories: None,
+        };
+        let moved = changes.title.is_some()
+            || changes.status.is_some()
+            || changes.activity.is_some()
+            || changes.modified_at.is_some()
+            || changes.changes.is_some();
+        if moved {
+            let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat_uri.clone(), changes });
+            let session_uri = self.record.resource.clone();
+            self.emit(sh, &session_uri, action, None);
+        }
+        self.summary_changed(sh);
+    }
+
+    /// Tells root subscribers which fields of an announced session's row
+    /// moved since they were last told (`root/sessionSummaryChanged`), after
+    /// carrying the aggregate on the session's own state.
+    pub(crate) fn summary_changed(&mut self, sh: &mut Shared) {
+        self.mirror_aggregate(sh);
+        if !self.is_announced() {
+            return;
+        }
+        let fresh = self.summary();
+        let Some(old) = self.replace_sent_row(fresh.clone()) else { return };
+        if !sh.shows(self) {
+            return;
+        }
+        let changes = PartialSessionSummary {
+            provider: None,
+            title: (old.title != fresh.title).then(|| fresh.title.clone()),
+            status: (old.status != fresh.status).then_some(fresh.status),
+            // An activity that ended is sent as "" (docs/DECISIONS.md, 7):
+            // in ahp-types 1.0.0 an omitted field is unchanged and a null
+            // reads as omitted, so neither would clear it in any client.
+            activity: if old.activity != fresh.activity { Some(fresh.activity.clone().unwrap_or_default()) } else { None },
+            origin: None,
+            project: None,
+            working_directories: if old.working_directories != fresh.working_directories {
+                fresh.working_directories.clone()
+            } else {
+                None
+            },
+            annotations: None,
+            resource: None,
+            created_at: None,
+            modified_at: (old.modified_at != fresh.modified_at).then(|| fresh.modified_at.clone()),
+            changes: if old.changes != fresh.changes { fresh.changes.clone() } else { None },
+            meta: None,
+            chats: if old.chats != fresh.chats { fresh.chats.clone() } else { None },
+            default_chat: None,
+        };
+        let moved = changes.title.is_some()
+            || changes.status.is_some()
+            || changes.activity.is_some()
+            || changes.working_directories.is_some()
+            || changes.modified_at.is_some()
+            || changes.changes.is_some()
+            || changes.chats.is_some();
+        if moved {
+            let params = SessionSummaryChangedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: self.record.resource.clone(), changes };
+            sh.notify_root("root/sessionSummaryChanged", serde_json::to_value(params).unwrap_or_default());
+        }
+    }
+
+    /// Carries the session's aggregate status and activity on its own
+    /// state's `_meta` (`ahpd.status`, `ahpd.activity`) through
+    /// `session/metaChanged`: ahp-types 1.0.0 has no action that sets a
+    /// session state's activity bits, and the page asks that "the session's
+    /// row and its state both carry the aggregate" (docs/DECISIONS.md, 1).
+    fn mirror_aggregate(&mut self, sh: &mut Shared) {
+        let Some(resident) = self.resident.as_ref() else { return };
+        let (status, activity) = self.status();
+        let mut meta = resident.session.meta.clone().unwrap_or_default();
+        let status_value = serde_json::Value::from(status);
+        let activity_value = activity.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null);
+        let external_now = meta.get("vscode.external") == Some(&serde_json::Value::Bool(true));
+        if meta.get("ahpd.status") == Some(&status_value)
+            && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value
+            && external_now == self.record.external
+        {
+            return;
+        }
+        meta.insert("ahpd.status".to_owned(), status_value);
+        meta.insert("ahpd.activity".to_owned(), activity_value);
+        if self.record.external {
+            meta.insert("vscode.external".to_owned(), serde_json::Value::Bool(true));
+        } else {
+            meta.remove("vscode.external");
+        }
+        let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
+        let session_uri = self.record.resource.clone();
+        self.emit(sh, &session_uri, action, None);
+    }
+}

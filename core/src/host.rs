@@ -25,14 +25,13 @@
 //!   durable, apply, stamp `serverSeq`, echo).
 //! - `turns`: the life of a turn (handed to the agent, taken, ended).
 //! - `backend`: what a session's backend answers and says.
-//! - `chats`: `createChat`, `disposeChat`; `chat_changes`: change counts.
+//! - `chats`: `createChat`, `disposeChat`.
 //! - `git`, `trees`: config resolution, worktrees, checkpoints, a tree's
 //!   life through archive and wake; `detached`: the window's own trees.
 
 mod awareness;
 mod backend;
 mod broadcast;
-mod chat_changes;
 mod chats;
 mod commands;
 mod connection;

@@ -120,7 +120,7 @@ pub struct ChatRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes: Option<ahp_types::state::ChangesSummary>,
     /// The files this chat's own tools were seen to write, across turns
-    /// (absolute paths, at most `chat_changes::WRITTEN_MAX`); the count of a
+    /// (absolute paths, at most `session::changes::WRITTEN_MAX`); the count of a
     /// chat that is not the default one.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub written: std::collections::BTreeSet<String>,

@@ -233,7 +233,9 @@ impl Host {
                 }
             }
             BackendEvent::Wrote { paths } => {
-                self.count_chat_writes(&session_uri, chat, &paths);
+                if let Some(s) = self.sessions.get_mut(&session_uri) {
+                    s.count_chat_writes(&mut self.shared, chat, &paths);
+                }
                 self.on_wrote(&session_uri, paths);
             }
             BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),

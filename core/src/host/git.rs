@@ -7,7 +7,6 @@
 
 use ahp_types::actions::{SessionWorkingDirectoryReplacedAction, StateAction};
 use ahp_types::commands::{ResolveSessionConfigParams, SessionConfigCompletionsParams};
-use ahp_types::state::ChangesSummary;
 use ahp_types::Uri;
 use serde_json::{Map, Value};
 
@@ -254,42 +253,14 @@ impl Host {
                 self.create_with_facts(conn, id, *request, &facts);
             }
             GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
-            GitOp::Checkpoint { session } => {
-                if let Some(s) = self.sessions.get_mut(&session) {
-                    s.git_ops.remove(&op);
-                }
-                match outcome {
-                    // Checkpoints of two chats' turns may be answered out of
-                    // order: the counts are the newest checkpoint's, never
-                    // an older one's answered late (the sim found a row's
-                    // changes going back, issue 18).
-                    Outcome::Git(GitResult::Checkpointed { .. }) if self.sessions.get(&session).is_some_and(|s| s.counted_checkpoint.is_some_and(|c| c > op)) => {
-                        crate::mark!("checkpoint_answer_superseded");
+            GitOp::Checkpoint { session } => match self.sessions.get_mut(&session) {
+                Some(s) => s.on_checkpoint(&mut self.shared, op, outcome),
+                None => {
+                    if let Outcome::Failed { message } = outcome {
+                        self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message);
                     }
-                    Outcome::Git(GitResult::Checkpointed { changes }) => {
-                        if let Some(s) = self.sessions.get_mut(&session) {
-                            s.counted_checkpoint = Some(op);
-                        }
-                        let summary = ChangesSummary {
-                            files: Some(changes.files as i64),
-                            additions: Some(changes.additions as i64),
-                            deletions: Some(changes.deletions as i64),
-                        };
-                        let Some(s) = self.sessions.get_mut(&session) else { return };
-                        if s.record.changes.as_ref() == Some(&summary) {
-                            self.default_chat_follows_session(&session);
-                            self.store_put(&session);
-                            return;
-                        }
-                        s.record.changes = Some(summary);
-                        self.default_chat_follows_session(&session);
-                        self.summary_changed(&session);
-                        self.store_put(&session);
-                    }
-                    Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message),
-                    _ => {}
                 }
-            }
+            },
             GitOp::Dispose { session } => {
                 match &outcome {
                     Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),

@@ -35,7 +35,7 @@ impl Session {
         let Some(resident) = self.resident.as_ref() else { return };
         let Some(chat) = resident.chats.get(chat_uri) else { return };
         let mut fresh = chat_summary(chat);
-        // The chat's change count is the host's own (`host/chat_changes.rs`):
+        // The chat's change count is the host's own (`session/changes.rs`):
         // its record says it, whatever the chat's state held at its start.
         fresh.changes = self.chat_changes(chat_uri).cloned();
         if let Some(rec) = self.record.chats.iter_mut().find(|c| c.resource == *chat_uri) {

@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod activity;
+pub mod changes;
 pub mod effects;
 pub mod lifecycle;
 pub mod mirror;

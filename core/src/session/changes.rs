@@ -1,6 +1,7 @@
-//! Per-chat change counts (Sessions page, "The state a session reports";
-//! issue 9): the default chat carries the session's Session Changes; any
-//! other chat the files its own tools were seen to write, across turns; a
+//! Change counts (Sessions page, "The state a session reports" and
+//! "Per-turn checkpoints"; issue 9): a checkpoint's diff is the session's
+//! Session Changes, which its default chat carries; any other chat carries
+//! the files its own tools were seen to write, across turns; a
 //! chat that wrote nothing carries none. Each count is kept on the chat's
 //! record (so it survives a restart), shown on the chat's entry of the
 //! session's chat list (`session/chatUpdated`) and on the catalogue row.
@@ -13,7 +14,11 @@ use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateActi
 use ahp_types::state::ChangesSummary;
 use ahp_types::Uri;
 
-use super::Host;
+use crate::effect::{LogLevel, OpId};
+use crate::git::GitResult;
+use crate::host::Shared;
+use crate::input::Outcome;
+use crate::session::Session;
 use crate::awareness as rules;
 
 /// Most files one chat's count remembers; writes past it are not counted.
@@ -33,26 +38,59 @@ fn note_written(written: &mut std::collections::BTreeSet<String>, base: Option<&
     (files > 0).then_some(ChangesSummary { files: Some(files), additions: None, deletions: None })
 }
 
-impl Host {
+impl Session {
+    /// Checkpoint `op` answered (Sessions page, "Per-turn checkpoints"): its
+    /// diff is the session's Session Changes, carried by its default chat
+    /// and its row. Checkpoints of two chats' turns may be answered out of
+    /// order: the counts are the newest checkpoint's, never an older one's
+    /// answered late (the sim found a row's changes going back, issue 18).
+    pub(crate) fn on_checkpoint(&mut self, sh: &mut Shared, op: OpId, outcome: Outcome) {
+        self.git_ops.remove(&op);
+        match outcome {
+            Outcome::Git(GitResult::Checkpointed { .. }) if self.counted_checkpoint.is_some_and(|c| c > op) => {
+                crate::mark!("checkpoint_answer_superseded");
+            }
+            Outcome::Git(GitResult::Checkpointed { changes }) => {
+                self.counted_checkpoint = Some(op);
+                let summary = ChangesSummary {
+                    files: Some(changes.files as i64),
+                    additions: Some(changes.additions as i64),
+                    deletions: Some(changes.deletions as i64),
+                };
+                if self.record.changes.as_ref() == Some(&summary) {
+                    self.default_chat_follows_session(sh);
+                    self.store_put(sh);
+                    return;
+                }
+                self.record.changes = Some(summary);
+                self.default_chat_follows_session(sh);
+                self.summary_changed(sh);
+                self.store_put(sh);
+            }
+            Outcome::Failed { message } => sh.log(LogLevel::Warn, "git.checkpoint_failed", Some(self.record.resource.clone()), message),
+            _ => {}
+        }
+    }
+
     /// The agent of `chat` reports files it wrote: a chat other than the
     /// default one counts them (each file once, across turns).
-    pub(crate) fn count_chat_writes(&mut self, session_uri: &Uri, chat: &Uri, paths: &[String]) {
-        self.count_session_writes(session_uri, paths);
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+    pub(crate) fn count_chat_writes(&mut self, sh: &mut Shared, chat: &Uri, paths: &[String]) {
+        self.count_session_writes(sh, paths);
+        let session = &mut *self;
         if session.record.default_chat == *chat {
             return;
         }
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
         let changes = note_written(&mut record.written, base.as_deref(), paths);
-        self.set_chat_changes(session_uri, chat, changes);
+        self.set_chat_changes(sh, chat, changes);
     }
 
     /// A session in no git repository (git said so on its first send)
     /// counts the files its tools wrote, each once: `{files}` with no line
     /// counts, as its row and default chat show.
-    fn count_session_writes(&mut self, session_uri: &Uri, paths: &[String]) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+    fn count_session_writes(&mut self, sh: &mut Shared, paths: &[String]) {
+        let session = &mut *self;
         let in_no_repo = session.record.git.as_ref().is_some_and(|g| g.repo_root.is_none());
         if !in_no_repo {
             return;
@@ -65,23 +103,22 @@ impl Host {
             return;
         }
         session.record.changes = changes;
-        self.default_chat_follows_session(session_uri);
-        self.summary_changed(session_uri);
-        self.store_put(session_uri);
+        self.default_chat_follows_session(sh);
+        self.summary_changed(sh);
+        self.store_put(sh);
     }
 
     /// The session's Session Changes moved: its default chat carries them.
-    pub(crate) fn default_chat_follows_session(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        let (chat, changes) = (session.record.default_chat.clone(), session.record.changes.clone());
-        self.set_chat_changes(session_uri, &chat, changes);
+    pub(crate) fn default_chat_follows_session(&mut self, sh: &mut Shared) {
+        let (chat, changes) = (self.record.default_chat.clone(), self.record.changes.clone());
+        self.set_chat_changes(sh, &chat, changes);
     }
 
     /// Sets one chat's count; when it moved, the record is written, the
     /// session's chat list is told (`session/chatUpdated`, while the
     /// session's state is held) and so are root subscribers.
-    fn set_chat_changes(&mut self, session_uri: &Uri, chat: &Uri, changes: Option<ChangesSummary>) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+    fn set_chat_changes(&mut self, sh: &mut Shared, chat: &Uri, changes: Option<ChangesSummary>) {
+        let session = &mut *self;
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
         if record.changes == changes {
             return;
@@ -103,10 +140,11 @@ impl Host {
                     working_directories: None,
                 };
                 let action = StateAction::SessionChatUpdated(SessionChatUpdatedAction { chat: chat.clone(), changes: update });
-                self.emit(session_uri, action, None);
+                let session_uri = self.record.resource.clone();
+                self.emit(sh, &session_uri, action, None);
             }
         }
-        self.summary_changed(session_uri);
-        self.store_put(session_uri);
+        self.summary_changed(sh);
+        self.store_put(sh);
     }
 }

@@ -63,7 +63,7 @@ use crate::input::{Input, Outcome};
 use crate::protocol::codec::{self, Incoming};
 use crate::record::SessionRecord;
 use crate::rng::Rng;
-use crate::session::{lifecycle, Phase, Session};
+use crate::session::{Phase, Session};
 use crate::time::{MonoTime, Now, WallTime};
 
 /// How a session went during one input (Sessions page, "Sleep and wake"):
@@ -382,7 +382,7 @@ impl Host {
                 self.shared.log(LogLevel::Info, "turn.interrupted", Some(uri.clone()), format!("{}: {}", chat.resource, crate::kept_turns::INTERRUPTED));
             }
         }
-        let can_resume = self.agent_can_resume(&record.provider);
+        let can_resume = self.shared.agent_can_resume(&record.provider);
         for chat in &record.chats {
             self.shared.chats.insert(chat.resource.clone(), uri.clone());
         }
@@ -637,12 +637,6 @@ impl Host {
         }
     }
 
-    /// Whether `op` is a start of `chat`'s agent (one of a session's
-    /// `phase_ops`, which also holds deletes and git work).
-    pub(crate) fn starts_chat(ops: &BTreeMap<OpId, Op>, op: &OpId, chat: &Uri) -> bool {
-        matches!(ops.get(op), Some(Op::Start { chat: c, .. }) if c == chat)
-    }
-
     /// Sends `command` to `chat`'s agent for `op` (`Effect::Backend`); a
     /// start goes through its session ([`Session::backend`]). Returns the
     /// op id.
@@ -662,35 +656,19 @@ impl Host {
         self.sessions.get_mut(uri)?.store_put(&mut self.shared)
     }
 
-    /// Whether the provider's agent can take peer working directories.
-    pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
-        self.shared.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
+    /// Runs `rule` on session `uri` with what it shares with the host; `None`
+    /// when no such session is known. How the host hands an input or a
+    /// completion to the session it is for.
+    pub(crate) fn in_session<R>(&mut self, uri: &Uri, rule: impl FnOnce(&mut Session, &mut Shared) -> R) -> Option<R> {
+        let session = self.sessions.get_mut(uri)?;
+        Some(rule(session, &mut self.shared))
     }
 
-    /// The peers a chat's agent is told at its start: none when the
-    /// backend cannot take them.
-    pub(crate) fn peers_for(&self, session: &crate::session::Session) -> Vec<Uri> {
-        if self.agent_takes_peers(&session.record.provider) {
-            crate::folders::peers(&session.record.working_directories)
-        } else {
-            Vec::new()
-        }
-    }
-
-    pub(crate) fn agent_can_resume(&self, provider: &str) -> bool {
-        self.shared.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.can_resume)
-    }
-
-    /// Moves `uri` to `to` through the legal-transition table.
+    /// Moves `uri` to `to` through the legal-transition table
+    /// ([`Session::set_phase`]).
     pub(crate) fn set_phase(&mut self, uri: &Uri, to: Phase) {
         if let Some(session) = self.sessions.get_mut(uri) {
-            debug_assert!(
-                lifecycle::is_legal(&session.phase, &to),
-                "illegal phase move {} -> {} for {uri}",
-                session.phase.name(),
-                to.name()
-            );
-            session.phase = to;
+            session.set_phase(to);
         }
     }
 

@@ -211,7 +211,7 @@ impl Host {
                 self.shared.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
                 if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
                     // A backend that cannot resume never sleeps.
-                    self.agent_exited_for_good(&session_uri, chat);
+                    self.in_session(&session_uri, |s, sh| s.agent_exited_for_good(sh, chat));
                     return;
                 }
                 // The agent is gone; the conversation is the backend's. The

@@ -217,7 +217,7 @@ impl Host {
                         session: session_uri.clone(),
                         conversation_id: record.conversation_id.clone(),
                         working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
-                        peer_directories: self.sessions.get(session_uri).map(|s| self.peers_for(s)).unwrap_or_default(),
+                        peer_directories: self.sessions.get(session_uri).map(|s| self.shared.peers_for(&s.record)).unwrap_or_default(),
                         resume: false,
                     },
                 );
@@ -311,7 +311,7 @@ impl Host {
         // the new chat its deleted conversation).
         session.starts_unanswered.retain(|_, c| *c != chat);
         let ops = &self.shared.ops;
-        session.phase_ops.retain(|op| !Host::starts_chat(ops, op, &chat));
+        session.phase_ops.retain(|op| !matches!(ops.get(op), Some(super::Op::Start { chat: c, .. }) if *c == chat));
         if let Phase::Waking(wake) = &mut session.phase {
             wake.history.remove(&chat);
         }

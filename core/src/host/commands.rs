@@ -135,7 +135,7 @@ impl Host {
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
         // AHP 6: otherwise "the server uses only the first").
-        let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.agent_takes_peers(&provider));
+        let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.shared.agent_takes_peers(&provider));
         let now_iso = self.shared.now.wall.to_iso();
         let record = SessionRecord {
             format: RECORD_FORMAT,
@@ -184,7 +184,7 @@ impl Host {
             turn_started_mono: BTreeMap::new(),
             born_seq: self.shared.server_seq,
         };
-        let can_resume = self.agent_can_resume(&provider);
+        let can_resume = self.shared.agent_can_resume(&provider);
         let session = Session::new(rid.clone(), record, Phase::Starting { conn, id }, Some(resident), can_resume, self.shared.now.mono);
         self.add_session(uri.clone(), session);
         self.shared.chats.insert(default_chat.clone(), uri.clone());

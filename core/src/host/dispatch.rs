@@ -184,7 +184,7 @@ impl Host {
         let checked = {
             let trusted = |folder: &Uri| self.trusted(std::slice::from_ref(folder));
             let rules = ActionRules {
-                takes_peers: self.agent_takes_peers(&session.record.provider),
+                takes_peers: self.shared.agent_takes_peers(&session.record.provider),
                 stopping: self.stopping(),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 trusted: &trusted,

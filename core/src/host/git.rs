@@ -486,7 +486,7 @@ impl Host {
         }
         let pending = std::mem::take(&mut session.pending_sends);
         for (chat, turn_id, message) in pending {
-            self.hand_to_agent(session_uri, chat, turn_id, message);
+            self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
         }
     }
 }

@@ -76,7 +76,7 @@ impl Host {
     /// Closes every chat's agent and moves a live session to `Asleep`; its
     /// state stays held.
     pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
-        if !self.close_agents(uri) {
+        if !self.in_session(uri, |s, sh| s.close_agents(sh)).unwrap_or(false) {
             return;
         }
         self.set_phase(uri, Phase::Asleep);
@@ -90,32 +90,9 @@ impl Host {
     /// does (an archived session's trees going, a sleep counted) happens to
     /// a session with a turn in hand.
     pub(crate) fn restart_agents(&mut self, uri: &Uri) {
-        if self.close_agents(uri) {
+        if self.in_session(uri, |s, sh| s.close_agents(sh)).unwrap_or(false) {
             self.start_agents(uri);
         }
-    }
-
-    /// Closes every chat's agent of a live session and forgets what was in
-    /// flight with them; false (nothing done) when it is not live.
-    fn close_agents(&mut self, uri: &Uri) -> bool {
-        let Some(session) = self.sessions.get(uri) else { return false };
-        if session.phase != Phase::Live {
-            return false;
-        }
-        let provider = session.record.provider.clone();
-        let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
-        for chat in chats {
-            self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
-        }
-        // A session sleeps with nothing running: sends not yet acknowledged
-        // (a failed creation lets its agents go with an earlier send's
-        // answer still out) and background work went with the agents.
-        if let Some(s) = self.sessions.get_mut(uri) {
-            s.sends_in_flight.clear();
-            s.busy_chats.clear();
-            s.agents_owed.clear();
-        }
-        true
     }
 
     /// Sessions that count against the limit: state held and something said.
@@ -224,7 +201,7 @@ impl Host {
         // afresh (the host keeps the chat's turns it holds).
         let can_resume = session.can_resume;
         let working_directory = session.record.working_directories.first().cloned();
-        let peer_directories = self.peers_for(session);
+        let peer_directories = self.shared.peers_for(&session.record);
         let chats: Vec<(Uri, String, bool)> = session
             .record
             .chats
@@ -346,7 +323,7 @@ impl Host {
             if self.hold_for_git(uri, &chat, &turn_id, &message) {
                 continue;
             }
-            self.hand_to_agent(uri, chat, turn_id, message);
+            self.in_session(uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
         }
         for waiter in waiters {
             match waiter {

@@ -161,4 +161,31 @@ impl Shared {
     pub(crate) fn shows(&self, session: &crate::session::Session) -> bool {
         !session.record.external || self.external_filter().shows(session.modified_at, &session.record.resource)
     }
+
+    /// Whether the provider's agent can take peer working directories.
+    pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
+    }
+
+    /// The peers a chat's agent is told at its start: none when the
+    /// backend cannot take them.
+    pub(crate) fn peers_for(&self, record: &crate::record::SessionRecord) -> Vec<Uri> {
+        if self.agent_takes_peers(&record.provider) {
+            crate::folders::peers(&record.working_directories)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Whether the provider's backend can resume a conversation (else its
+    /// sessions never sleep).
+    pub(crate) fn agent_can_resume(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.can_resume)
+    }
+
+    /// Whether `op` is a start of `chat`'s agent (one of a session's
+    /// `phase_ops`, which also holds deletes and git work).
+    pub(crate) fn starts_chat(&self, op: &OpId, chat: &Uri) -> bool {
+        matches!(self.ops.get(op), Some(Op::Start { chat: c, .. }) if c == chat)
+    }
 }

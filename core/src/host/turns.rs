@@ -3,19 +3,17 @@
 //! by the agent (which announces a provisional session), ended (completed,
 //! cancelled or failed), and what every end does.
 //!
-//! A chat's agent that went away in a session whose backend cannot resume
-//! (Sessions page, "Sleep and wake": such a session never sleeps) is owed a
-//! fresh start: the session stays live with its state held, and the chat's
-//! agent is started afresh (a new conversation, `resume: false`) just
-//! before the chat's next send. The backend takes a chat's commands in
-//! issue order, so the send reaches the new agent.
+//! What only reads and writes the session is the session's own
+//! (`session/agents.rs`, `session/turns.rs`); this file sequences it with
+//! what reaches past the session (a wake, the count of active sessions,
+//! the catalogue, checkpoints).
 
 use ahp_types::actions::{ChatErrorAction, SessionCreationFailedAction, StateAction};
 use ahp_types::state::{ErrorInfo, ErrorResponsePart, SessionLifecycle};
 use ahp_types::Uri;
 
-use super::{Host, Op};
-use crate::effect::{BackendCmd, LogLevel};
+use super::Host;
+use crate::effect::LogLevel;
 use crate::session::Phase;
 
 impl Host {
@@ -42,36 +40,12 @@ impl Host {
             return;
         }
         if live {
-            self.hand_to_agent(session_uri, chat, turn_id, message);
+            self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
             return;
         }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         session.pending_sends.push((chat, turn_id, message));
         self.wake(session_uri);
-    }
-
-    /// Sends a turn of a live session to its chat's agent (starting an
-    /// agent it owes first). A chat whose agent is still starting holds
-    /// the turn until the start answers ([`Host::chat_start_answered`]):
-    /// the answer names the conversation the turn is kept under, and a
-    /// turn the backend ended under a conversation the record never
-    /// learnt was gone after a restart (issue 19, seed 12609).
-    pub(crate) fn hand_to_agent(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
-        self.start_owed_agent(session_uri, &chat);
-        let Some(session) = self.sessions.get(session_uri) else { return };
-        let provider = session.record.provider.clone();
-        let starting = session.phase_ops.iter().any(|op| Host::starts_chat(&self.shared.ops, op, &chat));
-        if starting {
-            crate::mark!("send_waits_for_chat_start");
-            if let Some(session) = self.sessions.get_mut(session_uri) {
-                session.pending_sends.push((chat, turn_id, message));
-            }
-            return;
-        }
-        let op = self.backend(Op::Send { session: session_uri.clone() }, provider, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
-        if let Some(session) = self.sessions.get_mut(session_uri) {
-            session.sends_in_flight.insert(op, (chat, turn_id));
-        }
     }
 
     /// The agent of `chat` in a live session answered its start: the turns
@@ -87,7 +61,9 @@ impl Host {
         for (chat, turn_id, message) in held {
             match failure {
                 Some(message) => self.fail_turn(session_uri, &chat, &turn_id, &format!("the chat's agent would not start: {message}")),
-                None => self.hand_to_agent(session_uri, chat, turn_id, message),
+                None => {
+                    self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+                }
             }
         }
     }
@@ -199,44 +175,4 @@ impl Host {
         }
     }
 
-    /// `chat`'s agent exited on its own and the session's backend cannot
-    /// resume: the session stays live, what the agent had in hand for the
-    /// chat is dropped, and its start is owed to the chat's next send.
-    /// (Ending the turn may already have let the agents go, for a session
-    /// whose creation failed; then the owed start is the session's own.)
-    pub(crate) fn agent_exited_for_good(&mut self, session_uri: &Uri, chat: &Uri) {
-        let Some(s) = self.sessions.get_mut(session_uri) else { return };
-        if s.phase != Phase::Live {
-            return;
-        }
-        s.sends_in_flight.retain(|_, (c, _)| c != chat);
-        s.busy_chats.remove(chat);
-        s.agents_owed.insert(chat.clone());
-        self.mark_activity(session_uri);
-    }
-
-    /// Before a send to `chat` of a live session: starts its agent afresh
-    /// if it is owed (see [`Host::agent_exited_for_good`]); the answer
-    /// records the new conversation id on the chat.
-    pub(crate) fn start_owed_agent(&mut self, session_uri: &Uri, chat: &Uri) {
-        let Some(s) = self.sessions.get_mut(session_uri) else { return };
-        if !s.agents_owed.remove(chat) {
-            return;
-        }
-        let provider = s.record.provider.clone();
-        let Some(conversation_id) = s.record.chats.iter().find(|c| c.resource == *chat).map(|c| c.conversation_id.clone()) else {
-            return;
-        };
-        let working_directory = s.record.working_directories.first().cloned();
-        let peer_directories = self.sessions.get(session_uri).map(|s| self.peers_for(s)).unwrap_or_default();
-        let op = self.backend(
-            Op::Start { session: session_uri.clone(), chat: chat.clone() },
-            provider,
-            chat.clone(),
-            BackendCmd::Start { session: session_uri.clone(), conversation_id, working_directory, peer_directories, resume: false },
-        );
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.phase_ops.insert(op);
-        }
-    }
 }

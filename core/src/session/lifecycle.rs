@@ -127,3 +127,13 @@ mod tests {
         assert!(!is_legal(&Phase::Live, &Phase::Starting { conn: c, id: 1 }));
     }
 }
+
+impl crate::session::Session {
+    /// Moves this session to `to` through the legal-transition table
+    /// ([`is_legal`]; a move it does not list is a bug, caught in debug
+    /// builds and by the simulator).
+    pub fn set_phase(&mut self, to: Phase) {
+        debug_assert!(is_legal(&self.phase, &to), "illegal phase move {} -> {} for {}", self.phase.name(), to.name(), self.record.resource);
+        self.phase = to;
+    }
+}

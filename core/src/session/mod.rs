@@ -2,6 +2,7 @@
 //! it holds in memory while resident, its agents, and what waits on it.
 
 pub mod actions;
+pub mod agents;
 pub mod activity;
 pub mod changes;
 pub mod effects;

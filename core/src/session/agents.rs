@@ -1,0 +1,94 @@
+//! A session's chats' agents as the session sees them: closing them all
+//! (a sleep, an eviction, a restart in another root), an agent that went
+//! away for good in a session whose backend cannot resume (Sessions page,
+//! "Sleep and wake": such a session never sleeps), and handing a turn to
+//! its chat's agent.
+//!
+//! An agent that went away for good is owed a fresh start: the session
+//! stays live with its state held, and the chat's agent is started afresh
+//! (a new conversation, `resume: false`) just before the chat's next send.
+//! The backend takes a chat's commands in issue order, so the send reaches
+//! the new agent.
+
+use ahp_types::state::Message;
+use ahp_types::Uri;
+
+use crate::effect::BackendCmd;
+use crate::host::{Op, Shared};
+use crate::session::{Phase, Session};
+
+impl Session {
+    /// Closes every chat's agent of a live session and forgets what was in
+    /// flight with them; false (nothing done) when it is not live.
+    pub(crate) fn close_agents(&mut self, sh: &mut Shared) -> bool {
+        if self.phase != Phase::Live {
+            return false;
+        }
+        let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
+        for chat in chats {
+            self.backend(sh, Op::Fire, chat, BackendCmd::Close);
+        }
+        // A session sleeps with nothing running: sends not yet acknowledged
+        // (a failed creation lets its agents go with an earlier send's
+        // answer still out) and background work went with the agents.
+        self.sends_in_flight.clear();
+        self.busy_chats.clear();
+        self.agents_owed.clear();
+        true
+    }
+
+    /// `chat`'s agent exited on its own and the session's backend cannot
+    /// resume: the session stays live, what the agent had in hand for the
+    /// chat is dropped, and its start is owed to the chat's next send.
+    /// (Ending the turn may already have let the agents go, for a session
+    /// whose creation failed; then the owed start is the session's own.)
+    pub(crate) fn agent_exited_for_good(&mut self, sh: &mut Shared, chat: &Uri) {
+        if self.phase != Phase::Live {
+            return;
+        }
+        self.sends_in_flight.retain(|_, (c, _)| c != chat);
+        self.busy_chats.remove(chat);
+        self.agents_owed.insert(chat.clone());
+        self.mark_activity(sh);
+    }
+
+    /// Before a send to `chat` of a live session: starts its agent afresh
+    /// if it is owed (see [`Session::agent_exited_for_good`]); the answer
+    /// records the new conversation id on the chat.
+    fn start_owed_agent(&mut self, sh: &mut Shared, chat: &Uri) {
+        if !self.agents_owed.remove(chat) {
+            return;
+        }
+        let Some(conversation_id) = self.record.chats.iter().find(|c| c.resource == *chat).map(|c| c.conversation_id.clone()) else {
+            return;
+        };
+        let session = self.record.resource.clone();
+        let working_directory = self.record.working_directories.first().cloned();
+        let peer_directories = sh.peers_for(&self.record);
+        let op = self.backend(
+            sh,
+            Op::Start { session: session.clone(), chat: chat.clone() },
+            chat.clone(),
+            BackendCmd::Start { session, conversation_id, working_directory, peer_directories, resume: false },
+        );
+        self.phase_ops.insert(op);
+    }
+
+    /// Sends a turn of a live session to its chat's agent (starting an
+    /// agent it owes first). A chat whose agent is still starting holds
+    /// the turn until the start answers (`Host::chat_start_answered`):
+    /// the answer names the conversation the turn is kept under, and a
+    /// turn the backend ended under a conversation the record never
+    /// learnt was gone after a restart (issue 19, seed 12609).
+    pub(crate) fn hand_to_agent(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: Message) {
+        self.start_owed_agent(sh, &chat);
+        let starting = self.phase_ops.iter().any(|op| sh.starts_chat(op, &chat));
+        if starting {
+            crate::mark!("send_waits_for_chat_start");
+            self.pending_sends.push((chat, turn_id, message));
+            return;
+        }
+        let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+        self.sends_in_flight.insert(op, (chat, turn_id));
+    }
+}

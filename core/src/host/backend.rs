@@ -8,119 +8,31 @@ use ahp_types::Uri;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
+use crate::session::starts::StartNext;
 use crate::session::Phase;
 
 impl Host {
-    /// A chat's agent started (or failed to): the end of `createSession`'s
-    /// wait, or one step of a wake.
+    /// A chat's agent started (or failed to): the session takes the answer
+    /// ([`Session::start_answered`]), and the host does what reaches past it.
     pub(crate) fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let unanswered = session.starts_unanswered.remove(&op);
-        // A start answered with its conversation supersedes the chat's
-        // earlier ones still unanswered: their late answers name an older
-        // agent's conversation (issue 19, sim seed 19510: one replaced the
-        // conversation a tree's fresh start had named, and the turns under
-        // it were gone after the next wake).
-        if matches!(outcome, Outcome::Started { .. }) {
-            session.starts_unanswered.retain(|o, c| !(c == chat && *o < op));
-        }
-        // The phase that asked must still be waiting for it: an op a live
-        // session's chat start left behind is still listed after the
-        // session slept, until a wake replaces the list (seed 1095 again,
-        // with another schedule: the answer came while asleep).
-        let awaited = session.phase_ops.remove(&op) && matches!(session.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live);
-        if !awaited {
-            self.shared.stats.stale_ops += 1;
-            // Late for its phase (the agent exited, the session slept), but
-            // the conversation it names is real: a wake must resume that
-            // one, not the id the host first asked for (issue 19, seeds
-            // 1095 and 1631: the chat's first turns were lost).
-            if let (Some(started_chat), Outcome::Started { conversation_id, .. }) = (unanswered, &outcome) {
-                let chat_record = session.record.chats.iter_mut().find(|c| c.resource == started_chat && c.resource == *chat);
-                if let Some(c) = chat_record.filter(|c| c.conversation_id != *conversation_id) {
-                    crate::mark!("late_start_names_conversation");
-                    c.conversation_id = conversation_id.clone();
-                    c.fresh = false;
-                    self.store_put(session_uri);
-                }
-            }
-            return;
-        }
-        // The phase without a wake's gathered turns (the arm reaches those
-        // through the session): no copy of a whole history per answer.
-        let phase = session.phase.shallow();
-        match phase {
-            Phase::Starting { conn, id } => match outcome {
-                Outcome::Started { conversation_id, .. } => {
-                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
-                        c.conversation_id = conversation_id;
-                        c.fresh = false;
-                    }
-                    self.set_phase(session_uri, Phase::Live);
-                    self.touch(session_uri);
-                    self.mark_activity(session_uri);
-                    self.shared.reply(conn, id, serde_json::Value::Null);
-                    self.shared.log(LogLevel::Info, "session.created", Some(session_uri.clone()), String::new());
-                }
-                Outcome::Failed { message } => {
-                    self.forget_unborn(session_uri);
-                    self.shared.reply_error(conn, id, crate::protocol::error::error(
-                        crate::protocol::error::INTERNAL_ERROR,
-                        format!("the backend would not start: {message}"),
-                    ));
+        let Some(next) = self.in_session(session_uri, |s, sh| s.start_answered(sh, chat, op, outcome)) else { return };
+        match next {
+            StartNext::Nothing => {}
+            StartNext::CreateRefused { conn, id, message, logged } => {
+                self.forget_unborn(session_uri);
+                self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
+                if let Some(backend_said) = logged {
                     crate::mark!("create_refused_backend_failed");
-                    self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), message);
-                }
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
-                    self.forget_unborn(session_uri);
-                    self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, "the backend did not start the agent"));
-                }
-            },
-            Phase::Waking(_) => {
-                if let Outcome::Started { conversation_id, .. } = &outcome {
-                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
-                        c.conversation_id = conversation_id.clone();
-                        c.fresh = false;
-                    }
-                }
-                if let Phase::Waking(wake) = &mut session.phase {
-                    match outcome {
-                        Outcome::Started { history, .. } => {
-                            wake.history.insert(chat.clone(), history);
-                        }
-                        Outcome::Failed { message } => {
-                            wake.error.get_or_insert(message);
-                        }
-                        Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
-                            wake.history.insert(chat.clone(), Vec::new());
-                        }
-                    }
-                }
-                if session.phase_ops.is_empty() {
-                    self.finish_wake(session_uri);
+                    self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), backend_said);
                 }
             }
-            Phase::Live => match outcome {
-                // A chat made in a live session: its agent's first start.
-                Outcome::Started { conversation_id, .. } => {
-                    if let Some(c) = session.record.chats.iter_mut().find(|c| c.resource == *chat) {
-                        c.conversation_id = conversation_id;
-                        c.fresh = false;
-                    }
-                    self.store_put(session_uri);
-                    self.chat_start_answered(session_uri, chat, None);
-                }
-                Outcome::Failed { message } => {
-                    crate::mark!("chat_start_failed");
-                    self.chat_start_answered(session_uri, chat, Some(&message));
-                    self.shared.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
-                }
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
-                    self.chat_start_answered(session_uri, chat, Some("the backend answered the start with something else"));
-                }
-            },
-            // Not awaited: handled above.
-            _ => {}
+            StartNext::WakeDone => self.finish_wake(session_uri),
+            StartNext::ChatStarted => self.chat_start_answered(session_uri, chat, None),
+            StartNext::ChatFailed(message) => {
+                crate::mark!("chat_start_failed");
+                self.chat_start_answered(session_uri, chat, Some(&message));
+                self.shared.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
+            }
         }
     }
 

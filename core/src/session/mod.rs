@@ -10,6 +10,7 @@ pub mod lifecycle;
 pub mod mirror;
 pub mod row;
 pub mod sleep;
+pub mod starts;
 pub mod state;
 pub mod table;
 pub mod turns;

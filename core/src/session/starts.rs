@@ -1,0 +1,148 @@
+//! A chat's agent start answered, as its session takes it: the end of
+//! `createSession`'s wait, one step of a wake, or a chat's first start in
+//! a live session (Sessions page, "The life of a session", "Sleep and
+//! wake"). The session keeps the conversation the answer names and says
+//! what the host must do next ([`StartNext`]).
+
+use ahp_types::Uri;
+
+use crate::effect::{ConnId, LogLevel, OpId};
+use crate::host::Shared;
+use crate::input::Outcome;
+use crate::session::{Phase, Session};
+
+/// What the host does after a session took a start's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartNext {
+    /// Nothing more: a late answer, a created session answered, or a
+    /// wake still waiting for other starts.
+    Nothing,
+    /// `createSession` is refused with -32603 `message` on request `id`
+    /// of `conn`; the session never existed. `logged` is what the backend
+    /// said, when it said why.
+    CreateRefused {
+        /// The creating connection.
+        conn: ConnId,
+        /// Its request id.
+        id: u64,
+        /// The error's message.
+        message: String,
+        /// The backend's own words, logged.
+        logged: Option<String>,
+    },
+    /// Every start of the wake answered: the wake ends.
+    WakeDone,
+    /// A chat's agent in a live session started: turns it held go to it.
+    ChatStarted,
+    /// A chat's agent in a live session would not start: turns it held
+    /// fail with the backend's words.
+    ChatFailed(String),
+}
+
+impl Session {
+    /// Takes the answer to start `op` of `chat`'s agent. A start answered
+    /// with its conversation supersedes the chat's earlier ones still
+    /// unanswered: their late answers name an older agent's conversation
+    /// (issue 19, sim seed 19510: one replaced the conversation a tree's
+    /// fresh start had named, and the turns under it were gone after the
+    /// next wake).
+    pub(crate) fn start_answered(&mut self, sh: &mut Shared, chat: &Uri, op: OpId, outcome: Outcome) -> StartNext {
+        let unanswered = self.starts_unanswered.remove(&op);
+        if matches!(outcome, Outcome::Started { .. }) {
+            self.starts_unanswered.retain(|o, c| !(c == chat && *o < op));
+        }
+        // The phase that asked must still be waiting for it: an op a live
+        // session's chat start left behind is still listed after the
+        // session slept, until a wake replaces the list (seed 1095 again,
+        // with another schedule: the answer came while asleep).
+        let awaited = self.phase_ops.remove(&op) && matches!(self.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live);
+        if !awaited {
+            sh.stats.stale_ops += 1;
+            // Late for its phase (the agent exited, the session slept), but
+            // the conversation it names is real: a wake must resume that
+            // one, not the id the host first asked for (issue 19, seeds
+            // 1095 and 1631: the chat's first turns were lost).
+            if let (Some(started_chat), Outcome::Started { conversation_id, .. }) = (unanswered, &outcome) {
+                let chat_record = self.record.chats.iter_mut().find(|c| c.resource == started_chat && c.resource == *chat);
+                if let Some(c) = chat_record.filter(|c| c.conversation_id != *conversation_id) {
+                    crate::mark!("late_start_names_conversation");
+                    c.conversation_id = conversation_id.clone();
+                    c.fresh = false;
+                    self.store_put(sh);
+                }
+            }
+            return StartNext::Nothing;
+        }
+        if let Outcome::Started { conversation_id, .. } = &outcome {
+            self.name_conversation(chat, conversation_id);
+        }
+        match &mut self.phase {
+            Phase::Starting { conn, id } => {
+                let (conn, id) = (*conn, *id);
+                match outcome {
+                    Outcome::Started { .. } => {
+                        self.set_phase(Phase::Live);
+                        self.touch(sh);
+                        self.mark_activity(sh);
+                        sh.reply(conn, id, serde_json::Value::Null);
+                        sh.log(LogLevel::Info, "session.created", Some(self.record.resource.clone()), String::new());
+                        StartNext::Nothing
+                    }
+                    Outcome::Failed { message } => StartNext::CreateRefused {
+                        conn,
+                        id,
+                        message: format!("the backend would not start: {message}"),
+                        logged: Some(message),
+                    },
+                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
+                        conn,
+                        id,
+                        message: "the backend did not start the agent".to_owned(),
+                        logged: None,
+                    },
+                }
+            }
+            Phase::Waking(wake) => {
+                match outcome {
+                    Outcome::Started { history, .. } => {
+                        wake.history.insert(chat.clone(), history);
+                    }
+                    Outcome::Failed { message } => {
+                        wake.error.get_or_insert(message);
+                    }
+                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                        wake.history.insert(chat.clone(), Vec::new());
+                    }
+                }
+                if self.phase_ops.is_empty() {
+                    StartNext::WakeDone
+                } else {
+                    StartNext::Nothing
+                }
+            }
+            // A chat made in a live session: its agent's first start.
+            Phase::Live => match outcome {
+                Outcome::Started { .. } => {
+                    self.store_put(sh);
+                    StartNext::ChatStarted
+                }
+                Outcome::Failed { message } => StartNext::ChatFailed(message),
+                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                    StartNext::ChatFailed("the backend answered the start with something else".to_owned())
+                }
+            },
+            // Not awaited: handled above.
+            Phase::Asleep | Phase::Disposing { .. } => StartNext::Nothing,
+        }
+    }
+
+    /// The conversation an agent's start names for `chat` (the client's
+    /// id, or the one the agent assigned): what a wake resumes. The chat's
+    /// conversation exists from now on.
+    fn name_conversation(&mut self, chat: &Uri, conversation_id: &str) {
+        if let Some(c) = self.record.chats.iter_mut().find(|c| c.resource == *chat) {
+            c.conversation_id = conversation_id.to_owned();
+            c.fresh = false;
+        }
+    }
+}

@@ -9,6 +9,7 @@ use super::{Host, Op};
 use crate::effect::{BackendCmd, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
 use crate::session::starts::StartNext;
+use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
 use crate::session::Phase;
 
 impl Host {
@@ -77,14 +78,7 @@ impl Host {
         }
         match event {
             BackendEvent::Busy(busy) => {
-                if let Some(s) = self.sessions.get_mut(&session_uri) {
-                    if busy {
-                        s.busy_chats.insert(chat.clone());
-                    } else {
-                        s.busy_chats.remove(chat);
-                    }
-                }
-                self.mark_activity(&session_uri);
+                self.in_session(&session_uri, |s, sh| s.set_busy(sh, chat, busy));
             }
             BackendEvent::Exited { message } => {
                 let running = self
@@ -157,49 +151,22 @@ impl Host {
     /// A chat action from the agent: it must name the running turn and be of
     /// a kind only a server sends; durations are the host's own.
     fn on_agent_action(&mut self, session_uri: &Uri, chat: &Uri, mut action: StateAction) {
-        let active = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .and_then(|r| r.chats.get(chat))
-            .and_then(|c| c.active_turn.as_ref())
-            .map(|t| t.id.clone());
-        let duration = self.turn_duration(session_uri, chat);
-        use StateAction::*;
-        // A turn that broke with an error the client may resume gets its
-        // checkpoint when it ends again (Sessions page).
-        let for_good = !matches!(&action, ChatError(a) if a.part.resumable == Some(true));
-        let (turn_id, ends_turn) = match &mut action {
-            ChatResponsePart(a) => (a.turn_id.clone(), false),
-            ChatDelta(a) => (a.turn_id.clone(), false),
-            ChatReasoning(a) => (a.turn_id.clone(), false),
-            ChatUsage(a) => (a.turn_id.clone(), false),
-            ChatToolCallStart(a) => (a.turn_id.clone(), false),
-            ChatToolCallDelta(a) => (a.turn_id.clone(), false),
-            ChatToolCallReady(a) => (a.turn_id.clone(), false),
-            ChatToolCallComplete(a) => (a.turn_id.clone(), false),
-            ChatActivityChanged(_) => (active.clone().unwrap_or_default(), false),
-            ChatTurnComplete(a) => {
-                a.duration = duration;
-                (a.turn_id.clone(), true)
-            }
-            ChatError(a) => {
-                a.duration = duration;
-                (a.turn_id.clone(), true)
-            }
-            _ => {
+        let now = self.shared.now.mono;
+        let Some(checked) = self.sessions.get(session_uri).map(|s| s.check_agent_action(chat, &mut action, now)) else { return };
+        let AgentTurnAction { turn_id, ends_turn, for_good } = match checked {
+            Ok(checked) => checked,
+            Err(refusal) => {
                 self.shared.stats.stale_events += 1;
-                return self.shared.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
+                if refusal == AgentActionRefusal::ClientsOnly {
+                    self.shared.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
+                }
+                return;
             }
         };
-        if active.as_deref() != Some(turn_id.as_str()) {
-            self.shared.stats.stale_events += 1;
-            return;
-        }
         // A tool call declaring the paths it writes waits for the host's
         // word (workspace awareness, `host/awareness.rs`).
         let confirm = match &mut action {
-            ChatToolCallReady(a) => self.vet_declared_write(session_uri, a).then(|| a.tool_call_id.clone()),
+            StateAction::ChatToolCallReady(a) => self.vet_declared_write(session_uri, a).then(|| a.tool_call_id.clone()),
             _ => None,
         };
         if !self.emit(chat, action, None) {

@@ -91,4 +91,16 @@ impl Session {
         let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
         self.sends_in_flight.insert(op, (chat, turn_id));
     }
+
+    /// `chat`'s agent reported background work (an ACP terminal still
+    /// running) or its end: a session with some does not sleep (Sessions
+    /// page, "Sleep and wake"). Either is activity.
+    pub(crate) fn set_busy(&mut self, sh: &mut Shared, chat: &Uri, busy: bool) {
+        if busy {
+            self.busy_chats.insert(chat.clone());
+        } else {
+            self.busy_chats.remove(chat);
+        }
+        self.mark_activity(sh);
+    }
 }

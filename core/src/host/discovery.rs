@@ -331,31 +331,6 @@ impl Host {
         }
     }
 
-    /// A person's turn went out in an external session: it is adopted (the
-    /// mark goes, every mode lists it) and clients that were not shown it
-    /// are told `root/sessionAdded`.
-    pub(crate) fn adopt(&mut self, uri: &Uri) {
-        let was_shown = self.shown_to_clients(uri);
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        if !session.record.external {
-            return;
-        }
-        session.record.external = false;
-        let modified = session.modified_at.0;
-        let summary = session.summary();
-        session.replace_sent_row(summary.clone());
-        self.store_put(uri);
-        self.shared.catalogue.adopted(modified, uri);
-        if !was_shown {
-            let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
-            self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
-        } else {
-            self.summary_changed(uri);
-        }
-        crate::mark!("external_adopted_by_person_turn");
-        self.shared.log(LogLevel::Info, "session.adopted", Some(uri.clone()), String::new());
-    }
-
     /// A client changed the root config: only `showExternalSessions`, only
     /// to one of its modes. Every client is told which external sessions it
     /// now shows and which it no longer does.

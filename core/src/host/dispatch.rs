@@ -4,16 +4,16 @@
 //! protocol's reducer, stamp `serverSeq` and echo with the client's origin,
 //! or echo unapplied with a `rejectionReason`.
 
-use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
+use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::commands::DispatchActionParams;
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use serde_json::Value;
 
 use crate::protocol::params as parse;
-use super::{Host, Op};
-use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
+use super::Host;
+use crate::effect::{ConnId, LogLevel, OpId};
 use crate::input::Outcome;
-use crate::session::actions::ActionRules;
+use crate::session::actions::{ActionNext, ActionRules};
 use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
 
 /// How the host treats one client-dispatchable action type.
@@ -297,79 +297,6 @@ impl Host {
     fn apply_client_action(&mut self, session_uri: &Uri, q: QueuedAction) {
         let origin = self.shared.origin_of(q.conn, q.client_seq);
         match q.action {
-            StateAction::ChatTurnStarted(mut a) => {
-                // The host stamps the start with its own clock: the server
-                // wins over the client's optimistic copy.
-                a.started_at = self.shared.now.wall.to_iso();
-                let turn_id = a.turn_id.clone();
-                let message = a.message.clone();
-                if !self.emit(&q.channel, StateAction::ChatTurnStarted(a), origin) {
-                    return;
-                }
-                let now = self.shared.now.mono;
-                if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
-                    resident.turn_started_mono.insert(q.channel.clone(), now);
-                }
-                self.mark_activity(session_uri);
-                self.touch(session_uri);
-                let title = self.sessions.get(session_uri).and_then(|s| s.title_from_first_message(&message.text));
-                if let Some(title) = title {
-                    if let Some(s) = self.sessions.get_mut(session_uri) {
-                        s.record.title = title.clone();
-                    }
-                    self.emit(session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
-                }
-                self.adopt(session_uri);
-                self.after_chat_change(session_uri, &q.channel);
-                self.recount_active();
-                self.send_turn(session_uri, q.channel, turn_id, message);
-            }
-            StateAction::ChatTurnCancelled(mut a) => {
-                a.duration = self.turn_duration(session_uri, &q.channel);
-                let turn_id = a.turn_id.clone();
-                if !self.emit(&q.channel, StateAction::ChatTurnCancelled(a), origin) {
-                    return;
-                }
-                self.kept_turn_ended(session_uri, &q.channel, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
-                // The turn's send, if it never reached the agent, goes before
-                // the turn's end is counted: a residency check there must not
-                // see it as work still in hand.
-                if let Some(session) = self.sessions.get_mut(session_uri) {
-                    let before = session.pending_sends.len();
-                    session.pending_sends.retain(|(c, t, _)| !(*c == q.channel && *t == turn_id));
-                    if session.pending_sends.len() == before && session.phase == Phase::Live {
-                        let provider = session.record.provider.clone();
-                        self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::Cancel { turn_id });
-                    }
-                }
-                self.end_turn_bookkeeping(session_uri, &q.channel, false);
-            }
-            StateAction::ChatToolCallConfirmed(a) => {
-                let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
-                if !self.emit(&q.channel, StateAction::ChatToolCallConfirmed(a), origin) {
-                    return;
-                }
-                self.mark_activity(session_uri);
-                self.after_chat_change(session_uri, &q.channel);
-                if let Some(provider) = self.sessions.get(session_uri).map(|s| s.record.provider.clone()) {
-                    self.backend(Op::Fire, provider, q.channel.clone(), BackendCmd::ConfirmTool { turn_id, tool_call_id, approved });
-                }
-            }
-            action @ (StateAction::SessionTitleChanged(_)
-            | StateAction::SessionIsReadChanged(_)
-            | StateAction::SessionIsArchivedChanged(_)) => {
-                let archived = match &action {
-                    StateAction::SessionIsArchivedChanged(a) => Some(a.is_archived),
-                    _ => None,
-                };
-                self.emit(&q.channel, action, origin);
-                self.summary_changed(session_uri);
-                // Before the residency check: a live session archived now
-                // lets its agents go there, which takes its trees then.
-                if let Some(archived) = archived {
-                    self.trees_follow_archive(session_uri, archived);
-                }
-            }
             action if crate::folders::is_folder_action(&action) => {
                 // The record already holds the new list (written ahead).
                 // A new process root is the side effect, taken before the
@@ -394,9 +321,19 @@ impl Host {
                 self.summary_changed(session_uri);
             }
             action => {
-                self.emit(&q.channel, action, origin);
+                let next = self.in_session(session_uri, |s, sh| s.apply_client_action(sh, &q.channel, action, origin)).flatten();
+                match next {
+                    None => {}
+                    Some(ActionNext::TurnStarted { turn_id, message }) => {
+                        self.recount_active();
+                        self.send_turn(session_uri, q.channel, turn_id, message);
+                    }
+                    Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false),
+                    // Before the residency check: a live session archived now
+                    // lets its agents go there, which takes its trees then.
+                    Some(ActionNext::Archived(archived)) => self.trees_follow_archive(session_uri, archived),
+                }
             }
         }
     }
-
 }

@@ -1,15 +1,36 @@
 //! A client action's rules that are the session's own (docs/DECISIONS.md,
 //! 2: write-ahead): the checks it must pass against the session's state,
-//! and what it writes into the session's record before it is applied.
+//! what it writes into the session's record before it is applied, and
+//! applying it once durable.
 //! The host decides the rest (grants, whether the session must wake first,
 //! the store write, the echo): `host/dispatch.rs`.
 
-use ahp_types::actions::StateAction;
-use ahp_types::state::{MessageKind, ToolCallState};
+use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
+use ahp_types::state::{Message, MessageKind, ToolCallState};
 use ahp_types::Uri;
 
+use crate::effect::BackendCmd;
+use crate::host::{Op, Shared};
 use crate::record::SessionRecord;
-use crate::session::{QueuedAction, Session};
+use crate::session::{Phase, QueuedAction, Session};
+
+/// What the host does after a session applied a client action
+/// ([`Session::apply_client_action`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionNext {
+    /// A turn started: recount `activeSessions`, then hand the turn on
+    /// (waking the session first when its agent is not running).
+    TurnStarted {
+        /// The turn's id.
+        turn_id: String,
+        /// The person's message.
+        message: Message,
+    },
+    /// The chat's running turn was cancelled: what every turn's end does.
+    TurnCancelled,
+    /// The session's archived bit is now this: its trees follow.
+    Archived(bool),
+}
 
 /// The host-wide facts a client action is checked against
 /// ([`Session::check_client_action`]).
@@ -132,6 +153,82 @@ impl Session {
                     }
                     _ => Err("this action type is not accepted from clients".into()),
                 }
+            }
+        }
+    }
+
+    /// Applies a checked (and, if durable, saved) client action on
+    /// `channel`: the reducer, `serverSeq` and the echo with `origin`, then
+    /// what it does to the session (a turn's clock, the title a first
+    /// message gives, an external session adopted, the chat mirrored, a
+    /// cancel or an approval sent to the agent). `None` when the reducer
+    /// refused it or nothing more is to do; else what the host does next.
+    /// A working-directories action is the host's (its agents may go
+    /// first).
+    pub(crate) fn apply_client_action(&mut self, sh: &mut Shared, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> Option<ActionNext> {
+        let session_uri = self.record.resource.clone();
+        match action {
+            StateAction::ChatTurnStarted(mut a) => {
+                // The host stamps the start with its own clock: the server
+                // wins over the client's optimistic copy.
+                a.started_at = sh.now.wall.to_iso();
+                let turn_id = a.turn_id.clone();
+                let message = a.message.clone();
+                if !self.emit(sh, channel, StateAction::ChatTurnStarted(a), origin) {
+                    return None;
+                }
+                if let Some(resident) = self.resident.as_mut() {
+                    resident.turn_started_mono.insert(channel.clone(), sh.now.mono);
+                }
+                self.mark_activity(sh);
+                self.touch(sh);
+                if let Some(title) = self.title_from_first_message(&message.text) {
+                    self.record.title = title.clone();
+                    self.emit(sh, &session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
+                }
+                self.adopt(sh);
+                self.after_chat_change(sh, channel);
+                Some(ActionNext::TurnStarted { turn_id, message })
+            }
+            StateAction::ChatTurnCancelled(mut a) => {
+                a.duration = self.turn_duration(channel, sh.now.mono);
+                let turn_id = a.turn_id.clone();
+                if !self.emit(sh, channel, StateAction::ChatTurnCancelled(a), origin) {
+                    return None;
+                }
+                self.end_kept_turn(channel, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
+                // The turn's send, if it never reached the agent, goes before
+                // the turn's end is counted: a residency check there must not
+                // see it as work still in hand.
+                let before = self.pending_sends.len();
+                self.pending_sends.retain(|(c, t, _)| !(c == channel && *t == turn_id));
+                if self.pending_sends.len() == before && self.phase == Phase::Live {
+                    self.backend(sh, Op::Fire, channel.clone(), BackendCmd::Cancel { turn_id });
+                }
+                Some(ActionNext::TurnCancelled)
+            }
+            StateAction::ChatToolCallConfirmed(a) => {
+                let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
+                if !self.emit(sh, channel, StateAction::ChatToolCallConfirmed(a), origin) {
+                    return None;
+                }
+                self.mark_activity(sh);
+                self.after_chat_change(sh, channel);
+                self.backend(sh, Op::Fire, channel.clone(), BackendCmd::ConfirmTool { turn_id, tool_call_id, approved });
+                None
+            }
+            action @ (StateAction::SessionTitleChanged(_) | StateAction::SessionIsReadChanged(_) | StateAction::SessionIsArchivedChanged(_)) => {
+                let archived = match &action {
+                    StateAction::SessionIsArchivedChanged(a) => Some(a.is_archived),
+                    _ => None,
+                };
+                self.emit(sh, channel, action, origin);
+                self.summary_changed(sh);
+                archived.map(ActionNext::Archived)
+            }
+            action => {
+                self.emit(sh, channel, action, origin);
+                None
             }
         }
     }

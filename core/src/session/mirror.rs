@@ -3,7 +3,7 @@
 //! chat list (`session/chatUpdated`), the aggregate status and activity on
 //! the session state's `_meta`, and the session's catalogue row on root
 //! (`root/sessionSummaryChanged`), each sent only when something in it
-//! moved.
+//! moved; and an external session adopted by a person's turn.
 
 use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateAction};
 use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
@@ -152,5 +152,30 @@ impl Session {
         let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
         let session_uri = self.record.resource.clone();
         self.emit(sh, &session_uri, action, None);
+    }
+
+    /// A person's turn went out in this external session: it is adopted
+    /// (the mark goes, every mode lists it) and clients that were not shown
+    /// it are told `root/sessionAdded` (Sessions page, "External
+    /// sessions").
+    pub(crate) fn adopt(&mut self, sh: &mut Shared) {
+        if !self.record.external {
+            return;
+        }
+        let was_shown = sh.shows(self);
+        self.record.external = false;
+        let modified = self.modified_at.0;
+        let summary = self.summary();
+        self.replace_sent_row(summary.clone());
+        self.store_put(sh);
+        sh.catalogue.adopted(modified, &self.record.resource);
+        if !was_shown {
+            let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
+            sh.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        } else {
+            self.summary_changed(sh);
+        }
+        crate::mark!("external_adopted_by_person_turn");
+        sh.log(crate::effect::LogLevel::Info, "session.adopted", Some(self.record.resource.clone()), String::new());
     }
 }

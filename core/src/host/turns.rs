@@ -8,8 +8,6 @@
 //! what reaches past the session (a wake, the count of active sessions,
 //! the catalogue, checkpoints).
 
-use ahp_types::actions::{ChatErrorAction, SessionCreationFailedAction, StateAction};
-use ahp_types::state::{ErrorInfo, ErrorResponsePart, SessionLifecycle};
 use ahp_types::Uri;
 
 use super::Host;
@@ -52,12 +50,7 @@ impl Host {
     /// it held go to it, or fail with the start's `failure`. Turns still
     /// waiting for the session's first git command stay for it.
     pub(crate) fn chat_start_answered(&mut self, session_uri: &Uri, chat: &Uri, failure: Option<&str>) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.git_begin.is_some() {
-            return;
-        }
-        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut session.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
-        session.pending_sends = rest;
+        let Some(held) = self.sessions.get_mut(session_uri).and_then(|s| s.take_held_sends(chat)) else { return };
         for (chat, turn_id, message) in held {
             match failure {
                 Some(message) => self.fail_turn(session_uri, &chat, &turn_id, &format!("the chat's agent would not start: {message}")),
@@ -75,8 +68,8 @@ impl Host {
     /// (issue 19, seeds 326 and 1631: a wake after a lost answer started
     /// the conversation again and the turns it had taken were gone).
     pub(crate) fn agent_took_turn(&mut self, session_uri: &Uri, chat: &Uri) {
-        if let Some(c) = self.sessions.get_mut(session_uri).and_then(|s| s.record.chats.iter_mut().find(|c| c.resource == *chat)) {
-            c.fresh = false;
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.conversation_exists(chat);
         }
         self.mark_ready(session_uri);
     }
@@ -86,40 +79,10 @@ impl Host {
     /// `session/creationFailed` after the turn's error, then
     /// `root/sessionAdded`, and its start is owed to the next send.
     pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
-        // A failed turn still held for its agent is not handed over later.
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
-        }
-        let running = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .and_then(|r| r.chats.get(chat))
-            .and_then(|c| c.active_turn.as_ref())
-            .is_some_and(|t| t.id == turn_id);
-        if running {
-            let duration = self.turn_duration(session_uri, chat);
-            let action = StateAction::ChatError(ChatErrorAction {
-                turn_id: turn_id.to_owned(),
-                duration,
-                part: ErrorResponsePart {
-                    error: ErrorInfo { error_type: "backendError".to_owned(), message: message.to_owned(), stack: None, meta: None },
-                    resumable: Some(false),
-                },
-                meta: None,
-            });
-            self.emit(chat, action, None);
-            self.kept_turn_ended(session_uri, chat, turn_id, Some(crate::kept_turns::KeptEnd::Error(message.to_owned())));
-        }
-        let provisional = self.sessions.get(session_uri).is_some_and(|s| !s.is_announced());
-        if provisional {
-            let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
-                error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
-            });
-            self.emit(session_uri, action, None);
-            if let Some(s) = self.sessions.get_mut(session_uri) {
-                s.start_owed = true;
-            }
+        let Some(running) = self.in_session(session_uri, |s, sh| s.error_turn(sh, chat, turn_id, message)) else {
+            return self.end_turn_bookkeeping(session_uri, chat, false);
+        };
+        if self.in_session(session_uri, |s, sh| s.fail_creation(sh, message)).unwrap_or(false) {
             // The creation failed: its agent goes, and the next send starts
             // it afresh (Sessions page: "held with its start owed").
             self.let_agents_go(session_uri);
@@ -140,15 +103,9 @@ impl Host {
     /// under it (issue 18: an eviction at a turn's end left its checkpoint
     /// running on a session that had gone).
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
-        if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
-            resident.turn_started_mono.remove(chat);
-        }
-        self.mark_activity(session_uri);
-        self.after_chat_change(session_uri, chat);
+        self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
         self.recount_active();
-        if self.sessions.get(session_uri).is_some_and(|s| s.is_announced()) {
-            self.store_put(session_uri);
-        }
+        self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put(sh)));
         if checkpoint {
             self.checkpoint_turn(session_uri);
         }
@@ -157,22 +114,8 @@ impl Host {
     /// Sends `session/ready` once the session's first turn went to its
     /// backend (or a retry after a failed creation succeeded).
     pub(crate) fn mark_ready(&mut self, session_uri: &Uri) {
-        let lifecycle = self
-            .sessions
-            .get(session_uri)
-            .and_then(|s| s.resident.as_ref())
-            .map(|r| r.session.lifecycle.clone());
         self.announce(session_uri);
-        if let Some(l) = lifecycle {
-            if l != SessionLifecycle::Ready {
-                self.emit(session_uri, StateAction::SessionReady(ahp_types::actions::SessionReadyAction {}), None);
-                crate::mark!("session_ready_after_announce");
-                self.shared.log(LogLevel::Info, "session.ready", Some(session_uri.clone()), String::new());
-            }
-        }
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.start_owed = false;
-        }
+        self.in_session(session_uri, |s, sh| s.ready(sh));
     }
 
 }

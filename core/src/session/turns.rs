@@ -3,9 +3,12 @@
 //! (`crate::kept_turns`), and the title a first message gives an untitled
 //! session.
 
-use ahp_types::actions::StateAction;
+use ahp_types::actions::{ChatErrorAction, SessionCreationFailedAction, SessionReadyAction, StateAction};
+use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, SessionLifecycle};
 use ahp_types::Uri;
 
+use crate::effect::LogLevel;
+use crate::host::Shared;
 use crate::kept_turns::KeptEnd;
 use crate::session::Session;
 use crate::time::MonoTime;
@@ -98,5 +101,89 @@ impl Session {
         }
         let title: String = text.lines().next().unwrap_or("").trim().chars().take(TITLE_MAX_CHARS).collect();
         (!title.is_empty()).then_some(title)
+    }
+
+    /// Ends `chat`'s turn `turn_id` with `chat/error` carrying `message`,
+    /// when it is the one running (kept with how it ended); a turn still
+    /// held for its agent is dropped (never handed over later). Returns
+    /// whether it was running.
+    pub(crate) fn error_turn(&mut self, sh: &mut Shared, chat: &Uri, turn_id: &str, message: &str) -> bool {
+        self.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
+        let running = self.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
+        if running {
+            let action = StateAction::ChatError(ChatErrorAction {
+                turn_id: turn_id.to_owned(),
+                duration: self.turn_duration(chat, sh.now.mono),
+                part: ErrorResponsePart {
+                    error: ErrorInfo { error_type: "backendError".to_owned(), message: message.to_owned(), stack: None, meta: None },
+                    resumable: Some(false),
+                },
+                meta: None,
+            });
+            self.emit(sh, chat, action, None);
+            self.end_kept_turn(chat, turn_id, Some(KeptEnd::Error(message.to_owned())));
+        }
+        running
+    }
+
+    /// A turn of a session still provisional failed: so did its creation
+    /// (`session/creationFailed` with `message`), and its start is owed to
+    /// the next send (Sessions page, "Provisional sessions": "held with its
+    /// start owed"). False, with nothing done, for an announced session.
+    pub(crate) fn fail_creation(&mut self, sh: &mut Shared, message: &str) -> bool {
+        if self.is_announced() {
+            return false;
+        }
+        let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
+            error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
+        });
+        let session_uri = self.record.resource.clone();
+        self.emit(sh, &session_uri, action, None);
+        self.start_owed = true;
+        true
+    }
+
+    /// What a turn's end does to its session, first: its clock stops,
+    /// activity is noted, the chat is mirrored.
+    pub(crate) fn turn_ended(&mut self, sh: &mut Shared, chat: &Uri) {
+        if let Some(resident) = self.resident.as_mut() {
+            resident.turn_started_mono.remove(chat);
+        }
+        self.mark_activity(sh);
+        self.after_chat_change(sh, chat);
+    }
+
+    /// The session's first turn went to its backend (or a retry after a
+    /// failed creation did): `session/ready`, once, and no start is owed.
+    /// The host announced it just before.
+    pub(crate) fn ready(&mut self, sh: &mut Shared) {
+        let lifecycle = self.resident.as_ref().map(|r| r.session.lifecycle.clone());
+        if lifecycle.is_some_and(|l| l != SessionLifecycle::Ready) {
+            let session_uri = self.record.resource.clone();
+            self.emit(sh, &session_uri, StateAction::SessionReady(SessionReadyAction {}), None);
+            crate::mark!("session_ready_after_announce");
+            sh.log(LogLevel::Info, "session.ready", Some(session_uri), String::new());
+        }
+        self.start_owed = false;
+    }
+
+    /// The agent took a turn of `chat`: the chat's conversation exists, so
+    /// a wake resumes it rather than starting it afresh.
+    pub(crate) fn conversation_exists(&mut self, chat: &Uri) {
+        if let Some(c) = self.record.chats.iter_mut().find(|c| c.resource == *chat) {
+            c.fresh = false;
+        }
+    }
+
+    /// The turns held for `chat`'s agent while it started, taken to be
+    /// handed over (or failed); `None` while the session's first git
+    /// command is out (they wait for it).
+    pub(crate) fn take_held_sends(&mut self, chat: &Uri) -> Option<Vec<(Uri, String, Message)>> {
+        if self.git_begin.is_some() {
+            return None;
+        }
+        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
+        self.pending_sends = rest;
+        Some(held)
     }
 }

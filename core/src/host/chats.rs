@@ -2,22 +2,21 @@
 //! page, "Commands": "A second conversation in the session"; "End one chat;
 //! the session's default chat is kept").
 
-use ahp_types::actions::{ChatTurnStartedAction, SessionChatAddedAction, SessionChatRemovedAction, StateAction};
+use ahp_types::actions::{ChatTurnStartedAction, StateAction};
 use ahp_types::commands::{CreateChatParams, DisposeChatParams};
 use ahp_types::state::Message;
 use ahp_types::Uri;
 use serde_json::Value;
 
 use crate::protocol::params as parse;
-use super::{Host, Op};
+use super::Host;
 use crate::continuation::{CreateChatReq, DisposeChatReq, QueuedCommand, WaitingRequest};
-use crate::effect::{BackendCmd, ConnId, LogLevel};
+use crate::effect::{ConnId, LogLevel};
 use crate::grants::Operation;
 use crate::ids::ResourceId;
 use crate::protocol::error::*;
 use crate::record::ChatRecord;
-use crate::session::state::{chat_state, chat_summary};
-use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
+use crate::session::{ParkedWork, Phase, Queued, QueuedAction, Waiter};
 
 /// -32010: the chat URI is taken.
 const ALREADY_EXISTS: i32 = -32010;
@@ -166,17 +165,8 @@ impl Host {
         kept: Vec::new(),
         draft: None,
         };
-        let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        let saved = session.record.clone();
-        session.record.chats.push(record.clone());
-        let op = self.store_put(&session_uri);
-        if let (Some(session), Some(op)) = (self.sessions.get_mut(&session_uri), op) {
-            session.record = saved;
-            session.parked = Some(Box::new(Parked {
-                op,
-                work: ParkedWork::CreateChat { conn, id, chat: Box::new(record), initial_message: request.initial_message.map(Box::new) },
-            }));
-        }
+        let work = ParkedWork::CreateChat { conn, id, chat: Box::new(record), initial_message: request.initial_message.map(Box::new) };
+        self.in_session(&session_uri, |s, sh| s.park(sh, work, None));
     }
 
     pub(crate) fn finish_create_chat(
@@ -192,41 +182,9 @@ impl Host {
             return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
         }
         let chat_uri = record.resource.clone();
-        let state = chat_state(&record, Vec::new());
-        let summary = chat_summary(&state);
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.record.chats.push(record.clone());
-        if let Some(resident) = session.resident.as_mut() {
-            resident.chats.insert(chat_uri.clone(), state);
-        }
-        let phase = session.phase.clone();
-        let provider = session.record.provider.clone();
-        self.shared.chats.insert(chat_uri.clone(), session_uri.clone());
-        self.emit(session_uri, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None);
-        self.touch(session_uri);
-        self.mark_activity(session_uri);
-        match phase {
-            // A live session starts the chat's agent now; a waking one adds
-            // it to the wake, so the wake ends once it too has answered.
-            Phase::Live | Phase::Waking(_) => {
-                let op = self.backend(
-                    Op::Start { session: session_uri.clone(), chat: chat_uri.clone() },
-                    provider,
-                    chat_uri.clone(),
-                    BackendCmd::Start {
-                        session: session_uri.clone(),
-                        conversation_id: record.conversation_id.clone(),
-                        working_directory: self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned()),
-                        peer_directories: self.sessions.get(session_uri).map(|s| self.shared.peers_for(&s.record)).unwrap_or_default(),
-                        resume: false,
-                    },
-                );
-                if let Some(s) = self.sessions.get_mut(session_uri) {
-                    s.phase_ops.insert(op);
-                }
-            }
-            Phase::Asleep => self.wake(session_uri),
-            _ => {}
+        let Some(wake) = self.in_session(session_uri, |s, sh| s.add_chat(sh, record)) else { return };
+        if wake {
+            self.wake(session_uri);
         }
         self.summary_changed(session_uri);
         self.shared.reply(conn, id, Value::Null);
@@ -284,50 +242,18 @@ impl Host {
         if self.busy_with_writes(&session_uri) {
             return self.queue_command(&session_uri, conn, id, QueuedCommand::DisposeChat(request));
         }
-        let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        let saved = session.record.clone();
-        session.record.chats.retain(|c| c.resource != request.chat);
-        let op = self.store_put(&session_uri);
-        if let (Some(session), Some(op)) = (self.sessions.get_mut(&session_uri), op) {
-            session.record = saved;
-            session.parked = Some(Box::new(Parked { op, work: ParkedWork::DisposeChat { conn, id, chat: request.chat } }));
-        }
+        let work = ParkedWork::DisposeChat { conn, id, chat: request.chat };
+        self.in_session(&session_uri, |s, sh| s.park(sh, work, None));
     }
 
     pub(crate) fn finish_dispose_chat(&mut self, session_uri: &Uri, conn: ConnId, id: u64, chat: Uri, failure: Option<String>) {
         if let Some(message) = failure {
             return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
         }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(pos) = session.record.chats.iter().position(|c| c.resource == chat) else {
+        let Some(wake_done) = self.in_session(session_uri, |s, sh| s.remove_chat(sh, &chat)) else { return };
+        let Some(wake_done) = wake_done else {
             return self.shared.reply(conn, id, Value::Null);
         };
-        let record = session.record.chats.remove(pos);
-        session.pending_sends.retain(|(c, _, _)| *c != chat);
-        session.sends_in_flight.retain(|_, (c, _)| *c != chat);
-        // A late start answer must not name a conversation for a chat made
-        // anew under this URI, and a wake no longer waits for it (issue 19,
-        // seed 55746: the disposed chat's start answered the wake and gave
-        // the new chat its deleted conversation).
-        session.starts_unanswered.retain(|_, c| *c != chat);
-        let ops = &self.shared.ops;
-        session.phase_ops.retain(|op| !matches!(ops.get(op), Some(super::Op::Start { chat: c, .. }) if *c == chat));
-        if let Phase::Waking(wake) = &mut session.phase {
-            wake.history.remove(&chat);
-        }
-        let wake_done = session.phase.is_waking() && session.phase_ops.is_empty();
-        let provider = session.record.provider.clone();
-        self.backend(Op::Fire, provider, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
-        self.emit(session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);
-        if let Some(resident) = self.sessions.get_mut(session_uri).and_then(|s| s.resident.as_mut()) {
-            resident.chats.remove(&chat);
-            resident.turn_started_mono.remove(&chat);
-        }
-        self.shared.chats.remove(&chat);
-        self.shared.retired.insert(chat.clone());
-        for c in self.shared.conns.values_mut() {
-            c.subscriptions.remove(&chat);
-        }
         self.recount_active();
         self.summary_changed(session_uri);
         self.shared.reply(conn, id, Value::Null);

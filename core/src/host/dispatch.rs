@@ -14,7 +14,7 @@ use super::Host;
 use crate::effect::{ConnId, LogLevel, OpId};
 use crate::input::Outcome;
 use crate::session::actions::{ActionNext, ActionRules};
-use crate::session::{Parked, ParkedWork, Phase, Queued, QueuedAction, Waiter};
+use crate::session::{ParkedWork, Phase, Queued, QueuedAction, Waiter};
 
 /// How the host treats one client-dispatchable action type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,18 +202,7 @@ impl Host {
                 // Write the record as it will be once the action applies;
                 // apply and echo only when that write is durable.
                 let sender = self.shared.sender_of(q.conn);
-                let Some(session) = self.sessions.get_mut(session_uri) else { return };
-                let saved = session.record.clone();
-                session.write_ahead(&q, sender);
-                let op = self.store_put(session_uri);
-                if let Some(session) = self.sessions.get_mut(session_uri) {
-                    // The in-memory record keeps the old values until the
-                    // write is durable; the store holds the new ones.
-                    session.record = saved;
-                    if let Some(op) = op {
-                        session.parked = Some(Box::new(Parked { op, work: ParkedWork::Action(q) }));
-                    }
-                }
+                self.in_session(session_uri, |s, sh| s.park(sh, ParkedWork::Action(q), sender));
             }
             _ => self.apply_client_action(session_uri, q),
         }

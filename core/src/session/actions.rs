@@ -12,7 +12,7 @@ use ahp_types::Uri;
 use crate::effect::BackendCmd;
 use crate::host::{Op, Shared};
 use crate::record::SessionRecord;
-use crate::session::{Phase, QueuedAction, Session};
+use crate::session::{Parked, ParkedWork, Phase, QueuedAction, Session};
 
 /// What the host does after a session applied a client action
 /// ([`Session::apply_client_action`]).
@@ -230,6 +230,25 @@ impl Session {
                 self.emit(sh, channel, action, origin);
                 None
             }
+        }
+    }
+
+    /// Writes the record as it will be once `work` is done and parks `work`
+    /// until that write is durable (docs/DECISIONS.md, 2: the echo, or the
+    /// reply, is the acknowledgment, so it waits for durability). The store
+    /// gets the new record; the session keeps the old one until then.
+    /// `sender` is who a started turn is recorded as sent by.
+    pub(crate) fn park(&mut self, sh: &mut Shared, work: ParkedWork, sender: Option<String>) {
+        let saved = self.record.clone();
+        match &work {
+            ParkedWork::Action(q) => self.write_ahead(q, sender),
+            ParkedWork::CreateChat { chat, .. } => self.record.chats.push((**chat).clone()),
+            ParkedWork::DisposeChat { chat, .. } => self.record.chats.retain(|c| c.resource != *chat),
+        }
+        let op = self.store_put(sh);
+        self.record = saved;
+        if let Some(op) = op {
+            self.parked = Some(Box::new(Parked { op, work }));
         }
     }
 

@@ -5,6 +5,7 @@ pub mod actions;
 pub mod agents;
 pub mod activity;
 pub mod changes;
+pub mod chats;
 pub mod effects;
 pub mod lifecycle;
 pub mod mirror;

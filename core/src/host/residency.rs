@@ -2,17 +2,15 @@
 //! and wake"). Every rule of that section is decided here; the shell only
 //! starts and closes agents when told.
 
-use std::collections::BTreeSet;
 
-use ahp_types::state::SessionLifecycle;
 use ahp_types::Uri;
 
-use super::{Host, Op};
+use super::Host;
 use crate::continuation::WaitingRequest;
-use crate::effect::{BackendCmd, ConnId, LogLevel};
-use crate::session::state::{chat_state, chat_summary, session_state};
+use crate::effect::{ConnId, LogLevel};
 use crate::session::sleep::SleepRefusal;
-use crate::session::{Phase, Resident, Waiter, Wake};
+use crate::session::wake::WakeEnd;
+use crate::session::{Phase, Waiter};
 use crate::time::MonoTime;
 
 impl Host {
@@ -191,50 +189,56 @@ impl Host {
         self.start_agents(uri);
     }
 
-    /// Starts every chat's agent (resuming where the backend can) and moves
-    /// the session to `Waking`.
-    fn start_agents(&mut self, uri: &Uri) {
-        let Some(session) = self.sessions.get(uri) else { return };
-        let provider = session.record.provider.clone();
-        let owed = session.start_owed;
-        // A backend that cannot resume is never asked to: its agents start
-        // afresh (the host keeps the chat's turns it holds).
-        let can_resume = session.can_resume;
-        let working_directory = session.record.working_directories.first().cloned();
-        let peer_directories = self.shared.peers_for(&session.record);
-        let chats: Vec<(Uri, String, bool)> = session
-            .record
-            .chats
-            .iter()
-            .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && !owed && !c.fresh))
-            .collect();
-        if can_resume {
-            crate::mark!("wake_resumes");
-        } else {
-            crate::mark!("wake_starts_afresh_not_resumable");
+    /// Starts every chat's agent and moves the session to `Waking`
+    /// ([`Session::start_agents`]).
+    pub(crate) fn start_agents(&mut self, uri: &Uri) {
+        self.in_session(uri, |s, sh| s.start_agents(sh));
+    }
+
+    /// Every resume of a wake answered ([`Session::end_wake`]). On success
+    /// the session's state is held and live: the turns it held go to their
+    /// agents and every waiter is served, in arrival order. On failure each
+    /// fails with the backend's error and the session stays asleep.
+    pub(crate) fn finish_wake(&mut self, uri: &Uri) {
+        let Some(end) = self.in_session(uri, |s, sh| s.end_wake(sh)).flatten() else { return };
+        match end {
+            WakeEnd::Failed { pending, waiters, reason } => {
+                for (chat, turn_id, _) in pending {
+                    self.fail_turn(uri, &chat, &turn_id, &reason);
+                }
+                self.fail_waiters(uri, waiters, &reason);
+            }
+            WakeEnd::Woke { pending, waiters } => {
+                self.held.insert(uri.clone());
+                for (chat, turn_id, message) in pending {
+                    // A first send waits for its tree and `turn/0` (host/git.rs).
+                    if self.hold_for_git(uri, &chat, &turn_id, &message) {
+                        continue;
+                    }
+                    self.in_session(uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+                }
+                for waiter in waiters {
+                    match waiter {
+                        Waiter::Request { conn, id, request } => {
+                            if self.may_resume(conn, id) {
+                                self.resume_request(conn, id, request);
+                            }
+                        }
+                        Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
+                        Waiter::Action(q) => {
+                            let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
+                            if busy {
+                                if let Some(s) = self.sessions.get_mut(uri) {
+                                    s.inbox.push_back(crate::session::Queued::Action(q));
+                                }
+                            } else {
+                                self.process_action(uri, q);
+                            }
+                        }
+                    }
+                }
+            }
         }
-        self.set_phase(uri, Phase::waking());
-        let mut ops = BTreeSet::new();
-        for (chat, conversation_id, resume) in chats {
-            let op = self.backend(
-                Op::Start { session: uri.clone(), chat: chat.clone() },
-                provider.clone(),
-                chat,
-                BackendCmd::Start {
-                    session: uri.clone(),
-                    conversation_id,
-                    working_directory: working_directory.clone(),
-                    peer_directories: peer_directories.clone(),
-                    resume,
-                },
-            );
-            ops.insert(op);
-        }
-        if let Some(s) = self.sessions.get_mut(uri) {
-            s.phase_ops = ops;
-        }
-        self.touch(uri);
-        self.shared.log(LogLevel::Info, "session.waking", Some(uri.clone()), String::new());
     }
 
     /// Runs a request that waited for a wake on from its decoded form.
@@ -243,107 +247,6 @@ impl Host {
             WaitingRequest::Subscribe(request) => self.subscribe(conn, id, request),
             WaitingRequest::FetchTurns(request) => self.fetch_turns(conn, id, request),
             WaitingRequest::CreateChat(request) => self.create_chat(conn, id, *request),
-        }
-    }
-
-    /// Every resume of a wake answered. On success the session is live,
-    /// its state rebuilt from the backend's turns when it was not held, and
-    /// every waiter is served in arrival order. On failure every waiter
-    /// fails with the backend's error and the session stays asleep, intact,
-    /// for the next waker.
-    pub(crate) fn finish_wake(&mut self, uri: &Uri) {
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        // What the resumes answered leaves the phase with it.
-        let Phase::Waking(wake) = std::mem::replace(&mut session.phase, Phase::waking()) else {
-            return;
-        };
-        let Wake { history, error } = *wake;
-        let waiters = std::mem::take(&mut session.waiters);
-        if let Some(message) = error {
-            crate::mark!("resume_failed_fails_waiters");
-            let provider = session.record.provider.clone();
-            let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
-            let pending = std::mem::take(&mut session.pending_sends);
-            for chat in chats {
-                self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
-            }
-            self.set_phase(uri, Phase::Asleep);
-            self.shared.stats.failed_resumes += 1;
-            self.shared.log(LogLevel::Warn, "session.resume_failed", Some(uri.clone()), message.clone());
-            let reason = format!("the session could not be resumed: {message}");
-            for (chat, turn_id, _) in pending {
-                self.fail_turn(uri, &chat, &turn_id, &reason);
-            }
-            self.fail_waiters(uri, waiters, &reason);
-            return;
-        }
-        let mut let_go = false;
-        if session.resident.is_none() {
-            crate::mark!("wake_rebuilds_evicted_state");
-            // Held turns the backend's history has after all are let go
-            // (`crate::kept_turns`); the rest come back in place.
-            for chat in &mut session.record.chats {
-                let (_, found) = crate::kept_turns::merge(chat, history.get(&chat.resource).cloned().unwrap_or_default());
-                for id in found {
-                    let_go |= crate::kept_turns::release(chat, &id);
-                }
-            }
-            let chats: Vec<_> = session
-                .record
-                .chats
-                .iter()
-                .map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default()))
-                .collect();
-            let lifecycle = if session.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
-            let state = session_state(&session.record, lifecycle, chats.iter().map(chat_summary).collect());
-            session.resident = Some(Box::new(Resident {
-                session: state,
-                chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
-                turn_started_mono: Default::default(),
-                born_seq: self.shared.server_seq,
-            }));
-        }
-        let pending = std::mem::take(&mut session.pending_sends);
-        self.held.insert(uri.clone());
-        self.set_phase(uri, Phase::Live);
-        if let Some(s) = self.sessions.get_mut(uri) {
-            s.start_owed = false;
-        }
-        self.shared.stats.wakes += 1;
-        if let_go {
-            self.store_put(uri);
-        }
-        // The row is read from the rebuilt state now: every root subscriber
-        // hears what that moved (issue 19, `root_rows_match_listing`).
-        self.summary_changed(uri);
-        self.mark_activity(uri);
-        self.shared.log(LogLevel::Info, "session.woke", Some(uri.clone()), String::new());
-        for (chat, turn_id, message) in pending {
-            // A first send waits for its tree and `turn/0` (host/git.rs).
-            if self.hold_for_git(uri, &chat, &turn_id, &message) {
-                continue;
-            }
-            self.in_session(uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
-        }
-        for waiter in waiters {
-            match waiter {
-                Waiter::Request { conn, id, request } => {
-                    if self.may_resume(conn, id) {
-                        self.resume_request(conn, id, request);
-                    }
-                }
-                Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
-                Waiter::Action(q) => {
-                    let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
-                    if busy {
-                        if let Some(s) = self.sessions.get_mut(uri) {
-                            s.inbox.push_back(crate::session::Queued::Action(q));
-                        }
-                    } else {
-                        self.process_action(uri, q);
-                    }
-                }
-            }
         }
     }
 

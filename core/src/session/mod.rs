@@ -15,6 +15,7 @@ pub mod starts;
 pub mod state;
 pub mod table;
 pub mod turns;
+pub mod wake;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

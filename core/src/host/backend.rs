@@ -81,35 +81,18 @@ impl Host {
                 self.in_session(&session_uri, |s, sh| s.set_busy(sh, chat, busy));
             }
             BackendEvent::Exited { message } => {
-                let running = self
-                    .sessions
-                    .get(&session_uri)
-                    .and_then(|s| s.resident.as_ref())
-                    .and_then(|r| r.chats.get(chat))
-                    .and_then(|c| c.active_turn.as_ref())
-                    .map(|t| t.id.clone());
-                if let Some(turn_id) = running {
+                if let Some(turn_id) = self.sessions.get(&session_uri).and_then(|s| s.running_turn(chat)) {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
                 }
                 crate::mark!("agent_exited");
-                if self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
+                let can_resume = self.sessions.get(&session_uri).is_some_and(|s| s.can_resume);
+                if can_resume {
                     // The other chats' agents are closed below and the
                     // session sleeps, which it does with nothing running
                     // (Sessions page, "Sleep and wake"): their turns end too
                     // (one was left running on an asleep session: sim
                     // issue 18).
-                    let others: Vec<(Uri, String)> = self
-                        .sessions
-                        .get(&session_uri)
-                        .and_then(|s| s.resident.as_ref())
-                        .map(|r| {
-                            r.chats
-                                .iter()
-                                .filter(|(c, _)| *c != chat)
-                                .filter_map(|(c, st)| st.active_turn.as_ref().map(|t| (c.clone(), t.id.clone())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
+                    let others = self.sessions.get(&session_uri).map(|s| s.running_turns_except(chat)).unwrap_or_default();
                     for (other, turn_id) in others {
                         self.fail_turn(&session_uri, &other, &turn_id, &format!("the session's agent exited: {message}"));
                     }
@@ -120,21 +103,7 @@ impl Host {
                     self.in_session(&session_uri, |s, sh| s.agent_exited_for_good(sh, chat));
                     return;
                 }
-                // The agent is gone; the conversation is the backend's. The
-                // session is asleep until something needs it.
-                let provider = self.sessions.get(&session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
-                let chats: Vec<Uri> = self.sessions.get(&session_uri).map(|s| s.record.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default();
-                for other in chats.into_iter().filter(|c| c != chat) {
-                    self.backend(Op::Fire, provider.clone(), other, BackendCmd::Close);
-                }
-                if let Some(s) = self.sessions.get_mut(&session_uri) {
-                    s.busy_chats.clear();
-                    s.sends_in_flight.clear();
-                }
-                // Ending the turn may already have let the agents go (a
-                // failed creation, or an eviction once the turn ended).
-                if self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live) {
-                    self.set_phase(&session_uri, Phase::Asleep);
+                if self.in_session(&session_uri, |s, sh| s.asleep_after_exit(sh, chat)).unwrap_or(false) {
                     self.archived_trees_go(&session_uri);
                 }
             }

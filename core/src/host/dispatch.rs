@@ -13,8 +13,8 @@ use crate::protocol::params as parse;
 use super::Host;
 use crate::effect::{ConnId, LogLevel, OpId};
 use crate::input::Outcome;
-use crate::session::actions::{ActionNext, ActionRules};
-use crate::session::{ParkedWork, Phase, Queued, QueuedAction, Waiter};
+use crate::session::actions::{ActionNext, ActionRules, Admission};
+use crate::session::{ParkedWork, Queued, QueuedAction, Waiter};
 
 /// How the host treats one client-dispatchable action type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,18 +61,6 @@ fn operation_of(action: &StateAction) -> Option<crate::grants::Operation> {
         ChatTruncated(_) => Op::ChatTruncate,
         _ => return None,
     })
-}
-
-/// Whether the action needs the session's protocol state in memory.
-fn needs_state(action: &StateAction) -> bool {
-    !matches!(
-        action,
-        StateAction::SessionTitleChanged(_)
-            | StateAction::SessionIsReadChanged(_)
-            | StateAction::SessionIsArchivedChanged(_)
-            // "A config change and a draft are kept without a wake."
-            | StateAction::ChatDraftChanged(_)
-    )
 }
 
 impl Host {
@@ -155,31 +143,15 @@ impl Host {
     pub(crate) fn process_action(&mut self, session_uri: &Uri, q: QueuedAction) {
         let origin = self.shared.origin_of(q.conn, q.client_seq);
         let Some(session) = self.sessions.get(session_uri) else { return };
-        match session.phase {
-            Phase::Disposing { .. } => {
-                return self.reject(q.conn, &q.channel, q.action, origin, "the session is being disposed".to_owned())
+        match session.admit_action(&q.action) {
+            Admission::Refused(reason) => return self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned()),
+            Admission::AfterWake => {
+                if let Some(s) = self.sessions.get_mut(session_uri) {
+                    s.waiters.push(Waiter::Action(q));
+                }
+                return self.wake(session_uri);
             }
-            Phase::Starting { .. } => {
-                return self.reject(q.conn, &q.channel, q.action, origin, "the session is still being created".to_owned())
-            }
-            _ => {}
-        }
-        let idle_asleep = session.phase == Phase::Asleep && session.pending_sends.is_empty() && session.git_begin.is_none();
-        if idle_asleep && matches!(q.action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_)) {
-            // "A session sleeps with nothing running": no turn to cancel,
-            // no tool call to confirm, and a wake would not make one
-            // (issue 19's audit of the wakers, `core/tests/wakers.rs`).
-            crate::mark!("turn_action_refused_asleep");
-            return self.reject(q.conn, &q.channel, q.action, origin, "the session is asleep: no turn is running".to_owned());
-        }
-        if needs_state(&q.action) && session.resident.is_none() {
-            // Its state was evicted: wake it, and take the action when the
-            // state is back.
-            if let Some(s) = self.sessions.get_mut(session_uri) {
-                crate::mark!("action_waits_for_wake");
-                s.waiters.push(Waiter::Action(q));
-            }
-            return self.wake(session_uri);
+            Admission::Now => {}
         }
         let checked = {
             let trusted = |folder: &Uri| self.trusted(std::slice::from_ref(folder));

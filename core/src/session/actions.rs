@@ -32,6 +32,18 @@ pub enum ActionNext {
     Archived(bool),
 }
 
+/// Whether a session takes a client action now ([`Session::admit_action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Refused unapplied, with this reason.
+    Refused(&'static str),
+    /// Its state was evicted: the session wakes, and the action waits for
+    /// it.
+    AfterWake,
+    /// Checked against the state now ([`Session::check_client_action`]).
+    Now,
+}
+
 /// The host-wide facts a client action is checked against
 /// ([`Session::check_client_action`]).
 pub struct ActionRules<'a> {
@@ -48,6 +60,31 @@ pub struct ActionRules<'a> {
 }
 
 impl Session {
+    /// Whether this session takes `action` now, by its phase: not while it
+    /// is being made or disposed; a cancel or an approval not while it is
+    /// asleep with nothing in hand ("a session sleeps with nothing
+    /// running": no turn to cancel, no tool call to confirm, and a wake
+    /// would not make one; issue 19's audit of the wakers,
+    /// `core/tests/wakers.rs`); and one that needs the session's state
+    /// only once a wake brought it back.
+    pub fn admit_action(&self, action: &StateAction) -> Admission {
+        match self.phase {
+            Phase::Disposing { .. } => return Admission::Refused("the session is being disposed"),
+            Phase::Starting { .. } => return Admission::Refused("the session is still being created"),
+            _ => {}
+        }
+        let idle_asleep = self.phase == Phase::Asleep && self.pending_sends.is_empty() && self.git_begin.is_none();
+        if idle_asleep && matches!(action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_)) {
+            crate::mark!("turn_action_refused_asleep");
+            return Admission::Refused("the session is asleep: no turn is running");
+        }
+        if needs_state(action) && self.resident.is_none() {
+            crate::mark!("action_waits_for_wake");
+            return Admission::AfterWake;
+        }
+        Admission::Now
+    }
+
     /// The checks a client action must pass against this session before
     /// anything is written (AHP 5, write-ahead: a failed check is echoed
     /// back unapplied with the `Err` as its `rejectionReason`). The
@@ -328,3 +365,16 @@ fn root_moved(record: &mut crate::record::SessionRecord) {
     git.worktree = None;
     git.moved = true;
 }
+
+/// Whether the action needs the session's protocol state in memory.
+fn needs_state(action: &StateAction) -> bool {
+    !matches!(
+        action,
+        StateAction::SessionTitleChanged(_)
+            | StateAction::SessionIsReadChanged(_)
+            | StateAction::SessionIsArchivedChanged(_)
+            // "A config change and a draft are kept without a wake."
+            | StateAction::ChatDraftChanged(_)
+    )
+}
+

@@ -103,4 +103,36 @@ impl Session {
         }
         self.mark_activity(sh);
     }
+
+    /// After `chat`'s agent exited in a session whose backend can resume:
+    /// the conversation is the backend's, the other chats' agents are
+    /// closed, and the session is asleep until something needs it. Returns
+    /// true when it went to sleep now (ending the turn may already have let
+    /// the agents go: a failed creation, or an eviction once the turn
+    /// ended).
+    pub(crate) fn asleep_after_exit(&mut self, sh: &mut Shared, chat: &Uri) -> bool {
+        let others: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).filter(|c| c != chat).collect();
+        for other in others {
+            self.backend(sh, Op::Fire, other, BackendCmd::Close);
+        }
+        self.busy_chats.clear();
+        self.sends_in_flight.clear();
+        if self.phase != Phase::Live {
+            return false;
+        }
+        self.set_phase(Phase::Asleep);
+        true
+    }
+
+    /// The id of `chat`'s running turn, if one runs.
+    pub fn running_turn(&self, chat: &Uri) -> Option<String> {
+        self.resident.as_ref()?.chats.get(chat)?.active_turn.as_ref().map(|t| t.id.clone())
+    }
+
+    /// Every chat's running turn but `chat`'s: (chat, turn id), in chat
+    /// order.
+    pub fn running_turns_except(&self, chat: &Uri) -> Vec<(Uri, String)> {
+        let Some(resident) = self.resident.as_ref() else { return Vec::new() };
+        resident.chats.iter().filter(|(c, _)| *c != chat).filter_map(|(c, st)| st.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect()
+    }
 }

@@ -1,7 +1,7 @@
 //! Session commands: `createSession`, `disposeSession`, `listSessions`,
 //! `fetchTurns` (Sessions page, "Commands").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use ahp_types::actions::{ChatTurnsLoadedAction, StateAction};
 use ahp_types::commands::{CreateSessionParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams};
@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::protocol::params as parse;
 use super::{Host, Op};
 use crate::continuation::{CreateSessionReq, FetchTurnsReq, WaitingRequest};
-use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, StoreCmd};
+use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
 use crate::input::Outcome;
 use crate::grants::{Operation, Principal};
 use crate::ids::{printable, ResourceId};
@@ -246,26 +246,7 @@ impl Host {
         }
         let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.waiters)).unwrap_or_default();
         self.fail_waiters(&uri, waiters, "the session is being disposed");
-        self.set_phase(&uri, Phase::Disposing { conn, id });
-        if let Some(s) = self.sessions.get_mut(&uri) {
-            s.pending_sends.clear();
-        }
-        self.dispose_store_step(&uri);
-        self.shared.log(LogLevel::Info, "session.disposing", Some(uri), String::new());
-    }
-
-    /// First step of a dispose: the store record becomes a tombstone
-    /// ([`tombstone_of`]), so a backend copy that outlives the dispose is
-    /// not listed again after a restart; the next pass over the backend's
-    /// transcripts that finds none of it removes the tombstone. Nothing of
-    /// the session (its conversations, checkpoints, tree) is removed before
-    /// this write is durable: a store that fails leaves the session whole
-    /// (issue 18, seed 99: a failed dispose had already deleted them).
-    pub(crate) fn dispose_store_step(&mut self, uri: &Uri) {
-        let Some(session) = self.sessions.get(uri) else { return };
-        let record = Box::new(tombstone_of(&session.record));
-        let op = self.shared.new_op(Op::StoreDelete { session: uri.clone() });
-        self.shared.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        self.in_session(&uri, |s, sh| s.begin_dispose(sh, conn, id));
     }
 
     /// Second step of a dispose, once its tombstone is durable (or the
@@ -281,12 +262,7 @@ impl Host {
         if store_error.is_some() {
             return self.dispose_finish(uri, store_error);
         }
-        let provider = session.record.provider.clone();
-        let chats: Vec<(Uri, String)> = session.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
-        let mut ops = BTreeSet::new();
-        for (chat, conversation_id) in chats {
-            ops.insert(self.backend(Op::Delete { session: uri.clone() }, provider.clone(), chat, BackendCmd::Delete { conversation_id }));
-        }
+        let mut ops = self.in_session(uri, |s, sh| s.delete_conversations(sh)).unwrap_or_default();
         ops.extend(self.dispose_git(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
@@ -302,34 +278,9 @@ impl Host {
     /// when the store refused the tombstone, keep it and say so.
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        let Phase::Disposing { conn, id } = session.phase.clone() else { return };
+        let Phase::Disposing { conn, id } = session.phase else { return };
         if let Some(message) = store_error {
-            crate::mark!("dispose_store_failed_session_stays");
-            // The record is still on disk: the session stays, asleep, and the
-            // client is told its dispose did not happen.
-            self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {uri}: {message}")));
-            // Its conversations are untouched; its agents stop (a wake
-            // resumes them), so it sleeps with nothing in hand and its
-            // running turns end in an error, kept in its history.
-            let provider = self.sessions.get(uri).map(|s| s.record.provider.clone()).unwrap_or_default();
-            let chats: Vec<Uri> = self.sessions.get(uri).map(|s| s.record.chats.iter().map(|c| c.resource.clone()).collect()).unwrap_or_default();
-            for chat in chats {
-                self.backend(Op::Fire, provider.clone(), chat, BackendCmd::Close);
-            }
-            let running: Vec<(Uri, String)> = self
-                .sessions
-                .get(uri)
-                .and_then(|s| s.resident.as_ref())
-                .map(|r| r.chats.iter().filter_map(|(c, s)| s.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect())
-                .unwrap_or_default();
-            if let Some(s) = self.sessions.get_mut(uri) {
-                s.busy_chats.clear();
-                s.sends_in_flight.clear();
-                // A turn a parked write let start during the dispose never
-                // reached an agent; it fails below with the running ones.
-                s.pending_sends.clear();
-            }
-            self.set_phase(uri, Phase::Asleep);
+            let running = self.in_session(uri, |s, sh| s.dispose_refused_by_store(sh, &message)).unwrap_or_default();
             for (chat, turn_id) in running {
                 self.fail_turn(uri, &chat, &turn_id, "the session's agent was stopped by a dispose that did not finish");
             }
@@ -340,7 +291,7 @@ impl Host {
         let Some(session) = self.drop_session(uri) else { return };
         // Only passes asked from now on speak for the tombstone.
         let since = crate::effect::OpId(self.shared.next_op);
-        self.tombstones.insert(uri.clone(), super::Tombstone::after(tombstone_of(&session.record), since));
+        self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(&session.record), since));
         self.shared.catalogue.remove(session.modified_at.0, uri);
         let mut channels = vec![uri.clone()];
         for chat in &session.record.chats {
@@ -529,31 +480,5 @@ impl Host {
             ([], []) => Ok(None),
             _ => Err(error(INVALID_PARAMS, "your memberships do not resolve to one place to charge: name a scope")),
         }
-    }
-}
-
-/// The tombstone a disposed session leaves in the store: what names its
-/// backend's copy (provider, chats and their conversation ids) and nothing
-/// of the host's own (title, bits, settings, owner, senders are gone).
-pub(crate) fn tombstone_of(record: &SessionRecord) -> SessionRecord {
-    SessionRecord {
-        title: String::new(),
-        is_read: false,
-        is_archived: false,
-        config: Default::default(),
-        owner: None,
-        scope: None,
-        changes: None,
-        offer: None,
-        in_tree: None,
-        shared_trees: Vec::new(),
-        git: None,
-        deleted: true,
-        chats: record
-            .chats
-            .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Vec::new(), draft: None, ..c.clone() })
-            .collect(),
-        ..record.clone()
     }
 }

@@ -129,10 +129,14 @@ impl Session {
         self.resident.as_ref()?.chats.get(chat)?.active_turn.as_ref().map(|t| t.id.clone())
     }
 
-    /// Every chat's running turn but `chat`'s: (chat, turn id), in chat
-    /// order.
-    pub fn running_turns_except(&self, chat: &Uri) -> Vec<(Uri, String)> {
+    /// Every chat's running turn: (chat, turn id), in chat order.
+    pub fn running_turns(&self) -> Vec<(Uri, String)> {
         let Some(resident) = self.resident.as_ref() else { return Vec::new() };
-        resident.chats.iter().filter(|(c, _)| *c != chat).filter_map(|(c, st)| st.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect()
+        resident.chats.iter().filter_map(|(c, st)| st.active_turn.as_ref().map(|t| (c.clone(), t.id.clone()))).collect()
+    }
+
+    /// Every chat's running turn but `chat`'s, in chat order.
+    pub fn running_turns_except(&self, chat: &Uri) -> Vec<(Uri, String)> {
+        self.running_turns().into_iter().filter(|(c, _)| c != chat).collect()
     }
 }

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod activity;
 pub mod changes;
 pub mod chats;
+pub mod dispose;
 pub mod effects;
 pub mod lifecycle;
 pub mod mirror;

@@ -287,7 +287,7 @@ impl Host {
                     None => {}
                     Some(ActionNext::TurnStarted { turn_id, message }) => {
                         self.recount_active();
-                        self.send_turn(session_uri, q.channel, turn_id, message);
+                        self.send_turn(session_uri, q.channel, turn_id, *message);
                     }
                     Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false),
                     // Before the residency check: a live session archived now

@@ -24,7 +24,7 @@ pub enum ActionNext {
         /// The turn's id.
         turn_id: String,
         /// The person's message.
-        message: Message,
+        message: Box<Message>,
     },
     /// The chat's running turn was cancelled: what every turn's end does.
     TurnCancelled,
@@ -225,7 +225,7 @@ impl Session {
                 }
                 self.adopt(sh);
                 self.after_chat_change(sh, channel);
-                Some(ActionNext::TurnStarted { turn_id, message })
+                Some(ActionNext::TurnStarted { turn_id, message: Box::new(message) })
             }
             StateAction::ChatTurnCancelled(mut a) => {
                 a.duration = self.turn_duration(channel, sh.now.mono);

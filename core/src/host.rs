@@ -18,7 +18,10 @@
 //! - `awareness`: workspace awareness (the registry, peers, warnings).
 //! - `shutdown`: a graceful stop.
 //!
-//! One session at a time:
+//! One session at a time, in order with what reaches past it (a session's
+//! own rules are `impl Session` methods in `crate::session`, taking the
+//! [`Shared`] part of the host; these files sequence them with residency,
+//! the catalogue, trees shared between sessions and what waits):
 //! - `commands`: `createSession`, `disposeSession`, `listSessions`,
 //!   `fetchTurns`.
 //! - `dispatch`: client-dispatched actions (write-ahead: validate, make

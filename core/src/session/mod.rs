@@ -201,7 +201,7 @@ pub struct Session {
     pub phase_ops: BTreeSet<OpId>,
     /// Every chat start not answered yet, by op, whatever the phase does
     /// meanwhile: a late answer still names the conversation an agent
-    /// assigned, which the next wake must resume (`Host::on_started`).
+    /// assigned, which the next wake must resume (`Session::start_answered`).
     pub starts_unanswered: BTreeMap<OpId, Uri>,
     /// Requests and actions waiting for a wake.
     pub waiters: Vec<Waiter>,

@@ -667,14 +667,6 @@ impl Host {
         Some(rule(session, &mut self.shared))
     }
 
-    /// Moves `uri` to `to` through the legal-transition table
-    /// ([`Session::set_phase`]).
-    pub(crate) fn set_phase(&mut self, uri: &Uri, to: Phase) {
-        if let Some(session) = self.sessions.get_mut(uri) {
-            session.set_phase(to);
-        }
-    }
-
     /// Moves the session's `modifiedAt` forward to `to` and its catalogue
     /// row with it ([`Session::advance_modified`]). Every site that moves a
     /// session's `modifiedAt` calls this or that.

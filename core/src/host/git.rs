@@ -5,7 +5,6 @@
 //! a checkpoint per finished turn with the session's change counts, and
 //! the checkpoints and the tree removed on `disposeSession`.
 
-use ahp_types::actions::{SessionWorkingDirectoryReplacedAction, StateAction};
 use ahp_types::commands::{ResolveSessionConfigParams, SessionConfigCompletionsParams};
 use ahp_types::Uri;
 use serde_json::{Map, Value};
@@ -14,16 +13,71 @@ use crate::protocol::params as parse;
 use super::{GitOp, Host, Op, TreeCut};
 use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, LogLevel, OpId};
-use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult, RepoFacts, TREE_REMOVAL};
-use crate::worktree::{plan_for, settle_base};
+use crate::git::{path_of_uri, GitCmd, GitResult, RepoFacts, TREE_REMOVAL};
+use crate::worktree::settle_base;
 use crate::grants::{Membership, Operation, Principal};
 use crate::input::Outcome;
 use crate::protocol::error::*;
+use crate::session::git::{BegunNext, GitHold};
 use crate::session::Phase;
 use crate::session_config as table;
 use crate::worktree;
 
 impl Host {
+    /// A session's first send, or its first after a move, asks git first
+    /// ([`Session::hold_for_git`](crate::session::Session::hold_for_git));
+    /// true when the turn is held for it (or failed because no tree can
+    /// be named).
+    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &ahp_types::state::Message) -> bool {
+        match self.in_session(session_uri, |s, sh| s.hold_for_git(sh, chat, turn_id, message)) {
+            None | Some(GitHold::NotNeeded) => false,
+            Some(GitHold::Held) => true,
+            Some(GitHold::Failed { pending, reason }) => {
+                for (c, t, _) in pending {
+                    self.fail_turn(session_uri, &c, &t, &reason);
+                }
+                true
+            }
+        }
+    }
+
+    /// Git answered a session's first send ([`Session::begun`](crate::session::Session::begun)):
+    /// a session disposed meanwhile has the tree made for it removed; else
+    /// the held turns fail, go to the agent, or wait for the agents started
+    /// again in the new tree.
+    fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
+        if !self.sessions.contains_key(session_uri) {
+            // Disposed meanwhile: a tree made for it is nobody's.
+            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
+                if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
+                    let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
+                    self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
+                }
+            }
+            return;
+        }
+        match self.in_session(session_uri, |s, sh| s.begun(sh, op, folder, outcome)) {
+            None | Some(BegunNext::Nothing) => {}
+            Some(BegunNext::FailTurns { pending, reason }) => {
+                for (chat, turn_id, _) in pending {
+                    self.fail_turn(session_uri, &chat, &turn_id, &reason);
+                }
+            }
+            Some(BegunNext::Release) => self.release_held_sends(session_uri),
+            Some(BegunNext::InTree) => match self.sessions.get(session_uri).map(|s| s.phase.shallow()) {
+                Some(Phase::Live) => self.restart_agents(session_uri),
+                Some(Phase::Asleep) => self.wake(session_uri),
+                _ => {}
+            },
+        }
+    }
+
+    /// A turn that completed or failed for good gets its checkpoint
+    /// ([`Session::checkpoint_turn`](crate::session::Session::checkpoint_turn)).
+    pub(crate) fn checkpoint_turn(&mut self, session_uri: &Uri) {
+        self.in_session(session_uri, |s, sh| s.checkpoint_turn(sh));
+    }
+
     /// The memberships of the person on `conn`; `None` for a connection
     /// with no person to ask (no principal, this host itself, a plugin).
     pub(crate) fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
@@ -93,92 +147,6 @@ impl Host {
         result.insert("schema".to_owned(), schema.to_json());
         result.insert("values".to_owned(), Value::Object(values));
         self.shared.reply(conn, id, Value::Object(result));
-    }
-
-    /// Called before a turn goes to its agent. A session that has not asked
-    /// git yet (its first send, in a local folder) holds the turn while its
-    /// tree and `turn/0` are made; so does one whose git work is in flight.
-    /// Returns true when the turn was held.
-    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &ahp_types::state::Message) -> bool {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return false };
-        // A session that moved asks git again about its new root.
-        let begun = session.record.git.as_ref().is_some_and(|g| !g.moved);
-        let beginning = session.git_begin.is_some();
-        if begun && !beginning {
-            return false;
-        }
-        let Some(folder) = session.record.working_directories.first().and_then(|u| path_of_uri(u)) else {
-            return false;
-        };
-        session.pending_sends.push((chat.clone(), turn_id.to_owned(), message.clone()));
-        if beginning {
-            return true;
-        }
-        let key = session.record.key.clone();
-        let values = session.record.config.clone();
-        // A session a client moved works in the folder it was moved to:
-        // no tree is cut there (the one it had stays its own).
-        let moved = session.record.git.as_ref().is_some_and(|g| g.moved);
-        let worktree = if table::worktree_asked(&values) && !moved {
-            let prefix = table::string_value(&values, table::BRANCH_PREFIX, "");
-            let new_branch = match worktree::session_branch(&prefix, &key) {
-                Ok(b) => b,
-                Err(e) => {
-                    let pending = std::mem::take(&mut session.pending_sends);
-                    for (c, t, _) in pending {
-                        self.fail_turn(session_uri, &c, &t, &format!("the worktree could not be made: {e}"));
-                    }
-                    return true;
-                }
-            };
-            Some((plan_for(&values, &new_branch), new_branch))
-        } else {
-            None
-        };
-        let checkpoint_ref = worktree::checkpoint_ref(&key, 0);
-        let (purpose, command) = match worktree {
-            // No base named: the folder's facts first (`GitOp::Base`).
-            Some((plan, new_branch)) if plan.base.is_none() => {
-                let cut = TreeCut::Begin { session: session_uri.clone(), folder: folder.clone(), checkpoint_ref, new_branch, plan };
-                (GitOp::Base(Box::new(cut)), GitCmd::Inspect { folder })
-            }
-            worktree => (
-                GitOp::Begin { session: session_uri.clone(), folder: folder.clone() },
-                GitCmd::Begin { folder, checkpoint_ref, worktree: worktree.map(|(plan, _)| plan) },
-            ),
-        };
-        let op = self.shared.git(Op::Git(purpose), command);
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.git_begin = Some(op);
-            s.git_ops.insert(op);
-        }
-        true
-    }
-
-    /// A turn ended (completed, or failed for good): write its checkpoint
-    /// and read the session's changes. A session in no repository, or one
-    /// that has not asked git yet, has none.
-    pub(crate) fn checkpoint_turn(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(git) = session.record.git.as_mut() else { return };
-        if git.repo_root.is_none() || git.moved {
-            return;
-        }
-        crate::mark!("checkpoint_written_at_turn_end");
-        git.checkpoints += 1;
-        let n = git.checkpoints;
-        let key = session.record.key.clone();
-        let (workdir, base, exclude) = match &git.worktree {
-            Some(w) => (w.path.clone(), w.base_commit.clone(), w.placed.clone()),
-            None => (git.folder.clone(), worktree::checkpoint_ref(&key, 0), Vec::new()),
-        };
-        let op = self.shared.git(
-            Op::Git(GitOp::Checkpoint { session: session_uri.clone() }),
-            GitCmd::Checkpoint { workdir, checkpoint_ref: worktree::checkpoint_ref(&key, n), base, exclude },
-        );
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.git_ops.insert(op);
-        }
     }
 
     /// `disposeSession`'s git step: the session's checkpoints and its tree.
@@ -349,144 +317,11 @@ impl Host {
         }
     }
 
-    /// The first send's git work answered: record it, move a worktree
-    /// session into its tree (its agents started again there) and let the
-    /// kept turns go; a tree git could not make fails them.
-    fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
-        let Some(session) = self.sessions.get_mut(session_uri) else {
-            // Disposed meanwhile: a tree made for it is nobody's.
-            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
-                if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
-                    let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
-                    self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
-                }
-            }
-            return;
-        };
-        session.git_ops.remove(&op);
-        if session.git_begin != Some(op) {
-            return;
-        }
-        session.git_begin = None;
-        if matches!(session.phase, Phase::Disposing { .. }) {
-            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
-                let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
-                self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
-            }
-            return;
-        }
-        let mut git_warning = None;
-        let (repo_root, tree) = match outcome {
-            Outcome::Git(GitResult::Begun { repo_root, worktree }) => (repo_root, worktree),
-            Outcome::Failed { message } if !table::worktree_asked(&session.record.config) => {
-                // A folder session's turn runs whatever git says: it only
-                // goes without checkpoints (and so without counts).
-                git_warning = Some(message);
-                (None, None)
-            }
-            Outcome::Failed { message } => {
-                let pending = std::mem::take(&mut session.pending_sends);
-                crate::mark!("worktree_failed_fails_send");
-                self.shared.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri.clone()), message.clone());
-                for (chat, turn_id, _) in pending {
-                    self.fail_turn(session_uri, &chat, &turn_id, &format!("the worktree could not be made: {message}"));
-                }
-                return;
-            }
-            _ => (None, None),
-        };
-        // A worktree asked for outside a repository is a folder session.
-        let to_folder = repo_root.is_none() && table::worktree_asked(&session.record.config);
-        // A session that moved keeps the folders (and trees) it worked in before.
-        let former = session.record.git.take().map(|g| g.former).unwrap_or_default();
-        session.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former });
-        if let Some(message) = git_warning {
-            self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
-        }
-        if to_folder {
-            self.config_read_back(session_uri, table::ISOLATION, "folder");
-        }
-        let Some(tree) = tree else {
-            self.store_put(session_uri);
-            return self.release_held_sends(session_uri);
-        };
-        // Read back, the session is a worktree session on the branch its
-        // tree was cut from (Sessions page, "Configuration keys").
-        if !tree.base_branch.is_empty() {
-            self.config_read_back(session_uri, table::BRANCH, &tree.base_branch);
-        }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        // Into the tree, at the folder matching the one the client picked
-        // (a session made in `<repo>/pkg` works in `<tree>/pkg`): the process
-        // root is replaced, and every agent is started again there before
-        // the turn runs.
-        let old = session.record.working_directories.first().cloned();
-        let (picked, checkout_root) = session.record.git.as_ref().map(|g| (g.folder.clone(), g.repo_root.clone())).unwrap_or_default();
-        let new = uri_of_path(&same_folder_in_tree(&picked, checkout_root.as_deref(), &tree.path));
-        match session.record.working_directories.first_mut() {
-            Some(first) => *first = new.clone(),
-            None => session.record.working_directories.push(new.clone()),
-        }
-        // A conversation with nothing in it yet starts afresh in the tree;
-        // one that holds turns is resumed there, or they are gone (issue
-        // 19, seed 80116: the record naming the first tree was not saved,
-        // the process stopped, and the next first send started the chat
-        // over its turns).
-        let resident = session.resident.as_deref();
-        for chat in &mut session.record.chats {
-            let finished = resident.and_then(|r| r.chats.get(&chat.resource)).is_some_and(|c| !c.turns.is_empty());
-            if !finished && chat.kept.iter().all(|k| k.ended.is_none()) {
-                chat.fresh = true;
-            } else {
-                crate::mark!("tree_resumes_chat_with_turns");
-            }
-        }
-        if let Some(old) = old {
-            let action = StateAction::SessionWorkingDirectoryReplaced(SessionWorkingDirectoryReplacedAction { directory: old, replacement: new });
-            self.emit(session_uri, action, None);
-        }
-        crate::mark!("worktree_made_at_first_send");
-        self.shared.log(LogLevel::Info, "git.worktree_made", Some(session_uri.clone()), format!("{} on {}", tree.path, tree.branch));
-        self.store_put(session_uri);
-        self.summary_changed(session_uri);
-        match self.sessions.get(session_uri).map(|s| s.phase.clone()) {
-            Some(Phase::Live) => self.restart_agents(session_uri),
-            Some(Phase::Asleep) => self.wake(session_uri),
-            _ => {}
-        }
-    }
-
-    /// A config value of the session as git's work read it back (its
-    /// branch, or `folder` isolation outside a repository): recorded, and
-    /// when it differs from the value the session reported, told to its
-    /// subscribers as `session/configChanged`, so the state a client holds
-    /// is the host's.
-    fn config_read_back(&mut self, session_uri: &Uri, key: &str, value: &str) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let value = Value::String(value.to_owned());
-        if session.record.config.get(key) == Some(&value) {
-            return;
-        }
-        session.record.config.insert(key.to_owned(), value.clone());
-        let config = [(key.to_owned(), value)].into_iter().collect();
-        let action = StateAction::SessionConfigChanged(ahp_types::actions::SessionConfigChangedAction { config, replace: None });
-        self.emit(session_uri, action, None);
-    }
-
     /// Hands the turns held for git to their agents (waking the session
     /// when its agents are not running).
     pub(crate) fn release_held_sends(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.phase != Phase::Live || session.start_owed {
-            // Asleep meanwhile (its agent exited): the wake hands them over.
-            if session.phase == Phase::Asleep {
-                self.wake(session_uri);
-            }
-            return;
-        }
-        let pending = std::mem::take(&mut session.pending_sends);
-        for (chat, turn_id, message) in pending {
-            self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+        if self.in_session(session_uri, |s, sh| s.release_held_sends(sh)) == Some(true) {
+            self.wake(session_uri);
         }
     }
 }

@@ -74,11 +74,9 @@ impl Host {
     /// Closes every chat's agent and moves a live session to `Asleep`; its
     /// state stays held.
     pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
-        if !self.in_session(uri, |s, sh| s.close_agents(sh)).unwrap_or(false) {
-            return;
+        if self.in_session(uri, |s, sh| s.let_agents_go(sh)) == Some(true) {
+            self.archived_trees_go(uri);
         }
-        self.set_phase(uri, Phase::Asleep);
-        self.archived_trees_go(uri);
     }
 
     /// A live session's agents start again in its new process root (the
@@ -88,9 +86,11 @@ impl Host {
     /// does (an archived session's trees going, a sleep counted) happens to
     /// a session with a turn in hand.
     pub(crate) fn restart_agents(&mut self, uri: &Uri) {
-        if self.in_session(uri, |s, sh| s.close_agents(sh)).unwrap_or(false) {
-            self.start_agents(uri);
-        }
+        self.in_session(uri, |s, sh| {
+            if s.close_agents(sh) {
+                s.start_agents(sh);
+            }
+        });
     }
 
     /// Sessions that count against the limit: state held and something said.

@@ -139,4 +139,28 @@ impl Session {
     pub fn running_turns_except(&self, chat: &Uri) -> Vec<(Uri, String)> {
         self.running_turns().into_iter().filter(|(c, _)| c != chat).collect()
     }
+
+    /// The turns held for the session's first git command go to their
+    /// agents, once it is live with no start owed. Returns true when it is
+    /// asleep meanwhile (its agent exited): the host wakes it, and the wake
+    /// hands them over.
+    pub(crate) fn release_held_sends(&mut self, sh: &mut Shared) -> bool {
+        if self.phase != Phase::Live || self.start_owed {
+            return self.phase == Phase::Asleep;
+        }
+        for (chat, turn_id, message) in std::mem::take(&mut self.pending_sends) {
+            self.hand_to_agent(sh, chat, turn_id, message);
+        }
+        false
+    }
+
+    /// Lets every chat's agent go and puts a live session to sleep; its
+    /// state stays held. False, with nothing done, when it is not live.
+    pub(crate) fn let_agents_go(&mut self, sh: &mut Shared) -> bool {
+        if !self.close_agents(sh) {
+            return false;
+        }
+        self.set_phase(Phase::Asleep);
+        true
+    }
 }

@@ -8,6 +8,7 @@ pub mod changes;
 pub mod chats;
 pub mod dispose;
 pub mod effects;
+pub mod git;
 pub mod lifecycle;
 pub mod mirror;
 pub mod row;

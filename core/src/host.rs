@@ -23,19 +23,17 @@
 //! [`Shared`] part of the host; these files sequence them with residency,
 //! the catalogue, trees shared between sessions and what waits):
 //! - `commands`: `createSession`, `disposeSession`, `listSessions`,
-//!   `fetchTurns`.
+//!   `fetchTurns`, `createChat`, `disposeChat`.
 //! - `dispatch`: client-dispatched actions (write-ahead: validate, make
 //!   durable, apply, stamp `serverSeq`, echo).
-//! - `turns`: the life of a turn (handed to the agent, taken, ended).
-//! - `backend`: what a session's backend answers and says.
-//! - `chats`: `createChat`, `disposeChat`.
+//! - `backend`: what a session's backend answers and says, and a turn's
+//!   life around it (handed to the agent, taken, ended).
 //! - `git`, `trees`: config resolution, worktrees, checkpoints, a tree's
 //!   life through archive and wake; `detached`: the window's own trees.
 
 mod awareness;
 mod backend;
 mod broadcast;
-mod chats;
 mod commands;
 mod connection;
 mod detached;
@@ -45,7 +43,6 @@ mod git;
 mod ops;
 pub(crate) mod handshake;
 mod trees;
-mod turns;
 mod residency;
 mod shared;
 pub(crate) mod shutdown;

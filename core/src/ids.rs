@@ -61,6 +61,13 @@ impl ResourceId {
     pub fn uri(&self) -> String {
         format!("{}:/{}", self.scheme, self.id)
     }
+
+    /// The URI of the default chat of the session this id names:
+    /// `ahp-chat:/<store key>` (the host's, never the client's; Sessions
+    /// page, "createSession order": "the default chat is the host's").
+    pub fn default_chat_uri(&self) -> String {
+        format!("ahp-chat:/{}", self.store_key())
+    }
 }
 
 fn validate_scheme(scheme: &str) -> Result<(), IdError> {

@@ -135,3 +135,70 @@ pub struct ChatRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<ahp_types::state::Message>,
 }
+
+impl ChatRecord {
+    /// A chat made now (`now`), with no turns yet: idle, untitled, its
+    /// conversation not begun (`fresh`), named `conversation_id` for its
+    /// backend.
+    pub fn new_chat(resource: Uri, conversation_id: String, now: crate::time::WallTime) -> ChatRecord {
+        ChatRecord {
+            resource,
+            title: String::new(),
+            conversation_id,
+            modified_at: now.to_iso(),
+            status: crate::session::state::IDLE,
+            fresh: true,
+            senders: BTreeMap::new(),
+            changes: None,
+            written: Default::default(),
+            kept: Vec::new(),
+            draft: None,
+        }
+    }
+}
+
+impl SessionRecord {
+    /// The record of a session `createSession` makes at `now`: `id`'s URI
+    /// and store key, its settled `config` and the `offer` it was settled
+    /// from, its owner and scope, the window's tree it is made in, and one
+    /// default chat (`ResourceId::default_chat_uri`) whose conversation is
+    /// named by the store key. Untitled, unread, unarchived, no changes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_session(
+        id: &crate::ids::ResourceId,
+        provider: String,
+        working_directories: Vec<Uri>,
+        config: serde_json::Map<String, serde_json::Value>,
+        offer: crate::session_config::ConfigOffer,
+        owner: Option<String>,
+        scope: Option<String>,
+        in_tree: Option<crate::git::TreeOrigin>,
+        now: crate::time::WallTime,
+    ) -> SessionRecord {
+        let default_chat = id.default_chat_uri();
+        SessionRecord {
+            format: RECORD_FORMAT,
+            key: id.store_key(),
+            resource: id.uri(),
+            provider,
+            title: String::new(),
+            created_at: now.to_iso(),
+            modified_at: now.to_iso(),
+            is_read: false,
+            is_archived: false,
+            working_directories,
+            config,
+            owner,
+            scope,
+            default_chat: default_chat.clone(),
+            chats: vec![ChatRecord::new_chat(default_chat, id.store_key(), now)],
+            changes: None,
+            external: false,
+            offer: Some(offer),
+            in_tree,
+            shared_trees: Vec::new(),
+            git: None,
+            deleted: false,
+        }
+    }
+}

@@ -267,7 +267,7 @@ impl Host {
     fn rediscover(&mut self, provider: &str, session: &Uri, row: ScannedRow) {
         let Ok(id) = ResourceId::parse(session) else { return };
         let uri = id.uri();
-        let default_chat = default_chat_of(&id);
+        let default_chat = id.default_chat_uri();
         let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or_else(|| default_chat.clone());
         if self.shared.retired.contains(&uri) || self.shared.retired.contains(&chat) || self.shared.chats.contains_key(&chat) {
             return;
@@ -386,12 +386,6 @@ impl Host {
     }
 }
 
-/// The URI of a session's default chat: the host names it after the
-/// session's store key when the session is created.
-fn default_chat_of(id: &ResourceId) -> Uri {
-    format!("ahp-chat:/{}", id.store_key())
-}
-
 /// A chat's record as a scan row describes it.
 fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     ChatRecord {
@@ -416,7 +410,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
 fn default_chats_first(rows: Vec<ScannedRow>) -> Vec<ScannedRow> {
     let is_default = |r: &ScannedRow| match (&r.session, &r.chat) {
         (_, None) | (None, _) => true,
-        (Some(s), Some(c)) => ResourceId::parse(s).is_ok_and(|id| default_chat_of(&id) == *c),
+        (Some(s), Some(c)) => ResourceId::parse(s).is_ok_and(|id| id.default_chat_uri() == *c),
     };
     let (mut first, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(is_default);
     first.extend(rest);

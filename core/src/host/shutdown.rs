@@ -2,11 +2,12 @@
 //! running turns get the grace to end, then are cancelled through their
 //! backends and kept as cancelled (`crate::kept_turns`); the shell exits
 //! once [`Host::drained`] and every store write is on disk.
-use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
+
+use ahp_types::actions::ChatTurnCancelledAction;
 use ahp_types::Uri;
 
-use crate::effect::{BackendCmd, LogLevel};
-use crate::host::{Host, Op};
+use crate::effect::LogLevel;
+use crate::host::Host;
 use crate::time::MonoTime;
 
 /// The stop in progress.
@@ -60,29 +61,15 @@ impl Host {
             self.shared.log(LogLevel::Warn, "host.turns_cancelled", None, format!("{} turns still running at the end of the grace were cancelled", running.len()));
         }
         for (session, chat, turn_id) in running {
-            let duration = self.turn_duration(&session, &chat);
-            let action = StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: turn_id.clone(), duration, meta: None });
-            if !self.emit(&chat, action, None) {
+            let cancel = ChatTurnCancelledAction { turn_id, duration: 0, meta: None };
+            if self.in_session(&session, |s, sh| s.cancel_turn(sh, &chat, cancel, None)) != Some(true) {
                 continue;
-            }
-            self.kept_turn_ended(&session, &chat, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
-            if let Some(s) = self.sessions.get_mut(&session) {
-                let before = s.pending_sends.len();
-                s.pending_sends.retain(|(c, t, _)| !(*c == chat && *t == turn_id));
-                if s.pending_sends.len() == before {
-                    let provider = s.record.provider.clone();
-                    self.backend(Op::Fire, provider, chat.clone(), BackendCmd::Cancel { turn_id });
-                }
             }
             // The turn's end as `end_turn_bookkeeping` counts it, but with
             // no residency check between two cancels: one would take a
             // session whose turn is cancelled only later in this loop. The
             // next sweep runs it.
-            if let Some(resident) = self.sessions.get_mut(&session).and_then(|s| s.resident.as_mut()) {
-                resident.turn_started_mono.remove(&chat);
-            }
-            self.mark_activity(&session);
-            self.after_chat_change(&session, &chat);
+            self.in_session(&session, |s, sh| s.turn_ended(sh, &chat));
             self.recount_active();
             self.store_put(&session);
         }

@@ -5,7 +5,7 @@
 //! The host decides the rest (grants, whether the session must wake first,
 //! the store write, the echo): `host/dispatch.rs`.
 
-use ahp_types::actions::{ActionOrigin, SessionTitleChangedAction, StateAction};
+use ahp_types::actions::{ActionOrigin, ChatTurnCancelledAction, SessionTitleChangedAction, StateAction};
 use ahp_types::state::{Message, MessageKind, ToolCallState};
 use ahp_types::Uri;
 
@@ -227,23 +227,7 @@ impl Session {
                 self.after_chat_change(sh, channel);
                 Some(ActionNext::TurnStarted { turn_id, message: Box::new(message) })
             }
-            StateAction::ChatTurnCancelled(mut a) => {
-                a.duration = self.turn_duration(channel, sh.now.mono);
-                let turn_id = a.turn_id.clone();
-                if !self.emit(sh, channel, StateAction::ChatTurnCancelled(a), origin) {
-                    return None;
-                }
-                self.end_kept_turn(channel, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
-                // The turn's send, if it never reached the agent, goes before
-                // the turn's end is counted: a residency check there must not
-                // see it as work still in hand.
-                let before = self.pending_sends.len();
-                self.pending_sends.retain(|(c, t, _)| !(c == channel && *t == turn_id));
-                if self.pending_sends.len() == before && self.phase == Phase::Live {
-                    self.backend(sh, Op::Fire, channel.clone(), BackendCmd::Cancel { turn_id });
-                }
-                Some(ActionNext::TurnCancelled)
-            }
+            StateAction::ChatTurnCancelled(a) => self.cancel_turn(sh, channel, a, origin).then_some(ActionNext::TurnCancelled),
             StateAction::ChatToolCallConfirmed(a) => {
                 let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
                 if !self.emit(sh, channel, StateAction::ChatToolCallConfirmed(a), origin) {
@@ -268,6 +252,33 @@ impl Session {
                 None
             }
         }
+    }
+
+    /// Cancels `chat`'s turn (a client's `chat/turnCancelled` with
+    /// `origin`, or the host's at the end of a graceful stop): its end with
+    /// the host's duration, kept as cancelled; a send that never reached
+    /// the agent is dropped, else the agent is told to cancel while it runs
+    /// (live, or until a dispose deletes it: a graceful stop's cancels
+    /// reach a disposing session's turn too; a client's never do, since a
+    /// disposing session admits no action).
+    /// False, with nothing done, when the reducer refuses it. What every
+    /// turn's end does next is the caller's.
+    pub(crate) fn cancel_turn(&mut self, sh: &mut Shared, chat: &Uri, mut cancel: ChatTurnCancelledAction, origin: Option<ActionOrigin>) -> bool {
+        cancel.duration = self.turn_duration(chat, sh.now.mono);
+        let turn_id = cancel.turn_id.clone();
+        if !self.emit(sh, chat, StateAction::ChatTurnCancelled(cancel), origin) {
+            return false;
+        }
+        self.end_kept_turn(chat, &turn_id, Some(crate::kept_turns::KeptEnd::Cancelled));
+        // The turn's send, if it never reached the agent, goes before the
+        // turn's end is counted: a residency check there must not see it as
+        // work still in hand.
+        let before = self.pending_sends.len();
+        self.pending_sends.retain(|(c, t, _)| !(c == chat && *t == turn_id));
+        if self.pending_sends.len() == before && matches!(self.phase, Phase::Live | Phase::Disposing { .. }) {
+            self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Cancel { turn_id });
+        }
+        true
     }
 
     /// Writes the record as it will be once `work` is done and parks `work`

@@ -1,16 +1,20 @@
-//! A session's own part of a wake (Sessions page, "Sleep and wake"):
-//! starting every chat's agent (resuming where the backend can), and, once
-//! every start answered, either its state rebuilt from what the backend
-//! kept and the session live, or the wake failed and the session asleep,
-//! intact, for the next waker. Whether a wake may begin (trust, a tree to
-//! put back) and serving what waited are the host's (`host/residency.rs`).
+//! A session's agents starting (Sessions page, "The life of a session",
+//! "Sleep and wake"): a provisional session made by `createSession` and its
+//! first agent's start; a wake starting every chat's agent (resuming where
+//! the backend can) and, once every start answered, either its state
+//! rebuilt from what the backend kept and the session live, or the wake
+//! failed and the session asleep, intact, for the next waker. Whether a
+//! wake may begin (trust, a tree to put back) and serving what waited are
+//! the host's (`host/residency.rs`).
 
 use std::collections::BTreeSet;
 
 use ahp_types::state::{Message, SessionLifecycle};
 use ahp_types::Uri;
 
-use crate::effect::{BackendCmd, LogLevel};
+use crate::effect::{BackendCmd, ConnId, LogLevel};
+use crate::ids::ResourceId;
+use crate::record::SessionRecord;
 use crate::host::{Op, Shared};
 use crate::session::state::{chat_state, chat_summary, session_state};
 use crate::session::{Phase, Resident, Session, Waiter, Wake};
@@ -132,5 +136,37 @@ impl Session {
         self.mark_activity(sh);
         sh.log(LogLevel::Info, "session.woke", Some(session_uri), String::new());
         Some(WakeEnd::Woke { pending, waiters })
+    }
+
+    /// A session `createSession` just made, provisional (Sessions page,
+    /// "Provisional sessions"): its state held with the default chat, its
+    /// lifecycle `creating`, the reply to request `id` of `conn` owed until
+    /// its agent starts.
+    pub(crate) fn provisional(id: ResourceId, record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
+        let chat = chat_state(&record.chats[0], Vec::new());
+        let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
+        let resident = Resident {
+            session: state,
+            chats: [(record.default_chat.clone(), chat)].into_iter().collect(),
+            turn_started_mono: Default::default(),
+            born_seq: sh.server_seq,
+        };
+        Session::new(id, record, Phase::Starting { conn, id: request }, Some(resident), can_resume, sh.now.mono)
+    }
+
+    /// Starts a provisional session's default chat's agent, afresh, in its
+    /// process root with its peers: `createSession` answers when it did.
+    pub(crate) fn start_default_agent(&mut self, sh: &mut Shared) {
+        let session = self.record.resource.clone();
+        let chat = self.record.default_chat.clone();
+        let command = BackendCmd::Start {
+            session: session.clone(),
+            conversation_id: self.record.key.clone(),
+            working_directory: self.record.working_directories.first().cloned(),
+            peer_directories: crate::folders::peers(&self.record.working_directories),
+            resume: false,
+        };
+        let op = self.backend(sh, Op::Start { session, chat: chat.clone() }, chat, command);
+        self.phase_ops.insert(op);
     }
 }

@@ -129,7 +129,7 @@ pub fn before(view: &HostView<'_>) -> Before {
                     created_at: s.created_at,
                     modified_at: s.modified_at,
                     held: s.resident.is_some(),
-                    live: s.phase == Phase::Live,
+                    live: s.phase.is_live(),
                 };
                 (uri.clone(), facts)
             })
@@ -178,7 +178,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
         .filter(|s| {
             // A session whose backend cannot resume it is pinned too: its
             // turns could not be rebuilt once its state went.
-            matches!(s.phase, Phase::Live | Phase::Asleep)
+            matches!(s.phase, Phase::Live { .. } | Phase::Asleep)
                 && s.can_resume
                 && !s.has_work_in_hand()
                 && !watched(s)
@@ -192,7 +192,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
 
 /// A live session holds an agent, and its state with it.
 pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.phase, Phase::Live | Phase::Starting { .. }) && s.resident.is_none() {
+    if matches!(s.phase, Phase::Live { .. } | Phase::Starting { .. }) && s.resident.is_none() {
         return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase.name()));
     }
     Ok(())
@@ -374,7 +374,7 @@ pub fn inv_archived_goes_at_once(view: &HostView<'_>) -> Result<(), Violation> {
 fn evictable(view: &HostView<'_>, s: &Session) -> bool {
     s.resident.is_some()
         && s.is_announced()
-        && matches!(s.phase, Phase::Live | Phase::Asleep)
+        && matches!(s.phase, Phase::Live { .. } | Phase::Asleep)
         && s.can_resume
         && !s.has_work_in_hand()
         && !watched(view, s)

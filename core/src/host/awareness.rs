@@ -37,7 +37,6 @@ use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
 use crate::input::Outcome;
 use crate::ids::{printable, ResourceId};
 use crate::protocol::error::{error, INVALID_PARAMS, SESSION_NOT_FOUND};
-use crate::session::Phase;
 use crate::time::MonoTime;
 
 /// How many recent awareness events a session's `_meta` keeps.
@@ -126,7 +125,7 @@ impl Host {
             }
             _ => {
                 // Live sessions hold their state, so they are among `held`.
-                let live = self.held_sessions().filter(|(_, s)| s.phase == Phase::Live).map(|(u, _)| u.clone()).collect();
+                let live = self.held_sessions().filter(|(_, s)| s.phase.is_live()).map(|(u, _)| u.clone()).collect();
                 let gone = self.awareness.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
                 (live, gone)
             }
@@ -174,7 +173,7 @@ impl Host {
     /// Whether `uri` is a live session (live and holding its state): one
     /// that has a record in the registry.
     fn is_live(&self, uri: &Uri) -> bool {
-        self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some())
+        self.sessions.get(uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some())
     }
 
     /// Starts a scan, or owes one when a scan is in flight.

@@ -20,7 +20,6 @@ use crate::effect::{BackendCmd, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
 use crate::session::starts::StartNext;
 use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
-use crate::session::Phase;
 
 impl Host {
     /// A chat's agent started (or failed to): the session takes the answer
@@ -81,7 +80,7 @@ impl Host {
             self.shared.stats.stale_events += 1;
             return;
         };
-        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some());
+        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some());
         if !live {
             self.shared.stats.stale_events += 1;
             return;
@@ -175,7 +174,7 @@ impl Host {
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
     pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
-        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase == Phase::Live && !s.start_owed);
+        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase.is_live() && !s.start_owed);
         // A session's first send asks git first (its tree and `turn/0`);
         // a sleeping session is woken first and asks once it is live.
         if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {

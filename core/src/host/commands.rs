@@ -210,7 +210,9 @@ impl Host {
         ops.extend(self.dispose_git(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
-            s.phase_ops = ops;
+            if let Phase::Disposing { ops: awaited, .. } = &mut s.phase {
+                *awaited = ops;
+            }
         }
         if done {
             self.dispose_finish(uri, None);
@@ -222,7 +224,7 @@ impl Host {
     /// when the store refused the tombstone, keep it and say so.
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        let Phase::Disposing { conn, id } = session.phase else { return };
+        let Phase::Disposing { conn, id, .. } = session.phase else { return };
         if let Some(message) = store_error {
             let running = self.in_session(uri, |s, sh| s.dispose_refused_by_store(sh, &message)).unwrap_or_default();
             for (chat, turn_id) in running {
@@ -277,8 +279,7 @@ impl Host {
             self.shared.log(LogLevel::Warn, "backend.delete_failed", Some(session_uri.clone()), message.clone());
         }
         let Some(s) = self.sessions.get_mut(session_uri) else { return };
-        s.phase_ops.remove(&op);
-        if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+        if s.dispose_step_done(op) {
             self.dispose_finish(session_uri, None);
         }
     }

@@ -65,7 +65,7 @@ impl Host {
             }
             Some(BegunNext::Release) => self.release_held_sends(session_uri),
             Some(BegunNext::InTree) => match self.sessions.get(session_uri).map(|s| s.phase.shallow()) {
-                Some(Phase::Live) => self.restart_agents(session_uri),
+                Some(Phase::Live { .. }) => self.restart_agents(session_uri),
                 Some(Phase::Asleep) => self.wake(session_uri),
                 _ => {}
             },
@@ -241,8 +241,7 @@ impl Host {
                     _ => {}
                 }
                 let Some(s) = self.sessions.get_mut(&session) else { return };
-                s.phase_ops.remove(&op);
-                if s.phase_ops.is_empty() && matches!(s.phase, Phase::Disposing { .. }) {
+                if s.dispose_step_done(op) {
                     self.dispose_finish(&session, None);
                 }
             }

@@ -139,7 +139,7 @@ impl Host {
             return;
         }
         for (_, s) in self.held_sessions().filter(|(_, s)| s.is_announced()) {
-            if !matches!(s.phase, Phase::Live | Phase::Asleep) {
+            if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
                 crate::mark!("evict_skip_changing_phase");
             } else if !s.can_resume {
                 crate::mark!("evict_skip_pinned_not_resumable");

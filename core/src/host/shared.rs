@@ -184,7 +184,7 @@ impl Shared {
     }
 
     /// Whether `op` is a start of `chat`'s agent (one of a session's
-    /// `phase_ops`, which also holds deletes and git work).
+    /// phase's awaited ops, which also hold deletes and git work).
     pub(crate) fn starts_chat(&self, op: &OpId, chat: &Uri) -> bool {
         matches!(self.ops.get(op), Some(Op::Start { chat: c, .. }) if c == chat)
     }

@@ -275,7 +275,7 @@ impl Session {
         // work still in hand.
         let before = self.pending_sends.len();
         self.pending_sends.retain(|(c, t, _)| !(c == chat && *t == turn_id));
-        if self.pending_sends.len() == before && matches!(self.phase, Phase::Live | Phase::Disposing { .. }) {
+        if self.pending_sends.len() == before && matches!(self.phase, Phase::Live { .. } | Phase::Disposing { .. }) {
             self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Cancel { turn_id });
         }
         true

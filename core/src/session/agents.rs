@@ -21,7 +21,7 @@ impl Session {
     /// Closes every chat's agent of a live session and forgets what was in
     /// flight with them; false (nothing done) when it is not live.
     pub(crate) fn close_agents(&mut self, sh: &mut Shared) -> bool {
-        if self.phase != Phase::Live {
+        if !self.phase.is_live() {
             return false;
         }
         let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
@@ -43,7 +43,7 @@ impl Session {
     /// (Ending the turn may already have let the agents go, for a session
     /// whose creation failed; then the owed start is the session's own.)
     pub(crate) fn agent_exited_for_good(&mut self, sh: &mut Shared, chat: &Uri) {
-        if self.phase != Phase::Live {
+        if !self.phase.is_live() {
             return;
         }
         self.sends_in_flight.retain(|_, (c, _)| c != chat);
@@ -71,7 +71,9 @@ impl Session {
             chat.clone(),
             BackendCmd::Start { session, conversation_id, working_directory, peer_directories, resume: false },
         );
-        self.phase_ops.insert(op);
+        if let Some(ops) = self.phase.awaited_mut() {
+            ops.insert(op);
+        }
     }
 
     /// Sends a turn of a live session to its chat's agent (starting an
@@ -82,7 +84,7 @@ impl Session {
     /// learnt was gone after a restart (issue 19, seed 12609).
     pub(crate) fn hand_to_agent(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: Message) {
         self.start_owed_agent(sh, &chat);
-        let starting = self.phase_ops.iter().any(|op| sh.starts_chat(op, &chat));
+        let starting = self.phase.awaited().is_some_and(|ops| ops.iter().any(|op| sh.starts_chat(op, &chat)));
         if starting {
             crate::mark!("send_waits_for_chat_start");
             self.pending_sends.push((chat, turn_id, message));
@@ -117,7 +119,7 @@ impl Session {
         }
         self.busy_chats.clear();
         self.sends_in_flight.clear();
-        if self.phase != Phase::Live {
+        if !self.phase.is_live() {
             return false;
         }
         self.set_phase(Phase::Asleep);
@@ -145,7 +147,7 @@ impl Session {
     /// asleep meanwhile (its agent exited): the host wakes it, and the wake
     /// hands them over.
     pub(crate) fn release_held_sends(&mut self, sh: &mut Shared) -> bool {
-        if self.phase != Phase::Live || self.start_owed {
+        if !self.phase.is_live() || self.start_owed {
             return self.phase == Phase::Asleep;
         }
         for (chat, turn_id, message) in std::mem::take(&mut self.pending_sends) {

@@ -34,7 +34,7 @@ impl Session {
         self.touch(sh);
         self.mark_activity(sh);
         match self.phase {
-            Phase::Live | Phase::Waking(_) => {
+            Phase::Live { .. } | Phase::Waking(_) => {
                 let command = BackendCmd::Start {
                     session: session_uri.clone(),
                     conversation_id,
@@ -43,7 +43,9 @@ impl Session {
                     resume: false,
                 };
                 let op = self.backend(sh, Op::Start { session: session_uri, chat: chat_uri.clone() }, chat_uri, command);
-                self.phase_ops.insert(op);
+                if let Some(ops) = self.phase.awaited_mut() {
+                    ops.insert(op);
+                }
                 false
             }
             Phase::Asleep => true,
@@ -64,11 +66,13 @@ impl Session {
         self.pending_sends.retain(|(c, _, _)| c != chat);
         self.sends_in_flight.retain(|_, (c, _)| c != chat);
         self.starts_unanswered.retain(|_, c| c != chat);
-        self.phase_ops.retain(|op| !sh.starts_chat(op, chat));
+        if let Some(ops) = self.phase.awaited_mut() {
+            ops.retain(|op| !sh.starts_chat(op, chat));
+        }
         if let Phase::Waking(wake) = &mut self.phase {
             wake.history.remove(chat);
         }
-        let wake_done = self.phase.is_waking() && self.phase_ops.is_empty();
+        let wake_done = self.phase.is_waking() && self.phase.awaited().is_some_and(|ops| ops.is_empty());
         self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
         let session_uri = self.record.resource.clone();
         self.emit(sh, &session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);

@@ -26,7 +26,7 @@ impl Session {
     /// that fails leaves the session whole (issue 18, seed 99: a failed
     /// dispose had already deleted them).
     pub(crate) fn begin_dispose(&mut self, sh: &mut Shared, conn: ConnId, id: u64) {
-        self.set_phase(Phase::Disposing { conn, id });
+        self.set_phase(Phase::disposing(conn, id));
         self.pending_sends.clear();
         let record = Box::new(tombstone_of(&self.record));
         let op = sh.new_op(Op::StoreDelete { session: self.record.resource.clone() });
@@ -52,7 +52,7 @@ impl Session {
     /// hand. Returns its running turns, which end in an error kept in its
     /// history. Nothing is done unless it is disposing.
     pub(crate) fn dispose_refused_by_store(&mut self, sh: &mut Shared, message: &str) -> Vec<(Uri, String)> {
-        let Phase::Disposing { conn, id } = self.phase else { return Vec::new() };
+        let Phase::Disposing { conn, id, .. } = self.phase else { return Vec::new() };
         crate::mark!("dispose_store_failed_session_stays");
         sh.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {}: {message}", self.record.resource)));
         let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
@@ -67,6 +67,18 @@ impl Session {
         self.pending_sends.clear();
         self.set_phase(Phase::Asleep);
         running
+    }
+
+    /// One of the dispose's deletes (op `op`) answered: true when it was
+    /// the last the dispose waited for, and the dispose ends.
+    pub(crate) fn dispose_step_done(&mut self, op: OpId) -> bool {
+        match &mut self.phase {
+            Phase::Disposing { ops, .. } => {
+                ops.remove(&op);
+                ops.is_empty()
+            }
+            _ => false,
+        }
     }
 }
 

@@ -2,12 +2,12 @@
 //! (docs/STYLE.md 3.2: states say what they wait for; one function checks
 //! every edge against this table).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::state::Turn;
 use ahp_types::Uri;
 
-use crate::effect::ConnId;
+use crate::effect::{ConnId, OpId};
 
 /// What a wake has gathered from its resumes so far (Sessions page, "Sleep
 /// and wake": "Wakers that arrive together share one resume"). It lives in
@@ -20,6 +20,9 @@ pub struct Wake {
     /// The first failure among the resumes: the whole wake fails with it
     /// and the session stays asleep.
     pub error: Option<String>,
+    /// The starts the wake waits for (one per chat, and a chat made while
+    /// it wakes): it ends when none is left.
+    pub ops: BTreeSet<OpId>,
 }
 
 /// A session's host-side phase. The protocol's own `lifecycle`
@@ -35,9 +38,16 @@ pub enum Phase {
         conn: ConnId,
         /// Its request id.
         id: u64,
+        /// The default chat's agent start it waits for.
+        ops: BTreeSet<OpId>,
     },
     /// Its agents run.
-    Live,
+    Live {
+        /// Chat agents starting in it (a chat made while live, an agent
+        /// owed a fresh start): their answers name the conversations a
+        /// later wake resumes, so they are work in hand.
+        starting: BTreeSet<OpId>,
+    },
     /// Its agents were let go; the conversation is kept (Sessions page,
     /// "Sleep and wake"). Its state may still be held, or evicted.
     Asleep,
@@ -51,6 +61,9 @@ pub enum Phase {
         conn: ConnId,
         /// Its request id.
         id: u64,
+        /// The deletes (conversations, git refs and trees) it waits for,
+        /// once its tombstone is durable: it ends when none is left.
+        ops: BTreeSet<OpId>,
     },
 }
 
@@ -60,13 +73,59 @@ impl Phase {
         Phase::Waking(Box::default())
     }
 
-    /// The phase without what a wake gathered: where it is, and whom a
-    /// reply is owed to. Two phases with equal shallow copies are the same
-    /// phase (a wake gathering answers does not move it).
+    /// Live with no chat's agent starting.
+    pub fn live() -> Phase {
+        Phase::Live { starting: BTreeSet::new() }
+    }
+
+    /// Creating, the reply to request `id` of `conn` owed, no start asked
+    /// yet.
+    pub fn starting(conn: ConnId, id: u64) -> Phase {
+        Phase::Starting { conn, id, ops: BTreeSet::new() }
+    }
+
+    /// Disposing, the reply to request `id` of `conn` owed, no delete asked
+    /// yet.
+    pub fn disposing(conn: ConnId, id: u64) -> Phase {
+        Phase::Disposing { conn, id, ops: BTreeSet::new() }
+    }
+
+    /// Whether its agents run.
+    pub fn is_live(&self) -> bool {
+        matches!(self, Phase::Live { .. })
+    }
+
+    /// The ops this phase waits for (`None` asleep, which waits for
+    /// nothing): what a phase's completions are checked against.
+    pub fn awaited(&self) -> Option<&BTreeSet<OpId>> {
+        match self {
+            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
+            Phase::Live { starting } => Some(starting),
+            Phase::Waking(wake) => Some(&wake.ops),
+            Phase::Asleep => None,
+        }
+    }
+
+    /// [`Phase::awaited`], to add or take an op.
+    pub fn awaited_mut(&mut self) -> Option<&mut BTreeSet<OpId>> {
+        match self {
+            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
+            Phase::Live { starting } => Some(starting),
+            Phase::Waking(wake) => Some(&mut wake.ops),
+            Phase::Asleep => None,
+        }
+    }
+
+    /// The phase without what it gathered or waits for: where it is, and
+    /// whom a reply is owed to. Two phases with equal shallow copies are
+    /// the same phase (answers coming in do not move it).
     pub fn shallow(&self) -> Phase {
         match self {
+            Phase::Starting { conn, id, .. } => Phase::starting(*conn, *id),
+            Phase::Live { .. } => Phase::live(),
+            Phase::Asleep => Phase::Asleep,
             Phase::Waking(_) => Phase::waking(),
-            other => other.clone(),
+            Phase::Disposing { conn, id, .. } => Phase::disposing(*conn, *id),
         }
     }
 
@@ -79,7 +138,7 @@ impl Phase {
     pub fn name(&self) -> &'static str {
         match self {
             Phase::Starting { .. } => "starting",
-            Phase::Live => "live",
+            Phase::Live { .. } => "live",
             Phase::Asleep => "asleep",
             Phase::Waking(_) => "waking",
             Phase::Disposing { .. } => "disposing",
@@ -94,15 +153,15 @@ pub fn is_legal(from: &Phase, to: &Phase) -> bool {
     use Phase::*;
     matches!(
         (from, to),
-        (Starting { .. }, Live)
-            | (Live, Asleep)
-            | (Live, Disposing { .. })
+        (Starting { .. }, Live { .. })
+            | (Live { .. }, Asleep)
+            | (Live { .. }, Disposing { .. })
             // Its agents start again in its new root (its tree, made on
             // its first send), the turn held meanwhile.
-            | (Live, Waking(_))
+            | (Live { .. }, Waking(_))
             | (Asleep, Waking(_))
             | (Asleep, Disposing { .. })
-            | (Waking(_), Live)
+            | (Waking(_), Live { .. })
             | (Waking(_), Asleep)
             | (Waking(_), Disposing { .. })
             // The store could not drop the record: the dispose did not
@@ -118,13 +177,13 @@ mod tests {
     #[test]
     fn table_allows_the_documented_moves_only() {
         let c = ConnId(1);
-        assert!(is_legal(&Phase::Live, &Phase::Asleep));
+        assert!(is_legal(&Phase::live(), &Phase::Asleep));
         assert!(is_legal(&Phase::Asleep, &Phase::waking()));
         assert!(is_legal(&Phase::waking(), &Phase::Asleep));
-        assert!(!is_legal(&Phase::Asleep, &Phase::Live));
-        assert!(is_legal(&Phase::Live, &Phase::waking()), "agents restarted in a new tree");
-        assert!(!is_legal(&Phase::Disposing { conn: c, id: 1 }, &Phase::Live));
-        assert!(!is_legal(&Phase::Live, &Phase::Starting { conn: c, id: 1 }));
+        assert!(!is_legal(&Phase::Asleep, &Phase::live()));
+        assert!(is_legal(&Phase::live(), &Phase::waking()), "agents restarted in a new tree");
+        assert!(!is_legal(&Phase::disposing(c, 1), &Phase::live()));
+        assert!(!is_legal(&Phase::live(), &Phase::starting(c, 1)));
     }
 }
 

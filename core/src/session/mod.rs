@@ -198,8 +198,6 @@ pub struct Session {
     /// Turns accepted while the agent was not running, handed to it once
     /// the wake ends: (chat, turn id, message).
     pub pending_sends: Vec<(Uri, String, Message)>,
-    /// Backend ops of the current phase transition (start, delete).
-    pub phase_ops: BTreeSet<OpId>,
     /// Every chat start not answered yet, by op, whatever the phase does
     /// meanwhile: a late answer still names the conversation an agent
     /// assigned, which the next wake must resume (`Session::start_answered`).
@@ -301,7 +299,6 @@ impl Session {
             last_used: 0,
             sends_in_flight: BTreeMap::new(),
             pending_sends: Vec::new(),
-            phase_ops: BTreeSet::new(),
             starts_unanswered: BTreeMap::new(),
             waiters: Vec::new(),
             parked: None,

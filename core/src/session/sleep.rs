@@ -27,7 +27,7 @@ impl Session {
     /// `watched` says whether a client watches it (asked only when nothing
     /// else refuses).
     pub fn sleep_refusal(&self, watched: impl FnOnce() -> bool) -> Option<SleepRefusal> {
-        if self.phase != Phase::Live {
+        if !self.phase.is_live() {
             Some(SleepRefusal::NotLive)
         } else if !self.can_resume {
             Some(SleepRefusal::CannotResume)
@@ -57,7 +57,7 @@ impl Session {
     pub fn evictable(&self, watched: impl FnOnce() -> bool) -> bool {
         self.resident.is_some()
             && self.is_announced()
-            && matches!(self.phase, Phase::Live | Phase::Asleep)
+            && matches!(self.phase, Phase::Live { .. } | Phase::Asleep)
             // Its turns could not be rebuilt: the host's copy is all there is.
             && self.can_resume
             && !self.has_work_in_hand()
@@ -90,6 +90,6 @@ impl Session {
             // A chat's agent starting in a live session: its answer carries
             // the conversation id a later wake resumes (issue 19, seed 1631:
             // a sleep made the answer stale and the chat's turns were lost).
-            || (self.phase == Phase::Live && !self.phase_ops.is_empty())
+            || matches!(&self.phase, Phase::Live { starting } if !starting.is_empty())
     }
 }

@@ -55,7 +55,7 @@ impl Session {
         // session's chat start left behind is still listed after the
         // session slept, until a wake replaces the list (seed 1095 again,
         // with another schedule: the answer came while asleep).
-        let awaited = self.phase_ops.remove(&op) && matches!(self.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live);
+        let awaited = self.phase.awaited_mut().is_some_and(|ops| ops.remove(&op)) && matches!(self.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live { .. });
         if !awaited {
             sh.stats.stale_ops += 1;
             // Late for its phase (the agent exited, the session slept), but
@@ -77,11 +77,11 @@ impl Session {
             self.name_conversation(chat, conversation_id);
         }
         match &mut self.phase {
-            Phase::Starting { conn, id } => {
+            Phase::Starting { conn, id, .. } => {
                 let (conn, id) = (*conn, *id);
                 match outcome {
                     Outcome::Started { .. } => {
-                        self.set_phase(Phase::Live);
+                        self.set_phase(Phase::live());
                         self.touch(sh);
                         self.mark_activity(sh);
                         sh.reply(conn, id, serde_json::Value::Null);
@@ -114,14 +114,14 @@ impl Session {
                         wake.history.insert(chat.clone(), Vec::new());
                     }
                 }
-                if self.phase_ops.is_empty() {
+                if wake.ops.is_empty() {
                     StartNext::WakeDone
                 } else {
                     StartNext::Nothing
                 }
             }
             // A chat made in a live session: its agent's first start.
-            Phase::Live => match outcome {
+            Phase::Live { .. } => match outcome {
                 Outcome::Started { .. } => {
                     self.store_put(sh);
                     StartNext::ChatStarted

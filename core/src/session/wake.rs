@@ -72,7 +72,9 @@ impl Session {
             };
             ops.insert(self.backend(sh, Op::Start { session: session.clone(), chat: chat.clone() }, chat, command));
         }
-        self.phase_ops = ops;
+        if let Phase::Waking(wake) = &mut self.phase {
+            wake.ops = ops;
+        }
         self.touch(sh);
         sh.log(LogLevel::Info, "session.waking", Some(session), String::new());
     }
@@ -90,7 +92,7 @@ impl Session {
         let Phase::Waking(wake) = std::mem::replace(&mut self.phase, Phase::waking()) else {
             return None;
         };
-        let Wake { history, error } = *wake;
+        let Wake { history, error, .. } = *wake;
         let waiters = std::mem::take(&mut self.waiters);
         if let Some(message) = error {
             crate::mark!("resume_failed_fails_waiters");
@@ -126,7 +128,7 @@ impl Session {
             }));
         }
         let pending = std::mem::take(&mut self.pending_sends);
-        self.set_phase(Phase::Live);
+        self.set_phase(Phase::live());
         self.start_owed = false;
         sh.stats.wakes += 1;
         if let_go {
@@ -151,7 +153,7 @@ impl Session {
             turn_started_mono: Default::default(),
             born_seq: sh.server_seq,
         };
-        Session::new(id, record, Phase::Starting { conn, id: request }, Some(resident), can_resume, sh.now.mono)
+        Session::new(id, record, Phase::starting(conn, request), Some(resident), can_resume, sh.now.mono)
     }
 
     /// Starts a provisional session's default chat's agent, afresh, in its
@@ -167,6 +169,8 @@ impl Session {
             resume: false,
         };
         let op = self.backend(sh, Op::Start { session, chat: chat.clone() }, chat, command);
-        self.phase_ops.insert(op);
+        if let Some(ops) = self.phase.awaited_mut() {
+            ops.insert(op);
+        }
     }
 }

@@ -32,7 +32,6 @@ use ahp_types::actions::StateAction;
 use ahp_types::Uri;
 use ahpd_core::awareness::{self, Tier, EXPIRE_AFTER_MS, FUTURE_TOLERANCE_MS};
 use ahpd_core::invariants::Violation;
-use ahpd_core::session::Phase;
 use ahpd_core::{BackendCmd, BackendEvent, Effect, HostView, Input};
 use serde_json::Value;
 
@@ -83,7 +82,7 @@ pub struct AwarenessBefore {
 
 fn meta<'a>(view: &'a HostView<'_>, uri: &str) -> Option<&'a serde_json::Map<String, Value>> {
     let s = view.sessions.get(uri)?;
-    if s.phase != Phase::Live {
+    if !s.phase.is_live() {
         return None;
     }
     s.resident.as_ref()?.session.meta.as_ref()
@@ -113,7 +112,7 @@ fn overlaps(a: &str, b: &str) -> bool {
 }
 
 fn live_resident<'a>(view: &'a HostView<'_>) -> impl Iterator<Item = &'a Uri> {
-    view.sessions.iter().filter(|(_, s)| s.phase == Phase::Live && s.resident.is_some()).map(|(u, _)| u)
+    view.sessions.iter().filter(|(_, s)| s.phase.is_live() && s.resident.is_some()).map(|(u, _)| u)
 }
 
 fn folders(view: &HostView<'_>, uri: &str) -> Vec<String> {
@@ -179,7 +178,7 @@ impl AwarenessChecker {
         let own = registry.own_files();
         let mut published: BTreeSet<&str> = BTreeSet::new();
         for (name, session) in own {
-            let live = view.sessions.get(session).is_some_and(|s| s.phase == Phase::Live && s.resident.is_some());
+            let live = view.sessions.get(session).is_some_and(|s| s.phase.is_live() && s.resident.is_some());
             if !live {
                 let phase = view.sessions.get(session).map_or("gone", |s| s.phase.name());
                 return Err(breach("awareness_record_lifetime", format!("{name}: the record of {session} ({phase}) is still in the registry")));

@@ -300,7 +300,7 @@ impl Grants {
                 }
                 Some(_) => {}
                 None => {
-                    if let Phase::Starting { conn, id } = &s.phase {
+                    if let Phase::Starting { conn, id, .. } = &s.phase {
                         if let Some((owner, scope)) = self.creates.remove(&(*conn, *id)) {
                             self.creations_judged += 1;
                             if s.record.owner != owner {

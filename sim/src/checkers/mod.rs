@@ -608,7 +608,7 @@ pub fn pending(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Vec<String
         }
     }
     for (uri, s) in view.sessions {
-        if !matches!(s.phase, Phase::Live | Phase::Asleep) {
+        if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
             out.push(format!("{uri} left {}", s.phase.name()));
         }
         if !s.waiters.is_empty() {

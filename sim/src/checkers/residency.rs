@@ -130,9 +130,9 @@ fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
     let work = chat_work(s);
     // A chat's agent still starting in a live session is in hand too (its
     // answer names the conversation a wake resumes).
-    let starting_chat = s.phase == Phase::Live && !s.phase_ops.is_empty();
+    let starting_chat = matches!(&s.phase, Phase::Live { starting } if !starting.is_empty());
     let in_hand = work || s.is_busy() || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || starting_chat;
-    let live = s.phase == Phase::Live;
+    let live = s.phase.is_live();
     let asleep = s.phase == Phase::Asleep;
     Seen {
         phase: s.phase.name(),
@@ -272,8 +272,8 @@ impl Residency {
             let now = s.phase.name();
             if was != Some(now) {
                 named.insert(id_of(uri).to_owned());
-                let started = was == Some("starting") && s.phase == Phase::Live;
-                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking(_) | Phase::Live)) {
+                let started = was == Some("starting") && s.phase.is_live();
+                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking(_) | Phase::Live { .. })) {
                     used.insert(uri.clone());
                 }
             }

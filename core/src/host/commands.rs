@@ -250,7 +250,7 @@ impl Host {
                 c.subscriptions.remove(ch);
             }
         }
-        let shown = session.is_announced() && (!session.record.external || self.shared.external_filter().shows(session.modified_at, uri));
+        let shown = session.is_announced() && self.shared.shows(&session);
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),

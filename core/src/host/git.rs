@@ -48,11 +48,8 @@ impl Host {
     fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
         if !self.sessions.contains_key(session_uri) {
             // Disposed meanwhile: a tree made for it is nobody's.
-            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
-                if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
-                    let refs_prefix = worktree::checkpoint_prefix(&rid.store_key());
-                    self.shared.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
-                }
+            if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
+                self.shared.clean_up_begun(&rid.store_key(), folder, outcome);
             }
             return;
         }

@@ -162,6 +162,17 @@ impl Shared {
         !session.record.external || self.external_filter().shows(session.modified_at, &session.record.resource)
     }
 
+    /// Git answered the first send of a session that is gone or going
+    /// (`key`, its store key) with what it made: the refs and the tree are
+    /// nobody's now and go (never with work nobody committed in them).
+    pub(crate) fn clean_up_begun(&mut self, key: &str, folder: String, outcome: crate::input::Outcome) {
+        if let crate::input::Outcome::Git(crate::git::GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
+            let refs_prefix = crate::worktree::checkpoint_prefix(key);
+            let command = GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: crate::git::TREE_REMOVAL };
+            self.git(Op::Git(super::GitOp::Cleanup), command);
+        }
+    }
+
     /// Whether the provider's agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)

@@ -77,10 +77,7 @@ impl Host {
 
     /// Every turn running in a held session: (session, chat, turn id).
     fn running_turns(&self) -> Vec<(Uri, Uri, String)> {
-        self.held_sessions()
-            .filter_map(|(uri, s)| s.resident.as_ref().map(|r| (uri, r)))
-            .flat_map(|(uri, r)| r.chats.iter().filter_map(move |(chat, c)| c.active_turn.as_ref().map(|t| (uri.clone(), chat.clone(), t.id.clone()))))
-            .collect()
+        self.held_sessions().flat_map(|(uri, s)| s.running_turns().into_iter().map(move |(chat, turn)| (uri.clone(), chat, turn))).collect()
     }
 
     /// A stop is under way and nothing it waits for is left: no turn runs,

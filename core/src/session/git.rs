@@ -10,7 +10,7 @@ use ahp_types::Uri;
 use ahp_types::actions::{SessionConfigChangedAction, SessionWorkingDirectoryReplacedAction, StateAction};
 
 use crate::effect::{LogLevel, OpId};
-use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult, TREE_REMOVAL};
+use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult};
 use crate::input::Outcome;
 use crate::host::{GitOp, Op, Shared, TreeCut};
 use crate::session::{Phase, Session};
@@ -150,10 +150,7 @@ impl Session {
         }
         self.git_begin = None;
         if matches!(self.phase, Phase::Disposing { .. }) {
-            if let Outcome::Git(GitResult::Begun { repo_root: Some(_), worktree }) = outcome {
-                let refs_prefix = worktree::checkpoint_prefix(&self.record.key);
-                sh.git(Op::Git(GitOp::Cleanup), GitCmd::Dispose { repo: folder, refs_prefix, worktree, removal: TREE_REMOVAL });
-            }
+            sh.clean_up_begun(&self.record.key, folder, outcome);
             return BegunNext::Nothing;
         }
         let mut git_warning = None;

@@ -130,7 +130,7 @@ pub enum ResolveReq {
 }
 
 /// A handshake held for the wakes of the sessions it names
-/// (`host/handshake.rs`), kept in [`crate::host::Handshake`].
+/// (`host/connections.rs`), kept in [`crate::host::Handshake`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum HandshakeReq {
     /// `initialize`.

@@ -191,6 +191,15 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The window's tree (a detached worktree) `folder` is inside, if any,
+    /// as a new session's record keeps it.
+    pub fn tree_of(&self, folder: Option<&Uri>) -> Option<crate::git::TreeOrigin> {
+        let path = crate::git::path_of_uri(folder?).and_then(|p| crate::git::normalize_path(&p))?;
+        self.iter().map(|(_, d)| &d.tree).find(|t| !t.repo_root.is_empty() && crate::trust::within(&path, &t.path)).map(|t| {
+            crate::git::TreeOrigin { path: t.path.clone(), repo_root: t.repo_root.clone() }
+        })
+    }
+
     /// Every handle held, in handle order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Detached)> + '_ {
         self.entries.iter()

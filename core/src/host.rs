@@ -7,55 +7,50 @@
 //! the routing: each input to its handler, each completion to the owner
 //! its op names (`ops`). Handlers live in submodules, one job each.
 //!
-//! Across sessions:
-//! - `connection`: admission, frame credit, `initialize`, `reconnect`,
-//!   `authenticate`, `subscribe`, `unsubscribe`, disconnects.
-//! - `handshake`: an `initialize` or `reconnect` held for the wakes of the
-//!   sessions it names.
-//! - `broadcast`: `serverSeq`, fan-out, the replay buffer, catalogue rows.
-//! - `residency`: sleep after idle, the residency limit, waking.
+//! The host's own work lives in five files, each one job, each an
+//! `impl Host` that sequences a session's own rules (`impl Session` in
+//! `crate::session`, taking the `Shared` part of the host) with what
+//! reaches past one session:
+//! - `connections`: admission, frame credit, `initialize`, `reconnect`,
+//!   `authenticate`, `subscribe`, `unsubscribe`, disconnects, and a
+//!   handshake held for the wakes of the sessions it names.
+//! - `requests`: what clients ask of sessions: `createSession`,
+//!   `disposeSession`, `listSessions`, `fetchTurns`, `createChat`,
+//!   `disposeChat`, and client-dispatched actions (write-ahead: validate,
+//!   make durable, apply, stamp `serverSeq`, echo).
+//! - `agents`: what a session's backend answers and says and a turn's life
+//!   around it; sleep after idle, the residency limit, waking; a graceful
+//!   stop.
+//! - `git`: config resolution, worktrees, checkpoints, a tree's life
+//!   through archive, dispose and wake.
 //! - `discovery`: passes over the backends' transcripts, external sessions.
-//! - `awareness`: workspace awareness (the registry, peers, warnings).
-//! - `shutdown`: a graceful stop.
 //!
-//! One session at a time, in order with what reaches past it (a session's
-//! own rules are `impl Session` methods in `crate::session`, taking the
-//! [`Shared`] part of the host; these files sequence them with residency,
-//! the catalogue, trees shared between sessions and what waits):
-//! - `commands`: `createSession`, `disposeSession`, `listSessions`,
-//!   `fetchTurns`, `createChat`, `disposeChat`.
-//! - `dispatch`: client-dispatched actions (write-ahead: validate, make
-//!   durable, apply, stamp `serverSeq`, echo).
-//! - `backend`: what a session's backend answers and says, and a turn's
-//!   life around it (handed to the agent, taken, ended).
-//! - `git`, `trees`: config resolution, worktrees, checkpoints, a tree's
-//!   life through archive and wake; `detached`: the window's own trees.
+//! Parts with their own state take a view of what they may reach, not the
+//! host: `awareness` (workspace awareness: `awareness::Aware`) and
+//! `detached` (the window's own trees: `detached::Window`). `shared` holds
+//! the services every part uses (`Shared`); `ops` what each command in
+//! flight is for. This file: the state, its construction (also the restart
+//! path), the routing of each input and completion to its owner, fan-out
+//! and the catalogue's announcements.
 
+mod agents;
 mod awareness;
-mod backend;
-mod broadcast;
-mod commands;
-mod connection;
+mod connections;
 mod detached;
 mod discovery;
-mod dispatch;
 mod git;
 mod ops;
-pub(crate) mod handshake;
-mod trees;
-mod residency;
+mod requests;
 mod shared;
-pub(crate) mod shutdown;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-
-use ahp_types::actions::ActionEnvelope;
+use ahp_types::actions::{ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, StateAction};
 use ahp_types::state::{AgentInfo, RootState};
-use ahp_types::Uri;
-
-pub use connection::{Conn, Handshake};
+use ahp_types::{ROOT_RESOURCE_URI, Uri};
+use ahp::reducers::{ReduceOutcome, apply_action_to_root};
+pub use connections::{Conn, Handshake};
+pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
-
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
@@ -65,6 +60,9 @@ use crate::record::SessionRecord;
 use crate::rng::Rng;
 use crate::session::{Phase, Session};
 use crate::time::{MonoTime, Now, WallTime};
+
+
+
 
 /// How a session went during one input (Sessions page, "Sleep and wake"):
 /// what the step rules of `invariants.rs` check the rule "None goes while a
@@ -163,8 +161,8 @@ pub struct Host {
     /// The sessions put to sleep or evicted by the current input, in
     /// order (emptied as each input starts): for the step rules.
     pub(crate) went: Vec<(Uri, Went)>,
-    /// A graceful stop in progress (`host/shutdown.rs`).
-    pub(crate) drain: Option<shutdown::Drain>,
+    /// A graceful stop in progress (`host/agents.rs`).
+    pub(crate) drain: Option<agents::Drain>,
 }
 
 /// What one session's rules may use of the host while they run, besides
@@ -454,7 +452,7 @@ impl Host {
         }
         self.drain_due();
         self.fire_due();
-        self.awareness_tick();
+        self.aware().tick();
         std::mem::take(&mut self.shared.effects)
     }
 
@@ -466,7 +464,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness_deadline(), handshake, self.drain_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -540,7 +538,7 @@ impl Host {
             Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),
             Op::StorePut { session } => self.on_record_written(&session, op, outcome),
             Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
-            Op::Registry { scan } => self.on_registry_done(op, scan, outcome),
+            Op::Registry { scan } => self.aware().on_registry_done(op, scan, outcome),
             Op::StoreForget { session } => {
                 if let Outcome::Failed { message } = outcome {
                     // Still on disk: read back at the next start, and
@@ -600,8 +598,8 @@ impl Host {
             "disposeChat" => self.on_dispose_chat(conn, id, params),
             "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
             "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
-            "ahpd/listPeers" => self.on_list_peers(conn, id, params),
-            m if crate::detached::METHODS.contains(&m) => self.on_detached_request(conn, id, m, params),
+            "ahpd/listPeers" => self.aware().on_list_peers(conn, id, params),
+            m if crate::detached::METHODS.contains(&m) => self.window().on_detached_request(conn, id, m, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);
                 self.shared.reply(conn, id, serde_json::Value::Null);
@@ -654,6 +652,17 @@ impl Host {
     /// Writes the session's record ([`Session::store_put`]).
     pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
         self.sessions.get_mut(uri)?.store_put(&mut self.shared)
+    }
+
+    /// Workspace awareness at work: its state with what it may reach
+    /// ([`awareness::Aware`]).
+    pub(crate) fn aware(&mut self) -> awareness::Aware<'_> {
+        awareness::Aware { state: &mut self.awareness, sessions: &mut self.sessions, held: &self.held, shared: &mut self.shared }
+    }
+
+    /// The window's trees at work ([`detached::Window`]).
+    pub(crate) fn window(&mut self) -> detached::Window<'_> {
+        detached::Window { detached: &mut self.detached, sessions: &self.sessions, shared: &mut self.shared }
     }
 
     /// Runs `rule` on session `uri` with what it shares with the host; `None`
@@ -722,6 +731,87 @@ impl Host {
         }
     }
 
+}
+
+/// Fan-out and the catalogue: a channel's actions reach its subscribers,
+/// a session's row reaches the catalogue and root (docs/REFERENCE-NOTES.md,
+/// AHP 12: the host alone produces the cross-channel mirrors).
+impl Host {
+    /// After a chat changed ([`Session::after_chat_change`](crate::session::Session::after_chat_change)).
+    pub(crate) fn after_chat_change(&mut self, session_uri: &Uri, chat_uri: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.after_chat_change(&mut self.shared, chat_uri);
+        }
+    }
+
+    /// Tells root subscribers what moved in an announced session's row
+    /// ([`Session::summary_changed`](crate::session::Session::summary_changed)).
+    pub(crate) fn summary_changed(&mut self, session_uri: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.summary_changed(&mut self.shared);
+        }
+    }
+
+    /// Applies an accepted action to the authoritative state of `channel`
+    /// with the protocol's own reducer, stamps the next `serverSeq`, keeps it
+    /// for replay and sends it to every subscriber of the channel. Returns
+    /// false (and sends nothing) when the reducer finds the action invalid.
+    /// A session's channels go through the session ([`Session::emit`](crate::session::Session::emit)).
+    pub(crate) fn emit(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> bool {
+        if channel == ROOT_RESOURCE_URI {
+            match apply_action_to_root(&mut self.shared.root, &action) {
+                ReduceOutcome::Invalid(e) => {
+                    self.shared.log(LogLevel::Warn, "action.invalid", None, format!("not applied: {e}"));
+                    return false;
+                }
+                ReduceOutcome::OutOfScope => {
+                    self.shared.log(LogLevel::Warn, "action.out_of_scope", None, "action does not belong to its channel".to_owned());
+                    return false;
+                }
+                _ => {}
+            }
+        } else if let Some(session) = self.session_of(channel).and_then(|uri| self.sessions.get_mut(&uri)) {
+            return session.emit(&mut self.shared, channel, action, origin);
+        }
+        self.shared.fan_out(channel, action, origin);
+        true
+    }
+
+    /// Announces a session: `root/sessionAdded` with its row.
+    pub(crate) fn announce(&mut self, session_uri: &Uri) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        if session.is_announced() {
+            return;
+        }
+        let modified = session.modified_at.0;
+        let external = session.record.external;
+        let summary = session.summary();
+        session.mark_announced(summary.clone());
+        let Some(slot) = self.sessions.slot(session_uri) else { return };
+        self.shared.catalogue.insert(modified, session_uri, slot, external);
+        if !self.shown_to_clients(session_uri) {
+            crate::mark!("announce_hidden_external");
+            return;
+        }
+        let params = ahp_types::notifications::SessionAddedParams {
+            channel: ROOT_RESOURCE_URI.to_owned(),
+            summary,
+        };
+        self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        crate::mark!("announced_at_first_turn");
+        self.shared.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
+    }
+
+    /// Recounts the sessions running a turn and says so on root when the
+    /// number moved (Sessions page: "that number counts the sessions
+    /// running a turn").
+    pub(crate) fn recount_active(&mut self) {
+        let count = self.held_sessions().filter(|(_, s)| s.has_active_turn()).count() as i64;
+        if self.shared.root.active_sessions != Some(count) {
+            let action = StateAction::RootActiveSessionsChanged(RootActiveSessionsChangedAction { active_sessions: count });
+            self.emit(&ROOT_RESOURCE_URI.to_owned(), action, None);
+        }
+    }
 }
 
 /// The -32600 refusal of a request on a connection not initialized.

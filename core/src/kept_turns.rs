@@ -2,7 +2,7 @@
 //! "an echoed turn is durable history from its echo on").
 //!
 //! A turn is echoed only once the record naming its sender is durable
-//! (`host/dispatch.rs`, `Kind::Durable`); the same write keeps a
+//! (`host/requests.rs`, `Kind::Durable`); the same write keeps a
 //! [`KeptTurn`]: the user's message, when it started and the turn before
 //! it. The backend writes its own history as the turn goes (the echo
 //! agent at the turn's end, an ACP agent as it runs), so a turn the

@@ -12,7 +12,7 @@
 //! (`{tier, error}`), all set through `session/metaChanged`.
 //!
 //! Reconciliation, not bookkeeping: after every input
-//! [`Host::awareness_tick`] compares each live session's record as it
+//! [`Aware::tick`] compares each live session's record as it
 //! would be now with the one last published, publishes what changed
 //! (beyond the heartbeat stamp), removes records of sessions no longer
 //! live (sleep, dispose), and on the heartbeat republishes everything and
@@ -31,7 +31,9 @@ use ahp_types::state::ToolCallConfirmationReason;
 use ahp_types::Uri;
 use serde_json::{json, Value};
 
-use super::{Host, Op};
+use super::{Op, Shared};
+use crate::config::Config;
+use crate::session::table::SessionTable;
 use crate::awareness::{self as rules, ActiveRecord, Liveness, RepoObservation, Tier, Warning};
 use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
 use crate::input::Outcome;
@@ -83,34 +85,53 @@ pub struct Awareness {
     recheck: BTreeSet<Uri>,
 }
 
-impl Host {
+impl Awareness {
+    /// When the next heartbeat is due: only while awareness is on and this
+    /// host has records published.
+    pub(crate) fn deadline(&self, config: &Config) -> Option<MonoTime> {
+        if !config.awareness.enabled || self.published.is_empty() {
+            return None;
+        }
+        let period = config.awareness.heartbeat_ms.max(1);
+        self.last_heartbeat.map(|t| t.plus_ms(period))
+    }
+}
+
+/// Awareness at work for one input: what it may reach while it runs (its
+/// own state, the session table — read, and a session's own channel to set
+/// its `_meta` — the held set, and [`Shared`]). Made by
+/// [`Host::aware`](super::Host::aware); nothing here reaches residency, the
+/// requests or the trees.
+pub(crate) struct Aware<'a> {
+    pub(crate) state: &'a mut Awareness,
+    pub(crate) sessions: &'a mut SessionTable,
+    pub(crate) held: &'a BTreeSet<Uri>,
+    pub(crate) shared: &'a mut Shared,
+}
+
+impl Aware<'_> {
     /// Whether awareness is on for this host.
     fn aware(&self) -> bool {
         self.shared.config.awareness.enabled
     }
 
-    /// When the next heartbeat is due: only while this host has records
-    /// published.
-    pub(crate) fn awareness_deadline(&self) -> Option<MonoTime> {
-        if !self.aware() || self.awareness.published.is_empty() {
-            return None;
-        }
-        let period = self.shared.config.awareness.heartbeat_ms.max(1);
-        self.awareness.last_heartbeat.map(|t| t.plus_ms(period))
+    /// When the next heartbeat is due ([`Awareness::deadline`]).
+    fn awareness_deadline(&self) -> Option<MonoTime> {
+        self.state.deadline(&self.shared.config)
     }
 
     /// Publishes what changed, removes what is no longer live, runs the
     /// heartbeat when due. Called after every input.
-    pub(crate) fn awareness_tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         if !self.aware() {
-            self.awareness.recheck.clear();
+            self.state.recheck.clear();
             return;
         }
         let heartbeat = self.awareness_deadline().is_some_and(|t| t <= self.shared.now.mono);
         // The sessions this input touched (the table forgets them as each
         // input begins; the tick runs at the end of every input).
         let touched: Option<std::collections::BTreeSet<Uri>> = self.sessions.touched().map(|t| t.into_iter().cloned().collect());
-        let recheck = std::mem::take(&mut self.awareness.recheck);
+        let recheck = std::mem::take(&mut self.state.recheck);
         // Which sessions to look at, in URI order. At the end of every tick
         // each live session's published record equals the one it would
         // publish (beyond the stamp) and every published session is live;
@@ -120,20 +141,20 @@ impl Host {
             Some(mut uris) if !heartbeat => {
                 uris.extend(recheck);
                 let live = uris.iter().filter(|u| self.is_live(u)).cloned().collect();
-                let gone = uris.into_iter().filter(|u| self.awareness.published.contains_key(u) && !self.is_live(u)).collect();
+                let gone = uris.into_iter().filter(|u| self.state.published.contains_key(u) && !self.is_live(u)).collect();
                 (live, gone)
             }
             _ => {
                 // Live sessions hold their state, so they are among `held`.
-                let live = self.held_sessions().filter(|(_, s)| s.phase.is_live()).map(|(u, _)| u.clone()).collect();
-                let gone = self.awareness.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
+                let live = self.held.iter().filter(|u| self.sessions.get(*u).is_some_and(|s| s.phase.is_live())).cloned().collect();
+                let gone = self.state.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
                 (live, gone)
             }
         };
         let mut changed = false;
         for uri in &live {
             let Some(record) = self.own_record(uri) else { continue };
-            let stale = match self.awareness.published.get(uri) {
+            let stale = match self.state.published.get(uri) {
                 Some((_, old)) => heartbeat || old.differs_beyond_heartbeat(&record),
                 None => true,
             };
@@ -141,29 +162,29 @@ impl Host {
                 let Some(name) = self.record_name(uri) else { continue };
                 let op = self.shared.new_op(Op::Registry { scan: false });
                 self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Publish { name: name.clone(), record: Box::new(record.clone()) } });
-                self.awareness.published.insert(uri.clone(), (name, record));
+                self.state.published.insert(uri.clone(), (name, record));
                 changed = true;
             }
         }
         for uri in gone {
-            if let Some((name, _)) = self.awareness.published.remove(&uri) {
+            if let Some((name, _)) = self.state.published.remove(&uri) {
                 let op = self.shared.new_op(Op::Registry { scan: false });
                 self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Remove { name } });
                 changed = true;
             }
-            self.awareness.claims.remove(&uri);
-            self.awareness.baseline.remove(&uri);
-            self.awareness.peers.remove(&uri);
-            self.awareness.warnings.remove(&uri);
+            self.state.claims.remove(&uri);
+            self.state.baseline.remove(&uri);
+            self.state.peers.remove(&uri);
+            self.state.warnings.remove(&uri);
             self.expose(&uri);
         }
         // The heartbeat's period runs from the first publish, and stops while
         // nothing is published.
-        if heartbeat || (self.awareness.last_heartbeat.is_none() && !self.awareness.published.is_empty()) {
-            self.awareness.last_heartbeat = Some(self.shared.now.mono);
+        if heartbeat || (self.state.last_heartbeat.is_none() && !self.state.published.is_empty()) {
+            self.state.last_heartbeat = Some(self.shared.now.mono);
         }
-        if self.awareness.published.is_empty() {
-            self.awareness.last_heartbeat = None;
+        if self.state.published.is_empty() {
+            self.state.last_heartbeat = None;
         }
         if changed || heartbeat {
             self.request_scan();
@@ -178,16 +199,16 @@ impl Host {
 
     /// Starts a scan, or owes one when a scan is in flight.
     fn request_scan(&mut self) {
-        if self.awareness.scan.is_some() {
-            self.awareness.rescan_owed = true;
+        if self.state.scan.is_some() {
+            self.state.rescan_owed = true;
             return;
         }
         let mut dirs: BTreeSet<String> = BTreeSet::new();
-        for (_, record) in self.awareness.published.values() {
+        for (_, record) in self.state.published.values() {
             dirs.extend(record.working_directories.iter().take(1).cloned());
         }
         let op = self.shared.new_op(Op::Registry { scan: true });
-        self.awareness.scan = Some(op);
+        self.state.scan = Some(op);
         self.shared.effects.push(Effect::Registry { op, command: RegistryCmd::Scan { dirs: dirs.into_iter().collect() } });
     }
 
@@ -203,7 +224,7 @@ impl Host {
     fn own_record(&self, uri: &Uri) -> Option<ActiveRecord> {
         let session = self.sessions.get(uri)?;
         let dirs: Vec<String> = session.record.working_directories.iter().filter_map(|d| rules::uri_to_path(d)).collect();
-        let repo = dirs.first().and_then(|d| self.awareness.repos.get(d)).cloned().flatten();
+        let repo = dirs.first().and_then(|d| self.state.repos.get(d)).cloned().flatten();
         let (status, activity) = session.status();
         Some(ActiveRecord {
             version: rules::RECORD_VERSION,
@@ -217,15 +238,15 @@ impl Host {
             head: repo.as_ref().and_then(|r| r.head.clone()),
             status,
             activity: rules::clean_text(&activity.unwrap_or_default(), rules::ACTIVITY_MAX_CHARS),
-            claims: self.awareness.claims.get(uri).map(|c| c.iter().cloned().collect()).unwrap_or_default(),
+            claims: self.state.claims.get(uri).map(|c| c.iter().cloned().collect()).unwrap_or_default(),
             updated_at: self.shared.now.wall.0,
         })
     }
 
     /// A registry command finished.
     pub(crate) fn on_registry_done(&mut self, op: OpId, scan: bool, outcome: Outcome) {
-        if scan && self.awareness.scan == Some(op) {
-            self.awareness.scan = None;
+        if scan && self.state.scan == Some(op) {
+            self.state.scan = None;
         }
         match outcome {
             Outcome::RegistryScanned { files, repos } if scan => self.on_scanned_registry(files, repos),
@@ -235,7 +256,7 @@ impl Host {
             }
             _ => {}
         }
-        if scan && std::mem::take(&mut self.awareness.rescan_owed) {
+        if scan && std::mem::take(&mut self.state.rescan_owed) {
             self.request_scan();
         }
     }
@@ -245,8 +266,8 @@ impl Host {
     fn awareness_error(&mut self, message: String) {
         crate::mark!("awareness_error");
         self.shared.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
-        self.awareness.error = Some(message.clone());
-        let live: Vec<Uri> = self.awareness.published.keys().cloned().collect();
+        self.state.error = Some(message.clone());
+        let live: Vec<Uri> = self.state.published.keys().cloned().collect();
         for uri in live {
             self.push_event(&uri, json!({ "type": "session_awareness_error", "message": message }));
             self.expose(&uri);
@@ -258,7 +279,7 @@ impl Host {
         let mut live = Vec::new();
         let mut parsed = BTreeMap::new();
         for file in files {
-            let known = self.awareness.parsed.remove(&file.name).filter(|(bytes, _)| *bytes == file.bytes);
+            let known = self.state.parsed.remove(&file.name).filter(|(bytes, _)| *bytes == file.bytes);
             let outcome = match &known {
                 Some((_, record)) => rules::parse_record_again(record, now_ms),
                 None => rules::parse_record(&file.bytes, now_ms),
@@ -276,7 +297,7 @@ impl Host {
                 Err(refusal) => self.note_skipped(&file.name, refusal.to_string()),
                 Ok(record) => match rules::judge(&record, &self.shared.config.host_name, file.process.as_ref(), now_ms) {
                     Liveness::Live => {
-                        self.awareness.skipped.remove(&file.name);
+                        self.state.skipped.remove(&file.name);
                         live.push(record);
                     }
                     Liveness::Stale(why) => self.note_skipped(&file.name, format!("stale: {why}")),
@@ -285,28 +306,28 @@ impl Host {
         }
         // A published record carries its first folder's repository: one
         // observed anew is a reason to compare that record again.
-        let moved: BTreeSet<&String> = repos.iter().filter(|(dir, obs)| self.awareness.repos.get(*dir) != Some(*obs)).map(|(dir, _)| dir).collect();
+        let moved: BTreeSet<&String> = repos.iter().filter(|(dir, obs)| self.state.repos.get(*dir) != Some(*obs)).map(|(dir, _)| dir).collect();
         if !moved.is_empty() {
-            for (uri, (_, record)) in &self.awareness.published {
+            for (uri, (_, record)) in &self.state.published {
                 if record.working_directories.first().is_some_and(|d| moved.contains(d)) {
-                    self.awareness.recheck.insert(uri.clone());
+                    self.state.recheck.insert(uri.clone());
                 }
             }
         }
-        self.awareness.repos.extend(repos);
-        self.awareness.live = live;
-        self.awareness.parsed = parsed;
+        self.state.repos.extend(repos);
+        self.state.live = live;
+        self.state.parsed = parsed;
         // A cleared error is news for every session, even one whose peers
         // stayed.
-        let error_cleared = self.awareness.error.take().is_some();
-        let sessions: Vec<Uri> = self.awareness.published.keys().cloned().collect();
+        let error_cleared = self.state.error.take().is_some();
+        let sessions: Vec<Uri> = self.state.published.keys().cloned().collect();
         for uri in sessions {
             self.refresh_peers(&uri, error_cleared);
         }
     }
 
     fn note_skipped(&mut self, name: &str, why: String) {
-        if self.awareness.skipped.insert(name.to_owned()) {
+        if self.state.skipped.insert(name.to_owned()) {
             crate::mark!("awareness_record_skipped");
             self.shared.log(LogLevel::Info, "awareness.record_skipped", None, format!("{}: {why}", printable(name)));
         }
@@ -318,10 +339,10 @@ impl Host {
     fn refresh_peers(&mut self, uri: &Uri, force: bool) {
         let Some(me) = self.own_record(uri) else { return };
         if let Some(head) = me.head.clone() {
-            self.awareness.baseline.entry(uri.clone()).or_insert(head);
+            self.state.baseline.entry(uri.clone()).or_insert(head);
         }
-        let mut fresh = rules::peers_of(&me, &self.awareness.live);
-        let had = self.awareness.peers.remove(uri);
+        let mut fresh = rules::peers_of(&me, &self.state.live);
+        let had = self.state.peers.remove(uri);
         let force = force || had.is_none();
         let old = had.unwrap_or_default();
         let events = rules::diff(&old, &fresh);
@@ -341,27 +362,27 @@ impl Host {
             }
         }
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
-        let warnings = rules::warnings(tier, &me, self.awareness.baseline.get(uri).map(String::as_str), &fresh);
-        let before = self.awareness.warnings.get(uri).cloned().unwrap_or_default();
+        let warnings = rules::warnings(tier, &me, self.state.baseline.get(uri).map(String::as_str), &fresh);
+        let before = self.state.warnings.get(uri).cloned().unwrap_or_default();
         for w in warnings.iter().filter(|w| !before.contains(w)) {
             crate::mark!("awareness_warning");
             self.shared.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
         }
         let unchanged = !force && events.is_empty() && fresh == old && warnings == before;
-        self.awareness.peers.insert(uri.clone(), fresh);
-        self.awareness.warnings.insert(uri.clone(), warnings);
+        self.state.peers.insert(uri.clone(), fresh);
+        self.state.warnings.insert(uri.clone(), warnings);
         if !unchanged {
             self.expose(uri);
         }
     }
 
     fn push_event(&mut self, uri: &Uri, mut event: Value) {
-        self.awareness.event_seq += 1;
+        self.state.event_seq += 1;
         if let Some(obj) = event.as_object_mut() {
-            obj.insert("seq".to_owned(), Value::from(self.awareness.event_seq));
+            obj.insert("seq".to_owned(), Value::from(self.state.event_seq));
             obj.insert("at".to_owned(), Value::String(self.shared.now.wall.to_iso()));
         }
-        let events = self.awareness.events.entry(uri.clone()).or_default();
+        let events = self.state.events.entry(uri.clone()).or_default();
         events.push_back(event);
         while events.len() > EVENTS_KEPT {
             events.pop_front();
@@ -371,12 +392,12 @@ impl Host {
     /// What `uri`'s `_meta` carries about awareness.
     fn awareness_meta(&self, uri: &Uri) -> [(&'static str, Value); 4] {
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
-        let peers: Vec<&ActiveRecord> = self.awareness.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
-        let warnings: &[Warning] = self.awareness.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
+        let peers: Vec<&ActiveRecord> = self.state.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
+        let warnings: &[Warning] = self.state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
         // The events are JSON already: copied, not serialized again.
-        let events: Vec<Value> = self.awareness.events.get(uri).map(|e| e.iter().cloned().collect()).unwrap_or_default();
+        let events: Vec<Value> = self.state.events.get(uri).map(|e| e.iter().cloned().collect()).unwrap_or_default();
         [
-            ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.awareness.error })),
+            ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.state.error })),
             ("ahpd.peers", serde_json::to_value(peers).unwrap_or_default()),
             ("ahpd.awarenessWarnings", serde_json::to_value(warnings).unwrap_or_default()),
             ("ahpd.awarenessEvents", Value::Array(events)),
@@ -412,7 +433,9 @@ impl Host {
             }
         }
         let action = StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) });
-        self.emit(uri, action, None);
+        if let Some(session) = self.sessions.get_mut(uri) {
+            session.emit(self.shared, uri, action, None);
+        }
     }
 
     /// The agent of one of `session_uri`'s chats wrote `paths`: they become
@@ -420,8 +443,8 @@ impl Host {
     /// tick.
     pub(crate) fn on_wrote(&mut self, session_uri: &Uri, paths: Vec<String>) {
         let base = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first()).and_then(|d| rules::uri_to_path(d));
-        self.awareness.recheck.insert(session_uri.clone());
-        let claims = self.awareness.claims.entry(session_uri.clone()).or_default();
+        self.state.recheck.insert(session_uri.clone());
+        let claims = self.state.claims.entry(session_uri.clone()).or_default();
         for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
             if claims.len() >= rules::CLAIMS_MAX {
                 break;
@@ -449,7 +472,7 @@ impl Host {
         let auto = rules::auto_approve(&session.record.config);
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
         let paths: Vec<String> = declared.iter().take(rules::CLAIMS_MAX).filter_map(|p| rules::join(base.as_deref(), p)).collect();
-        let conflicts = match self.awareness.peers.get(session_uri) {
+        let conflicts = match self.state.peers.get(session_uri) {
             Some(peers) if self.aware() && tier != Tier::Passive => rules::claimed_by_peers(&paths, peers),
             _ => Vec::new(),
         };

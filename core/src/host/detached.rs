@@ -17,7 +17,8 @@ use serde_json::{json, Map, Value};
 use crate::protocol::params as parse;
 use super::{DetachedOp, GitOp, TreeCut};
 use crate::worktree::plan_for;
-use super::{Host, Op};
+use super::{Op, Shared};
+use crate::session::table::SessionTable;
 use crate::detached::{self as data, Detached, Step, UNKNOWN_HANDLE};
 use crate::effect::{ConnId, LogLevel, OpId};
 use crate::git::{path_of_uri, uri_of_path, GitCmd, GitResult};
@@ -72,16 +73,16 @@ fn kept_reply(kept: Option<&str>) -> Value {
 /// Why a tree stayed when git said it holds uncommitted work.
 const UNCOMMITTED: &str = "the tree holds uncommitted work";
 
-impl Host {
-    /// The window's tree (a detached worktree) `folder` is inside, if any,
-    /// as a new session's record keeps it.
-    pub(crate) fn window_tree_of(&self, folder: Option<&Uri>) -> Option<crate::git::TreeOrigin> {
-        let path = crate::git::path_of_uri(folder?).and_then(|p| crate::git::normalize_path(&p))?;
-        self.detached.iter().map(|(_, d)| &d.tree).find(|t| !t.repo_root.is_empty() && crate::trust::within(&path, &t.path)).map(|t| {
-            crate::git::TreeOrigin { path: t.path.clone(), repo_root: t.repo_root.clone() }
-        })
-    }
+/// The window's trees at work for one request or completion: the registry
+/// with what its rules may reach (the session table, read, to see who uses
+/// a tree; [`Shared`]). Made by [`Host::window`](super::Host::window).
+pub(crate) struct Window<'a> {
+    pub(crate) detached: &'a mut data::Registry,
+    pub(crate) sessions: &'a SessionTable,
+    pub(crate) shared: &'a mut Shared,
+}
 
+impl Window<'_> {
     /// Routes one of [`data::METHODS`] (the caller checked the connection
     /// is initialized). Every one needs `session:worktree`.
     pub(crate) fn on_detached_request(&mut self, conn: ConnId, id: u64, method: &str, params: Value) {
@@ -229,9 +230,9 @@ impl Host {
 
     /// The first session (not being disposed) that works in the tree at
     /// `path`, if any: such a tree is in use and stays on disk
-    /// ([`Host::tree_users`]).
+    /// ([`super::git::tree_users`]).
     fn tree_user(&self, path: &str) -> Option<Uri> {
-        self.tree_users(path, None).0.into_iter().next()
+        super::git::tree_users(self.sessions, self.detached, path, None).0.into_iter().next()
     }
 
     /// Starts the handle's next queued step unless one is in flight. A

@@ -108,7 +108,7 @@ pub enum GitOp {
     /// the refs and tree of a folder a disposed session moved away from.
     Cleanup,
     /// A session's tree taken off the disk (`archived`) or put back as the
-    /// session's archived bit changed (`host/trees.rs`).
+    /// session's archived bit changed (`host/git.rs`).
     TreeArchive {
         /// The session.
         session: Uri,
@@ -127,7 +127,7 @@ pub enum GitOp {
     /// The facts of the folder a tree is to be cut in, read first because
     /// the session's config names no base branch (its folder offered none
     /// when the session was made): the base is settled from them
-    /// ([`settle_base`]), then the cut is sent.
+    /// ([`settle_base`](crate::worktree::settle_base)), then the cut is sent.
     Base(Box<TreeCut>),
 }
 
@@ -180,7 +180,7 @@ pub enum DetachedOp {
         /// That folder as a local path.
         repo: String,
     },
-    /// One queued [`Step`] of a handle.
+    /// One queued [`Step`](crate::detached::Step) of a handle.
     Step {
         /// The handle.
         handle: String,

@@ -78,7 +78,7 @@ pub struct DecodeError {
 
 /// One frame's text as [`decode_bounded`] left it: the message, or the
 /// error to answer it with. A frame that waits (behind a held handshake,
-/// `host/handshake.rs`) waits in this form, decoded once.
+/// `host/connections.rs`) waits in this form, decoded once.
 pub type Decoded = Result<Incoming, DecodeError>;
 
 /// Decodes one frame's text.

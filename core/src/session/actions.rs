@@ -3,7 +3,7 @@
 //! what it writes into the session's record before it is applied, and
 //! applying it once durable.
 //! The host decides the rest (grants, whether the session must wake first,
-//! the store write, the echo): `host/dispatch.rs`.
+//! the store write, the echo): `host/requests.rs`.
 
 use ahp_types::actions::{ActionOrigin, ChatTurnCancelledAction, SessionTitleChangedAction, StateAction};
 use ahp_types::state::{Message, MessageKind, ToolCallState};
@@ -145,7 +145,7 @@ impl Session {
                 match action {
                     StateAction::ChatTurnStarted(a) => {
                         if rules.stopping {
-                            return Err(crate::host::shutdown::REFUSED_WHILE_STOPPING.into());
+                            return Err(crate::host::REFUSED_WHILE_STOPPING.into());
                         }
                         let max = rules.message_text_max_bytes;
                         if a.message.text.len() > max {

@@ -2,7 +2,7 @@
 //! `createChat`, "a second conversation in the session"; `disposeChat`,
 //! "end one chat; the session's default chat is kept"), once the record
 //! write that adds or drops the chat is durable. The checks and the write
-//! ahead are `host/commands.rs`'s.
+//! ahead are `host/requests.rs`'s.
 
 use ahp_types::actions::{SessionChatAddedAction, SessionChatRemovedAction, StateAction};
 use ahp_types::Uri;

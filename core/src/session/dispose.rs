@@ -3,7 +3,7 @@
 //! becomes a tombstone in the store first, then its conversations are
 //! deleted; a store that refuses the tombstone leaves it whole and asleep.
 //! The checks, its git refs and trees (which other sessions may share) and
-//! forgetting it are the host's (`host/commands.rs`).
+//! forgetting it are the host's (`host/requests.rs`).
 
 use std::collections::BTreeSet;
 

@@ -2,7 +2,7 @@
 //! "Per-turn checkpoints"): its first send (or its first after a move)
 //! held while its tree and `turn/0` are made, and a checkpoint per turn
 //! that completed or failed for good. Git's answers, and the trees other
-//! sessions share, are the host's (`host/git.rs`, `host/trees.rs`).
+//! sessions share, are the host's (`host/git.rs`, `host/git.rs`).
 
 use ahp_types::state::Message;
 use ahp_types::Uri;

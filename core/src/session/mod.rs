@@ -70,7 +70,7 @@ pub enum Waiter {
     Action(QueuedAction),
     /// An `initialize` or `reconnect` naming this session among its
     /// channels, answered once every session it waits for has woken or
-    /// failed to (`host/handshake.rs`).
+    /// failed to (`host/connections.rs`).
     Handshake {
         /// The connection.
         conn: ConnId,

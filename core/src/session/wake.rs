@@ -5,7 +5,7 @@
 //! rebuilt from what the backend kept and the session live, or the wake
 //! failed and the session asleep, intact, for the next waker. Whether a
 //! wake may begin (trust, a tree to put back) and serving what waited are
-//! the host's (`host/residency.rs`).
+//! the host's (`host/agents.rs`).
 
 use std::collections::BTreeSet;
 

@@ -1,0 +1,620 @@
+//! A session's agents and turns as the host sequences them: what a
+//! session's backend answers and says (a chat's agent started or not, a
+//! turn taken, what an agent says unprompted: `Input::Backend` turn
+//! actions, background work, files written, an exit), and a turn's life
+//! (handed to its chat's agent after a wake, the chat's agent start or the
+//! session's first git command; taken, which announces a provisional
+//! session; ended, completed, cancelled or failed, and what every end
+//! does).
+//!
+//! What only reads and writes the session is the session's own
+//! (`session/starts.rs`, `session/agents.rs`, `session/turns.rs`); this
+//! file sequences it with what reaches past the session (a wake, the count
+//! of active sessions, the catalogue, checkpoints, awareness).
+//!
+//! ## Sleep, the residency limit and waking
+//!
+//! Sleep after idle, the residency limit, and waking (Sessions page, "Sleep
+//! and wake"). Every rule of that section is decided here; the shell only
+//! starts and closes agents when told.
+//!
+//! ## A graceful stop
+//!
+//! A graceful stop (issue 19: "SIGTERM drains"): no new turns are taken,
+//! running turns get the grace to end, then are cancelled through their
+//! backends and kept as cancelled (`crate::kept_turns`); the shell exits
+//! once [`Host::drained`] and every store write is on disk.
+
+use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
+use ahp_types::Uri;
+use super::{Host, Op};
+use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
+use crate::input::{BackendEvent, Outcome};
+use crate::session::starts::StartNext;
+use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
+use crate::continuation::WaitingRequest;
+use crate::session::sleep::SleepRefusal;
+use crate::session::wake::WakeEnd;
+use crate::session::{Phase, Waiter};
+use crate::time::MonoTime;
+
+impl Host {
+    /// A chat's agent started (or failed to): the session takes the answer
+    /// ([`Session::start_answered`](crate::session::Session::start_answered)), and the host does what reaches past it.
+    pub(crate) fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
+        let Some(next) = self.in_session(session_uri, |s, sh| s.start_answered(sh, chat, op, outcome)) else { return };
+        match next {
+            StartNext::Nothing => {}
+            StartNext::CreateRefused { conn, id, message, logged } => {
+                self.forget_unborn(session_uri);
+                self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
+                if let Some(backend_said) = logged {
+                    crate::mark!("create_refused_backend_failed");
+                    self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), backend_said);
+                }
+            }
+            StartNext::WakeDone => self.finish_wake(session_uri),
+            StartNext::ChatStarted => self.chat_start_answered(session_uri, chat, None),
+            StartNext::ChatFailed(message) => {
+                crate::mark!("chat_start_failed");
+                self.chat_start_answered(session_uri, chat, Some(&message));
+                self.shared.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
+            }
+        }
+    }
+
+    /// Removes a session whose creation was refused: it never existed.
+    fn forget_unborn(&mut self, session_uri: &Uri) {
+        if let Some(s) = self.drop_session(session_uri) {
+            self.shared.retired.insert(session_uri.clone());
+            for chat in &s.record.chats {
+                self.shared.chats.remove(&chat.resource);
+                self.shared.retired.insert(chat.resource.clone());
+            }
+            for c in self.shared.conns.values_mut() {
+                c.subscriptions.remove(session_uri);
+                for chat in &s.record.chats {
+                    c.subscriptions.remove(&chat.resource);
+                }
+            }
+        }
+    }
+
+    /// The backend acknowledged (or refused) a turn. The first turn a
+    /// backend takes announces a provisional session: `root/sessionAdded`
+    /// then `session/ready` (Sessions page, "The life of a session").
+    pub(crate) fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        let Some((chat, turn_id)) = session.sends_in_flight.remove(&op) else { return };
+        match outcome {
+            Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
+            _ => self.agent_took_turn(session_uri, &chat),
+        }
+    }
+
+    pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
+        let Some(session_uri) = self.shared.chats.get(chat).cloned() else {
+            self.shared.stats.stale_events += 1;
+            return;
+        };
+        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some());
+        if !live {
+            self.shared.stats.stale_events += 1;
+            return;
+        }
+        match event {
+            BackendEvent::Busy(busy) => {
+                self.in_session(&session_uri, |s, sh| s.set_busy(sh, chat, busy));
+            }
+            BackendEvent::Exited { message } => {
+                if let Some(turn_id) = self.sessions.get(&session_uri).and_then(|s| s.running_turn(chat)) {
+                    self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
+                }
+                crate::mark!("agent_exited");
+                let can_resume = self.sessions.get(&session_uri).is_some_and(|s| s.can_resume);
+                if can_resume {
+                    // The other chats' agents are closed below and the
+                    // session sleeps, which it does with nothing running
+                    // (Sessions page, "Sleep and wake"): their turns end too
+                    // (one was left running on an asleep session: sim
+                    // issue 18).
+                    let others = self.sessions.get(&session_uri).map(|s| s.running_turns_except(chat)).unwrap_or_default();
+                    for (other, turn_id) in others {
+                        self.fail_turn(&session_uri, &other, &turn_id, &format!("the session's agent exited: {message}"));
+                    }
+                }
+                self.shared.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
+                if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
+                    // A backend that cannot resume never sleeps.
+                    self.in_session(&session_uri, |s, sh| s.agent_exited_for_good(sh, chat));
+                    return;
+                }
+                if self.in_session(&session_uri, |s, sh| s.asleep_after_exit(sh, chat)).unwrap_or(false) {
+                    self.archived_trees_go(&session_uri);
+                }
+            }
+            BackendEvent::Wrote { paths } => {
+                if let Some(s) = self.sessions.get_mut(&session_uri) {
+                    s.count_chat_writes(&mut self.shared, chat, &paths);
+                }
+                self.aware().on_wrote(&session_uri, paths);
+            }
+            BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
+        }
+    }
+
+    /// A chat action from the agent: it must name the running turn and be of
+    /// a kind only a server sends; durations are the host's own.
+    fn on_agent_action(&mut self, session_uri: &Uri, chat: &Uri, mut action: StateAction) {
+        let now = self.shared.now.mono;
+        let Some(checked) = self.sessions.get(session_uri).map(|s| s.check_agent_action(chat, &mut action, now)) else { return };
+        let AgentTurnAction { turn_id, ends_turn, for_good } = match checked {
+            Ok(checked) => checked,
+            Err(refusal) => {
+                self.shared.stats.stale_events += 1;
+                if refusal == AgentActionRefusal::ClientsOnly {
+                    self.shared.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
+                }
+                return;
+            }
+        };
+        // A tool call declaring the paths it writes waits for the host's
+        // word (workspace awareness, `host/awareness.rs`).
+        let confirm = match &mut action {
+            StateAction::ChatToolCallReady(a) => self.aware().vet_declared_write(session_uri, a).then(|| a.tool_call_id.clone()),
+            _ => None,
+        };
+        if !self.emit(chat, action, None) {
+            return;
+        }
+        self.agent_took_turn(session_uri, chat);
+        if let Some(tool_call_id) = confirm {
+            let provider = self.sessions.get(session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            self.backend(Op::Fire, provider, chat.clone(), BackendCmd::ConfirmTool { turn_id: turn_id.clone(), tool_call_id, approved: true });
+        }
+        self.mark_activity(session_uri);
+        if ends_turn {
+            self.kept_turn_ended(session_uri, chat, &turn_id, None);
+            self.end_turn_bookkeeping(session_uri, chat, for_good);
+        } else {
+            self.after_chat_change(session_uri, chat);
+        }
+    }
+
+    /// A kept turn ended ([`Session::end_kept_turn`](crate::session::Session::end_kept_turn)).
+    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.end_kept_turn(chat, turn_id, how);
+        }
+    }
+
+    /// Hands a started turn to the chat's agent, waking the session first
+    /// when its agent is not running.
+    pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
+        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase.is_live() && !s.start_owed);
+        // A session's first send asks git first (its tree and `turn/0`);
+        // a sleeping session is woken first and asks once it is live.
+        if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {
+            return;
+        }
+        if live {
+            self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+            return;
+        }
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
+        session.pending_sends.push((chat, turn_id, message));
+        self.wake(session_uri);
+    }
+
+    /// The agent of `chat` in a live session answered its start: the turns
+    /// it held go to it, or fail with the start's `failure`. Turns still
+    /// waiting for the session's first git command stay for it.
+    pub(crate) fn chat_start_answered(&mut self, session_uri: &Uri, chat: &Uri, failure: Option<&str>) {
+        let Some(held) = self.sessions.get_mut(session_uri).and_then(|s| s.take_held_sends(chat)) else { return };
+        for (chat, turn_id, message) in held {
+            match failure {
+                Some(message) => self.fail_turn(session_uri, &chat, &turn_id, &format!("the chat's agent would not start: {message}")),
+                None => {
+                    self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+                }
+            }
+        }
+    }
+
+    /// The agent took a turn of `chat` (its send was acknowledged, or the
+    /// agent spoke in it, whichever is heard first: a late answer is stale
+    /// after a sleep). Its conversation exists, so a wake resumes it rather
+    /// than starting it afresh, and a provisional session is announced
+    /// (issue 19, seeds 326 and 1631: a wake after a lost answer started
+    /// the conversation again and the turns it had taken were gone).
+    pub(crate) fn agent_took_turn(&mut self, session_uri: &Uri, chat: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.conversation_exists(chat);
+        }
+        self.mark_ready(session_uri);
+    }
+
+    /// Ends a running turn with `chat/error` carrying `message`. For a
+    /// session still provisional this also fails its creation:
+    /// `session/creationFailed` after the turn's error, then
+    /// `root/sessionAdded`, and its start is owed to the next send.
+    pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
+        let Some(running) = self.in_session(session_uri, |s, sh| s.error_turn(sh, chat, turn_id, message)) else {
+            return self.end_turn_bookkeeping(session_uri, chat, false);
+        };
+        if self.in_session(session_uri, |s, sh| s.fail_creation(sh, message)).unwrap_or(false) {
+            // The creation failed: its agent goes, and the next send starts
+            // it afresh (Sessions page: "held with its start owed").
+            self.let_agents_go(session_uri);
+            self.after_chat_change(session_uri, chat);
+            self.announce(session_uri);
+            crate::mark!("creation_failed_start_owed");
+            self.shared.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
+        }
+        self.end_turn_bookkeeping(session_uri, chat, running);
+    }
+
+    /// After a turn ended (completed, cancelled, failed): clear its clock,
+    /// note activity, mirror the chat, recount, and persist the record.
+    /// What every turn's end does, in this order: the chat's bookkeeping,
+    /// the record, then (`checkpoint`: a turn that completed or failed for
+    /// good) its checkpoint, and only then the residency check, so the
+    /// checkpoint is work in hand that keeps the session from being evicted
+    /// under it (issue 18: an eviction at a turn's end left its checkpoint
+    /// running on a session that had gone).
+    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
+        self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
+        self.recount_active();
+        self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put(sh)));
+        if checkpoint {
+            self.checkpoint_turn(session_uri);
+        }
+    }
+
+    /// Sends `session/ready` once the session's first turn went to its
+    /// backend (or a retry after a failed creation succeeded).
+    pub(crate) fn mark_ready(&mut self, session_uri: &Uri) {
+        self.announce(session_uri);
+        self.in_session(session_uri, |s, sh| s.ready(sh));
+    }
+}
+
+// ---- Sleep, the residency limit and waking (module docs) ----
+impl Host {
+    /// Coverage marks for the sessions whose quiet time is over but that
+    /// may not sleep: the rule's refusals, seen where they decide.
+    fn mark_sleep_refusals(&self, now: MonoTime) {
+        if !cfg!(feature = "sim") || self.shared.config.sleep_after_ms == 0 {
+            return;
+        }
+        for (_, s) in self.held_sessions() {
+            if s.last_activity.plus_ms(self.shared.config.sleep_after_ms) > now {
+                continue;
+            }
+            match (s.phase.is_waking(), s.sleep_refusal(|| self.is_watched(s))) {
+                (true, _) => crate::mark!("sleep_refused_waking"),
+                (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
+                (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
+                (_, Some(SleepRefusal::WorkInHand)) => crate::mark!("sleep_refused_work_in_hand"),
+                (_, Some(SleepRefusal::Watched)) => crate::mark!("sleep_refused_watched"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Fires what is due at the current time: handshakes whose wait is over
+    /// are answered, then idle sleeps, then the once-a-minute residency
+    /// sweep.
+    pub(crate) fn fire_due(&mut self) {
+        self.answer_overdue_handshakes();
+        let now = self.shared.now.mono;
+        let due: Vec<Uri> = self
+            .held_sessions()
+            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || self.is_watched(s)).is_some_and(|t| t <= now))
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        self.mark_sleep_refusals(now);
+        for uri in due {
+            crate::mark!("sleep_after_idle");
+            self.let_agents_go(&uri);
+            self.went.push((uri.clone(), super::Went::Slept));
+            self.shared.stats.sleeps += 1;
+            self.shared.log(LogLevel::Info, "session.slept", Some(uri), String::new());
+        }
+        let period = self.shared.config.residency_sweep_ms.max(1);
+        if self.shared.config.residency_limit > 0 && now >= self.last_sweep.plus_ms(period) {
+            // Catch up by whole periods so the deadline stays on the minute.
+            let periods = (now.0 - self.last_sweep.0) / period;
+            self.last_sweep = self.last_sweep.plus_ms(periods * period);
+        }
+        // The page names the moments to check (sessions starting, clients
+        // subscribing and leaving, turns starting and ending, once a
+        // minute); checking after every input covers all of them and keeps
+        // the limit an invariant of every state the host is in. This is
+        // the only call: a check in the middle of an input picks among
+        // sessions whose work that input is still settling (a failed
+        // resume's waiters not yet failed), and the least recently used
+        // one may not be the one that goes (sim seeds 5696, 16305, 16894).
+        self.check_residency();
+    }
+
+    /// Closes every chat's agent and moves a live session to `Asleep`; its
+    /// state stays held.
+    pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
+        if self.in_session(uri, |s, sh| s.let_agents_go(sh)) == Some(true) {
+            self.archived_trees_go(uri);
+        }
+    }
+
+    /// A live session's agents start again in its new process root (the
+    /// tree its first send made, Sessions page: "every agent is started
+    /// again there before the turn runs"): closed and started at once,
+    /// live to waking. It never passes through asleep, so nothing a sleep
+    /// does (an archived session's trees going, a sleep counted) happens to
+    /// a session with a turn in hand.
+    pub(crate) fn restart_agents(&mut self, uri: &Uri) {
+        self.in_session(uri, |s, sh| {
+            if s.close_agents(sh) {
+                s.start_agents(sh);
+            }
+        });
+    }
+
+    /// Sessions that count against the limit: state held and something said.
+    pub(crate) fn resident_count(&self) -> usize {
+        self.held_sessions().filter(|(_, s)| s.is_announced()).count()
+    }
+
+    /// Applies the residency limit: archived sessions go at once, then the
+    /// least recently used evictable sessions until the count is within the
+    /// limit (ties on the LRU stamp break on the URI).
+    pub(crate) fn check_residency(&mut self) {
+        if self.shared.config.residency_limit == 0 {
+            return;
+        }
+        let archived: Vec<Uri> = self
+            .held_sessions()
+            .filter(|(_, s)| s.record.is_archived && s.evictable(|| self.is_watched(s)))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uri in archived {
+            crate::mark!("evict_archived_at_once");
+            self.evict(&uri);
+        }
+        while self.resident_count() > self.shared.config.residency_limit {
+            self.mark_eviction_skips();
+            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| self.is_watched(s))).map(|(u, s)| (u, s.last_used));
+            let victim = crate::lru::least_recent(candidates).cloned();
+            match victim {
+                Some(uri) => {
+                    crate::mark!("evict_least_recently_used");
+                    self.evict(&uri);
+                }
+                None => {
+                    crate::mark!("residency_over_limit_all_pinned");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Coverage marks for the counted sessions the limit may not take:
+    /// "None goes while a client watches it or while it has work in hand",
+    /// and one whose backend cannot resume it is pinned.
+    fn mark_eviction_skips(&self) {
+        if !cfg!(feature = "sim") {
+            return;
+        }
+        for (_, s) in self.held_sessions().filter(|(_, s)| s.is_announced()) {
+            if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
+                crate::mark!("evict_skip_changing_phase");
+            } else if !s.can_resume {
+                crate::mark!("evict_skip_pinned_not_resumable");
+            } else if s.has_work_in_hand() {
+                crate::mark!("evict_skip_work_in_hand");
+            } else if self.is_watched(s) {
+                crate::mark!("evict_skip_watched");
+            }
+        }
+    }
+
+    /// Lets the agent and the state go together. The record keeps what the
+    /// catalogue row needs.
+    fn evict(&mut self, uri: &Uri) {
+        self.let_agents_go(uri);
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.resident = None;
+        }
+        self.held.remove(uri);
+        // The row is read from the record now: say what that moved.
+        self.summary_changed(uri);
+        self.went.push((uri.clone(), super::Went::Evicted));
+        self.shared.stats.evictions += 1;
+        self.shared.log(LogLevel::Info, "session.evicted", Some(uri.clone()), String::new());
+    }
+
+    /// Starts a wake unless one is running: every chat's agent is resumed
+    /// (started afresh when its creation failed and its start is owed).
+    /// Wakers that arrive while it runs share it.
+    pub(crate) fn wake(&mut self, uri: &Uri) {
+        let Some(session) = self.sessions.get(uri) else { return };
+        if session.phase != Phase::Asleep {
+            if session.phase.is_waking() {
+                // "Wakers that arrive together share one resume."
+                crate::mark!("wake_coalesced");
+            }
+            return;
+        }
+        // No agent starts in a folder that is no longer trusted.
+        if self.refuse_untrusted_wake(uri) {
+            return;
+        }
+        // An archived session's tree, off the disk, comes back first.
+        if self.restore_before_wake(uri) {
+            return;
+        }
+        self.start_agents(uri);
+    }
+
+    /// Starts every chat's agent and moves the session to `Waking`
+    /// ([`Session::start_agents`](crate::session::Session::start_agents)).
+    pub(crate) fn start_agents(&mut self, uri: &Uri) {
+        self.in_session(uri, |s, sh| s.start_agents(sh));
+    }
+
+    /// Every resume of a wake answered ([`Session::end_wake`](crate::session::Session::end_wake)). On success
+    /// the session's state is held and live: the turns it held go to their
+    /// agents and every waiter is served, in arrival order. On failure each
+    /// fails with the backend's error and the session stays asleep.
+    pub(crate) fn finish_wake(&mut self, uri: &Uri) {
+        let Some(end) = self.in_session(uri, |s, sh| s.end_wake(sh)).flatten() else { return };
+        match end {
+            WakeEnd::Failed { pending, waiters, reason } => {
+                for (chat, turn_id, _) in pending {
+                    self.fail_turn(uri, &chat, &turn_id, &reason);
+                }
+                self.fail_waiters(uri, waiters, &reason);
+            }
+            WakeEnd::Woke { pending, waiters } => {
+                self.held.insert(uri.clone());
+                for (chat, turn_id, message) in pending {
+                    // A first send waits for its tree and `turn/0` (host/git.rs).
+                    if self.hold_for_git(uri, &chat, &turn_id, &message) {
+                        continue;
+                    }
+                    self.in_session(uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+                }
+                for waiter in waiters {
+                    match waiter {
+                        Waiter::Request { conn, id, request } => {
+                            if self.may_resume(conn, id) {
+                                self.resume_request(conn, id, request);
+                            }
+                        }
+                        Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
+                        Waiter::Action(q) => {
+                            let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
+                            if busy {
+                                if let Some(s) = self.sessions.get_mut(uri) {
+                                    s.inbox.push_back(crate::session::Queued::Action(q));
+                                }
+                            } else {
+                                self.process_action(uri, q);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a request that waited for a wake on from its decoded form.
+    fn resume_request(&mut self, conn: ConnId, id: u64, request: WaitingRequest) {
+        match request {
+            WaitingRequest::Subscribe(request) => self.subscribe(conn, id, request),
+            WaitingRequest::FetchTurns(request) => self.fetch_turns(conn, id, request),
+            WaitingRequest::CreateChat(request) => self.create_chat(conn, id, *request),
+        }
+    }
+
+    /// Before a wake: a session read back whose folder is no longer trusted
+    /// (the list changed since it was made) is not started; the turns and
+    /// requests waiting on it fail saying why, and it stays asleep.
+    /// Returns true when the wake was refused.
+    pub(crate) fn refuse_untrusted_wake(&mut self, session_uri: &Uri) -> bool {
+        let Some(session) = self.sessions.get(session_uri) else { return false };
+        let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
+        crate::mark!("wake_refused_untrusted_folder");
+        self.shared.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
+        let Some(session) = self.sessions.get_mut(session_uri) else { return true };
+        let pending = std::mem::take(&mut session.pending_sends);
+        let waiters = std::mem::take(&mut session.waiters);
+        let reason = format!("the session was not woken: {reason}");
+        for (chat, turn_id, _) in pending {
+            self.fail_turn(session_uri, &chat, &turn_id, &reason);
+        }
+        self.fail_waiters_with(session_uri, waiters, crate::protocol::error::PERMISSION_DENIED, &reason);
+        true
+    }
+}
+
+/// The stop in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drain {
+    /// When running turns are cancelled (monotonic).
+    pub until: MonoTime,
+    /// The grace ran out and the turns still running were cancelled.
+    pub cut: bool,
+}
+
+/// Why a turn is refused while the host stops.
+pub const REFUSED_WHILE_STOPPING: &str = "the host is shutting down and takes no new turns; send it again once it is back";
+
+// ---- A graceful stop (module docs) ----
+impl Host {
+    /// `Input::Shutdown`: stop taking turns; cancel the running ones after
+    /// `grace_ms` (at once for 0).
+    pub(crate) fn on_shutdown(&mut self, grace_ms: u64) {
+        if self.drain.is_some() {
+            return;
+        }
+        let running = self.running_turns().len();
+        crate::mark!("shutdown_drains");
+        self.shared.log(LogLevel::Info, "host.draining", None, format!("{running} turns running; they get {grace_ms} ms to end"));
+        self.drain = Some(Drain { until: self.shared.now.mono.plus_ms(grace_ms), cut: false });
+        self.drain_due();
+    }
+
+    /// Whether the host is stopping (turns are refused).
+    pub(crate) fn stopping(&self) -> bool {
+        self.drain.is_some()
+    }
+
+    /// When the grace runs out, if it has not yet.
+    pub(crate) fn drain_deadline(&self) -> Option<MonoTime> {
+        self.drain.filter(|d| !d.cut).map(|d| d.until)
+    }
+
+    /// The grace ran out: every turn still running is cancelled through its
+    /// backend and ends cancelled (kept by the host until the backend has
+    /// it).
+    pub(crate) fn drain_due(&mut self) {
+        let Some(drain) = self.drain else { return };
+        if drain.cut || self.shared.now.mono < drain.until {
+            return;
+        }
+        self.drain = Some(Drain { cut: true, ..drain });
+        let running = self.running_turns();
+        if !running.is_empty() {
+            crate::mark!("shutdown_cancels_running_turns");
+            self.shared.log(LogLevel::Warn, "host.turns_cancelled", None, format!("{} turns still running at the end of the grace were cancelled", running.len()));
+        }
+        for (session, chat, turn_id) in running {
+            let cancel = ChatTurnCancelledAction { turn_id, duration: 0, meta: None };
+            if self.in_session(&session, |s, sh| s.cancel_turn(sh, &chat, cancel, None)) != Some(true) {
+                continue;
+            }
+            // The turn's end as `end_turn_bookkeeping` counts it, but with
+            // no residency check between two cancels: one would take a
+            // session whose turn is cancelled only later in this loop. The
+            // next sweep runs it.
+            self.in_session(&session, |s, sh| s.turn_ended(sh, &chat));
+            self.recount_active();
+            self.store_put(&session);
+        }
+    }
+
+    /// Every turn running in a held session: (session, chat, turn id).
+    fn running_turns(&self) -> Vec<(Uri, Uri, String)> {
+        self.held_sessions().flat_map(|(uri, s)| s.running_turns().into_iter().map(move |(chat, turn)| (uri.clone(), chat, turn))).collect()
+    }
+
+    /// A stop is under way and nothing it waits for is left: no turn runs,
+    /// no turn waits to reach its agent, no client action waits for its
+    /// write. The shell then finishes the store's writes and exits.
+    pub fn drained(&self) -> bool {
+        self.drain.is_some()
+            && self.running_turns().is_empty()
+            && self.sessions.values().all(|s| s.pending_sends.is_empty() && s.sends_in_flight.is_empty() && s.parked.is_none())
+    }
+}

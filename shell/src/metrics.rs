@@ -109,6 +109,7 @@ impl Metrics {
         counter(&mut o, "ahpd_session_failed_resumes_total", "Wakes whose resume failed.", stats.failed_resumes);
         counter(&mut o, "ahpd_action_rejections_total", "Client actions rejected.", stats.rejections);
         gauge(&mut o, "ahpd_connected_clients", "WebSocket clients connected now.", clients as u64);
+        counter(&mut o, "ahpd_fsyncs_total", "Fsyncs of files and directories made by this process.", crate::exec::fsutil::fsyncs());
         let _ = writeln!(o, "# HELP ahpd_requests_total JSON-RPC requests answered, by method and code (ok or the error code).");
         let _ = writeln!(o, "# TYPE ahpd_requests_total counter");
         for ((method, code), n) in &self.requests {

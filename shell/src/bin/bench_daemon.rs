@@ -1,0 +1,1527 @@
+//! `bench_daemon`: a load benchmark of the whole daemon (issue 21).
+//!
+//! It starts the release `ahpd` that sits next to this executable as a child
+//! process (a free loopback port, a fresh temp data dir, its own temp
+//! awareness directory so awareness is on as by default, the built-in `echo`
+//! agent) and drives it over loopback WebSocket with raw JSON-RPC frames.
+//! Every figure is printed beside a baseline measured in the same run: plain
+//! reads of the same files, a minimal tokio-tungstenite server in this
+//! process answering the same bytes, serde_json encoding of the same rows,
+//! or the same daemon measured at another size.
+//!
+//! ```sh
+//! cargo build --release -p ahpd --bins
+//! cargo run --release -p ahpd --bin bench_daemon -- catalogue --sessions 1000,10000,100000
+//! cargo run --release -p ahpd --bin bench_daemon -- turns --clients 1,10,50
+//! cargo run --release -p ahpd --bin bench_daemon -- fanout --subscribers 100
+//! cargo run --release -p ahpd --bin bench_daemon -- wake
+//! cargo run --release -p ahpd --bin bench_daemon -- peers --live 100
+//! cargo run --release -p ahpd --bin bench_daemon -- all
+//! ```
+//!
+//! Every scenario takes `--runs K` (each figure is the median of K runs).
+//! It is a program that prints figures, not a timed test
+//! (docs/PERFORMANCE.md keeps the figures and the commands).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ahp_types::actions::{ChatTurnStartedAction, StateAction};
+use ahp_types::commands::DispatchActionParams;
+use ahp_types::state::{
+    MarkdownResponsePart, Message, MessageKind, MessageOrigin, ResponsePart, SessionSummary, Turn, TurnState,
+};
+use ahpd_core::{SessionRecord, WallTime};
+use clap::{Parser, ValueEnum};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Errors are messages a person can act on; `main` prints them.
+type R<T> = Result<T, String>;
+
+/// The longest any single request or wait may take before the benchmark
+/// gives up (a hang must end the run, not stall it).
+const STEP: Duration = Duration::from_secs(120);
+
+/// Rows per `listSessions` page, as clients ask for them.
+const PAGE: usize = 500;
+
+/// Repetitions of a timed page request (the median is reported).
+const PAGE_REPS: usize = 30;
+
+/// Sequential pings timed for the latency figures.
+const PINGS: usize = 300;
+
+/// Folders the generated sessions' working directories are spread over.
+const FOLDERS: usize = 5;
+
+/// Frame rate limits passed to every daemon: the defaults (200/s, burst
+/// 1000) would throttle the 1 ms ping probe and back-to-back turns, and the
+/// benchmark measures the daemon's work, not its rate limiter.
+const NO_RATE_LIMIT: &[&str] = &["--limit-frames-per-second", "1000000", "--limit-frames-burst", "1000000"];
+
+/// Which part of the daemon to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// N pre-generated session records: start, pages, ping, RSS, scan stall.
+    Catalogue,
+    /// Clients running turns back to back, each on its own session.
+    Turns,
+    /// One session's chat streamed to many subscribers.
+    Fanout,
+    /// Waking an evicted session by a subscribe and a turn.
+    Wake,
+    /// Many live sessions in one folder (awareness peers): memory, snapshot.
+    Peers,
+    /// Every scenario with modest sizes.
+    All,
+}
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(name = "bench_daemon", about = "Load benchmark of the whole ahpd daemon (issue 21).")]
+struct Cli {
+    /// The scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Runs per figure; each figure is the median over the runs.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// catalogue: session counts [default: 1000,10000,100000; `all`: 1000,10000].
+    #[arg(long, value_delimiter = ',')]
+    sessions: Option<Vec<usize>>,
+    /// catalogue: every how many records get an echo transcript (1 = all).
+    #[arg(long, default_value_t = 1)]
+    transcript_every: usize,
+    /// turns: client counts [default: 1,10,50].
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
+    /// fanout: subscriber connections [default: 100].
+    #[arg(long)]
+    subscribers: Option<usize>,
+    /// peers: live sessions in one folder [default: 100].
+    #[arg(long)]
+    live: Option<usize>,
+    /// turns and fanout: seconds each measured window lasts [default: 5; `all`: 3].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// wake: wake rounds [default: 10].
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// The ahpd binary [default: `ahpd` next to this executable].
+    #[arg(long)]
+    ahpd: Option<PathBuf>,
+    /// Where temp data goes [default: the system temp dir]; removed at exit.
+    #[arg(long)]
+    tmp: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bench_daemon: could not start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("bench_daemon: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the chosen scenario(s) and prints their tables.
+async fn run(cli: Cli) -> R<()> {
+    let exe = match &cli.ahpd {
+        Some(p) => p.clone(),
+        None => {
+            let me = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+            me.with_file_name("ahpd")
+        }
+    };
+    if !exe.is_file() {
+        return Err(format!("no daemon binary at {} (cargo build --release -p ahpd --bins)", exe.display()));
+    }
+    let root = cli.tmp.clone().unwrap_or_else(std::env::temp_dir).join(format!("ahpd-bench-{}", std::process::id()));
+    let tmp = TempDir::create(root)?;
+    let env = Env { exe, tmp: tmp.0.clone(), runs: cli.runs.max(1), counter: AtomicU64::new(0) };
+    println!("bench_daemon: daemon {}, {} run(s) per figure, {} CPUs", env.exe.display(), env.runs, cpus());
+    let all = cli.scenario == Scenario::All;
+    let seconds = cli.seconds.unwrap_or(if all { 3.0 } else { 5.0 });
+    if matches!(cli.scenario, Scenario::Catalogue | Scenario::All) {
+        let sizes = cli.sessions.clone().unwrap_or_else(|| if all { vec![1000, 10_000] } else { vec![1000, 10_000, 100_000] });
+        catalogue(&env, &sizes, cli.transcript_every.max(1)).await?;
+    }
+    if matches!(cli.scenario, Scenario::Turns | Scenario::All) {
+        let clients = cli.clients.clone().unwrap_or_else(|| vec![1, 10, 50]);
+        turns(&env, &clients, seconds).await?;
+    }
+    if matches!(cli.scenario, Scenario::Fanout | Scenario::All) {
+        fanout(&env, cli.subscribers.unwrap_or(100), seconds).await?;
+    }
+    if matches!(cli.scenario, Scenario::Wake | Scenario::All) {
+        wake(&env, if all { cli.rounds.min(6) } else { cli.rounds }).await?;
+    }
+    if matches!(cli.scenario, Scenario::Peers | Scenario::All) {
+        peers(&env, cli.live.unwrap_or(100)).await?;
+    }
+    drop(tmp);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Environment, temp dirs, the daemon child
+// ---------------------------------------------------------------------------
+
+/// What every scenario shares: the daemon binary, the temp root, the runs.
+struct Env {
+    exe: PathBuf,
+    tmp: PathBuf,
+    runs: usize,
+    counter: AtomicU64,
+}
+
+impl Env {
+    /// A fresh, empty directory under the temp root.
+    fn fresh_dir(&self, what: &str) -> R<PathBuf> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let dir = self.tmp.join(format!("{what}-{n}"));
+        fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+/// A directory removed (with everything in it) when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `path` (and its parents).
+    fn create(path: PathBuf) -> R<TempDir> {
+        fs::create_dir_all(&path).map_err(|e| format!("could not create {}: {e}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Best effort: a leftover temp dir is harmless but large at 100k.
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Awareness for a daemon: on with its own registry directory, or off.
+#[derive(Clone)]
+enum Awareness {
+    On(PathBuf),
+    Off,
+}
+
+/// A running daemon child; killed (SIGKILL) and reaped when dropped, so an
+/// early error or a panic never leaves it running.
+struct Daemon {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    url: String,
+    log: PathBuf,
+    /// When `spawn` was called (start times are measured from here).
+    spawned: Instant,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nobody listens on now (bound then released; the daemon
+/// binds it a moment later).
+fn free_port() -> R<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| format!("no local address: {e}"))
+}
+
+impl Daemon {
+    /// Spawns `ahpd serve` on `data_dir` and returns at once (not yet
+    /// listening; see [`Daemon::wait_listening`]). The daemon reads no config
+    /// file or `AHPD_*` variable of the user's, scans no Claude transcripts,
+    /// and logs warnings plus the backend's scan lines to `<data>.log`.
+    fn spawn(env: &Env, data_dir: &Path, awareness: &Awareness, extra: &[&str]) -> R<Daemon> {
+        let port = free_port()?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let log = data_dir.with_extension("log");
+        let stderr = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("could not open {}: {e}", log.display()))?;
+        let config = data_dir.with_extension("toml");
+        fs::write(&config, b"").map_err(|e| format!("could not write {}: {e}", config.display()))?;
+        let mut cmd = Command::new(&env.exe);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--config")
+            .arg(&config)
+            .args(["--claude-projects", ""])
+            .args(NO_RATE_LIMIT)
+            .arg("--awareness-dir");
+        match awareness {
+            Awareness::On(dir) => cmd.arg(dir),
+            Awareness::Off => cmd.arg(""),
+        };
+        cmd.args(extra);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("AHPD_") {
+                cmd.env_remove(key);
+            }
+        }
+        // Only warnings, plus the scan's "scan finished" line the catalogue
+        // scenario waits for: per-frame logging would be part of the load.
+        // `BENCH_DAEMON_LOG` replaces the filter when a run needs looking into.
+        let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug".to_owned());
+        cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
+        let spawned = Instant::now();
+        let child = cmd.spawn().map_err(|e| format!("could not start {}: {e}", env.exe.display()))?;
+        let pid = child.id();
+        Ok(Daemon { child, pid, addr, url: format!("ws://{addr}/"), log, spawned })
+    }
+
+    /// Polls the port every millisecond until it accepts a TCP connection;
+    /// returns the time since spawn.
+    async fn wait_listening(&mut self) -> R<Duration> {
+        loop {
+            if TcpStream::connect(self.addr).await.is_ok() {
+                return Ok(self.spawned.elapsed());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("ahpd exited ({status}) before listening; log:\n{}", self.log_tail()));
+            }
+            if self.spawned.elapsed() > STEP {
+                return Err(format!("ahpd did not listen within {STEP:?}; log:\n{}", self.log_tail()));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The last 2 KB of the daemon's log.
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let cut = text.len().saturating_sub(2048);
+        text.get(cut..).unwrap_or(&text).to_owned()
+    }
+
+    /// The daemon's resident set size now, in bytes (`VmRSS`).
+    fn rss(&self) -> R<u64> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid)).map_err(|e| format!("could not read the daemon's status: {e}"))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .ok_or_else(|| "no VmRSS in the daemon's status".to_owned())
+    }
+
+    /// One counter of `/metrics` (a plain HTTP GET on the same port).
+    async fn metric(&self, name: &str) -> R<f64> {
+        let addr = self.addr;
+        let text = tokio::task::spawn_blocking(move || -> R<String> {
+            let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("metrics connect: {e}"))?;
+            s.set_read_timeout(Some(STEP)).map_err(|e| format!("metrics timeout: {e}"))?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(|e| format!("metrics write: {e}"))?;
+            let mut body = String::new();
+            s.read_to_string(&mut body).map_err(|e| format!("metrics read: {e}"))?;
+            Ok(body)
+        })
+        .await
+        .map_err(|e| format!("metrics task: {e}"))??;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("/metrics has no {name} (is this daemon built from this tree?)"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A raw JSON-RPC client over tokio-tungstenite
+// ---------------------------------------------------------------------------
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The top level of a frame: enough to tell a reply from a notification.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<Value>,
+}
+
+/// One WebSocket connection speaking raw JSON-RPC frames.
+struct Client {
+    ws: Ws,
+    next_id: u64,
+    next_seq: i64,
+}
+
+impl Client {
+    /// Connects to `url`.
+    async fn open(url: &str) -> R<Client> {
+        let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async(url))
+            .await
+            .map_err(|_| format!("connecting to {url} timed out"))?
+            .map_err(|e| format!("could not connect to {url}: {e}"))?;
+        Ok(Client { ws, next_id: 1, next_seq: 1 })
+    }
+
+    /// Connects and says `initialize` (no initial subscriptions).
+    async fn open_init(url: &str, client_id: &str) -> R<Client> {
+        let mut c = Client::open(url).await?;
+        c.request("initialize", json!({"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id})).await?;
+        Ok(c)
+    }
+
+    /// Sends one text frame.
+    async fn send(&mut self, text: String) -> R<()> {
+        self.ws.send(WsMessage::Text(text.into())).await.map_err(|e| format!("send failed: {e}"))
+    }
+
+    /// The next text frame (control frames skipped).
+    async fn next_text(&mut self) -> R<String> {
+        loop {
+            let msg = tokio::time::timeout(STEP, self.ws.next()).await.map_err(|_| format!("no frame within {STEP:?}"))?;
+            match msg {
+                Some(Ok(WsMessage::Text(t))) => return Ok(t.as_str().to_owned()),
+                Some(Ok(WsMessage::Close(c))) => return Err(format!("the server closed the connection: {c:?}")),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(format!("read failed: {e}")),
+                None => return Err("the connection ended".to_owned()),
+            }
+        }
+    }
+
+    /// A request frame with the next id; returns the frame and its id.
+    fn request_frame(&mut self, method: &str, params: &Value) -> (String, u64) {
+        let id = self.next_id;
+        self.next_id += 1;
+        (json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(), id)
+    }
+
+    /// Sends a request and returns the raw text of its reply (notifications
+    /// read meanwhile are dropped). An error reply is an error.
+    async fn request_raw(&mut self, method: &str, params: Value) -> R<String> {
+        let (frame, id) = self.request_frame(method, &params);
+        self.send(frame).await?;
+        loop {
+            let text = self.next_text().await?;
+            let head: Head = serde_json::from_str(&text).map_err(|e| format!("unparsable frame ({e}): {}", clip(&text)))?;
+            if head.id.as_ref().and_then(Value::as_u64) == Some(id) {
+                if text.contains("\"error\":") && !text.contains("\"result\":") {
+                    return Err(format!("{method} failed: {}", clip(&text)));
+                }
+                return Ok(text);
+            }
+        }
+    }
+
+    /// Sends a request and returns its `result`.
+    async fn request(&mut self, method: &str, params: Value) -> R<Value> {
+        let text = self.request_raw(method, params).await?;
+        let mut v: Value = serde_json::from_str(&text).map_err(|e| format!("unparsable reply ({e})"))?;
+        Ok(v.get_mut("result").map(Value::take).unwrap_or(Value::Null))
+    }
+
+    /// A `ping`, timed.
+    async fn ping(&mut self) -> R<Duration> {
+        let t = Instant::now();
+        self.request_raw("ping", json!({"channel": "ahp-root://"})).await?;
+        Ok(t.elapsed())
+    }
+
+    /// Creates an echo session `sid` in `folder`, subscribes to it and to its
+    /// default chat; returns the chat URI.
+    async fn new_session(&mut self, sid: &str, folder: &Path) -> R<String> {
+        let wd = ahpd_core::git::uri_of_path(folder.to_str().ok_or("a temp path is not UTF-8")?);
+        self.request("createSession", json!({"channel": sid, "provider": "echo", "workingDirectories": [wd]})).await?;
+        let snap = self.request("subscribe", json!({"channel": sid})).await?;
+        let state = &snap["snapshot"]["state"];
+        let chat = state["defaultChat"]
+            .as_str()
+            .or_else(|| state["chats"][0]["resource"].as_str())
+            .ok_or_else(|| format!("no default chat in the snapshot of {sid}"))?
+            .to_owned();
+        self.request("subscribe", json!({"channel": chat})).await?;
+        Ok(chat)
+    }
+
+    /// The `dispatchAction` frame that starts turn `turn_id` with `text`.
+    fn turn_frame(&mut self, chat: &str, turn_id: &str, text: &str) -> R<String> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let params = DispatchActionParams {
+            channel: chat.to_owned(),
+            client_seq: seq,
+            action: StateAction::ChatTurnStarted(ChatTurnStartedAction {
+                turn_id: turn_id.to_owned(),
+                started_at: WallTime(wall_ms()).to_iso(),
+                message: Message {
+                    text: text.to_owned(),
+                    origin: MessageOrigin { kind: MessageKind::User },
+                    attachments: None,
+                    model: None,
+                    agent: None,
+                    meta: None,
+                },
+                queued_message_id: None,
+                meta: None,
+            }),
+        };
+        let params = serde_json::to_value(params).map_err(|e| format!("could not encode a turn: {e}"))?;
+        Ok(json!({"jsonrpc": "2.0", "method": "dispatchAction", "params": params}).to_string())
+    }
+
+    /// Runs one turn to its `chat/turnComplete`; returns its latency
+    /// (dispatch to the completing action). Every frame read meanwhile is
+    /// pushed to `record` when given. A rejected or failed turn is an error.
+    async fn turn(&mut self, chat: &str, turn_id: &str, text: &str, mut record: Option<&mut Vec<String>>) -> R<Duration> {
+        let frame = self.turn_frame(chat, turn_id, text)?;
+        let t = Instant::now();
+        self.send(frame).await?;
+        loop {
+            let f = self.next_text().await?;
+            let done = f.contains(turn_id) && f.contains("\"chat/turnComplete\"");
+            if f.contains(turn_id) && (f.contains("\"rejectionReason\"") || f.contains("\"chat/error\"")) {
+                return Err(format!("turn {turn_id} failed: {}", clip(&f)));
+            }
+            if let Some(rec) = record.as_deref_mut() {
+                rec.push(f);
+            }
+            if done {
+                return Ok(t.elapsed());
+            }
+        }
+    }
+}
+
+/// A frame shortened for an error message.
+fn clip(text: &str) -> String {
+    let end = text.char_indices().nth(300).map(|(i, _)| i).unwrap_or(text.len());
+    text[..end].to_owned()
+}
+
+/// Wall-clock milliseconds since the epoch.
+fn wall_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+// ---------------------------------------------------------------------------
+// The minimal server (the baselines)
+// ---------------------------------------------------------------------------
+
+/// What the minimal server answers: the daemon's own reply bytes, recorded
+/// in the same run.
+#[derive(Default)]
+struct Canned {
+    /// The reply to a `listSessions` without a cursor.
+    first_page: String,
+    /// The reply to a `listSessions` with a cursor.
+    middle_page: String,
+    /// The frames one turn produced, with `turn_id` in them; a
+    /// `dispatchAction` is answered with these, the turn id swapped for the
+    /// new one (same width, so the same sizes).
+    turn_frames: Vec<String>,
+    /// The turn id in `turn_frames`.
+    turn_id: String,
+    /// Fan-out mode: turn frames go to every subscribed connection.
+    broadcast: Option<tokio::sync::broadcast::Sender<tokio_tungstenite::tungstenite::Utf8Bytes>>,
+}
+
+/// Of a client frame, what the minimal server needs.
+#[derive(Deserialize)]
+struct MiniReq {
+    #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
+    method: String,
+    #[serde(default)]
+    params: Value,
+}
+
+/// Starts the minimal tokio-tungstenite server on a free loopback port;
+/// returns its URL and the accept task (abort it when done).
+async fn mini_server(canned: Arc<Canned>) -> R<(String, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("minimal server bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("minimal server address: {e}"))?;
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(mini_conn(stream, canned.clone()));
+        }
+    });
+    Ok((format!("ws://{addr}/"), task))
+}
+
+/// One connection of the minimal server: ping, listSessions, subscribe and
+/// dispatchAction answered with canned bytes; nothing else is modelled.
+async fn mini_conn(stream: TcpStream, canned: Arc<Canned>) {
+    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+    let (mut tx, mut rx) = ws.split();
+    let mut feed = None;
+    loop {
+        let frame = tokio::select! {
+            m = rx.next() => match m {
+                Some(Ok(WsMessage::Text(t))) => t,
+                Some(Ok(_)) => continue,
+                _ => return,
+            },
+            b = async { match feed.as_mut() { Some(r) => r_recv(r).await, None => std::future::pending().await } } => {
+                match b {
+                    Some(bytes) => { if tx.send(WsMessage::Text(bytes)).await.is_err() { return } continue }
+                    None => return,
+                }
+            }
+        };
+        let Ok(req) = serde_json::from_str::<MiniReq>(frame.as_str()) else { continue };
+        let replies: Vec<String> = match req.method.as_str() {
+            "listSessions" => {
+                let page = if req.params.get("cursor").is_some_and(|c| !c.is_null()) { &canned.middle_page } else { &canned.first_page };
+                vec![with_id(page, req.id.unwrap_or(0))]
+            }
+            "dispatchAction" => {
+                let new_id = req.params["action"]["turnId"].as_str().unwrap_or_default().to_owned();
+                let frames: Vec<String> = canned.turn_frames.iter().map(|f| f.replace(&canned.turn_id, &new_id)).collect();
+                match &canned.broadcast {
+                    Some(b) => {
+                        for f in frames {
+                            let _ = b.send(f.into());
+                        }
+                        Vec::new()
+                    }
+                    None => frames,
+                }
+            }
+            "subscribe" => {
+                if let Some(b) = &canned.broadcast {
+                    feed = Some(b.subscribe());
+                }
+                vec![format!("{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{}}}}", req.id.unwrap_or(0))]
+            }
+            _ => match req.id {
+                Some(id) => vec![format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":null}}")],
+                None => Vec::new(),
+            },
+        };
+        for r in replies {
+            if tx.send(WsMessage::Text(r.into())).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A recorded reply with its top-level `"id":N` made `id` (the first
+/// `"id":` before `"result"`; the daemon writes the id first), so the
+/// client matches it; the rest of the bytes are the daemon's.
+fn with_id(reply: &str, id: u64) -> String {
+    let result_at = reply.find("\"result\"").unwrap_or(reply.len());
+    let Some(at) = reply[..result_at].find("\"id\":") else { return reply.to_owned() };
+    let digits = at + 5;
+    let end = reply[digits..].find(|c: char| !c.is_ascii_digit()).map(|n| digits + n).unwrap_or(reply.len());
+    format!("{}{id}{}", &reply[..digits], &reply[end..])
+}
+
+/// The next broadcast frame; a lagging receiver skips what it missed (the
+/// baseline must not stall), a closed channel ends.
+async fn r_recv(
+    r: &mut tokio::sync::broadcast::Receiver<tokio_tungstenite::tungstenite::Utf8Bytes>,
+) -> Option<tokio_tungstenite::tungstenite::Utf8Bytes> {
+    loop {
+        match r.recv().await {
+            Ok(b) => return Some(b),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Figures and tables
+// ---------------------------------------------------------------------------
+
+/// One row of a result table.
+struct Row {
+    figure: String,
+    value: String,
+    baseline: String,
+    ratio: String,
+    goal: String,
+}
+
+/// A row; `ratio` is `value / baseline` when both are given.
+fn row(figure: impl Into<String>, value: String, baseline: String, ratio: Option<f64>, goal: &str) -> Row {
+    Row { figure: figure.into(), value, baseline, ratio: ratio.filter(|r| r.is_finite()).map(|r| if r < 0.1 { format!("{r:.3}×") } else { format!("{r:.2}×") }).unwrap_or_else(|| "–".into()), goal: goal.into() }
+}
+
+/// Prints a table as aligned Markdown (pasteable into docs/PERFORMANCE.md).
+fn print_table(title: &str, rows: &[Row]) {
+    let head = ["figure", "value", "baseline (same run)", "ratio", "goal"];
+    let cells: Vec<[&str; 5]> = rows.iter().map(|r| [r.figure.as_str(), &r.value, &r.baseline, &r.ratio, &r.goal]).collect();
+    let mut w = head.map(|h| h.chars().count());
+    for c in &cells {
+        for i in 0..5 {
+            w[i] = w[i].max(c[i].chars().count());
+        }
+    }
+    let line = |c: [&str; 5]| {
+        let parts: Vec<String> = (0..5).map(|i| format!("{}{}", c[i], " ".repeat(w[i] - c[i].chars().count()))).collect();
+        format!("| {} |", parts.join(" | "))
+    };
+    println!("\n### {title}\n");
+    println!("{}", line(head));
+    let dashes: Vec<String> = w.iter().map(|n| "-".repeat(*n)).collect();
+    println!("|-{}-|", dashes.join("-|-"));
+    for c in cells {
+        println!("{}", line(c));
+    }
+    println!();
+}
+
+/// Median of `xs` (0 for none).
+fn median(xs: &[f64]) -> f64 {
+    percentile(xs, 0.5)
+}
+
+/// The `p` quantile of `xs` (nearest rank; 0 for none).
+fn percentile(xs: &[f64], p: f64) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i]
+}
+
+/// Milliseconds of `d`.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `x` ms shown with sensible precision.
+fn fmt_ms(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0} ms")
+    } else if x >= 1.0 {
+        format!("{x:.2} ms")
+    } else {
+        format!("{x:.3} ms")
+    }
+}
+
+/// `n` bytes as B / KiB / MiB.
+fn fmt_bytes(n: f64) -> String {
+    if n >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", n / (1024.0 * 1024.0))
+    } else if n >= 1024.0 {
+        format!("{:.1} KiB", n / 1024.0)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+/// Per-run values of named figures, reduced to medians at the end.
+#[derive(Default)]
+struct Runs(HashMap<String, Vec<f64>>);
+
+impl Runs {
+    /// Records one run's value of `key`.
+    fn put(&mut self, key: impl Into<String>, v: f64) {
+        self.0.entry(key.into()).or_default().push(v);
+    }
+    /// The median over runs of `key` (NaN when never recorded).
+    fn get(&self, key: &str) -> f64 {
+        self.0.get(key).map(|v| median(v)).unwrap_or(f64::NAN)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Catalogue
+// ---------------------------------------------------------------------------
+
+/// Writes `n` session records in the store's format (the daemon's own
+/// `serde_json::to_vec_pretty` of a `SessionRecord`, so each is checked
+/// against the record type too) and, for every `every`-th one, an echo
+/// transcript with one turn; two threads, files written in a tight loop.
+/// Returns the total bytes of the record files.
+fn generate(data: &Path, n: usize, every: usize) -> R<u64> {
+    let sessions = data.join("sessions");
+    let echo = data.join("echo");
+    for d in [&sessions, &echo] {
+        fs::create_dir_all(d).map_err(|e| format!("could not create {}: {e}", d.display()))?;
+    }
+    let folders: Vec<String> = (0..FOLDERS)
+        .map(|i| {
+            let p = data.with_extension("work").join(format!("app_{i}"));
+            let _ = fs::create_dir_all(&p);
+            ahpd_core::git::uri_of_path(&p.to_string_lossy())
+        })
+        .collect();
+    let now = wall_ms();
+    let turn_template = {
+        let turn = Turn {
+            id: "t-0001".to_owned(),
+            started_at: Some(WallTime(now - 3_600_000).to_iso()),
+            duration: Some(80),
+            message: Message {
+                text: "TEXT".to_owned(),
+                origin: MessageOrigin { kind: MessageKind::User },
+                attachments: None,
+                model: None,
+                agent: None,
+                meta: None,
+            },
+            response_parts: vec![ResponsePart::Markdown(MarkdownResponsePart { id: "t-0001.md".to_owned(), content: "Echo: TEXT".to_owned() })],
+            usage: None,
+            state: TurnState::Complete,
+        };
+        serde_json::to_string(&turn).map_err(|e| format!("could not encode a turn: {e}"))?
+    };
+    let total = AtomicU64::new(0);
+    let failed: Mutex<Option<String>> = Mutex::new(None);
+    let threads = 2;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (sessions, echo, folders, turn_template, total, failed) = (&sessions, &echo, &folders, &turn_template, &total, &failed);
+            s.spawn(move || {
+                let result = (|| -> R<()> {
+                    for i in (t..n).step_by(threads) {
+                        let key = format!("ahp-session@bench-{i:07}");
+                        let sid = format!("ahp-session:/bench-{i:07}");
+                        let chat = format!("ahp-chat:/{key}");
+                        let created = WallTime(now - 86_400_000 - (n - i) as i64 * 1000).to_iso();
+                        let modified = WallTime(now - 3_600_000 - (n - i) as i64 * 1000).to_iso();
+                        let title = format!("Refactor the parser so errors carry line numbers ({i})");
+                        let folder = &folders[i % FOLDERS];
+                        let text = format!(
+                            r#"{{"format":{fmt},"key":"{key}","resource":"{sid}","provider":"echo","title":"{title}","createdAt":"{created}","modifiedAt":"{modified}","isRead":{read},"isArchived":false,"workingDirectories":["{folder}"],"config":{{}},"owner":null,"scope":null,"defaultChat":"{chat}","chats":[{{"resource":"{chat}","title":"","conversationId":"{key}","modifiedAt":"{modified}","status":1,"fresh":false,"senders":{{}}}}],"changes":null,"git":null,"external":false}}"#,
+                            fmt = ahpd_core::record::RECORD_FORMAT,
+                            read = i % 3 == 0,
+                        );
+                        let record: SessionRecord = serde_json::from_str(&text).map_err(|e| format!("the generated record does not parse as a SessionRecord (the record type changed?): {e}"))?;
+                        let bytes = serde_json::to_vec_pretty(&record).map_err(|e| format!("could not encode a record: {e}"))?;
+                        total.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                        fs::write(sessions.join(format!("{key}.json")), &bytes).map_err(|e| format!("could not write a record: {e}"))?;
+                        if i % every == 0 {
+                            let turn = turn_template.replace("TEXT", &format!("hello {i}"));
+                            let transcript = format!(
+                                r#"{{"session":"{sid}","chat":"{chat}","title":"{title}","workingDirectory":"{folder}","createdAt":"{created}","modifiedAt":"{modified}","turns":[{turn}]}}"#
+                            );
+                            fs::write(echo.join(format!("{key}.json")), transcript).map_err(|e| format!("could not write a transcript: {e}"))?;
+                        }
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = result {
+                    if let Ok(mut f) = failed.lock() {
+                        f.get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    Ok(total.into_inner())
+}
+
+/// The baseline for the start: what `store::load` does minus the parsing,
+/// in this process: list the directory, sort the names, read each file.
+fn plain_read(dir: &Path) -> R<(Duration, u64)> {
+    let t = Instant::now();
+    let mut names: Vec<PathBuf> = fs::read_dir(dir).map_err(|e| format!("could not list {}: {e}", dir.display()))?.flatten().map(|e| e.path()).collect();
+    names.sort();
+    let mut bytes = 0u64;
+    for p in names {
+        bytes += fs::read(&p).map_err(|e| format!("could not read {}: {e}", p.display()))?.len() as u64;
+    }
+    Ok((t.elapsed(), bytes))
+}
+
+/// The longest ping latency while the start's transcript scan runs and
+/// merges: one ping sent every ~1 ms (not waiting for replies) from now
+/// until 1.5 s after the log says the scan finished (at most `cap`).
+/// Returns (longest latency, pings answered, whether the scan was seen).
+async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
+    let c = Client::open_init(&d.url, "stall-probe").await?;
+    let (mut tx, mut rx) = c.ws.split();
+    let sent: Arc<Mutex<HashMap<u64, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (sent, stop) = (sent.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut id = 1_000_000u64;
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                id += 1;
+                if let Ok(mut m) = sent.lock() {
+                    m.insert(id, Instant::now());
+                }
+                let frame = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\",\"params\":{{\"channel\":\"ahp-root://\"}}}}");
+                if tx.send(WsMessage::Text(frame.into())).await.is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let start = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut answered = 0usize;
+    let mut scan_seen_at: Option<Instant> = None;
+    let mut next_log_check = Instant::now();
+    loop {
+        if let Some(at) = scan_seen_at {
+            if at.elapsed() > Duration::from_millis(1500) {
+                break;
+            }
+        }
+        if start.elapsed() > cap {
+            break;
+        }
+        if scan_seen_at.is_none() && Instant::now() >= next_log_check {
+            next_log_check = Instant::now() + Duration::from_millis(50);
+            if fs::read_to_string(&d.log).unwrap_or_default().contains("scan finished") {
+                scan_seen_at = Some(Instant::now());
+            }
+        }
+        let msg = match tokio::time::timeout(Duration::from_millis(50), rx.next()).await {
+            Ok(Some(Ok(WsMessage::Text(t)))) => t,
+            Ok(Some(Ok(_))) | Err(_) => continue,
+            Ok(Some(Err(e))) => return Err(format!("stall probe read: {e}")),
+            Ok(None) => return Err("stall probe: the connection ended".into()),
+        };
+        let now = Instant::now();
+        let Ok(head) = serde_json::from_str::<Head>(msg.as_str()) else { continue };
+        if let Some(id) = head.id.as_ref().and_then(Value::as_u64) {
+            if let Some(t) = sent.lock().ok().and_then(|mut m| m.remove(&id)) {
+                longest = longest.max(now - t);
+                answered += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.await;
+    // Pings still unanswered at the end count as stalled that long.
+    if let Ok(m) = sent.lock() {
+        if let Some(oldest) = m.values().min() {
+            longest = longest.max(oldest.elapsed().saturating_sub(Duration::from_millis(60)));
+        }
+    }
+    Ok((longest, answered, scan_seen_at.is_some()))
+}
+
+/// Times `reps` identical requests on `c`; returns the median and the last
+/// reply's text.
+async fn time_requests(c: &mut Client, method: &str, params: Value, reps: usize) -> R<(f64, String)> {
+    let mut times = Vec::with_capacity(reps);
+    let mut last = String::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        last = c.request_raw(method, params.clone()).await?;
+        times.push(ms(t.elapsed()));
+    }
+    Ok((median(&times), last))
+}
+
+/// `reps` sequential pings; (median ms, p99 ms).
+async fn time_pings(c: &mut Client, reps: usize) -> R<(f64, f64)> {
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        times.push(ms(c.ping().await?));
+    }
+    Ok((median(&times), percentile(&times, 0.99)))
+}
+
+/// Median time to `serde_json` the rows of a `listSessions` reply.
+fn encode_rows(reply: &str, reps: usize) -> R<(f64, usize)> {
+    let v: Value = serde_json::from_str(reply).map_err(|e| format!("unparsable page: {e}"))?;
+    let items: Vec<SessionSummary> =
+        serde_json::from_value(v["result"]["items"].clone()).map_err(|e| format!("the page's rows are not SessionSummary: {e}"))?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        let text = serde_json::to_string(&items).map_err(|e| format!("could not encode rows: {e}"))?;
+        std::hint::black_box(&text);
+        times.push(ms(t.elapsed()));
+    }
+    Ok((median(&times), items.len()))
+}
+
+/// The catalogue scenario over `sizes`.
+async fn catalogue(env: &Env, sizes: &[usize], every: usize) -> R<()> {
+    let mut rows = Vec::new();
+    let mut runs = Runs::default();
+    let base_n = sizes.iter().copied().min().unwrap_or(1000);
+    // An empty daemon: the memory every daemon has before its catalogue.
+    for _ in 0..env.runs {
+        let data = env.fresh_dir("empty")?;
+        let aw = env.fresh_dir("aware")?;
+        let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &[])?;
+        d.wait_listening().await?;
+        let mut c = Client::open_init(&d.url, "bench").await?;
+        c.request_raw("listSessions", json!({"channel": "ahp-root://", "limit": PAGE})).await?;
+        let folder = data.with_extension("work");
+        fs::create_dir_all(&folder).map_err(|e| format!("could not create {}: {e}", folder.display()))?;
+        let chat = c.new_session("ahp-session:/live-empty", &folder).await?;
+        c.turn(&chat, &turn_id(0, 1), TURN_TEXT, None).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (p50, _) = time_pings(&mut c, PINGS).await?;
+        runs.put("ping0", p50);
+        runs.put("rss0", d.rss()? as f64);
+    }
+    for &n in sizes {
+        let data = env.fresh_dir(&format!("cat{n}"))?;
+        let t = Instant::now();
+        let record_bytes = generate(&data, n, every)?;
+        println!(
+            "catalogue: {n} records ({}, every {every} with an echo transcript) written in {:.1} s",
+            fmt_bytes(record_bytes as f64),
+            t.elapsed().as_secs_f64()
+        );
+        runs.put(format!("recbytes{n}"), record_bytes as f64 / n.max(1) as f64);
+        for run in 0..env.runs {
+            // Baseline first: the page cache is warm from the generation (or
+            // the previous run) for both the plain read and the daemon.
+            let (read, _) = plain_read(&data.join("sessions"))?;
+            runs.put(format!("read{n}"), ms(read));
+            let aw = env.fresh_dir("aware")?;
+            let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &[])?;
+            let listening = d.wait_listening().await?;
+            let mut c = Client::open_init(&d.url, "bench").await?;
+            c.request_raw("listSessions", json!({"channel": "ahp-root://", "limit": PAGE})).await?;
+            let first_list = d.spawned.elapsed();
+            runs.put(format!("listen{n}"), ms(listening));
+            runs.put(format!("firstlist{n}"), ms(first_list));
+            let cap = Duration::from_secs(10 + (n as u64 / 5_000));
+            let (stall, answered, scan_seen) = stall_probe(&d, cap).await?;
+            runs.put(format!("stall{n}"), ms(stall));
+            println!(
+                "catalogue {n} run {}: listening {:.0} ms, first listSessions {:.0} ms (plain read {:.0} ms); stall probe: {answered} pings, longest {:.1} ms{}",
+                run + 1,
+                ms(listening),
+                ms(first_list),
+                ms(read),
+                ms(stall),
+                if scan_seen { "" } else { " (no \"scan finished\" seen in the log before the cap)" }
+            );
+            // One live session in one of the catalogue's folders (a client
+            // at work): awareness has a peer set to keep, as on a real host.
+            let folder = data.with_extension("work").join("app_0");
+            let chat = c.new_session(&format!("ahp-session:/live-{run}"), &folder).await?;
+            c.turn(&chat, &turn_id(0, 1), TURN_TEXT, None).await?;
+            // Pages, after the scan merged.
+            let (first_ms, first_reply) = time_requests(&mut c, "listSessions", json!({"channel": "ahp-root://", "limit": PAGE}), PAGE_REPS).await?;
+            let mut cursor = serde_json::from_str::<Value>(&first_reply).ok().and_then(|v| v["result"]["nextCursor"].as_str().map(str::to_owned));
+            let pages_to_middle = (n / 2 / PAGE).max(1);
+            for _ in 1..pages_to_middle {
+                let Some(cur) = cursor.clone() else { break };
+                let r = c.request("listSessions", json!({"channel": "ahp-root://", "limit": PAGE, "cursor": cur})).await?;
+                cursor = r["nextCursor"].as_str().map(str::to_owned);
+            }
+            let (mid_ms, mid_reply) = match cursor.clone() {
+                Some(cur) => time_requests(&mut c, "listSessions", json!({"channel": "ahp-root://", "limit": PAGE, "cursor": cur}), PAGE_REPS).await?,
+                None => (f64::NAN, first_reply.clone()),
+            };
+            runs.put(format!("page{n}"), first_ms);
+            runs.put(format!("mid{n}"), mid_ms);
+            let (p50, p99) = time_pings(&mut c, PINGS).await?;
+            runs.put(format!("ping{n}"), p50);
+            runs.put(format!("ping99_{n}"), p99);
+            runs.put(format!("rss{n}"), d.rss()? as f64);
+            drop(c);
+            drop(d);
+            // Baselines: the minimal server answering the same bytes, and
+            // serde_json encoding the same rows.
+            let canned = Arc::new(Canned { first_page: first_reply.clone(), middle_page: mid_reply.clone(), ..Canned::default() });
+            let (url, task) = mini_server(canned).await?;
+            let mut m = Client::open(&url).await?;
+            let (mfirst, _) = time_requests(&mut m, "listSessions", json!({"channel": "ahp-root://", "limit": PAGE}), PAGE_REPS).await?;
+            let (mmid, _) = time_requests(&mut m, "listSessions", json!({"channel": "ahp-root://", "limit": PAGE, "cursor": "x"}), PAGE_REPS).await?;
+            let (mping, _) = time_pings(&mut m, PINGS).await?;
+            task.abort();
+            let (enc_first, rows_first) = encode_rows(&first_reply, PAGE_REPS)?;
+            let (enc_mid, _) = encode_rows(&mid_reply, PAGE_REPS)?;
+            runs.put(format!("basepage{n}"), mfirst + enc_first);
+            runs.put(format!("basemid{n}"), mmid + enc_mid);
+            runs.put(format!("miniping{n}"), mping);
+            runs.put(format!("pagebytes{n}"), first_reply.len() as f64);
+            runs.put(format!("pagerows{n}"), rows_first as f64);
+        }
+    }
+    let rss0 = runs.get("rss0");
+    let ping_base = runs.get(&format!("ping{base_n}"));
+    for &n in sizes {
+        let g = |k: &str| runs.get(&format!("{k}{n}"));
+        rows.push(row(format!("{n}: spawn → listening"), fmt_ms(g("listen")), "–".into(), None, "≤ 100 ms"));
+        rows.push(row(
+            format!("{n}: spawn → first listSessions answered"),
+            fmt_ms(g("firstlist")),
+            format!("{} plain sequential read", fmt_ms(g("read"))),
+            Some(g("firstlist") / g("read")),
+            "≤ 1.5×",
+        ));
+        rows.push(row(
+            format!("{n}: first 500-row page ({} rows, {})", g("pagerows"), fmt_bytes(g("pagebytes"))),
+            fmt_ms(g("page")),
+            format!("{} minimal server + serde_json", fmt_ms(g("basepage"))),
+            Some(g("page") / g("basepage")),
+            "≤ 2×",
+        ));
+        rows.push(row(
+            format!("{n}: middle page (cursor)"),
+            fmt_ms(g("mid")),
+            format!("{} minimal server + serde_json", fmt_ms(g("basemid"))),
+            Some(g("mid") / g("basemid")),
+            "≤ 2×",
+        ));
+        rows.push(row(
+            format!("{n}: ping median (p99 {})", fmt_ms(g("ping99_"))),
+            fmt_ms(g("ping")),
+            format!("{} ping at {base_n}; minimal server {}", fmt_ms(ping_base), fmt_ms(g("miniping"))),
+            Some(g("ping") / ping_base),
+            "≤ 2× (÷ ping at 1k)",
+        ));
+        let per_row = (g("rss") - rss0) / n.max(1) as f64;
+        rows.push(row(
+            format!("{n}: RSS per catalogue row (total {})", fmt_bytes(g("rss"))),
+            fmt_bytes(per_row),
+            format!("{} record file per row; empty daemon {}", fmt_bytes(g("recbytes")), fmt_bytes(rss0)),
+            Some(per_row / g("recbytes")),
+            "≤ 1 KiB",
+        ));
+        rows.push(row(
+            format!("{n}: longest ping stall while the start scan merges"),
+            fmt_ms(g("stall")),
+            format!("{} ping median, same daemon", fmt_ms(g("ping"))),
+            Some(g("stall") / g("ping")),
+            "≤ 10 ms",
+        ));
+    }
+    rows.push(row("empty daemon: ping median", fmt_ms(runs.get("ping0")), "–".into(), None, ""));
+    print_table(&format!("catalogue (awareness on, one live session; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Turns
+// ---------------------------------------------------------------------------
+
+/// The message every benchmark turn sends: `/slow 0` streams the echo at
+/// once, so a turn's time is the daemon's, not the agent's pacing.
+const TURN_TEXT: &str = "/slow 0 hello from the load benchmark";
+
+/// A fixed-width turn id (so a replayed frame keeps its size).
+fn turn_id(client: usize, n: u64) -> String {
+    format!("turn-{client:04}-{n:08}")
+}
+
+/// Runs `clients` loops of back-to-back turns against whatever serves
+/// `conns` (daemon or minimal server) for `seconds`; returns (turns,
+/// elapsed, latencies in ms).
+async fn drive_turns(conns: Vec<(Client, String)>, seconds: f64, text: &str) -> R<(u64, Duration, Vec<f64>)> {
+    let stop_at = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, (mut c, chat)) in conns.into_iter().enumerate() {
+        let text = text.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut n = 100u64;
+            while Instant::now() < stop_at {
+                n += 1;
+                lat.push(ms(c.turn(&chat, &turn_id(i, n), &text, None).await?));
+            }
+            Ok::<_, String>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.map_err(|e| format!("turn task: {e}"))??);
+    }
+    Ok((all.len() as u64, start.elapsed(), all))
+}
+
+/// The turns scenario for each client count.
+async fn turns(env: &Env, counts: &[usize], seconds: f64) -> R<()> {
+    let mut runs = Runs::default();
+    for &k in counts {
+        for run in 0..env.runs {
+            let data = env.fresh_dir(&format!("turns{k}"))?;
+            let aw = env.fresh_dir("aware")?;
+            let work = data.with_extension("work");
+            // No residency limit: 50 clients' sessions stay resident, so the
+            // figure is the turn path, not eviction churn (the wake scenario
+            // measures that).
+            let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &["--residency-limit", "0"])?;
+            d.wait_listening().await?;
+            let mut conns = Vec::new();
+            let mut recorded = Vec::new();
+            let mut rec_id = String::new();
+            for i in 0..k {
+                let mut c = Client::open_init(&d.url, &format!("client-{i}")).await?;
+                let folder = work.join(format!("f{}", i % 4));
+                fs::create_dir_all(&folder).map_err(|e| format!("could not create {}: {e}", folder.display()))?;
+                let chat = c.new_session(&format!("ahp-session:/turns-{k}-{run}-{i}"), &folder).await?;
+                // Warm-up turns; the last one's frames are what the minimal
+                // server replays.
+                for n in 0..3u64 {
+                    let id = turn_id(i, n);
+                    let rec = (i == 0 && n == 2).then_some(&mut recorded);
+                    c.turn(&chat, &id, TURN_TEXT, rec).await?;
+                    if i == 0 && n == 2 {
+                        rec_id = id;
+                    }
+                }
+                conns.push((c, chat));
+            }
+            let f0 = d.metric("ahpd_fsyncs_total").await?;
+            let (count, elapsed, lat) = drive_turns(conns, seconds, TURN_TEXT).await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let f1 = d.metric("ahpd_fsyncs_total").await?;
+            drop(d);
+            let tps = count as f64 / elapsed.as_secs_f64();
+            runs.put(format!("tps{k}"), tps);
+            runs.put(format!("p50_{k}"), median(&lat));
+            runs.put(format!("p99_{k}"), percentile(&lat, 0.99));
+            runs.put(format!("fsync{k}"), (f1 - f0) / count.max(1) as f64);
+            runs.put(format!("frames{k}"), recorded.len() as f64);
+            // Baseline: the minimal server replaying the same frames per turn.
+            let canned = Arc::new(Canned { turn_frames: recorded, turn_id: rec_id, ..Canned::default() });
+            let (url, task) = mini_server(canned).await?;
+            let mut mconns = Vec::new();
+            for i in 0..k {
+                let c = Client::open(&url).await?;
+                mconns.push((c, format!("ahp-chat:/mini-{i}")));
+            }
+            let (mcount, melapsed, mlat) = drive_turns(mconns, seconds, TURN_TEXT).await?;
+            task.abort();
+            runs.put(format!("mtps{k}"), mcount as f64 / melapsed.as_secs_f64());
+            runs.put(format!("mp50_{k}"), median(&mlat));
+            println!(
+                "turns {k} clients run {}: {count} turns in {:.1} s = {tps:.0}/s, p50 {:.2} ms; minimal server {:.0}/s",
+                run + 1,
+                elapsed.as_secs_f64(),
+                median(&lat),
+                runs.get(&format!("mtps{k}"))
+            );
+        }
+    }
+    let mut rows = Vec::new();
+    let t10 = runs.get("tps10");
+    for &k in counts {
+        let g = |p: &str| runs.get(&format!("{p}{k}"));
+        rows.push(row(
+            format!("{k} client(s): turns/s ({} frames per turn)", g("frames")),
+            format!("{:.0}", g("tps")),
+            format!("{:.0} minimal server, same frames", g("mtps")),
+            Some(g("tps") / g("mtps")),
+            if k == 50 { "50 ÷ 10 clients ≥ 1" } else { "" },
+        ));
+        rows.push(row(
+            format!("{k} client(s): turn latency p50 (p99 {})", fmt_ms(g("p99_"))),
+            fmt_ms(g("p50_")),
+            format!("{} minimal server", fmt_ms(g("mp50_"))),
+            Some(g("p50_") / g("mp50_")),
+            "",
+        ));
+        rows.push(row(format!("{k} client(s): fsyncs per turn"), format!("{:.2}", g("fsync")), "–".into(), None, if k == 1 { "≤ 3" } else { "" }));
+    }
+    if counts.contains(&50) && counts.contains(&10) {
+        let t50 = runs.get("tps50");
+        rows.push(row("turns/s with 50 clients ÷ with 10", format!("{t50:.0}"), format!("{t10:.0} with 10 clients"), Some(t50 / t10), "≥ 1"));
+    }
+    print_table(&format!("turns (echo `/slow 0`, {seconds} s windows, awareness on, no residency limit; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Fan-out
+// ---------------------------------------------------------------------------
+
+/// Subscriber connections counting the action frames they receive until
+/// `stop`; returns the reader tasks (each yields its count).
+fn count_frames(conns: Vec<Client>, stop: Arc<AtomicBool>) -> Vec<tokio::task::JoinHandle<u64>> {
+    conns
+        .into_iter()
+        .map(|c| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (_tx, mut rx) = c.ws.split();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match tokio::time::timeout(Duration::from_millis(100), rx.next()).await {
+                        Ok(Some(Ok(WsMessage::Text(t)))) => {
+                            if t.as_str().contains("\"method\":\"action\"") {
+                                n += 1;
+                            }
+                        }
+                        Ok(Some(Ok(_))) | Err(_) => {}
+                        Ok(Some(Err(_))) | Ok(None) => break,
+                    }
+                }
+                n
+            })
+        })
+        .collect()
+}
+
+/// Runs turns on `producer` for `seconds` while `subs` count; returns
+/// (envelopes delivered to the subscribers per second, turns).
+async fn fanout_window(mut producer: Client, chat: String, subs: Vec<Client>, seconds: f64, text: &str) -> R<(f64, u64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = count_frames(subs, stop.clone());
+    let start = Instant::now();
+    let mut turns = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        turns += 1;
+        producer.turn(&chat, &turn_id(0, 1000 + turns), text, None).await?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = start.elapsed();
+    let mut total = 0u64;
+    for r in readers {
+        total += r.await.map_err(|e| format!("subscriber task: {e}"))?;
+    }
+    Ok((total as f64 / elapsed.as_secs_f64(), turns))
+}
+
+/// The fan-out scenario: `subs` connections subscribed to one chat.
+async fn fanout(env: &Env, subs: usize, seconds: f64) -> R<()> {
+    let mut runs = Runs::default();
+    // ~4 KB of streamed content per turn (the echo repeats the message).
+    let text = format!("/slow 0 {}", "lorem ipsum dolor sit amet, ".repeat(146));
+    for run in 0..env.runs {
+        let data = env.fresh_dir("fanout")?;
+        let aw = env.fresh_dir("aware")?;
+        let work = data.with_extension("work");
+        fs::create_dir_all(&work).map_err(|e| format!("could not create {}: {e}", work.display()))?;
+        let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &[])?;
+        d.wait_listening().await?;
+        let mut producer = Client::open_init(&d.url, "producer").await?;
+        let chat = producer.new_session("ahp-session:/fanout", &work).await?;
+        // One turn recorded before the subscribers connect: its envelopes on
+        // the chat's channel are what each subscriber receives per turn, and
+        // what the minimal server broadcasts.
+        let rec_id = turn_id(0, 1);
+        let mut seen = Vec::new();
+        producer.turn(&chat, &rec_id, &text, Some(&mut seen)).await?;
+        let on_chat = format!("\"channel\":\"{chat}\"");
+        let recorded: Vec<String> = seen.into_iter().filter(|f| f.contains("\"method\":\"action\"") && f.contains(&on_chat)).collect();
+        let mut subscribers = Vec::new();
+        for i in 0..subs {
+            let mut c = Client::open_init(&d.url, &format!("sub-{i}")).await?;
+            c.request("subscribe", json!({"channel": chat})).await?;
+            subscribers.push(c);
+        }
+        let streamed: usize = recorded.iter().map(String::len).sum();
+        let (rate, turns) = fanout_window(producer, chat, subscribers, seconds, &text).await?;
+        drop(d);
+        runs.put("rate", rate);
+        runs.put("frames", recorded.len() as f64);
+        runs.put("bytes", streamed as f64);
+        // Baseline: the minimal broadcast server, the same frames to the
+        // same number of connections.
+        let (btx, _) = tokio::sync::broadcast::channel(8192);
+        let canned = Arc::new(Canned { turn_frames: recorded, turn_id: rec_id, broadcast: Some(btx), ..Canned::default() });
+        let (url, task) = mini_server(canned).await?;
+        let mut mprod = Client::open(&url).await?;
+        mprod.request("subscribe", json!({"channel": "ahp-chat:/mini"})).await?;
+        let mut msubs = Vec::new();
+        for _ in 0..subs {
+            let mut c = Client::open(&url).await?;
+            c.request("subscribe", json!({"channel": "ahp-chat:/mini"})).await?;
+            msubs.push(c);
+        }
+        let (mrate, mturns) = fanout_window(mprod, "ahp-chat:/mini".into(), msubs, seconds, &text).await?;
+        task.abort();
+        runs.put("mrate", mrate);
+        println!("fanout run {}: daemon {rate:.0} envelopes/s ({turns} turns), minimal server {mrate:.0}/s ({mturns} turns)", run + 1);
+    }
+    let rows = vec![
+        row(
+            format!("{subs} subscribers: envelopes delivered/s ({} per turn, {} per turn per subscriber)", runs.get("frames"), fmt_bytes(runs.get("bytes"))),
+            format!("{:.0}", runs.get("rate")),
+            format!("{:.0} minimal broadcast server", runs.get("mrate")),
+            Some(runs.get("rate") / runs.get("mrate")),
+            "≥ 0.5",
+        ),
+    ];
+    print_table(&format!("fanout ({seconds} s windows, awareness on; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Wake
+// ---------------------------------------------------------------------------
+
+/// On a fresh connection: subscribe to `chat`, then one turn; returns
+/// (subscribe ms, turn ms). The connection is closed after, so no
+/// subscription keeps the session resident.
+async fn sub_and_turn(url: &str, chat: &str, id: &str) -> R<(f64, f64)> {
+    let mut c = Client::open_init(url, "waker").await?;
+    let t = Instant::now();
+    c.request("subscribe", json!({"channel": chat})).await?;
+    let sub = ms(t.elapsed());
+    let turn = ms(c.turn(chat, id, TURN_TEXT, None).await?);
+    Ok((sub, turn))
+}
+
+/// The wake scenario: two sessions, residency limit 1, used in turn: each
+/// round wakes the evicted one (subscribe + turn), then does the same again
+/// on it while resident (the baseline).
+async fn wake(env: &Env, rounds: usize) -> R<()> {
+    let mut runs = Runs::default();
+    for run in 0..env.runs {
+        let data = env.fresh_dir("wake")?;
+        let aw = env.fresh_dir("aware")?;
+        let work = data.with_extension("work");
+        fs::create_dir_all(&work).map_err(|e| format!("could not create {}: {e}", work.display()))?;
+        let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &["--residency-limit", "1"])?;
+        d.wait_listening().await?;
+        let mut chats = Vec::new();
+        for s in 0..2 {
+            let mut c = Client::open_init(&d.url, "maker").await?;
+            let chat = c.new_session(&format!("ahp-session:/wake-{s}"), &work).await?;
+            c.turn(&chat, &turn_id(s, 1), TURN_TEXT, None).await?;
+            chats.push(chat);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ev0 = d.metric("ahpd_residency_evictions_total").await?;
+        let wk0 = d.metric("ahpd_session_wakes_total").await?;
+        let (mut ws, mut wt, mut rs, mut rt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in 0..rounds {
+            // Session 0 was made first and evicted when 1 became resident.
+            let chat = &chats[r % 2];
+            let (s1, t1) = sub_and_turn(&d.url, chat, &turn_id(r, 10)).await?;
+            let (s2, t2) = sub_and_turn(&d.url, chat, &turn_id(r, 11)).await?;
+            ws.push(s1);
+            wt.push(t1);
+            rs.push(s2);
+            rt.push(t2);
+            // Let the connection's close reach the host before the other
+            // session wakes and this one is evicted.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ev = d.metric("ahpd_residency_evictions_total").await? - ev0;
+        let wk = d.metric("ahpd_session_wakes_total").await? - wk0;
+        drop(d);
+        runs.put("wsub", median(&ws));
+        runs.put("wturn", median(&wt));
+        runs.put("rsub", median(&rs));
+        runs.put("rturn", median(&rt));
+        runs.put("wboth", median(&ws.iter().zip(&wt).map(|(a, b)| a + b).collect::<Vec<_>>()));
+        runs.put("rboth", median(&rs.iter().zip(&rt).map(|(a, b)| a + b).collect::<Vec<_>>()));
+        runs.put("evictions", ev);
+        runs.put("wakes", wk);
+        println!("wake run {}: {rounds} rounds, {ev} evictions and {wk} wakes counted by /metrics", run + 1);
+    }
+    let g = |k: &str| runs.get(k);
+    let rows = vec![
+        row("subscribe to an evicted session's chat", fmt_ms(g("wsub")), format!("{} resident", fmt_ms(g("rsub"))), Some(g("wsub") / g("rsub")), ""),
+        row("then its first turn (dispatch → complete)", fmt_ms(g("wturn")), format!("{} resident", fmt_ms(g("rturn"))), Some(g("wturn") / g("rturn")), ""),
+        row("time to wake: subscribe + turn", fmt_ms(g("wboth")), format!("{} resident", fmt_ms(g("rboth"))), Some(g("wboth") / g("rboth")), ""),
+        row("evictions / wakes counted (per run)", format!("{:.0} / {:.0}", g("evictions"), g("wakes")), format!("{rounds} rounds"), None, ""),
+    ];
+    print_table(&format!("wake (residency limit 1, two sessions used in turn; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Peers
+// ---------------------------------------------------------------------------
+
+/// One daemon with `live` sessions in one folder, each with one turn;
+/// returns (RSS per session in bytes, session snapshot bytes, chat snapshot
+/// bytes, fsyncs per session made).
+async fn peers_once(env: &Env, live: usize, awareness: bool) -> R<(f64, f64, f64, f64)> {
+    let data = env.fresh_dir("peers")?;
+    let work = data.with_extension("work");
+    fs::create_dir_all(&work).map_err(|e| format!("could not create {}: {e}", work.display()))?;
+    let aw = if awareness { Awareness::On(env.fresh_dir("aware")?) } else { Awareness::Off };
+    let mut d = Daemon::spawn(env, &data, &aw, &["--residency-limit", "0"])?;
+    d.wait_listening().await?;
+    let conns_n = 10.min(live.max(1));
+    let mut conns = Vec::new();
+    for i in 0..conns_n {
+        conns.push(Client::open_init(&d.url, &format!("peer-{i}")).await?);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss0 = d.rss()? as f64;
+    let f0 = d.metric("ahpd_fsyncs_total").await?;
+    for s in 0..live {
+        let c = &mut conns[s % conns_n];
+        let chat = c.new_session(&format!("ahp-session:/peer-{s:04}"), &work).await?;
+        c.turn(&chat, &turn_id(s, 1), TURN_TEXT, None).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let rss1 = d.rss()? as f64;
+    let f1 = d.metric("ahpd_fsyncs_total").await?;
+    let mut c = Client::open_init(&d.url, "snapshot").await?;
+    let snap = c.request_raw("subscribe", json!({"channel": "ahp-session:/peer-0000"})).await?;
+    let chat = serde_json::from_str::<Value>(&snap)
+        .ok()
+        .and_then(|v| v["result"]["snapshot"]["state"]["defaultChat"].as_str().map(str::to_owned))
+        .ok_or("no default chat in the peer's snapshot")?;
+    let chat_snap = c.request_raw("subscribe", json!({"channel": chat})).await?.len() as f64;
+    drop(c);
+    drop(conns);
+    drop(d);
+    Ok(((rss1 - rss0) / live.max(1) as f64, snap.len() as f64, chat_snap, (f1 - f0) / live.max(1) as f64))
+}
+
+/// The peers scenario: `live` live sessions in one folder, awareness on vs
+/// off in the same run.
+async fn peers(env: &Env, live: usize) -> R<()> {
+    let mut runs = Runs::default();
+    for run in 0..env.runs {
+        let (on_rss, on_snap, on_chat, on_f) = peers_once(env, live, true).await?;
+        let (off_rss, off_snap, off_chat, off_f) = peers_once(env, live, false).await?;
+        for (k, v) in [("onrss", on_rss), ("onsnap", on_snap), ("onchat", on_chat), ("onf", on_f), ("offrss", off_rss), ("offsnap", off_snap), ("offchat", off_chat), ("offf", off_f)] {
+            runs.put(k, v);
+        }
+        println!("peers run {}: awareness on {} per session, off {}", run + 1, fmt_bytes(on_rss), fmt_bytes(off_rss));
+    }
+    let g = |k: &str| runs.get(k);
+    let rows = vec![
+        row(format!("RSS per resident session, {live} live in one folder"), fmt_bytes(g("onrss")), format!("{} awareness off", fmt_bytes(g("offrss"))), Some(g("onrss") / g("offrss")), "≤ 100 KiB"),
+        row("one session's snapshot (subscribe reply)", fmt_bytes(g("onsnap")), format!("{} awareness off", fmt_bytes(g("offsnap"))), Some(g("onsnap") / g("offsnap")), ""),
+        row("its default chat's snapshot", fmt_bytes(g("onchat")), format!("{} awareness off", fmt_bytes(g("offchat"))), Some(g("onchat") / g("offchat")), ""),
+        row("fsyncs per session made (create + one turn)", format!("{:.1}", g("onf")), format!("{:.1} awareness off", g("offf")), Some(g("onf") / g("offf")), ""),
+    ];
+    print_table(&format!("peers ({live} live sessions in one folder; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}

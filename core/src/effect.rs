@@ -225,15 +225,18 @@ pub enum Outbound {
         /// Code, message and data.
         error: JsonRpcError,
     },
-    /// An `action` notification carrying one envelope.
-    Action(Box<ActionEnvelope>),
+    /// An `action` notification carrying one envelope. Shared: every
+    /// subscriber's copy of one fan-out is the same envelope, so the shell
+    /// encodes it once (issue 21, fan-out).
+    Action(std::sync::Arc<ActionEnvelope>),
     /// Any other notification (`root/sessionAdded`, `root/sessionRemoved`,
     /// `root/sessionSummaryChanged`).
     Notification {
         /// The method name.
         method: &'static str,
-        /// Its params.
-        params: serde_json::Value,
+        /// Its params, shared by every subscriber it goes to (encoded once
+        /// by the shell, like an envelope).
+        params: std::sync::Arc<serde_json::Value>,
     },
 }
 
@@ -314,12 +317,12 @@ impl Outbound {
             Outbound::Action(envelope) => serde_json::to_string(&Notify {
                 jsonrpc: "2.0",
                 method: "action",
-                params: envelope,
+                params: &**envelope,
             }),
             Outbound::Notification { method, params } => serde_json::to_string(&Notify {
                 jsonrpc: "2.0",
                 method,
-                params,
+                params: &**params,
             }),
         };
         text.unwrap_or_else(|_| {

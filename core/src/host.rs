@@ -199,7 +199,7 @@ pub(crate) struct Shared {
     /// What each command in flight is for, by op id (`host/ops.rs`).
     pub(crate) ops: BTreeMap<OpId, Op>,
     /// The last envelopes broadcast, for `reconnect` replays.
-    pub(crate) replay: VecDeque<ActionEnvelope>,
+    pub(crate) replay: VecDeque<std::sync::Arc<ActionEnvelope>>,
     /// The `recent` mode's cutoff, fixed when the first listing ran
     /// (`Some(None)`: fewer than two sessions of this host's own then).
     pub(crate) recent_cutoff: Option<Option<WallTime>>,

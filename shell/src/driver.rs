@@ -10,6 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::exec::backend::Backends;
 use crate::exec::net::{Writer, WriterCmd};
+use std::sync::Arc;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 use crate::exec::store::Store;
 use crate::metrics::Metrics;
 
@@ -132,6 +134,8 @@ pub struct Driver {
     /// they are cancelled (`shutdown_grace_seconds`).
     pub turn_grace: Duration,
     writers: HashMap<ConnId, Writer>,
+    /// The text of the last shared message encoded (see [`Encoded`]).
+    encoded: Encoded,
     metrics: Metrics,
     /// The workspace-awareness registry executor, if awareness is on.
     registry: Option<crate::exec::registry::Registry>,
@@ -157,6 +161,7 @@ impl Driver {
             grace,
             turn_grace: Duration::from_millis(ahpd_core::config::SHUTDOWN_GRACE_MS),
             writers: HashMap::new(),
+            encoded: Encoded::default(),
             metrics: Metrics::default(),
             registry: None,
         }
@@ -275,7 +280,10 @@ impl Driver {
                     self.metrics.reply_out(conn, id, code.map(i64::from));
                 }
                 match self.writers.get(&conn) {
-                    Some(w) => w.send(WriterCmd::Frame(message.to_json())),
+                    Some(w) => {
+                        let text = self.encoded.text(&message);
+                        w.send(WriterCmd::Frame(text))
+                    }
                     None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
                 }
             }
@@ -297,6 +305,42 @@ impl Driver {
     }
 }
 
+/// The last fanned-out message the driver encoded, by the address of what
+/// it shares: the core sends one envelope (or root notification) to every
+/// subscriber as clones of one `Arc`, one `Effect::Send` after another, so
+/// remembering the last one encodes each fan-out once and hands every
+/// subscriber's writer the same bytes (issue 21: "an envelope encoded once
+/// and its bytes shared by every subscriber's writer").
+#[derive(Default)]
+struct Encoded {
+    /// The shared value's address and the text it encoded to, with the
+    /// value itself, kept so that its address cannot be taken by another
+    /// value while it is remembered.
+    last: Option<(usize, Utf8Bytes, Arc<dyn std::any::Any + Send + Sync>)>,
+}
+
+impl Encoded {
+    /// `message` as frame text: the remembered bytes when it shares the
+    /// last encoded value, else encoded now (and remembered when shared).
+    fn text(&mut self, message: &Outbound) -> Utf8Bytes {
+        let shared: Option<Arc<dyn std::any::Any + Send + Sync>> = match message {
+            Outbound::Action(envelope) => Some(Arc::clone(envelope) as _),
+            Outbound::Notification { params, .. } => Some(Arc::clone(params) as _),
+            _ => None,
+        };
+        let Some(keep) = shared else { return Utf8Bytes::from(message.to_json()) };
+        let addr = Arc::as_ptr(&keep) as *const () as usize;
+        if let Some((last, text, _)) = &self.last {
+            if *last == addr {
+                return text.clone();
+            }
+        }
+        let text = Utf8Bytes::from(message.to_json());
+        self.last = Some((addr, text.clone(), keep));
+        text
+    }
+}
+
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -311,5 +355,32 @@ fn log(e: &LogEvent) {
     match e.level {
         LogLevel::Info => tracing::info!(event = e.event, session, detail = %e.detail, "{}", e.event),
         LogLevel::Warn => tracing::warn!(event = e.event, session, detail = %e.detail, "{}", e.event),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::actions::{ActionEnvelope, SessionTitleChangedAction, StateAction};
+
+    fn envelope(seq: u64) -> Arc<ActionEnvelope> {
+        let action = StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "t".into() });
+        Arc::new(ActionEnvelope { channel: "ahp-session:/a".into(), action, server_seq: seq, origin: None, rejection_reason: None })
+    }
+
+    /// One fan-out (clones of one `Arc`) is encoded once: every subscriber
+    /// gets the same bytes, equal to the message's own encoding; the next
+    /// envelope is encoded anew.
+    #[test]
+    fn a_fanned_out_envelope_is_encoded_once_and_shared() {
+        let mut encoded = Encoded::default();
+        let first = envelope(1);
+        let a = encoded.text(&Outbound::Action(Arc::clone(&first)));
+        let b = encoded.text(&Outbound::Action(Arc::clone(&first)));
+        assert_eq!(a.as_str(), Outbound::Action(Arc::clone(&first)).to_json());
+        assert_eq!(a.as_str().as_ptr(), b.as_str().as_ptr(), "the second subscriber shares the first one's bytes");
+        let c = encoded.text(&Outbound::Action(envelope(2)));
+        assert_ne!(a.as_str(), c.as_str());
+        assert!(c.as_str().contains("\"serverSeq\":2"));
     }
 }

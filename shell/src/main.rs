@@ -417,7 +417,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
-    // What a crash mid-write left (the store sweeps its own as it loads).
+    // What a crash mid-write left, swept before the daemon listens: once it
+    // says it listens, no half-written file is left in its folders.
+    if settings.sessions == StoreKind::File {
+        exec::fsutil::remove_stray_temps(&sessions_dir);
+    }
     exec::fsutil::remove_stray_temps(&echo_dir);
     if let Some(dir) = &awareness_dir {
         exec::fsutil::remove_stray_temps(dir);
@@ -446,10 +450,41 @@ async fn serve(settings: Settings) -> Result<(), String> {
         },
         ..Config::default()
     };
-    let now = clock.now();
+    // Listening comes first (issue 21: "listening within 100 ms"): a
+    // client that connects while the store is read waits for its answers
+    // in the event queue, which the driver serves once the host is built.
+    let listener = tokio::net::TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| format!("could not listen on {}: {e}", settings.listen))?;
+    let local = listener.local_addr().map_err(|e| format!("could not read the listening address: {e}"))?;
+
+    let (events, rx) = EventSink::channel();
+    let store = match settings.sessions {
+        StoreKind::File => Store::file(sessions_dir.clone(), events.clone()),
+        StoreKind::Memory => Store::memory(events.clone()),
+    };
+    let backends = Backends::new(echo_dir, events.clone())
+        .with_claude_projects(claude_projects)
+        .with_worktrees_root(settings.worktrees_root.clone())
+        .with_acp_agents(settings.agents.clone(), acp_home);
+    let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
+    let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
+    let driver_events = events.clone();
+    drop(events);
+
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "ahpd listening on ws://{local}/").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
+    drop(stdout);
+    tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
+
     let records = match settings.sessions {
-        StoreKind::File => exec::store::load(&sessions_dir, now.wall.0)
-            .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?,
+        StoreKind::File => {
+            let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);
+            tokio::task::spawn_blocking(move || exec::store::load(&dir, wall_ms))
+                .await
+                .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
+                .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
+        }
         StoreKind::Memory => Vec::new(),
     };
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
@@ -466,31 +501,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         "starting ahpd {}",
         env!("CARGO_PKG_VERSION")
     );
-    let host = Host::new(config, seed, records, now);
-
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| format!("could not listen on {}: {e}", settings.listen))?;
-    let local = listener.local_addr().map_err(|e| format!("could not read the listening address: {e}"))?;
-
-    let (events, rx) = EventSink::channel();
-    let store = match settings.sessions {
-        StoreKind::File => Store::file(sessions_dir, events.clone()),
-        StoreKind::Memory => Store::memory(events.clone()),
-    };
-    let backends = Backends::new(echo_dir, events.clone())
-        .with_claude_projects(claude_projects)
-        .with_worktrees_root(settings.worktrees_root.clone())
-        .with_acp_agents(settings.agents.clone(), acp_home);
-    let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
-    let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
-    let driver_events = events.clone();
-    drop(events);
-
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "ahpd listening on ws://{local}/").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
-    drop(stdout);
-    tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
+    let host = Host::new(config, seed, records, clock.now());
 
     let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE)
         .with_turn_grace(std::time::Duration::from_secs(settings.shutdown_grace_seconds));

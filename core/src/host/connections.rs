@@ -312,7 +312,7 @@ impl Host {
                 .shared.replay
                 .iter()
                 .filter(|e| e.server_seq > last_seen && live.contains(&e.channel))
-                .cloned()
+                .map(|e| ahp_types::actions::ActionEnvelope::clone(e))
                 .collect();
             ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
         } else {

@@ -5,6 +5,7 @@
 
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, StateAction};
 use ahp_types::Uri;
+use std::sync::Arc;
 
 use crate::external::{ExternalFilter, ExternalMode};
 use crate::host::discovery::SHOW_EXTERNAL;
@@ -20,10 +21,10 @@ impl Shared {
     /// subscriber of the channel. The caller applied it to the state first.
     pub(crate) fn fan_out(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) {
         self.server_seq += 1;
-        let envelope = ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None };
+        let envelope = Arc::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None });
         let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
         for conn in subscribers {
-            self.send(conn, Outbound::Action(Box::new(envelope.clone())));
+            self.send(conn, Outbound::Action(Arc::clone(&envelope)));
         }
         self.replay.push_back(envelope);
         while self.replay.len() > self.config.replay_buffer_len {
@@ -77,8 +78,9 @@ impl Shared {
             .filter(|(_, c)| c.subscriptions.contains(ahp_types::ROOT_RESOURCE_URI))
             .map(|(id, _)| *id)
             .collect();
+        let params = Arc::new(params);
         for conn in subscribers {
-            self.send(conn, Outbound::Notification { method, params: params.clone() });
+            self.send(conn, Outbound::Notification { method, params: Arc::clone(&params) });
         }
     }
 

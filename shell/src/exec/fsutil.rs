@@ -13,6 +13,23 @@ pub const TEMP_MARKER: &str = ".tmp-";
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Every fsync this process has asked for (file or directory), for
+/// `/metrics` (`ahpd_fsyncs_total`): the load benchmark reads it before and
+/// after a run to count fsyncs per turn. Every `sync_all`/`sync_data` of the
+/// daemon goes through this module, so this one counter sees them all.
+static FSYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// How many fsyncs this process has made so far (see [`FSYNCS`]).
+pub fn fsyncs() -> u64 {
+    FSYNCS.load(Ordering::Relaxed)
+}
+
+/// `file.sync_all()`, counted in [`FSYNCS`].
+fn sync_counted(file: &File) -> std::io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    file.sync_all()
+}
+
 /// Whether `name` is safe to use as one path component: non-empty, no `/`,
 /// `\`, or NUL, and not starting with `.` (so never `.`, `..`, a hidden file
 /// or one of our temp files).
@@ -94,6 +111,23 @@ fn process_alive(pid: u32) -> bool {
 ///
 /// Errors: any IO error; the temp file is removed on failure (best effort).
 pub fn write_replace(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) -> std::io::Result<()> {
+    write_via_temp(dir, name, bytes, mode, true)
+}
+
+/// Writes `bytes` to `dir/name` atomically (a reader sees the old file or
+/// the new one, never a part) but not durably: nothing is fsynced, so a
+/// power loss may leave the old file or none. For files that describe a
+/// live process and mean nothing after a crash (the awareness registry:
+/// issue 21, "heartbeat writes not fsynced per turn").
+///
+/// Errors: any IO error; the temp file is removed on failure (best effort).
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) -> std::io::Result<()> {
+    write_via_temp(dir, name, bytes, mode, false)
+}
+
+/// A unique temp file in `dir`, written (and fsynced when `sync`), then
+/// renamed over `dir/name`.
+fn write_via_temp(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>, sync: bool) -> std::io::Result<()> {
     let tmp = temp_path(dir, name);
     let result = (|| {
         let mut options = OpenOptions::new();
@@ -107,7 +141,9 @@ pub fn write_replace(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) ->
         let _ = mode;
         let mut file = options.open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if sync {
+            sync_counted(&file)?;
+        }
         drop(file);
         fs::rename(&tmp, dir.join(name))
     })();
@@ -121,7 +157,7 @@ pub fn write_replace(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) ->
 ///
 /// Errors: the directory cannot be opened or synced.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    sync_counted(&File::open(dir)?)
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably (file and directory

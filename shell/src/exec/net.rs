@@ -19,7 +19,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use crate::driver::{Event, EventSink};
 
@@ -38,8 +38,9 @@ const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 /// A command for a connection's writer task.
 #[derive(Debug)]
 pub enum WriterCmd {
-    /// Write one text frame.
-    Frame(String),
+    /// Write one text frame. Cheap to clone: one envelope fanned out to
+    /// many connections is encoded once and its bytes shared (issue 21).
+    Frame(Utf8Bytes),
     /// Close the connection once everything queued before this is written.
     Close,
 }
@@ -294,7 +295,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                 match cmd {
                     WriterCmd::Frame(text) => {
                         let len = text.len();
-                        let sent = sink.send(Message::Text(text.into())).await;
+                        let sent = sink.send(Message::Text(text)).await;
                         backlog.queued.fetch_sub(len, Ordering::Relaxed);
                         if let Err(e) = sent {
                             tracing::debug!(conn = conn.0, error = %e, "write failed");

@@ -4,8 +4,8 @@
 //!
 //! This executor runs `Effect::Registry` commands in issue order on one
 //! task (so a scan sees every record published before it): `Publish`
-//! writes a record atomically (unique temp file, fsync, rename, directory
-//! fsync), `Remove` deletes one of this process's own records, `Scan` reads
+//! writes a record atomically (unique temp file, rename; not fsynced: a
+//! record only says a process is alive), `Remove` deletes one of this process's own records, `Scan` reads
 //! every record file (regular files named `*.json`, at most
 //! `RECORD_MAX_BYTES` + 1 bytes each), observes the process each names
 //! (Linux: `/proc/<pid>/stat`, its start time in clock ticks after boot),
@@ -137,7 +137,9 @@ pub fn is_record_name(name: &str) -> bool {
     fsutil::is_safe_component(name) && name.ends_with(".json") && !name.contains(fsutil::TEMP_MARKER)
 }
 
-/// Writes `record` as `dir/name` atomically and durably (mode 0600).
+/// Writes `record` as `dir/name` atomically (mode 0600), not fsynced: a
+/// record says a process is alive, so after a crash it is stale whatever
+/// the disk kept, and a scan reads whole files only (docs/AWARENESS.md).
 ///
 /// Errors: a name that is not a record name, or any IO error, in words.
 pub fn publish(dir: &Path, name: &str, record: &ActiveRecord) -> Result<(), String> {
@@ -145,7 +147,7 @@ pub fn publish(dir: &Path, name: &str, record: &ActiveRecord) -> Result<(), Stri
         return Err(format!("refused record name {name:?}"));
     }
     let bytes = serde_json::to_vec(record).map_err(|e| format!("could not encode the record: {e}"))?;
-    fsutil::write_durable(dir, name, &bytes, Some(0o600)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    fsutil::write_atomic(dir, name, &bytes, Some(0o600)).map_err(|e| format!("{}: {e}", dir.join(name).display()))
 }
 
 /// Removes `dir/name` (already gone is fine).
@@ -155,7 +157,12 @@ pub fn remove(dir: &Path, name: &str) -> Result<(), String> {
     if !is_record_name(name) {
         return Err(format!("refused record name {name:?}"));
     }
-    fsutil::remove_durable(dir, name).map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    // Not fsynced either: a record that comes back after a crash names a
+    // process that is gone, which a scan judges stale.
+    match std::fs::remove_file(dir.join(name)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{}: {e}", dir.join(name).display())),
+        _ => Ok(()),
+    }
 }
 
 /// Reads every record file of `dir` (name order) with what it observed of

@@ -166,8 +166,9 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 
 /// Reads every record under `dir` at startup. A `*.json` file that does not
 /// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
-/// logged; stray temp files from an interrupted write are removed; a record
-/// whose key does not match its file name is left alone and skipped.
+/// logged; stray temp files from an interrupted write are removed (the
+/// daemon sweeps them before it listens too); a record whose key does not
+/// match its file name is left alone and skipped.
 ///
 /// Errors: the directory cannot be read at all.
 pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
@@ -187,20 +188,41 @@ pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
         }
     }
     names.sort();
-    let mut records = Vec::new();
-    for name in names {
-        let path = dir.join(&name);
-        if name.starts_with('.') && name.contains(TEMP_MARKER) {
-            continue;
-        }
-        let Some(stem) = name.strip_suffix(".json") else { continue };
-        let parsed = fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
+    names.retain(|name| !(name.starts_with('.') && name.contains(TEMP_MARKER)) && name.ends_with(".json"));
+    // Read and parsed on every core at once (issue 21: a 100k-record store
+    // must not keep the daemon from answering for seconds); each thread
+    // takes a contiguous slice of the sorted names, so the records come
+    // back in name order whatever the thread count.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let chunk = names.len().div_ceil(threads).max(1);
+    let read: Vec<Vec<(String, Result<SessionRecord, String>)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = names
+            .chunks(chunk)
+            .map(|slice| {
+                scope.spawn(move || {
+                    slice
+                        .iter()
+                        .map(|name| {
+                            let parsed = fs::read(dir.join(name))
+                                .map_err(|e| e.to_string())
+                                .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
+                            (name.clone(), parsed)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        // A reader that panicked must not leave its records silently
+        // unread: its panic goes on.
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
+    let mut records = Vec::with_capacity(names.len());
+    for (name, parsed) in read.into_iter().flatten() {
+        let stem = name.strip_suffix(".json").unwrap_or(&name);
         match parsed {
             Ok(record) if record.key == stem => records.push(record),
             Ok(record) => tracing::warn!(
-                file = %path.display(),
+                file = %dir.join(&name).display(),
                 key = %record.key,
                 "skipped a record whose key does not match its file name"
             ),

@@ -460,7 +460,8 @@ impl Host {
     /// idle session falls asleep, the residency sweep runs), or `None`.
     /// Derived from state, never stored (docs/STYLE.md 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
-        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || self.is_watched(s))).min();
+        let watched = self.watched();
+        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record))).min();
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
@@ -695,11 +696,6 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(uri) {
             s.mark_activity(&self.shared);
         }
-    }
-
-    /// Whether any connection watches the session or one of its chats.
-    pub(crate) fn is_watched(&self, session: &Session) -> bool {
-        self.shared.conns.values().any(|c| c.watches(&session.record))
     }
 
     /// Whether agents may run in every one of `folders` (Sessions page: "A

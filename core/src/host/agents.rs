@@ -287,11 +287,12 @@ impl Host {
         if !cfg!(feature = "sim") || self.shared.config.sleep_after_ms == 0 {
             return;
         }
+        let watched = self.watched();
         for (_, s) in self.held_sessions() {
             if s.last_activity.plus_ms(self.shared.config.sleep_after_ms) > now {
                 continue;
             }
-            match (s.phase.is_waking(), s.sleep_refusal(|| self.is_watched(s))) {
+            match (s.phase.is_waking(), s.sleep_refusal(|| watched.session(&s.record))) {
                 (true, _) => crate::mark!("sleep_refused_waking"),
                 (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
                 (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
@@ -308,9 +309,10 @@ impl Host {
     pub(crate) fn fire_due(&mut self) {
         self.answer_overdue_handshakes();
         let now = self.shared.now.mono;
+        let watched = self.watched();
         let due: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || self.is_watched(s)).is_some_and(|t| t <= now))
+            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record)).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
         self.mark_sleep_refusals(now);
@@ -372,9 +374,10 @@ impl Host {
         if self.shared.config.residency_limit == 0 {
             return;
         }
+        let watched = self.watched();
         let archived: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.record.is_archived && s.evictable(|| self.is_watched(s)))
+            .filter(|(_, s)| s.record.is_archived && s.evictable(|| watched.session(&s.record)))
             .map(|(u, _)| u.clone())
             .collect();
         for uri in archived {
@@ -383,7 +386,8 @@ impl Host {
         }
         while self.resident_count() > self.shared.config.residency_limit {
             self.mark_eviction_skips();
-            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| self.is_watched(s))).map(|(u, s)| (u, s.last_used));
+            let watched = self.watched();
+            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| watched.session(&s.record))).map(|(u, s)| (u, s.last_used));
             let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
                 Some(uri) => {
@@ -405,6 +409,7 @@ impl Host {
         if !cfg!(feature = "sim") {
             return;
         }
+        let watched = self.watched();
         for (_, s) in self.held_sessions().filter(|(_, s)| s.is_announced()) {
             if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
                 crate::mark!("evict_skip_changing_phase");
@@ -412,7 +417,7 @@ impl Host {
                 crate::mark!("evict_skip_pinned_not_resumable");
             } else if s.has_work_in_hand() {
                 crate::mark!("evict_skip_work_in_hand");
-            } else if self.is_watched(s) {
+            } else if watched.session(&s.record) {
                 crate::mark!("evict_skip_watched");
             }
         }

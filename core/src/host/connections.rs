@@ -36,7 +36,7 @@ use ahp_types::commands::{Implementation, InitializeParams, InitializeResult, Re
 use ahp_types::state::{Snapshot, SnapshotState};
 use ahp_types::{ROOT_RESOURCE_URI, Uri, negotiate_protocol_version};
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use super::Host;
 use crate::record::SessionRecord;
 use crate::time::MonoTime;
@@ -105,7 +105,50 @@ impl Conn {
     }
 }
 
+/// Which sessions some connection watches, for a walk over many sessions
+/// (the idle sleeps, the residency limit, the next deadline): every
+/// connection's subscriptions and held handshakes gathered once, on first
+/// need, so each session is one lookup instead of a question to every
+/// connection (issue 21: per-input work must not grow with sessions ×
+/// clients). Says what [`Conn::watches`] says of some connection.
+pub(crate) struct Watched<'a> {
+    conns: &'a BTreeMap<ConnId, Conn>,
+    /// Channels subscribed to, and sessions a held handshake names.
+    sets: std::cell::OnceCell<(BTreeSet<&'a str>, BTreeSet<&'a str>)>,
+}
+
+impl<'a> Watched<'a> {
+    /// Over `conns`; nothing is gathered until asked.
+    pub(crate) fn new(conns: &'a BTreeMap<ConnId, Conn>) -> Watched<'a> {
+        Watched { conns, sets: std::cell::OnceCell::new() }
+    }
+
+    /// Whether some connection watches `session`.
+    pub(crate) fn session(&self, session: &SessionRecord) -> bool {
+        let (subscribed, named) = self.sets.get_or_init(|| {
+            let mut subscribed = BTreeSet::new();
+            let mut named = BTreeSet::new();
+            for c in self.conns.values() {
+                subscribed.extend(c.subscriptions.iter().map(String::as_str));
+                if let Some(h) = &c.handshake {
+                    named.extend(h.sessions.iter().map(String::as_str));
+                }
+            }
+            (subscribed, named)
+        });
+        subscribed.contains(session.resource.as_str())
+            || session.chats.iter().any(|chat| subscribed.contains(chat.resource.as_str()))
+            || named.contains(session.resource.as_str())
+    }
+}
+
 impl Host {
+    /// Which sessions some connection watches, for a walk over many
+    /// ([`Watched`]).
+    pub(crate) fn watched(&self) -> Watched<'_> {
+        Watched::new(&self.shared.conns)
+    }
+
     pub(crate) fn admit(&mut self, conn: ConnId) {
         let conn_state = self.fresh_conn();
         self.shared.conns.insert(conn, conn_state);

@@ -132,16 +132,20 @@ impl Session {
     fn mirror_aggregate(&mut self, sh: &mut Shared) {
         let Some(resident) = self.resident.as_ref() else { return };
         let (status, activity) = self.status();
-        let mut meta = resident.session.meta.clone().unwrap_or_default();
         let status_value = serde_json::Value::from(status);
         let activity_value = activity.map(serde_json::Value::String).unwrap_or(serde_json::Value::Null);
-        let external_now = meta.get("vscode.external") == Some(&serde_json::Value::Bool(true));
-        if meta.get("ahpd.status") == Some(&status_value)
-            && meta.get("ahpd.activity").unwrap_or(&serde_json::Value::Null) == &activity_value
+        // Compared in place first: most calls change nothing, and the
+        // `_meta` (awareness peers included) is copied only when it moves
+        // (issue 21: this ran on every chat change).
+        let current = resident.session.meta.as_ref();
+        let external_now = current.and_then(|m| m.get("vscode.external")) == Some(&serde_json::Value::Bool(true));
+        if current.and_then(|m| m.get("ahpd.status")) == Some(&status_value)
+            && current.and_then(|m| m.get("ahpd.activity")).unwrap_or(&serde_json::Value::Null) == &activity_value
             && external_now == self.record.external
         {
             return;
         }
+        let mut meta = current.cloned().unwrap_or_default();
         meta.insert("ahpd.status".to_owned(), status_value);
         meta.insert("ahpd.activity".to_owned(), activity_value);
         if self.record.external {

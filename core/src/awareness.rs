@@ -600,11 +600,16 @@ pub struct AwarenessConfig {
     pub pid_start: u64,
     /// Period of the heartbeat (republish every live session, rescan), ms.
     pub heartbeat_ms: u64,
+    /// The least time between the starts of two registry scans, ms: the
+    /// publishes of many turns' status changes share one scan and one
+    /// round of peer updates instead of one each (issue 21: awareness
+    /// linear in peers, changes debounced). 0: a scan whenever one is asked.
+    pub scan_gap_ms: u64,
 }
 
 impl Default for AwarenessConfig {
     fn default() -> AwarenessConfig {
-        AwarenessConfig { enabled: false, pid: 0, pid_start: 0, heartbeat_ms: 5_000 }
+        AwarenessConfig { enabled: false, pid: 0, pid_start: 0, heartbeat_ms: 5_000, scan_gap_ms: 250 }
     }
 }
 

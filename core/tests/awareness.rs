@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 fn config() -> Config {
     Config {
         host_name: "h".to_owned(),
-        awareness: AwarenessConfig { enabled: true, pid: 100, pid_start: 5, heartbeat_ms: 5_000 },
+        // No gap between scans: each scenario steps scan by scan.
+        awareness: AwarenessConfig { enabled: true, pid: 100, pid_start: 5, heartbeat_ms: 5_000, scan_gap_ms: 0 },
         ..Config::default()
     }
 }
@@ -254,4 +255,52 @@ fn list_peers_answers_and_refuses_unknown_sessions() {
     assert_eq!(r["result"]["peers"][0]["activity"], "x", "{r}");
     let r = h.request(1, "ahpd/listPeers", json!({"channel": "ahp-session:/nope"}));
     assert_eq!(r["error"]["code"], -32001, "{r}");
+}
+
+/// Scans keep a least gap between their starts (`scan_gap_ms`): a second
+/// session's record, published right after the first scan began, waits for
+/// the gap, then one scan serves it, and the peer that scan finds reaches
+/// both sessions' `_meta` (issue 21: a burst of status changes shares one
+/// scan and one round of peer updates).
+#[test]
+fn scans_keep_their_gap_and_a_burst_shares_one() {
+    let mut config = config();
+    config.awareness.scan_gap_ms = 250;
+    let mut h = Harness::new(config);
+    h.connect(1, "c");
+    let (first, _) = create(&mut h, "s1", json!({}));
+    let scans = |cmds: &[(OpId, RegistryCmd)]| cmds.iter().filter(|(_, c)| matches!(c, RegistryCmd::Scan { .. })).count();
+    let cmds = registry(&mut h);
+    assert_eq!(scans(&cmds), 1, "the first scan starts at once: {cmds:?}");
+    for (op, cmd) in cmds {
+        let outcome = match cmd {
+            RegistryCmd::Scan { .. } => Outcome::RegistryScanned { files: Vec::new(), repos: Default::default() },
+            _ => Outcome::Ok,
+        };
+        h.done(op, outcome);
+    }
+    let scan_started = h.now.mono;
+    h.advance(10);
+    let (second, _) = create(&mut h, "s2", json!({}));
+    let cmds = registry(&mut h);
+    assert!(cmds.iter().any(|(_, c)| matches!(c, RegistryCmd::Publish { name, .. } if name.contains("s2"))), "s2 is published at once: {cmds:?}");
+    assert_eq!(scans(&cmds), 0, "no scan within the gap: {cmds:?}");
+    for (op, _) in cmds {
+        h.done(op, Outcome::Ok);
+    }
+    assert_eq!(h.host.next_deadline(), Some(scan_started.plus_ms(250)), "the host asks to be called when the gap ends");
+    h.advance(230);
+    let cmds = registry(&mut h);
+    assert_eq!(scans(&cmds), 0, "still within the gap: {cmds:?}");
+    for (op, _) in cmds {
+        h.done(op, Outcome::Ok);
+    }
+    h.advance(10);
+    let at = h.now.wall.0;
+    let cmds = answer(&mut h, &[peer("", at)]);
+    assert_eq!(cmds.iter().filter(|c| matches!(c, RegistryCmd::Scan { .. })).count(), 1, "one scan once the gap is over: {cmds:?}");
+    for uri in [&first, &second] {
+        let peers: Vec<Value> = meta(&h, uri)["ahpd.peers"].as_array().cloned().unwrap_or_default();
+        assert!(peers.iter().any(|p| p["session"] == "ahp-session:/peer"), "{uri} sees the peer: {peers:?}");
+    }
 }

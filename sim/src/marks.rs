@@ -80,6 +80,7 @@ pub const EXPECTED: &[&str] = &[
     "detached_make_failed",
     "awareness_warning",
     "awareness_error",
+    "awareness_scan_debounced",
     "awareness_record_skipped",
     "turn_interrupted_by_stop",
     "shutdown_drains",

@@ -65,6 +65,8 @@ pub struct AwarenessOptions {
     pub registry_ms: u64,
     /// Probability that a scan fails (the safety phase's fault).
     pub registry_fail: f64,
+    /// The core's least gap between two scans' starts, ms (0: none).
+    pub scan_gap_ms: u64,
 }
 
 impl AwarenessOptions {
@@ -78,7 +80,7 @@ impl AwarenessOptions {
             2 => [0, 0, 0, 1],
             _ => [1, 1, 1, 2],
         };
-        AwarenessOptions {
+        let mut options = AwarenessOptions {
             enabled,
             heartbeat_ms: if rng.chance(0.2) { 5_000 } else { rng.range(400, 4_000) },
             foreign_peers: rng.range(0, 5) as usize,
@@ -88,12 +90,26 @@ impl AwarenessOptions {
             write_tools: if rng.chance(0.2) { 0.0 } else { 0.3 + 0.6 * rng.unit() },
             registry_ms: rng.range(1, 30),
             registry_fail: if rng.chance(0.4) { 0.0 } else { 0.02 + 0.2 * rng.unit() },
-        }
+            scan_gap_ms: 0,
+        };
+        // Drawn last, so the knobs above keep their values seed for seed.
+        options.scan_gap_ms = match rng.below(4) {
+            0 => 0,
+            1 => 250,
+            _ => rng.range(20, 1_000),
+        };
+        options
     }
 
     /// The core's awareness settings (the first host process's pid).
     pub fn config(&self) -> AwarenessConfig {
-        AwarenessConfig { enabled: self.enabled, pid: FIRST_HOST_PID, pid_start: FIRST_HOST_START, heartbeat_ms: self.heartbeat_ms }
+        AwarenessConfig {
+            enabled: self.enabled,
+            pid: FIRST_HOST_PID,
+            pid_start: FIRST_HOST_START,
+            heartbeat_ms: self.heartbeat_ms,
+            scan_gap_ms: self.scan_gap_ms,
+        }
     }
 
     /// The session config a client asks for at creation (workload stream).
@@ -122,8 +138,8 @@ impl fmt::Display for AwarenessOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "awareness: enabled={} heartbeat={}ms foreign_peers={} churn={:.2} tiers(default/passive/warn/coordinate)={:?} auto_approve={:.2} write_tools={:.2} registry={}ms",
-            self.enabled, self.heartbeat_ms, self.foreign_peers, self.churn, self.tiers, self.auto_approve, self.write_tools, self.registry_ms
+            "awareness: enabled={} heartbeat={}ms foreign_peers={} churn={:.2} tiers(default/passive/warn/coordinate)={:?} auto_approve={:.2} write_tools={:.2} registry={}ms scan_gap={}ms",
+            self.enabled, self.heartbeat_ms, self.foreign_peers, self.churn, self.tiers, self.auto_approve, self.write_tools, self.registry_ms, self.scan_gap_ms
         )
     }
 }

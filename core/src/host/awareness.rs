@@ -67,6 +67,10 @@ pub struct Awareness {
     event_seq: u64,
     /// The scan in flight, if any.
     scan: Option<OpId>,
+    /// When the last scan was started (`AwarenessConfig::scan_gap_ms`).
+    last_scan_started: Option<MonoTime>,
+    /// A scan asked for within the gap: when it starts.
+    scan_due: Option<MonoTime>,
     /// Whether another scan is owed once the one in flight ends.
     rescan_owed: bool,
     /// When the last heartbeat ran.
@@ -89,7 +93,16 @@ impl Awareness {
     /// When the next heartbeat is due: only while awareness is on and this
     /// host has records published.
     pub(crate) fn deadline(&self, config: &Config) -> Option<MonoTime> {
-        if !config.awareness.enabled || self.published.is_empty() {
+        if !config.awareness.enabled {
+            return None;
+        }
+        [self.heartbeat_deadline(config), self.scan_due].into_iter().flatten().min()
+    }
+
+    /// When the next heartbeat is due: only while this host has records
+    /// published.
+    fn heartbeat_deadline(&self, config: &Config) -> Option<MonoTime> {
+        if self.published.is_empty() {
             return None;
         }
         let period = config.awareness.heartbeat_ms.max(1);
@@ -115,9 +128,9 @@ impl Aware<'_> {
         self.shared.config.awareness.enabled
     }
 
-    /// When the next heartbeat is due ([`Awareness::deadline`]).
+    /// When the next heartbeat is due.
     fn awareness_deadline(&self) -> Option<MonoTime> {
-        self.state.deadline(&self.shared.config)
+        self.state.heartbeat_deadline(&self.shared.config)
     }
 
     /// Publishes what changed, removes what is no longer live, runs the
@@ -186,7 +199,8 @@ impl Aware<'_> {
         if self.state.published.is_empty() {
             self.state.last_heartbeat = None;
         }
-        if changed || heartbeat {
+        let scan_due = self.state.scan_due.is_some_and(|t| t <= self.shared.now.mono);
+        if changed || heartbeat || scan_due {
             self.request_scan();
         }
     }
@@ -197,12 +211,22 @@ impl Aware<'_> {
         self.sessions.get(uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some())
     }
 
-    /// Starts a scan, or owes one when a scan is in flight.
+    /// Starts a scan, or owes one when a scan is in flight, or sets one due
+    /// when the last began less than `scan_gap_ms` ago.
     fn request_scan(&mut self) {
         if self.state.scan.is_some() {
             self.state.rescan_owed = true;
             return;
         }
+        let now = self.shared.now.mono;
+        let at = self.state.last_scan_started.map_or(now, |t| t.plus_ms(self.shared.config.awareness.scan_gap_ms).max(now));
+        if at > now {
+            crate::mark!("awareness_scan_debounced");
+            self.state.scan_due = Some(at);
+            return;
+        }
+        self.state.scan_due = None;
+        self.state.last_scan_started = Some(now);
         let mut dirs: BTreeSet<String> = BTreeSet::new();
         for (_, record) in self.state.published.values() {
             dirs.extend(record.working_directories.iter().take(1).cloned());

@@ -69,8 +69,9 @@ pub struct Awareness {
     scan: Option<OpId>,
     /// When the last scan was started (`AwarenessConfig::scan_gap_ms`).
     last_scan_started: Option<MonoTime>,
-    /// A scan asked for within the gap: when it starts.
-    scan_due: Option<MonoTime>,
+    /// A scan was asked for within the gap: it starts when the gap ends
+    /// ([`Awareness::scan_due`], derived, never stored).
+    scan_held: bool,
     /// Whether another scan is owed once the one in flight ends.
     rescan_owed: bool,
     /// When the last heartbeat ran.
@@ -96,7 +97,14 @@ impl Awareness {
         if !config.awareness.enabled {
             return None;
         }
-        [self.heartbeat_deadline(config), self.scan_due].into_iter().flatten().min()
+        [self.heartbeat_deadline(config), self.scan_due(config)].into_iter().flatten().min()
+    }
+
+    /// When a scan held back by the gap starts: the gap after the last
+    /// scan's start.
+    fn scan_due(&self, config: &Config) -> Option<MonoTime> {
+        let last = self.last_scan_started.filter(|_| self.scan_held)?;
+        Some(last.plus_ms(config.awareness.scan_gap_ms))
     }
 
     /// When the next heartbeat is due: only while this host has records
@@ -199,7 +207,7 @@ impl Aware<'_> {
         if self.state.published.is_empty() {
             self.state.last_heartbeat = None;
         }
-        let scan_due = self.state.scan_due.is_some_and(|t| t <= self.shared.now.mono);
+        let scan_due = self.state.scan_due(&self.shared.config).is_some_and(|t| t <= self.shared.now.mono);
         if changed || heartbeat || scan_due {
             self.request_scan();
         }
@@ -222,10 +230,10 @@ impl Aware<'_> {
         let at = self.state.last_scan_started.map_or(now, |t| t.plus_ms(self.shared.config.awareness.scan_gap_ms).max(now));
         if at > now {
             crate::mark!("awareness_scan_debounced");
-            self.state.scan_due = Some(at);
+            self.state.scan_held = true;
             return;
         }
-        self.state.scan_due = None;
+        self.state.scan_held = false;
         self.state.last_scan_started = Some(now);
         let mut dirs: BTreeSet<String> = BTreeSet::new();
         for (_, record) in self.state.published.values() {

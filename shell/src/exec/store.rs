@@ -166,13 +166,14 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 
 /// Reads every record under `dir` at startup. A `*.json` file that does not
 /// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
-/// logged; stray temp files from an interrupted write are removed (the
-/// daemon sweeps them before it listens too); a record whose key does not
-/// match its file name is left alone and skipped.
+/// logged; temp files are skipped: what an interrupted write left is swept
+/// by [`fsutil::remove_stray_temps`], which the daemon runs before it
+/// listens (so no half-written file is there once it says it listens), once
+/// over the directory; a record whose key does not match its file name is
+/// left alone and skipped.
 ///
 /// Errors: the directory cannot be read at all.
 pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
-    fsutil::remove_stray_temps(dir);
     let mut names: Vec<String> = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = match entry {
@@ -295,6 +296,8 @@ mod tests {
         fs::write(d.join("broken.json"), b"{not json").expect("write");
         // A temp file of a writer that is gone (no process has this pid).
         fs::write(d.join(".x.json.tmp-999999999-2"), b"partial").expect("write");
+        // As the daemon starts: the sweep, then the read.
+        fsutil::remove_stray_temps(d);
         let loaded = load(d, 42).expect("load");
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].key, "ahp-session@abc");

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::{note, DataDirArg};
 use crate::exec::fsutil::TEMP_MARKER;
+use crate::exec::journal;
 
 /// Longest title shown in the table, in characters.
 const TITLE_COLUMN_CHARS: usize = 40;
@@ -131,13 +132,20 @@ pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
         .filter(|name| name.ends_with(".json") && !name.starts_with('.') && !name.contains(TEMP_MARKER))
         .collect();
     names.sort();
+    // What the store acknowledged after the files were last made whole
+    // (a daemon running, or one that crashed) overrides the files.
+    let mut journaled = journal::last_words(dir).map_err(|e| format!("could not read the store journal in {}: {e}", dir.display()))?;
     let mut records = Vec::new();
     for name in names {
         let path = dir.join(&name);
         let stem = name.trim_end_matches(".json");
-        let parsed = fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
+        let parsed = match journaled.remove(stem) {
+            Some(Some(record)) => Ok(record),
+            Some(None) => continue,
+            None => fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string())),
+        };
         match parsed {
             // A tombstone is a disposed session, not one to list.
             Ok(record) if record.deleted => {}
@@ -153,6 +161,8 @@ pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
             )),
         }
     }
+    // Records only the journal holds so far.
+    records.extend(journaled.into_values().flatten().filter(|r| !r.deleted));
     let when = |r: &SessionRecord| WallTime::parse_iso(&r.modified_at).map_or(i64::MIN, |t| t.0);
     records.sort_by(|a, b| when(b).cmp(&when(a)).then_with(|| a.resource.cmp(&b.resource)));
     Ok(records)
@@ -267,6 +277,33 @@ mod tests {
         assert_eq!(keys, ["ahp-session@new", "ahp-session@old"]);
         assert!(d.join("broken.json").exists() && d.join(".ahp-session@x.json.tmp-1-2").exists());
         assert!(read_records(&d.join("missing")).is_err());
+    }
+
+    #[test]
+    fn the_journal_overrides_the_files_and_nothing_is_written() {
+        use crate::exec::journal::{Entry, Journal, JOURNAL_NAME};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        for key in ["ahp-session@kept", "ahp-session@gone"] {
+            let bytes = serde_json::to_vec(&record(key, "on file", "2026-01-01T00:00:00.000Z")).expect("encode");
+            fs::write(d.join(format!("{key}.json")), bytes).expect("write");
+        }
+        // As a daemon that crashed after its journal was durable but before
+        // any record file was written leaves it.
+        let mut journal = Journal::open(d).expect("journal");
+        journal
+            .append(&[
+                Entry::Put(Box::new(record("ahp-session@kept", "journaled", "2026-03-01T00:00:00.000Z"))),
+                Entry::Delete("ahp-session@gone".to_owned()),
+                Entry::Put(Box::new(record("ahp-session@fresh", "only in the journal", "2026-02-01T00:00:00.000Z"))),
+            ])
+            .expect("append");
+        let journal_len = fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len();
+        let records = read_records(d).expect("read");
+        let seen: Vec<(&str, &str)> = records.iter().map(|r| (r.key.as_str(), r.title.as_str())).collect();
+        assert_eq!(seen, [("ahp-session@kept", "journaled"), ("ahp-session@fresh", "only in the journal")]);
+        assert!(d.join("ahp-session@gone.json").exists(), "a reader changes nothing");
+        assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), journal_len);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use ahpd_core::{SessionRecord, WallTime};
 
 use super::transcript::{self, ECHO_PROVIDER};
 use super::{note, DataDirArg};
-use crate::exec::{fsutil, store};
+use crate::exec::{fsutil, journal, store};
 
 /// Longest turn id accepted in an import, in bytes (the daemon's own limit
 /// for a turn started by a client).
@@ -182,15 +182,23 @@ pub fn build_export(data_dir: &Path, id: &ResourceId) -> Result<ExportedSession,
     let key = id.store_key();
     let name = store::file_name(&key).ok_or_else(|| format!("session {} has no safe store key", ids::printable(&uri)))?;
     let path = sessions_dir.join(name);
-    let bytes = match fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(format!("no session {uri} in the store {}", sessions_dir.display()))
+    let journaled = journal::last_words(&sessions_dir)
+        .map_err(|e| format!("could not read the store journal in {}: {e}", sessions_dir.display()))?
+        .remove(&key);
+    let missing = || format!("no session {uri} in the store {}", sessions_dir.display());
+    let record: SessionRecord = match journaled {
+        // The journal's word is newer than the file's.
+        Some(Some(record)) => record,
+        Some(None) => return Err(missing()),
+        None => {
+            let bytes = match fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing()),
+                Err(e) => return Err(format!("could not read {}: {e}", path.display())),
+            };
+            serde_json::from_slice(&bytes).map_err(|e| format!("the store record {} does not parse: {e}", path.display()))?
         }
-        Err(e) => return Err(format!("could not read {}: {e}", path.display())),
     };
-    let record: SessionRecord =
-        serde_json::from_slice(&bytes).map_err(|e| format!("the store record {} does not parse: {e}", path.display()))?;
     if record.key != key || record.resource != uri {
         return Err(format!("the store record {} names another session ({})", path.display(), ids::printable(&record.resource)));
     }
@@ -320,6 +328,10 @@ pub fn import_doc(data_dir: &Path, doc: &ExportedSession) -> Result<Uri, String>
         fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
         fs::read_dir(dir).map_err(|e| format!("could not read {}: {e}", dir.display()))?;
     }
+    // A journal a crashed daemon left is settled onto the files first, so
+    // a replay at the next start cannot write over what this import adds
+    // (say, over a tombstone this import brings a session back over).
+    journal::recover(&sessions_dir, crate::driver::wall_ms()).map_err(|e| format!("the store could not be settled first: {e}"))?;
     let chat_count = doc.chats.len().max(1);
     let problem: RefCell<Option<String>> = RefCell::new(None);
     let tries = Cell::new(0usize);

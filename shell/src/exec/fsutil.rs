@@ -24,10 +24,21 @@ pub fn fsyncs() -> u64 {
     FSYNCS.load(Ordering::Relaxed)
 }
 
-/// `file.sync_all()`, counted in [`FSYNCS`].
-fn sync_counted(file: &File) -> std::io::Result<()> {
+/// `file.sync_all()` (data and metadata), counted in [`FSYNCS`].
+///
+/// Errors: the fsync failed.
+pub fn sync_all_counted(file: &File) -> std::io::Result<()> {
     FSYNCS.fetch_add(1, Ordering::Relaxed);
     file.sync_all()
+}
+
+/// `file.sync_data()` (fdatasync: the data and the size, not the times),
+/// counted in [`FSYNCS`]: what an append-only file needs to be durable.
+///
+/// Errors: the fsync failed.
+pub fn sync_data_counted(file: &File) -> std::io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    file.sync_data()
 }
 
 /// Whether `name` is safe to use as one path component: non-empty, no `/`,
@@ -142,7 +153,7 @@ fn write_via_temp(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>, sync:
         let mut file = options.open(&tmp)?;
         file.write_all(bytes)?;
         if sync {
-            sync_counted(&file)?;
+            sync_all_counted(&file)?;
         }
         drop(file);
         fs::rename(&tmp, dir.join(name))
@@ -157,7 +168,7 @@ fn write_via_temp(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>, sync:
 ///
 /// Errors: the directory cannot be opened or synced.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    sync_counted(&File::open(dir)?)
+    sync_all_counted(&File::open(dir)?)
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably (file and directory

@@ -8,6 +8,7 @@ pub mod claude;
 pub mod echo;
 pub mod fsutil;
 pub mod git;
+pub mod journal;
 pub mod net;
 pub mod registry;
 pub mod store;

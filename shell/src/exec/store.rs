@@ -1,11 +1,15 @@
 //! The session store executor (`--sessions file|memory`).
 //!
-//! `file`: one JSON file per session at `<data-dir>/sessions/<key>.json`.
-//! Each write goes to a unique temp file in the same directory, is fsynced,
-//! renamed over the target, and the directory is fsynced; only then is
-//! `Input::Done { outcome: Ok }` sent. Commands run one at a time in issue
-//! order on one task; whatever queued up while a batch was being written is
-//! taken as the next batch and shares one directory fsync (group commit).
+//! `file`: one JSON file per session at `<data-dir>/sessions/<key>.json`,
+//! behind a write-ahead journal (`sessions/journal`, [`super::journal`]).
+//! Commands run one at a time in issue order on one task; whatever queued
+//! up while a batch was being written is taken as the next batch (group
+//! commit). A batch is appended to the journal and fsynced once; only then
+//! is each command answered `Input::Done { outcome: Ok }`, and each record
+//! is written to its own file (temp file, rename; made durable by the
+//! journal's next checkpoint). A store whose journal cannot be opened
+//! writes each file durably instead (file fsync, rename, one directory
+//! fsync per batch), and says so in the log.
 //!
 //! `memory`: keeps nothing and answers `Ok` at once.
 //!
@@ -20,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fsutil::{self, TEMP_MARKER};
+use super::journal::{self, Entry, Journal};
 use crate::driver::EventSink;
 
 /// Which store `--sessions` chose.
@@ -87,16 +92,47 @@ impl Store {
 }
 
 async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, StoreCmd)>, events: EventSink) {
+    // Opened at the first write, not before: the daemon starts this store
+    // before it reads the records, and reading replays and empties the
+    // journal (`load`); no write comes before the host is built from them.
+    let mut journal: Option<Journal> = None;
+    let mut opened = false;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
+        if !opened {
+            opened = true;
+            journal = match Journal::open(&dir) {
+                Ok(journal) => Some(journal),
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "could not open the store journal; every record is written durably on its own");
+                    None
+                }
+            };
+        }
         let ops: Vec<OpId> = batch.iter().map(|(op, _)| *op).collect();
         let dir = dir.clone();
-        let results = match tokio::task::spawn_blocking(move || write_batch(&dir, batch)).await {
-            Ok(results) => results,
+        let mut taken = journal.take();
+        let written = tokio::task::spawn_blocking(move || {
+            let results = match taken.as_mut() {
+                Some(journal) => write_batch(journal, batch),
+                None => write_batch_direct(&dir, batch),
+            };
+            (taken, results)
+        })
+        .await;
+        let results = match written {
+            Ok((back, results)) => {
+                journal = back;
+                results
+            }
             Err(e) => {
+                // The journal went down with the task: what it held is
+                // durable and replayed at the next start; from here on
+                // each record is written durably on its own.
+                tracing::error!(error = %e, "store write task failed; the journal is closed");
                 let message = format!("store write task failed: {e}");
                 ops.into_iter().map(|op| (op, Outcome::Failed { message: message.clone() })).collect()
             }
@@ -108,12 +144,87 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
             events.input(Input::Done { op, outcome });
         }
     }
+    if let Some(mut journal) = journal {
+        // A graceful stop leaves the record files whole and the journal
+        // empty, so offline commands read the files alone.
+        if let Err(e) = tokio::task::spawn_blocking(move || journal.checkpoint()).await.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
+            tracing::warn!(error = %e, "store checkpoint at stop failed; the journal is replayed at the next start");
+        }
+    }
 }
 
-/// Executes `batch` in order, then fsyncs the directory once. A command
-/// whose own step failed, or every command when the directory fsync failed,
-/// is answered `Failed`.
-fn write_batch(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)> {
+/// Executes `batch` through the journal: every command appended and made
+/// durable with one fsync, then written to its record file. A command that
+/// cannot be journaled (an unsafe key) is answered `Failed` on its own; a
+/// journal that cannot be written fails every command of the batch; a
+/// command whose file cannot be written is taken back out of the journal
+/// and answered `Failed` (so a restart never brings back a write the client
+/// was told failed). Past [`journal::CHECKPOINT_BYTES`] a checkpoint
+/// follows.
+fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)> {
+    let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
+    // Each journaled entry with the index of its command's result.
+    let mut entries: Vec<(usize, Entry)> = Vec::with_capacity(batch.len());
+    for (op, command) in batch {
+        let entry = match command {
+            StoreCmd::Put { record } => Entry::Put(record),
+            StoreCmd::Delete { key } => Entry::Delete(key),
+        };
+        if file_name(entry.key()).is_none() {
+            results.push((op, Err(format!("refused unsafe store key {:?}", entry.key()))));
+            continue;
+        }
+        entries.push((results.len(), entry));
+        results.push((op, Ok(())));
+    }
+    if entries.is_empty() {
+        return answer(results);
+    }
+    let start = journal.len();
+    let all: Vec<Entry> = entries.iter().map(|(_, e)| e.clone()).collect();
+    if let Err(e) = journal.append(&all) {
+        let message = format!("could not write the store journal: {e}");
+        for (i, _) in &entries {
+            results[*i].1 = Err(message.clone());
+        }
+        return answer(results);
+    }
+    let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
+    let mut refused = false;
+    for (i, entry) in entries {
+        match journal.apply(&entry) {
+            Ok(()) => kept.push(entry),
+            Err(message) => {
+                results[i].1 = Err(message);
+                refused = true;
+            }
+        }
+    }
+    if refused {
+        if let Err(e) = journal.cut_back(start, &kept) {
+            tracing::error!(error = %e, "a refused store write could not be taken back out of the journal; a restart may replay it");
+        }
+    }
+    if journal.wants_checkpoint() {
+        if let Err(e) = journal.checkpoint() {
+            tracing::warn!(error = %e, "store checkpoint failed; the journal keeps every record and grows until one works");
+        }
+    }
+    answer(results)
+}
+
+/// Each command's answer from its step's result.
+fn answer(results: Vec<(OpId, Result<(), String>)>) -> Vec<(OpId, Outcome)> {
+    results
+        .into_iter()
+        .map(|(op, result)| (op, result.map_or_else(|message| Outcome::Failed { message }, |()| Outcome::Ok)))
+        .collect()
+}
+
+/// Executes `batch` with no journal: each record file written durably in
+/// order, then the directory fsynced once. A command whose own step failed,
+/// or every command when the directory fsync failed, is answered `Failed`.
+fn write_batch_direct(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)> {
     let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
     for (op, command) in batch {
         let result = match command {
@@ -123,16 +234,7 @@ fn write_batch(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)>
         results.push((op, result));
     }
     let dir_sync = fsutil::sync_dir(dir).map_err(|e| format!("could not sync {}: {e}", dir.display()));
-    results
-        .into_iter()
-        .map(|(op, result)| {
-            let outcome = match result.and_then(|()| dir_sync.clone()) {
-                Ok(()) => Outcome::Ok,
-                Err(message) => Outcome::Failed { message },
-            };
-            (op, outcome)
-        })
-        .collect()
+    answer(results.into_iter().map(|(op, result)| (op, result.and_then(|()| dir_sync.clone()))).collect())
 }
 
 /// Writes one record outside the running store (`ahpd session import`)
@@ -164,7 +266,8 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
     }
 }
 
-/// Reads every record under `dir` at startup. A `*.json` file that does not
+/// Reads every record under `dir` at startup, after [`journal::recover`]
+/// has brought the files up to the journal. A `*.json` file that does not
 /// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
 /// logged; temp files are skipped: what an interrupted write left is swept
 /// by [`fsutil::remove_stray_temps`], which the daemon runs before it
@@ -172,8 +275,13 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 /// over the directory; a record whose key does not match its file name is
 /// left alone and skipped.
 ///
-/// Errors: the directory cannot be read at all.
+/// Errors: the directory cannot be read at all, or the journal cannot be
+/// replayed (nothing is read then: a store behind its journal is not
+/// served).
 pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
+    // What the journal acknowledged goes onto the files first (a crash may
+    // have left them behind it), so the files alone are the store below.
+    journal::recover(dir, wall_ms).map_err(std::io::Error::other)?;
     let mut names: Vec<String> = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = match entry {
@@ -280,8 +388,9 @@ mod tests {
     fn batch_put_delete_and_load() {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
+        let mut journal = Journal::open(d).expect("journal");
         let out = write_batch(
-            d,
+            &mut journal,
             vec![
                 (OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@abc")) }),
                 (OpId(2), StoreCmd::Put { record: Box::new(record("ahp-session@gone")) }),
@@ -293,6 +402,18 @@ mod tests {
         );
         let ok: Vec<bool> = out.iter().map(|(_, o)| *o == Outcome::Ok).collect();
         assert_eq!(ok, vec![true, true, true, true, false, false]);
+        assert!(d.join("ahp-session@abc.json").exists(), "on its file before any checkpoint");
+        assert!(!d.join("ahp-session@gone.json").exists());
+        drop(journal);
+        // Without a journal: the same answers, each file durable on its own.
+        let direct = write_batch_direct(
+            d,
+            vec![
+                (OpId(7), StoreCmd::Put { record: Box::new(record("ahp-session@abc")) }),
+                (OpId(8), StoreCmd::Delete { key: "../etc".to_owned() }),
+            ],
+        );
+        assert_eq!(direct.iter().map(|(_, o)| *o == Outcome::Ok).collect::<Vec<_>>(), vec![true, false]);
         fs::write(d.join("broken.json"), b"{not json").expect("write");
         // A temp file of a writer that is gone (no process has this pid).
         fs::write(d.join(".x.json.tmp-999999999-2"), b"partial").expect("write");
@@ -308,5 +429,23 @@ mod tests {
         fs::write(d.join("broken.json"), b"{again").expect("write");
         load(d, 42).expect("load");
         assert!(d.join("broken.json.corrupt-42-1").exists());
+    }
+
+    #[test]
+    fn the_store_is_read_as_the_journal_acknowledged_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut journal = Journal::open(d).expect("journal");
+        write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@old")) })]);
+        // The crash: a later batch reached the journal but not the files.
+        journal
+            .append(&[Entry::Delete("ahp-session@old".to_owned()), Entry::Put(Box::new(record("ahp-session@new")))])
+            .expect("append");
+        drop(journal);
+        assert!(d.join("ahp-session@old.json").exists() && !d.join("ahp-session@new.json").exists());
+        let loaded = load(d, 1).expect("load");
+        assert_eq!(loaded.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["ahp-session@new"]);
+        assert!(!d.join("ahp-session@old.json").exists() && d.join("ahp-session@new.json").exists());
+        assert_eq!(fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len(), 0);
     }
 }

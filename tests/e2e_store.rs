@@ -368,8 +368,14 @@ async fn storm_run(run: usize, kill_after: usize, jitter_us: u64) -> StormResult
         read_record(&sessions.join(&name));
     }
     for name in names(&data.join("echo")) {
+        // JSON lines (docs/ARCHITECTURE.md, "The echo agent's transcripts"):
+        // a line the kill cut short is left out by the reader; every whole
+        // line is JSON.
         let bytes = std::fs::read(data.join("echo").join(&name)).expect("read transcript");
-        serde_json::from_slice::<Value>(&bytes).unwrap_or_else(|e| panic!("run {run}: transcript {name} does not parse: {e}"));
+        let whole = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        for line in bytes[..whole].split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            serde_json::from_slice::<Value>(line).unwrap_or_else(|e| panic!("run {run}: transcript {name} has a line that does not parse: {e}"));
+        }
     }
     let record = read_record(&record_path(&data, &sid));
     let restored = Bits { title: record.title.clone(), read: record.is_read, archived: record.is_archived };

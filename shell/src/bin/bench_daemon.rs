@@ -835,8 +835,11 @@ fn generate(data: &Path, n: usize, every: usize) -> R<u64> {
                         fs::write(sessions.join(format!("{key}.json")), &bytes).map_err(|e| format!("could not write a record: {e}"))?;
                         if i % every == 0 {
                             let turn = turn_template.replace("TEXT", &format!("hello {i}"));
+                            // The echo agent's format (JSON lines: a head, then
+                            // one line per turn ending in the summary the scan reads).
                             let transcript = format!(
-                                r#"{{"session":"{sid}","chat":"{chat}","title":"{title}","workingDirectory":"{folder}","createdAt":"{created}","modifiedAt":"{modified}","turns":[{turn}]}}"#
+                                "{{\"format\":\"ahpd.echo.lines/1\",\"session\":\"{sid}\",\"chat\":\"{chat}\",\"workingDirectory\":\"{folder}\",\"createdAt\":\"{created}\"}}\n\
+                                 {{\"turn\":{turn},\"summary\":{{\"title\":\"{title}\",\"modifiedAt\":\"{modified}\"}}}}\n"
                             );
                             fs::write(echo.join(format!("{key}.json")), transcript).map_err(|e| format!("could not write a transcript: {e}"))?;
                         }

@@ -1,9 +1,8 @@
 //! The echo agent's transcripts (`<data-dir>/echo/<conversation-id>.json`)
-//! as the offline commands see them: read in either format the agent has
-//! written (the object `{session, chat, title, createdAt, modifiedAt,
-//! turns, ...}`, or the first format, a bare array of turns), written as
-//! the bare array, which every version of the agent reads (the agent
-//! rewrites it in its current format at its next save).
+//! as the offline commands see them: read in any format the agent has
+//! written (`exec::echo_transcript`: JSON lines, the object, the bare
+//! array of turns), written as the bare array, which every version of the
+//! agent reads (the agent rewrites it in JSON lines at its next save).
 //!
 //! A conversation id is checked (`ids::validate_conversation_id` and
 //! `fsutil::is_safe_component`) before it is joined into a path.
@@ -12,9 +11,8 @@ use std::path::{Path, PathBuf};
 
 use ahp_types::state::Turn;
 use ahpd_core::ids;
-use serde_json::Value;
 
-use crate::exec::fsutil;
+use crate::exec::{echo_transcript, fsutil};
 
 /// The provider whose transcripts this host can read and write.
 pub const ECHO_PROVIDER: &str = "echo";
@@ -36,22 +34,12 @@ pub fn path(echo_dir: &Path, conversation_id: &str) -> Result<PathBuf, String> {
     Ok(echo_dir.join(file_name(conversation_id)?))
 }
 
-/// Parses a transcript's bytes in either format.
+/// Parses a transcript's bytes in any format the agent has written
+/// (`exec::echo_transcript`).
 ///
-/// Errors: not JSON, neither an array nor an object with a `turns` array,
-/// or a turn that is not a turn.
+/// Errors: not a transcript, or a turn that is not a turn.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Turn>, String> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-    let turns = match value {
-        Value::Array(_) => value,
-        Value::Object(mut object) => match object.remove("turns") {
-            Some(turns @ Value::Array(_)) => turns,
-            Some(_) => return Err("its \"turns\" is not a list".to_owned()),
-            None => return Err("an object with no \"turns\"".to_owned()),
-        },
-        _ => return Err("neither a list of turns nor a transcript object".to_owned()),
-    };
-    serde_json::from_value(turns).map_err(|e| format!("a turn does not parse: {e}"))
+    echo_transcript::parse::<Turn>(bytes).map(|file| file.turns)
 }
 
 /// Reads `conversation_id`'s turns; `Ok(None)` when it has no transcript.

@@ -2,14 +2,9 @@
 //! `Echo: <message>` for every turn, and keeps its own transcript of each
 //! conversation at `<data-dir>/echo/<conversation_id>.json`, so a session
 //! comes back after a sleep or a restart the way it would from a real
-//! agent's own transcript.
-//!
-//! A transcript is one JSON object: `{session, chat, title,
-//! workingDirectory?, createdAt, modifiedAt, turns}` (`turns` a list of
-//! `ahp_types::state::Turn`). It names the session and chat this host gave
-//! the conversation, so a restart with `--sessions memory` (which keeps no
-//! store records) finds the session again through [`scan`]. The first
-//! format, a bare JSON array of turns, is still read.
+//! agent's own transcript. The file's format, and the scan's bounded read
+//! of it, are [`super::echo_transcript`]'s: JSON lines, a finished turn
+//! appended and fsynced once.
 //!
 //! Every chat gets one actor task that takes that chat's commands in issue
 //! order; a running turn is a task of its own that streams actions as
@@ -39,7 +34,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ahp::reducers::apply_action_to_chat;
 use ahp_types::actions::{
@@ -52,10 +47,10 @@ use ahp_types::state::{
 };
 use ahp_types::Uri;
 use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, ScannedRow, WallTime};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use super::echo_transcript::{self, file_name, FileIn, Header};
 use super::fsutil;
 use crate::driver::EventSink;
 
@@ -118,6 +113,10 @@ struct Agent {
     header: Header,
     transcript: Vec<Turn>,
     running: Option<Running>,
+    /// Whether the file on disk is this transcript in JSON lines ending in
+    /// a whole line, so a finished turn is appended; otherwise (an earlier
+    /// format, a failed append) the next save rewrites it whole.
+    appendable: bool,
 }
 
 /// A turn in progress.
@@ -187,7 +186,7 @@ impl Actor {
                     return failed(format!("echo: refused conversation id {conversation_id:?}"));
                 }
                 let now = WallTime(wall_ms()).to_iso();
-                let (header, history) = if resume {
+                let (header, history, appendable) = if resume {
                     match read_transcript(&self.dir, &conversation_id).await {
                         // The host's names for the conversation win over
                         // what the file says: they are what it runs under now.
@@ -201,6 +200,7 @@ impl Actor {
                                 modified_at: stored.modified_at.unwrap_or(now),
                             },
                             stored.turns,
+                            stored.appendable,
                         ),
                         Err(message) => return failed(message),
                     }
@@ -216,9 +216,15 @@ impl Actor {
                     if let Err(message) = write_transcript(&self.dir, &conversation_id, &header, &[]).await {
                         return failed(message);
                     }
-                    (header, Vec::new())
+                    (header, Vec::new(), true)
                 };
-                self.agent = Some(Agent { conversation_id: conversation_id.clone(), header, transcript: history.clone(), running: None });
+                self.agent = Some(Agent {
+                    conversation_id: conversation_id.clone(),
+                    header,
+                    transcript: history.clone(),
+                    running: None,
+                    appendable,
+                });
                 Outcome::Started { conversation_id, history }
             }
             BackendCmd::Send { turn_id, message } => {
@@ -261,7 +267,7 @@ impl Actor {
                     return failed(format!("echo: refused conversation id {conversation_id:?}"));
                 }
                 let dir = self.dir.clone();
-                let name = transcript_name(&conversation_id);
+                let name = file_name(&conversation_id);
                 match tokio::task::spawn_blocking(move || fsutil::remove_durable(&dir, &name)).await {
                     Ok(Ok(())) => Outcome::Ok,
                     Ok(Err(e)) => failed(format!("echo: could not delete conversation {conversation_id}: {e}")),
@@ -355,9 +361,11 @@ impl Actor {
         self.save().await;
     }
 
-    /// Writes the running conversation's transcript; a failure is logged
-    /// (the turn was still had, and the next save retries the whole file).
-    /// The first turn's message names a conversation that has no title yet.
+    /// Records the conversation's newest turn in its transcript: appended
+    /// (one fsync) when the file allows, else the whole file rewritten. A
+    /// failure is logged (the turn was still had) and the next save
+    /// rewrites the whole file. The first turn's message names a
+    /// conversation that has no title yet.
     async fn save(&mut self) {
         let Some(agent) = self.agent.as_mut() else { return };
         agent.header.modified_at = WallTime(wall_ms()).to_iso();
@@ -366,7 +374,12 @@ impl Actor {
                 agent.header.title = ahpd_core::transcript::clean_title(&first.message.text);
             }
         }
-        if let Err(message) = write_transcript(&self.dir, &agent.conversation_id, &agent.header, &agent.transcript).await {
+        let saved = match agent.transcript.last() {
+            Some(turn) if agent.appendable => append_turn(&self.dir, &agent.conversation_id, &agent.header, turn).await,
+            _ => write_transcript(&self.dir, &agent.conversation_id, &agent.header, &agent.transcript).await,
+        };
+        agent.appendable = saved.is_ok();
+        if let Err(message) = saved {
             tracing::warn!(chat = %self.chat, detail = %message, "echo transcript not saved");
         }
     }
@@ -731,77 +744,16 @@ fn scratch_chat(chat: &Uri) -> ChatState {
     }
 }
 
-fn transcript_name(conversation_id: &str) -> String {
-    format!("{conversation_id}.json")
-}
-
-/// What a transcript file says about its conversation besides the turns.
-#[derive(Debug, Clone, PartialEq)]
-struct Header {
-    session: Uri,
-    chat: Uri,
-    title: String,
-    working_directory: Option<Uri>,
-    created_at: String,
-    modified_at: String,
-}
-
-/// A transcript as written.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct FileOut<'a> {
-    session: &'a str,
-    chat: &'a str,
-    title: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    working_directory: Option<&'a str>,
-    created_at: &'a str,
-    modified_at: &'a str,
-    turns: &'a [Turn],
-}
-
-/// A transcript's fields as read; any may be missing (the first format held
-/// only the turns).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FileIn<T> {
-    #[serde(default)]
-    session: Option<Uri>,
-    #[serde(default)]
-    chat: Option<Uri>,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    working_directory: Option<Uri>,
-    #[serde(default)]
-    created_at: Option<String>,
-    #[serde(default)]
-    modified_at: Option<String>,
-    #[serde(default = "Vec::new")]
-    turns: Vec<T>,
-}
-
-/// Parses a transcript in either format: the object, or the first format's
-/// bare array of turns.
-fn parse_transcript<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<FileIn<T>> {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'[') {
-        let turns: Vec<T> = serde_json::from_slice(bytes)?;
-        return Ok(FileIn { session: None, chat: None, title: String::new(), working_directory: None, created_at: None, modified_at: None, turns });
-    }
-    serde_json::from_slice(bytes)
-}
-
 /// Reads a conversation's transcript: its header fields and its turns.
 ///
 /// Errors: missing, unreadable or unparsable, as a message a person can act
 /// on.
 async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Turn>, String> {
-    let path = dir.join(transcript_name(conversation_id));
+    let path = dir.join(file_name(conversation_id));
     let shown = path.display().to_string();
     let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
     match read {
-        Ok(Ok(bytes)) => parse_transcript(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
+        Ok(Ok(bytes)) => echo_transcript::parse(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(format!("echo: no conversation {conversation_id} to resume"))
         }
@@ -810,22 +762,14 @@ async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Tur
     }
 }
 
-/// Replaces a conversation's transcript durably.
+/// Replaces a conversation's transcript durably (file and directory
+/// fsynced), in JSON lines.
 ///
 /// Errors: encoding or IO, as a message.
 async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, turns: &[Turn]) -> Result<(), String> {
-    let file = FileOut {
-        session: &header.session,
-        chat: &header.chat,
-        title: &header.title,
-        working_directory: header.working_directory.as_deref(),
-        created_at: &header.created_at,
-        modified_at: &header.modified_at,
-        turns,
-    };
-    let bytes = serde_json::to_vec(&file).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
+    let bytes = echo_transcript::encode(header, turns).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
     let dir = dir.to_owned();
-    let name = transcript_name(conversation_id);
+    let name = file_name(conversation_id);
     match tokio::task::spawn_blocking(move || fsutil::write_durable(&dir, &name, &bytes, None)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("echo: could not write transcript for {conversation_id}: {e}")),
@@ -833,17 +777,19 @@ async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, tu
     }
 }
 
-/// Of a turn, only what a scan needs: the message's text.
-#[derive(Debug, Deserialize)]
-struct TurnHead {
-    message: MessageHead,
-}
-
-/// Of a message, only its text.
-#[derive(Debug, Deserialize)]
-struct MessageHead {
-    #[serde(default)]
-    text: String,
+/// Appends `turn` to a conversation's transcript durably (one fsync of the
+/// file, which exists already).
+///
+/// Errors: encoding or IO, as a message; the file may then end in part of
+/// a line, so the caller rewrites it whole next time.
+async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: &Turn) -> Result<(), String> {
+    let bytes = echo_transcript::encode_turn(header, turn).map_err(|e| format!("echo: could not encode a turn: {e}"))?;
+    let path = dir.join(file_name(conversation_id));
+    match tokio::task::spawn_blocking(move || fsutil::append_durable(&path, &bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("echo: could not append to the transcript of {conversation_id}: {e}")),
+        Err(e) => Err(format!("echo: write task failed: {e}")),
+    }
 }
 
 /// One pass over the echo agent's transcripts in `dir` for the catalogue:
@@ -868,7 +814,7 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
         if !fsutil::is_safe_component(name) || name.contains(fsutil::TEMP_MARKER) || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        match scan_file(&entry.path(), stem) {
+        match echo_transcript::scan_row(&entry.path(), stem) {
             Ok(Some(row)) => {
                 let default_chat = row.session.as_deref().and_then(store_key_of).is_some_and(|key| key == stem);
                 rows.push((default_chat, row));
@@ -892,39 +838,6 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
 fn store_key_of(session: &str) -> Option<String> {
     let (scheme, id) = session.split_once(":/")?;
     Some(format!("{scheme}@{id}"))
-}
-
-/// One transcript's row; `Ok(None)` when it has no turns or names no
-/// session.
-fn scan_file(path: &Path, stem: &str) -> Result<Option<ScannedRow>, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let file: FileIn<TurnHead> = parse_transcript(&bytes).map_err(|e| e.to_string())?;
-    let Some(first) = file.turns.first() else { return Ok(None) };
-    let (session, chat) = match (file.session, file.chat) {
-        (Some(session), chat) => (session, chat),
-        (None, _) => match stem.split_once('@') {
-            Some((scheme, id)) => (format!("{scheme}:/{id}"), Some(format!("ahp-chat:/{stem}"))),
-            None => return Ok(None),
-        },
-    };
-    let mtime = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| WallTime(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
-        .unwrap_or_default();
-    let created_at = file.created_at.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
-    let modified_at = file.modified_at.as_deref().and_then(WallTime::parse_iso).unwrap_or(mtime);
-    let title = if file.title.is_empty() { ahpd_core::transcript::clean_title(&first.message.text) } else { file.title };
-    Ok(Some(ScannedRow {
-        conversation_id: stem.to_owned(),
-        session: Some(session),
-        chat,
-        title,
-        working_directory: file.working_directory,
-        created_at,
-        modified_at: modified_at.max(created_at),
-    }))
 }
 
 #[cfg(test)]

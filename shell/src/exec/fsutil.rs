@@ -180,6 +180,17 @@ pub fn write_durable(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) ->
     sync_dir(dir)
 }
 
+/// Appends `bytes` to the existing file `path` durably (one fdatasync; the
+/// file's directory entry is already durable, so no directory fsync).
+///
+/// Errors: the file does not exist, or any IO error (the file may then end
+/// in part of `bytes`).
+pub fn append_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().append(true).open(path)?;
+    file.write_all(bytes)?;
+    sync_data_counted(&file)
+}
+
 /// Removes `dir/name` durably; a file that is already gone is fine.
 ///
 /// Errors: any IO error other than "not found".

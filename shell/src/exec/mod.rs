@@ -6,6 +6,7 @@ pub mod acp;
 pub mod backend;
 pub mod claude;
 pub mod echo;
+pub mod echo_transcript;
 pub mod fsutil;
 pub mod git;
 pub mod journal;

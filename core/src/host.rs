@@ -316,7 +316,7 @@ impl Host {
                 recent_cutoff: None,
                 effects: Vec::new(),
             },
-            sessions: crate::session::table::SessionTable::new(),
+            sessions: crate::session::table::SessionTable::with_capacity(restored.len()),
             held: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             refused: BTreeSet::new(),
@@ -370,7 +370,7 @@ impl Host {
         // record, once, here: a session's reported config changes only when
         // the host says so, never because a later send wrote git facts.
         if record.offer.is_none() && !record.external {
-            record.offer = crate::session::state::offer_from_git(&record);
+            record.offer = crate::session::state::offer_from_git(&record).map(Box::new);
         }
         // A turn this record shows running ran in a process that stopped
         // mid-turn: it ended in an error (`crate::kept_turns`).

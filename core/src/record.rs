@@ -59,7 +59,7 @@ pub struct SessionRecord {
     /// made, the checkpoints written (Sessions page, "Isolation and
     /// worktrees"). `None` until its first send asked git.
     #[serde(default)]
-    pub git: Option<crate::git::GitRecord>,
+    pub git: Option<Box<crate::git::GitRecord>>,
     /// A session a backend lists that this host never ran (Sessions page:
     /// "external"), until a person's turn adopts it.
     #[serde(default)]
@@ -70,11 +70,11 @@ pub struct SessionRecord {
     /// external one) or one stored before it was kept: such a session
     /// reports no config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offer: Option<crate::session_config::ConfigOffer>,
+    pub offer: Option<Box<crate::session_config::ConfigOffer>>,
     /// The window's tree the session was made in, if it was made in one
     /// (see [`crate::git::TreeOrigin`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub in_tree: Option<crate::git::TreeOrigin>,
+    pub in_tree: Option<Box<crate::git::TreeOrigin>>,
     /// Trees other sessions made that this one works in, handed to it when
     /// their maker was disposed ([`crate::git::SharedTree`]). Never
     /// archived (they stay on disk while a holder exists); removed with
@@ -133,7 +133,7 @@ pub struct ChatRecord {
     /// and restart; written without a wake (Sessions page, "Sleep and
     /// wake": "A config change and a draft are kept without a wake").
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub draft: Option<ahp_types::state::Message>,
+    pub draft: Option<Box<ahp_types::state::Message>>,
 }
 
 impl ChatRecord {
@@ -158,6 +158,19 @@ impl ChatRecord {
 }
 
 impl SessionRecord {
+    /// Gives back the spare capacity of its lists: a record read from the
+    /// store grew them while parsing (a one-chat list holds room for four
+    /// chats of ~300 bytes each), and a catalogue row keeps its record for
+    /// the daemon's life (issue 21: memory per catalogue row).
+    pub fn compact(&mut self) {
+        self.chats.shrink_to_fit();
+        self.working_directories.shrink_to_fit();
+        self.shared_trees.shrink_to_fit();
+        for chat in &mut self.chats {
+            chat.kept.shrink_to_fit();
+        }
+    }
+
     /// The record of a session `createSession` makes at `now`: `id`'s URI
     /// and store key, its settled `config` and the `offer` it was settled
     /// from, its owner and scope, the window's tree it is made in, and one
@@ -194,8 +207,8 @@ impl SessionRecord {
             chats: vec![ChatRecord::new_chat(default_chat, id.store_key(), now)],
             changes: None,
             external: false,
-            offer: Some(offer),
-            in_tree,
+            offer: Some(Box::new(offer)),
+            in_tree: in_tree.map(Box::new),
             shared_trees: Vec::new(),
             git: None,
             deleted: false,

@@ -586,7 +586,7 @@ fn off_disk(h: &Harness, uri: &str) -> Option<bool> {
 }
 
 fn git_record(h: &Harness, uri: &str) -> Option<ahpd_core::git::GitRecord> {
-    h.host.view().sessions.get(uri).and_then(|s| s.record.git.clone())
+    h.host.view().sessions.get(uri).and_then(|s| s.record.git.as_deref().cloned())
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {

@@ -330,7 +330,7 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
         }
         StateAction::ChatDraftChanged(d) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
-                chat.draft = d.draft.clone();
+                chat.draft = d.draft.clone().map(Box::new);
             }
         }
         StateAction::ChatTurnStarted(a) => {

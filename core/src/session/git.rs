@@ -171,7 +171,7 @@ impl Session {
         let to_folder = repo_root.is_none() && table::worktree_asked(&self.record.config);
         // A session that moved keeps the folders (and trees) it worked in before.
         let former = self.record.git.take().map(|g| g.former).unwrap_or_default();
-        self.record.git = Some(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former });
+        self.record.git = Some(Box::new(GitRecord { folder, repo_root, worktree: tree.clone(), checkpoints: 0, moved: false, former }));
         if let Some(message) = git_warning {
             sh.log(LogLevel::Warn, "git.checkpoint_failed", Some(session_uri.clone()), message);
         }

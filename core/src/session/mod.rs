@@ -280,7 +280,8 @@ impl Session {
     /// A session the host knows from `record`, in `phase`, with no work in
     /// hand and nothing waiting. `created_at`/`modified_at` are read from
     /// the record (a `modifiedAt` before `createdAt` is raised to it).
-    pub fn new(id: ResourceId, record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
+    pub fn new(id: ResourceId, mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
+        record.compact();
         let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
         let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
         Session {

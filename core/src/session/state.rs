@@ -104,7 +104,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         active_turn: None,
         steering_message: None,
         queued_messages: None,
-        draft: chat.draft.clone(),
+        draft: chat.draft.as_deref().cloned(),
         meta: None,
     }
 }

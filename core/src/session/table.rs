@@ -56,6 +56,12 @@ impl SessionTable {
         SessionTable::default()
     }
 
+    /// An empty table with room for `n` sessions, so a table built from
+    /// the store at start holds no spare slots (each is a session's size).
+    pub fn with_capacity(n: usize) -> SessionTable {
+        SessionTable { slab: Vec::with_capacity(n), ..SessionTable::default() }
+    }
+
     /// How many sessions.
     pub fn len(&self) -> usize {
         self.keys.len()

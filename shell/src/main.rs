@@ -477,6 +477,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
+    let reading = std::time::Instant::now();
     let records = match settings.sessions {
         StoreKind::File => {
             let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);
@@ -487,6 +488,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         }
         StoreKind::Memory => Vec::new(),
     };
+    let read_ms = reading.elapsed().as_millis();
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
     tracing::info!(
         seed,
@@ -494,6 +496,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         data_dir = %data_dir.display(),
         sessions = ?settings.sessions,
         restored = records.len(),
+        read_ms,
         sleep_after_minutes = settings.sleep_after_minutes,
         residency_limit = settings.residency_limit,
         users = settings.users.as_ref().map(|u| u.users.len()),
@@ -501,7 +504,9 @@ async fn serve(settings: Settings) -> Result<(), String> {
         "starting ahpd {}",
         env!("CARGO_PKG_VERSION")
     );
+    let building = std::time::Instant::now();
     let host = Host::new(config, seed, records, clock.now());
+    tracing::info!(build_ms = building.elapsed().as_millis(), "sessions restored");
 
     let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE)
         .with_turn_grace(std::time::Duration::from_secs(settings.shutdown_grace_seconds));

@@ -417,15 +417,6 @@ async fn serve(settings: Settings) -> Result<(), String> {
     }
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
-    // What a crash mid-write left, swept before the daemon listens: once it
-    // says it listens, no half-written file is left in its folders.
-    if settings.sessions == StoreKind::File {
-        exec::fsutil::remove_stray_temps(&sessions_dir);
-    }
-    exec::fsutil::remove_stray_temps(&echo_dir);
-    if let Some(dir) = &awareness_dir {
-        exec::fsutil::remove_stray_temps(dir);
-    }
     let trust = trust(settings.trusted_folders.as_deref());
     let config = Config {
         host_name: host_name(),
@@ -463,7 +454,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         StoreKind::File => Store::file(sessions_dir.clone(), events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
-    let backends = Backends::new(echo_dir, events.clone())
+    let backends = Backends::new(echo_dir.clone(), events.clone())
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
         .with_acp_agents(settings.agents.clone(), acp_home);
@@ -478,6 +469,17 @@ async fn serve(settings: Settings) -> Result<(), String> {
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
     let reading = std::time::Instant::now();
+    // What a crash mid-write left in the other folders is swept while the
+    // store is read (the store's own listing sweeps its folder), after
+    // listening (issue 21: a 100k-file folder is not listed before that)
+    // and before the host answers anything: once it answers, no
+    // half-written file is left.
+    let sweep_dirs: Vec<PathBuf> = std::iter::once(echo_dir.clone()).chain(awareness_dir.clone()).collect();
+    let sweep = tokio::task::spawn_blocking(move || {
+        for dir in &sweep_dirs {
+            exec::fsutil::remove_stray_temps(dir);
+        }
+    });
     let records = match settings.sessions {
         StoreKind::File => {
             let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);
@@ -488,6 +490,9 @@ async fn serve(settings: Settings) -> Result<(), String> {
         }
         StoreKind::Memory => Vec::new(),
     };
+    if let Err(e) = sweep.await {
+        tracing::warn!(error = %e, "the sweep of stray temp files ended abnormally");
+    }
     let read_ms = reading.elapsed().as_millis();
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
     tracing::info!(

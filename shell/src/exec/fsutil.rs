@@ -86,24 +86,35 @@ pub fn remove_stray_temps(dir: &Path) -> usize {
             return 0;
         }
     };
-    let own = std::process::id();
     let mut removed = 0;
     for entry in entries.flatten() {
         let Ok(name) = entry.file_name().into_string() else { continue };
-        let Some(pid) = temp_writer(&name) else { continue };
-        if pid == own || process_alive(pid) {
-            continue;
-        }
-        let path = entry.path();
-        match fs::remove_file(&path) {
-            Ok(()) => {
-                removed += 1;
-                tracing::info!(file = %path.display(), "removed a stray temp file");
-            }
-            Err(e) => tracing::warn!(file = %path.display(), error = %e, "could not remove a stray temp file"),
+        if remove_if_stray_temp(dir, &name) {
+            removed += 1;
         }
     }
     removed
+}
+
+/// Removes `dir/name` when it is a temp file a crash left behind (see
+/// [`remove_stray_temps`]), for a caller that lists the directory anyway;
+/// returns whether it was removed (a failure is logged).
+pub fn remove_if_stray_temp(dir: &Path, name: &str) -> bool {
+    let Some(pid) = temp_writer(name) else { return false };
+    if pid == std::process::id() || process_alive(pid) {
+        return false;
+    }
+    let path = dir.join(name);
+    match fs::remove_file(&path) {
+        Ok(()) => {
+            tracing::info!(file = %path.display(), "removed a stray temp file");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "could not remove a stray temp file");
+            false
+        }
+    }
 }
 
 /// Whether process `pid` exists now (a signal-0 probe; "not permitted"

@@ -269,11 +269,10 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 /// Reads every record under `dir` at startup, after [`journal::recover`]
 /// has brought the files up to the journal. A `*.json` file that does not
 /// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
-/// logged; temp files are skipped: what an interrupted write left is swept
-/// by [`fsutil::remove_stray_temps`], which the daemon runs before it
-/// listens (so no half-written file is there once it says it listens), once
-/// over the directory; a record whose key does not match its file name is
-/// left alone and skipped.
+/// logged; a temp file an interrupted write left is removed (one of a
+/// live writer is skipped), in the same listing, so once the daemon
+/// answers, no half-written file is left; a record whose key does not
+/// match its file name is left alone and skipped.
 ///
 /// Errors: the directory cannot be read at all, or the journal cannot be
 /// replayed (nothing is read then: a store behind its journal is not
@@ -297,7 +296,15 @@ pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
         }
     }
     names.sort();
-    names.retain(|name| !(name.starts_with('.') && name.contains(TEMP_MARKER)) && name.ends_with(".json"));
+    // One listing serves the sweep too (100k names are not listed twice):
+    // a temp file a crash left goes, one a live writer holds stays.
+    names.retain(|name| {
+        if name.starts_with('.') && name.contains(TEMP_MARKER) {
+            fsutil::remove_if_stray_temp(dir, name);
+            return false;
+        }
+        name.ends_with(".json")
+    });
     // Read and parsed on every core at once (issue 21: a 100k-record store
     // must not keep the daemon from answering for seconds); each thread
     // takes a contiguous slice of the sorted names, so the records come
@@ -417,8 +424,6 @@ mod tests {
         fs::write(d.join("broken.json"), b"{not json").expect("write");
         // A temp file of a writer that is gone (no process has this pid).
         fs::write(d.join(".x.json.tmp-999999999-2"), b"partial").expect("write");
-        // As the daemon starts: the sweep, then the read.
-        fsutil::remove_stray_temps(d);
         let loaded = load(d, 42).expect("load");
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].key, "ahp-session@abc");

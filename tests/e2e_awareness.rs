@@ -126,14 +126,14 @@ async fn warn_tier_warns_the_second_writer_of_an_overlap() {
 
     write_turn(&c, &chat_a, &mut csub_a, &mut cs_a, "a1").await;
     assert!(Path::new(&claim).exists(), "the echo agent wrote {claim}");
-    // B's `_meta` hears of A's new claim (an update), listPeers has it.
-    wait_meta(&mut ssub_b, &mut sb, "B hears A updated", |m| shows_event(m, "session_peer_updated", &sid_a)).await;
+    // listPeers has A's claim (A may have written it before B's first scan,
+    // so B may hear of A as joined with its claim, not as updated).
     let listed = wait_listed(&c, &sid_b, "B sees A claim src/a.ts", |l| peer_claims(l, &sid_a, &claim)).await;
     let events = listed["events"].as_array().cloned().unwrap_or_default();
     assert!(events.iter().any(|e| e["type"] == "session_peer_joined" && e["peer"] == sid_a.as_str()), "{events:?}");
+    wait_meta(&mut ssub_b, &mut sb, "B's _meta counts its one peer", |m| m.get("ahpd.peers").is_some_and(|p| p["count"] == 1)).await;
     let meta = sb.meta.clone().unwrap_or_default();
     assert_eq!(meta["ahpd.awareness"]["tier"], "warn");
-    assert_eq!(meta["ahpd.peers"]["count"], 1, "{meta:?}");
 
     write_turn(&c, &chat_b, &mut csub_b, &mut cs_b, "b1").await;
     wait_meta(&mut ssub_b, &mut sb, "B warned of an overlap", |m| {
@@ -218,7 +218,7 @@ async fn a_killed_writer_is_judged_stale_and_leaves() {
     let (sid_b, _chat_b, _sb, _ssub_b, _cs_b, _csub_b) = session_in(&c2, &ws, "warn").await;
     let listed = wait_listed(&c, &sid_a, "A sees the other daemon's session", |l| peers(l).iter().any(|p| p["session"] == sid_b.as_str())).await;
     assert!(peers(&listed).iter().all(|p| !p["session"].as_str().unwrap_or_default().contains("ghost")), "stale records are not peers: {listed}");
-    wait_meta(&mut ssub_a, &mut sa, "A's _meta counts its one peer", |m| m["ahpd.peers"]["count"] == 1).await;
+    wait_meta(&mut ssub_a, &mut sa, "A's _meta counts its one peer", |m| m.get("ahpd.peers").is_some_and(|p| p["count"] == 1)).await;
     let before: Vec<String> = ls(&registry);
     assert!(before.iter().any(|n| n.starts_with(&format!("{}-", other.child.id()))), "{before:?}");
 

@@ -2,7 +2,9 @@
 //! daemons see each other through the registry directory, are warned when
 //! their claims overlap, wait for approval before writing a path another
 //! session claims (`coordinate`), and stop seeing a session whose process
-//! died.
+//! died. A session's `_meta` shows its peers in short (their count, the
+//! events each change brings, warnings by kind); `ahpd/listPeers` answers
+//! the records, the warnings one by one and the last events.
 
 mod common;
 
@@ -59,13 +61,38 @@ async fn wait_meta(sub: &mut SessionSubscription, state: &mut SessionState, what
     .await
 }
 
-/// The peers `_meta["ahpd.peers"]` lists.
-fn peers(meta: &serde_json::Map<String, Value>) -> Vec<Value> {
-    meta.get("ahpd.peers").and_then(Value::as_array).cloned().unwrap_or_default()
+/// What `ahpd/listPeers` answers for `sid`.
+async fn list_peers(c: &Client, sid: &str) -> Value {
+    within("listPeers", c.request("ahpd/listPeers", json!({ "channel": sid }))).await.expect("listPeers")
 }
 
-fn peer_claims(meta: &serde_json::Map<String, Value>, peer: &str, path: &str) -> bool {
-    peers(meta).iter().any(|p| p["session"] == peer && p["claims"].as_array().is_some_and(|c| c.iter().any(|x| x == path)))
+/// Asks `ahpd/listPeers` for `sid` until its answer satisfies `done`.
+async fn wait_listed(c: &Client, sid: &str, what: &str, mut done: impl FnMut(&Value) -> bool) -> Value {
+    within(what, async {
+        loop {
+            let listed = c.request::<_, Value>("ahpd/listPeers", json!({ "channel": sid })).await.expect("listPeers");
+            if done(&listed) {
+                return listed;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+/// The peer records a `listPeers` answer lists.
+fn peers(listed: &Value) -> Vec<Value> {
+    listed["peers"].as_array().cloned().unwrap_or_default()
+}
+
+fn peer_claims(listed: &Value, peer: &str, path: &str) -> bool {
+    peers(listed).iter().any(|p| p["session"] == peer && p["claims"].as_array().is_some_and(|c| c.iter().any(|x| x == path)))
+}
+
+/// Whether `_meta` shows an event of `kind` about `peer` (the events the
+/// latest change brought, grouped by kind).
+fn shows_event(meta: &serde_json::Map<String, Value>, kind: &str, peer: &str) -> bool {
+    meta.get("ahpd.awarenessEvents").and_then(|c| c.get(kind)).and_then(Value::as_array).is_some_and(|peers| peers.iter().any(|p| p == peer))
 }
 
 /// Runs `/write src/a.ts` in a chat to its end, approving nothing.
@@ -99,21 +126,26 @@ async fn warn_tier_warns_the_second_writer_of_an_overlap() {
 
     write_turn(&c, &chat_a, &mut csub_a, &mut cs_a, "a1").await;
     assert!(Path::new(&claim).exists(), "the echo agent wrote {claim}");
-    wait_meta(&mut ssub_b, &mut sb, "B sees A claim src/a.ts", |m| peer_claims(m, &sid_a, &claim)).await;
-    let meta = sb.meta.clone().unwrap_or_default();
-    let events = meta["ahpd.awarenessEvents"].as_array().cloned().unwrap_or_default();
+    // listPeers has A's claim (A may have written it before B's first scan,
+    // so B may hear of A as joined with its claim, not as updated).
+    let listed = wait_listed(&c, &sid_b, "B sees A claim src/a.ts", |l| peer_claims(l, &sid_a, &claim)).await;
+    let events = listed["events"].as_array().cloned().unwrap_or_default();
     assert!(events.iter().any(|e| e["type"] == "session_peer_joined" && e["peer"] == sid_a.as_str()), "{events:?}");
+    wait_meta(&mut ssub_b, &mut sb, "B's _meta counts its one peer", |m| m.get("ahpd.peers").is_some_and(|p| p["count"] == 1)).await;
+    let meta = sb.meta.clone().unwrap_or_default();
     assert_eq!(meta["ahpd.awareness"]["tier"], "warn");
 
     write_turn(&c, &chat_b, &mut csub_b, &mut cs_b, "b1").await;
-    wait_meta(&mut ssub_b, &mut sb, "B warned of the overlap on src/a.ts", |m| {
-        m.get("ahpd.awarenessWarnings").and_then(Value::as_array).is_some_and(|ws| {
-            ws.iter().any(|w| w["kind"] == "pathOverlap" && w["peer"] == sid_a.as_str() && w["paths"][0] == claim.as_str())
-        })
+    wait_meta(&mut ssub_b, &mut sb, "B warned of an overlap", |m| {
+        m.get("ahpd.awarenessWarnings").and_then(Value::as_array).is_some_and(|ws| ws.iter().any(|w| w["kind"] == "pathOverlap" && w["count"] == 1))
     })
     .await;
-
-    let listed: Value = within("listPeers", c.request("ahpd/listPeers", json!({ "channel": sid_b }))).await.expect("listPeers");
+    let listed = list_peers(&c, &sid_b).await;
+    let warnings = listed["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warnings.iter().any(|w| w["kind"] == "pathOverlap" && w["peer"] == sid_a.as_str() && w["paths"][0] == claim.as_str()),
+        "{warnings:?}"
+    );
     assert_eq!(listed["tier"], "warn");
     let listed_peers = listed["peers"].as_array().cloned().unwrap_or_default();
     assert_eq!(listed_peers.len(), 1, "{listed}");
@@ -131,10 +163,10 @@ async fn coordinate_tier_holds_a_conflicting_write_for_approval() {
     let daemon = Daemon::start(&tmp.path().join("data"));
     let (c, _, _root) = connect_init(&daemon.url, "aware-coord").await;
     let (sid_a, chat_a, _sa, _ssub_a, mut cs_a, mut csub_a) = session_in(&c, &ws, "warn").await;
-    let (_sid_b, chat_b, mut sb, mut ssub_b, mut cs_b, mut csub_b) = session_in(&c, &ws, "coordinate").await;
+    let (sid_b, chat_b, _sb, _ssub_b, mut cs_b, mut csub_b) = session_in(&c, &ws, "coordinate").await;
 
     write_turn(&c, &chat_a, &mut csub_a, &mut cs_a, "a1").await;
-    wait_meta(&mut ssub_b, &mut sb, "B sees A claim src/a.ts", |m| peer_claims(m, &sid_a, &claim)).await;
+    wait_listed(&c, &sid_b, "B sees A claim src/a.ts", |l| peer_claims(l, &sid_a, &claim)).await;
 
     within("dispatch", c.dispatch(chat_b.clone(), user_turn("b1", "/write src/a.ts"))).await.expect("dispatch");
     follow_chat(&mut csub_b, &mut cs_b, "write waiting for approval", |_, state| state.status & ACTIVITY == 24).await;
@@ -184,25 +216,18 @@ async fn a_killed_writer_is_judged_stale_and_leaves() {
     let mut other = Daemon::start_with(&data2, &["--awareness-dir", registry.to_str().expect("utf-8 path")]);
     let (c2, _, _root2) = connect_init(&other.url, "aware-stale-2").await;
     let (sid_b, _chat_b, _sb, _ssub_b, _cs_b, _csub_b) = session_in(&c2, &ws, "warn").await;
-    wait_meta(&mut ssub_a, &mut sa, "A sees the other daemon's session", |m| peers(m).iter().any(|p| p["session"] == sid_b.as_str())).await;
-    assert!(
-        peers(sa.meta.as_ref().expect("meta")).iter().all(|p| !p["session"].as_str().unwrap_or_default().contains("ghost")),
-        "stale records are not peers: {:?}",
-        sa.meta
-    );
+    let listed = wait_listed(&c, &sid_a, "A sees the other daemon's session", |l| peers(l).iter().any(|p| p["session"] == sid_b.as_str())).await;
+    assert!(peers(&listed).iter().all(|p| !p["session"].as_str().unwrap_or_default().contains("ghost")), "stale records are not peers: {listed}");
+    wait_meta(&mut ssub_a, &mut sa, "A's _meta counts its one peer", |m| m.get("ahpd.peers").is_some_and(|p| p["count"] == 1)).await;
     let before: Vec<String> = ls(&registry);
     assert!(before.iter().any(|n| n.starts_with(&format!("{}-", other.child.id()))), "{before:?}");
 
     let other_pid = other.child.id();
     other.kill();
     drop(c2);
-    wait_meta(&mut ssub_a, &mut sa, "the killed daemon's session leaves", |m| {
-        peers(m).iter().all(|p| p["session"] != sid_b.as_str())
-            && m.get("ahpd.awarenessEvents").and_then(Value::as_array).is_some_and(|e| {
-                e.iter().any(|e| e["type"] == "session_peer_left" && e["peer"] == sid_b.as_str())
-            })
-    })
-    .await;
+    wait_meta(&mut ssub_a, &mut sa, "the killed daemon's session leaves", |m| shows_event(m, "session_peer_left", &sid_b)).await;
+    assert_eq!(sa.meta.as_ref().expect("meta")["ahpd.peers"]["count"], 0);
+    assert!(peers(&list_peers(&c, &sid_a).await).iter().all(|p| p["session"] != sid_b.as_str()));
     // Nobody deleted the dead writer's record: it is judged, not removed.
     assert!(ls(&registry).iter().any(|n| n.starts_with(&format!("{other_pid}-"))));
     assert!(ls(&registry).contains(&"9-dead.json".to_owned()));

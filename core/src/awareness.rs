@@ -24,10 +24,16 @@
 //! normalisation ([`normalize_path`]); nothing here touches the file system.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::git::normalize_path;
+
+/// The session state's `_meta` key that carries the awareness events a
+/// `session/metaChanged` brings (`docs/AWARENESS.md`): each event rides on
+/// one change only, so any other change of `_meta` sets it empty (`{}`).
+pub const EVENTS_META_KEY: &str = "ahpd.awarenessEvents";
 
 /// Layout version of [`ActiveRecord`] written by this build. Records of
 /// another version are skipped.
@@ -407,19 +413,25 @@ pub fn same_workspace(a: &ActiveRecord, b: &ActiveRecord) -> bool {
     a.working_directories.iter().any(|x| b.working_directories.iter().any(|y| overlaps(x, y)))
 }
 
+/// A set of peer records keyed by [`ActiveRecord::key`]. Keys and records
+/// are shared (`Arc`): the host keeps one copy of each live record and
+/// every session's peer set points at it (issue 21: memory linear in the
+/// live records, not in sessions × peers).
+pub type Peers = BTreeMap<Arc<str>, Arc<ActiveRecord>>;
+
 /// A session's peers: the records of `live` in `me`'s workspace, except
-/// `me`'s own (same session, pid and host), keyed by [`ActiveRecord::key`].
-pub fn peers_of(me: &ActiveRecord, live: &[ActiveRecord]) -> BTreeMap<String, ActiveRecord> {
+/// `me`'s own (same session, pid and host).
+pub fn peers_of(me: &ActiveRecord, live: &Peers) -> Peers {
     live.iter()
-        .filter(|r| !(r.session == me.session && r.pid == me.pid && r.host == me.host))
-        .filter(|r| same_workspace(me, r))
-        .map(|r| (r.key(), r.clone()))
+        .filter(|(_, r)| !(r.session == me.session && r.pid == me.pid && r.host == me.host))
+        .filter(|(_, r)| same_workspace(me, r))
+        .map(|(k, r)| (Arc::clone(k), Arc::clone(r)))
         .collect()
 }
 
 /// The claims of `peers` that `paths` would touch: `(peer session, path of
 /// `paths`)` pairs, in peer-key then path order.
-pub fn claimed_by_peers(paths: &[String], peers: &BTreeMap<String, ActiveRecord>) -> Vec<(String, String)> {
+pub fn claimed_by_peers(paths: &[String], peers: &Peers) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for peer in peers.values() {
         for path in paths {
@@ -463,7 +475,7 @@ pub struct Warning {
 
 /// The warnings for `me` among `peers`, given the HEAD it had when it went
 /// live (`baseline_head`). Sorted; empty for the `passive` tier.
-pub fn warnings(tier: Tier, me: &ActiveRecord, baseline_head: Option<&str>, peers: &BTreeMap<String, ActiveRecord>) -> Vec<Warning> {
+pub fn warnings(tier: Tier, me: &ActiveRecord, baseline_head: Option<&str>, peers: &Peers) -> Vec<Warning> {
     if tier == Tier::Passive {
         return Vec::new();
     }
@@ -514,6 +526,41 @@ pub fn warnings(tier: Tier, me: &ActiveRecord, baseline_head: Option<&str>, peer
     out
 }
 
+/// A session's warnings of one kind, as its `_meta` shows them
+/// (`ahpd.awarenessWarnings`): how many, and one line for a person. The
+/// warnings one by one (which peer, which paths) are answered by
+/// `ahpd/listPeers`: in a shared Git working tree every session warns of
+/// every other, and a list per peer on every session's `_meta` would grow
+/// with sessions × peers (issue 21).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WarningSummary {
+    /// What the warnings are about.
+    pub kind: WarningKind,
+    /// How many warnings of this kind the session has.
+    pub count: usize,
+    /// The first one's message, with how many more there are.
+    pub message: String,
+}
+
+/// `warnings` (sorted, as [`warnings`] gives them) one summary per kind,
+/// in kind order.
+pub fn summarize(warnings: &[Warning]) -> Vec<WarningSummary> {
+    let mut out: Vec<WarningSummary> = Vec::new();
+    for w in warnings {
+        match out.last_mut() {
+            Some(last) if last.kind == w.kind => last.count += 1,
+            _ => out.push(WarningSummary { kind: w.kind, count: 1, message: w.message.clone() }),
+        }
+    }
+    for s in &mut out {
+        if s.count > 1 {
+            s.message = format!("{} (and {} more)", s.message, s.count - 1);
+        }
+    }
+    out
+}
+
 fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
 }
@@ -550,17 +597,19 @@ pub fn meaningful_change(old: &ActiveRecord, new: &ActiveRecord) -> bool {
 }
 
 /// The events between two peer sets, in key order: `(kind, peer key)`.
-pub fn diff(old: &BTreeMap<String, ActiveRecord>, new: &BTreeMap<String, ActiveRecord>) -> Vec<(PeerEventKind, String)> {
+pub fn diff(old: &Peers, new: &Peers) -> Vec<(PeerEventKind, Arc<str>)> {
     let mut out = Vec::new();
     for (key, record) in new {
         match old.get(key) {
-            None => out.push((PeerEventKind::Joined, key.clone())),
-            Some(before) if meaningful_change(before, record) => out.push((PeerEventKind::Updated, key.clone())),
+            None => out.push((PeerEventKind::Joined, Arc::clone(key))),
+            // The same shared record: nothing changed (most peers, most scans).
+            Some(before) if Arc::ptr_eq(before, record) => {}
+            Some(before) if meaningful_change(before, record) => out.push((PeerEventKind::Updated, Arc::clone(key))),
             Some(_) => {}
         }
     }
     for key in old.keys().filter(|k| !new.contains_key(*k)) {
-        out.push((PeerEventKind::Left, key.clone()));
+        out.push((PeerEventKind::Left, Arc::clone(key)));
     }
     out
 }
@@ -633,6 +682,11 @@ mod tests {
             claims: claims.iter().map(|s| s.to_string()).collect(),
             updated_at: 1_000,
         }
+    }
+
+    /// `records` keyed as the host keeps them.
+    fn set(records: &[ActiveRecord]) -> Peers {
+        records.iter().map(|r| (Arc::from(r.key()), Arc::new(r.clone()))).collect()
     }
 
     #[test]
@@ -722,12 +776,12 @@ mod tests {
         same_repo.repository = Some("/repo".into());
         let mut me_repo = me.clone();
         me_repo.repository = Some("/repo".into());
-        let live = vec![me.clone(), same_dir.clone(), elsewhere, same_repo.clone()];
+        let live = set(&[me.clone(), same_dir.clone(), elsewhere, same_repo.clone()]);
         let peers = peers_of(&me, &live);
-        assert_eq!(peers.keys().cloned().collect::<Vec<_>>(), vec![same_dir.key()]);
+        assert_eq!(peers.keys().map(|k| k.to_string()).collect::<Vec<_>>(), vec![same_dir.key()]);
         let peers = peers_of(&me_repo, &live);
         assert_eq!(peers.len(), 2, "{peers:?}");
-        assert!(peers.contains_key(&same_repo.key()));
+        assert!(peers.contains_key(same_repo.key().as_str()));
     }
 
     #[test]
@@ -737,7 +791,7 @@ mod tests {
         me.head = Some("bbbb".into());
         let mut peer = rec("s:/p", 6, &["/r"], &["/r/src/a.ts"]);
         peer.repository = Some("/r".into());
-        let peers = peers_of(&me, &[peer.clone()]);
+        let peers = peers_of(&me, &set(&[peer.clone()]));
         let w = warnings(Tier::Warn, &me, Some("aaaa"), &peers);
         let kinds: Vec<WarningKind> = w.iter().map(|w| w.kind).collect();
         assert_eq!(kinds, vec![WarningKind::SharedIndex, WarningKind::PathOverlap, WarningKind::RepositoryDrift]);
@@ -748,28 +802,33 @@ mod tests {
         a.branch = Some("main".into());
         let mut b = rec("s:/b", 6, &["/w1/x"], &[]);
         b.branch = Some("main".into());
-        let w = warnings(Tier::Coordinate, &a, None, &peers_of(&a, &[b]));
-        assert_eq!(w.iter().map(|w| w.kind).collect::<Vec<_>>(), vec![WarningKind::SameBranch]);
+        let mut c = rec("s:/c", 7, &["/w1/y"], &[]);
+        c.branch = Some("main".into());
+        let w = warnings(Tier::Coordinate, &a, None, &peers_of(&a, &set(&[b, c])));
+        assert_eq!(w.iter().map(|w| w.kind).collect::<Vec<_>>(), vec![WarningKind::SameBranch, WarningKind::SameBranch]);
+        // `_meta` shows one line per kind, the rest by `ahpd/listPeers`.
+        let summary = summarize(&w);
+        assert_eq!(summary.len(), 1);
+        assert_eq!((summary[0].kind, summary[0].count), (WarningKind::SameBranch, 2));
+        assert!(summary[0].message.ends_with("(and 1 more)"), "{summary:?}");
     }
 
     #[test]
     fn heartbeat_noise_is_no_update() {
         let a = rec("s:/a", 5, &["/w"], &["/w/x"]);
-        let old: BTreeMap<String, ActiveRecord> = [(a.key(), a.clone())].into();
+        let old = set(&[a.clone()]);
+        let key = |r: &ActiveRecord| -> Arc<str> { Arc::from(r.key()) };
         let mut beat = a.clone();
         beat.updated_at += 5_000;
-        assert!(diff(&old, &[(beat.key(), beat.clone())].into()).is_empty());
+        assert!(diff(&old, &set(&[beat.clone()])).is_empty());
         let mut claimed = beat.clone();
         claimed.claims.push("/w/y".into());
-        assert_eq!(diff(&old, &[(claimed.key(), claimed)].into()), vec![(PeerEventKind::Updated, a.key())]);
+        assert_eq!(diff(&old, &set(&[claimed])), vec![(PeerEventKind::Updated, key(&a))]);
         let mut busy = beat.clone();
         busy.activity = "editing".into();
-        assert_eq!(diff(&old, &[(busy.key(), busy)].into()), vec![(PeerEventKind::Updated, a.key())]);
+        assert_eq!(diff(&old, &set(&[busy])), vec![(PeerEventKind::Updated, key(&a))]);
         let b = rec("s:/b", 5, &["/w"], &[]);
-        assert_eq!(
-            diff(&old, &[(b.key(), b.clone())].into()),
-            vec![(PeerEventKind::Joined, b.key()), (PeerEventKind::Left, a.key())]
-        );
+        assert_eq!(diff(&old, &set(&[b.clone()])), vec![(PeerEventKind::Joined, key(&b)), (PeerEventKind::Left, key(&a))]);
         assert!(!a.differs_beyond_heartbeat(&beat));
     }
 

@@ -246,6 +246,14 @@ impl HostView<'_> {
         self.host.detached.iter().map(|(_, d)| &d.tree)
     }
 
+    /// What `ahpd/listPeers` would answer for session `uri` now (its peer
+    /// records, warnings one by one, last events; docs/AWARENESS.md), or
+    /// `None` for an unknown session. `_meta` shows these only in short.
+    pub fn peers_answer(&self, uri: &str) -> Option<serde_json::Value> {
+        let uri: Uri = uri.to_owned();
+        self.host.sessions.contains_key(&uri).then(|| awareness::answer(&self.host.awareness, &self.host.sessions, &self.host.shared.config, &uri))
+    }
+
     /// When the host next wants a tick ([`Host::next_deadline`]), derived
     /// when asked: most checkers never read it.
     pub fn next_deadline(&self) -> Option<MonoTime> {

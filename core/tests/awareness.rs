@@ -1,5 +1,7 @@
-//! Workspace awareness scenarios (issue 10): publishing, peers on `_meta`,
-//! heartbeat noise, tiers deciding what a declared write does, removal.
+//! Workspace awareness scenarios (issue 10): publishing, peers on `_meta`
+//! (in short: their count, the latest events, warnings by kind; the records
+//! by `ahpd/listPeers`), heartbeat noise, tiers deciding what a declared
+//! write does, removal.
 
 use ahp_types::actions::{ChatToolCallReadyAction, ChatToolCallStartAction, StateAction};
 use ahp_types::common::StringOrMarkdown;
@@ -87,8 +89,21 @@ fn meta(h: &Harness, uri: &str) -> serde_json::Map<String, Value> {
     h.host.view().sessions.get(uri).expect("the session is held").resident.as_ref().and_then(|r| r.session.meta.clone()).unwrap_or_default()
 }
 
+/// The kinds of the events `_meta` shows: those the latest change brought
+/// (grouped by kind, in the order joined, updated, left, error).
 fn events(h: &Harness, uri: &str) -> Vec<String> {
-    meta(h, uri)["ahpd.awarenessEvents"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
+    let change = meta(h, uri)["ahpd.awarenessEvents"].as_object().cloned().unwrap_or_default();
+    change.keys().filter(|k| k.starts_with("session_")).cloned().collect()
+}
+
+/// What `ahpd/listPeers` answers for `uri`.
+fn listed(h: &Harness, uri: &str) -> Value {
+    h.host.view().peers_answer(uri).expect("a known session")
+}
+
+/// The types of the session's last events, as `ahpd/listPeers` answers.
+fn all_events(h: &Harness, uri: &str) -> Vec<String> {
+    listed(h, uri)["events"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect()
 }
 
 /// The agent declares a write of `src/a.ts` and waits for the host.
@@ -133,9 +148,10 @@ fn chat_activity(h: &Harness, uri: &str, chat: &str) -> u32 {
 }
 
 /// A live session publishes its record and scans; the peer in its
-/// workspace shows on `_meta` with a joined event; heartbeats republish
-/// but a heartbeat-only change of the peer is no update; an activity change
-/// is.
+/// workspace shows on `_meta` (its count, a joined event) and in
+/// `ahpd/listPeers` (its record); heartbeats republish but a heartbeat-only
+/// change of the peer is no update and sends nothing; an activity change
+/// is an update, `_meta` showing only the new event.
 #[test]
 fn peers_show_on_meta_and_heartbeat_noise_is_no_update() {
     let mut h = Harness::new(config());
@@ -145,32 +161,41 @@ fn peers_show_on_meta_and_heartbeat_noise_is_no_update() {
     assert!(matches!(&cmds[0], RegistryCmd::Publish { name, record } if name == "100-ahp-session@s1.json" && record.working_directories == vec!["/w".to_owned()] && record.pid == 100));
     assert!(cmds.iter().any(|c| matches!(c, RegistryCmd::Scan { dirs } if dirs == &vec!["/w".to_owned()])));
     let m = meta(&h, &uri);
-    assert_eq!(m["ahpd.peers"][0]["session"], "ahp-session:/peer");
+    assert_eq!(m["ahpd.peers"], json!({"count": 1}));
+    assert_eq!(listed(&h, &uri)["peers"][0]["session"], "ahp-session:/peer");
     assert_eq!(m["ahpd.awareness"]["tier"], "warn");
     assert_eq!(events(&h, &uri), vec!["session_peer_joined"]);
+    assert_eq!(m["ahpd.awarenessEvents"]["session_peer_joined"], json!(["ahp-session:/peer"]));
+    assert!(m["ahpd.awarenessEvents"]["seq"].as_u64().is_some(), "{m:?}");
 
     h.request(1, "subscribe", json!({ "channel": uri }));
     h.frames(1);
-    let shown = meta(&h, &uri)["ahpd.peers"].clone();
+    let shown = listed(&h, &uri)["peers"].clone();
     h.advance(5_000);
     let at = h.now.wall.0;
     let cmds = answer(&mut h, &[peer("", at)]);
     assert!(cmds.iter().any(|c| matches!(c, RegistryCmd::Publish { .. })), "the heartbeat republishes: {cmds:?}");
     assert_eq!(events(&h, &uri), vec!["session_peer_joined"], "heartbeat noise is no update");
     // Nor does a subscriber hear of it: the peer is shown as it was.
-    assert_eq!(meta(&h, &uri)["ahpd.peers"], shown);
+    assert_eq!(listed(&h, &uri)["peers"], shown);
     let heard: Vec<Value> = h.frames(1).into_iter().filter(|f| f.to_string().contains("session/metaChanged")).collect();
     assert!(heard.is_empty(), "a heartbeat alone is not broadcast: {heard:?}");
 
     h.advance(5_000);
     let at = h.now.wall.0;
     answer(&mut h, &[peer("editing", at)]);
-    assert_eq!(events(&h, &uri), vec!["session_peer_joined", "session_peer_updated"]);
+    assert_eq!(events(&h, &uri), vec!["session_peer_updated"], "_meta shows the change's events only");
+    assert_eq!(all_events(&h, &uri), vec!["session_peer_joined", "session_peer_updated"]);
+    assert_eq!(listed(&h, &uri)["peers"][0]["activity"], "editing");
+    let heard: Vec<Value> = h.frames(1).into_iter().filter(|f| f.to_string().contains("session/metaChanged")).collect();
+    assert_eq!(heard.len(), 1, "the update is sent once: {heard:?}");
 
     h.advance(5_000);
     answer(&mut h, &[]);
-    assert_eq!(events(&h, &uri), vec!["session_peer_joined", "session_peer_updated", "session_peer_left"]);
-    assert_eq!(meta(&h, &uri)["ahpd.peers"], json!([]));
+    assert_eq!(events(&h, &uri), vec!["session_peer_left"]);
+    assert_eq!(all_events(&h, &uri), vec!["session_peer_joined", "session_peer_updated", "session_peer_left"]);
+    assert_eq!(meta(&h, &uri)["ahpd.peers"], json!({"count": 0}));
+    assert_eq!(listed(&h, &uri)["peers"], json!([]));
 }
 
 /// A scan that fails is a recoverable `session_awareness_error`.
@@ -253,6 +278,7 @@ fn list_peers_answers_and_refuses_unknown_sessions() {
     answer(&mut h, &[peer("x", 1_767_225_600_000)]);
     let r = h.request(1, "ahpd/listPeers", json!({"channel": uri}));
     assert_eq!(r["result"]["peers"][0]["activity"], "x", "{r}");
+    assert_eq!(r["result"]["events"][0]["type"], "session_peer_joined", "{r}");
     let r = h.request(1, "ahpd/listPeers", json!({"channel": "ahp-session:/nope"}));
     assert_eq!(r["error"]["code"], -32001, "{r}");
 }
@@ -300,7 +326,8 @@ fn scans_keep_their_gap_and_a_burst_shares_one() {
     let cmds = answer(&mut h, &[peer("", at)]);
     assert_eq!(cmds.iter().filter(|c| matches!(c, RegistryCmd::Scan { .. })).count(), 1, "one scan once the gap is over: {cmds:?}");
     for uri in [&first, &second] {
-        let peers: Vec<Value> = meta(&h, uri)["ahpd.peers"].as_array().cloned().unwrap_or_default();
+        assert_eq!(meta(&h, uri)["ahpd.peers"], json!({"count": 1}), "{uri} sees the peer");
+        let peers: Vec<Value> = listed(&h, uri)["peers"].as_array().cloned().unwrap_or_default();
         assert!(peers.iter().any(|p| p["session"] == "ahp-session:/peer"), "{uri} sees the peer: {peers:?}");
     }
 }

@@ -6,10 +6,17 @@
 //! writes.
 //!
 //! What ahp-types 1.0.0 has no shape for rides on the session state's
-//! `_meta` (docs/DECISIONS.md, 1; `docs/AWARENESS.md`): `ahpd.peers` (the peer
-//! records), `ahpd.awarenessWarnings`, `ahpd.awarenessEvents` (the last
-//! [`EVENTS_KEPT`] events, each with a rising `seq`) and `ahpd.awareness`
-//! (`{tier, error}`), all set through `session/metaChanged`.
+//! `_meta` (docs/DECISIONS.md, 1 and 11; `docs/AWARENESS.md`), set through
+//! `session/metaChanged`, in a form whose size does not grow with the
+//! peers (issue 21: each `session/metaChanged` carries the whole `_meta`,
+//! is sent to every subscriber and kept in the replay buffer, and every
+//! peer's change reaches every session of the folder): `ahpd.awareness`
+//! (`{tier, error}`), `ahpd.peers` (`{count}`), `ahpd.awarenessWarnings`
+//! (one summary per kind) and `ahpd.awarenessEvents` (the events the
+//! change brings and only those, grouped by kind: the diff). The records,
+//! the warnings one by one and the last [`EVENTS_KEPT`] events are answered
+//! by `ahpd/listPeers`. The host keeps each live record once (`Arc`), every
+//! session's peer set pointing at it.
 //!
 //! Reconciliation, not bookkeeping: after every input
 //! [`Aware::tick`] compares each live session's record as it
@@ -24,6 +31,7 @@
 //! proportional to the input (issue 21).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use ahp_types::actions::{ChatToolCallReadyAction, SessionMetaChangedAction, StateAction};
 use ahp_types::common::StringOrMarkdown;
@@ -34,15 +42,103 @@ use serde_json::{json, Value};
 use super::{Op, Shared};
 use crate::config::Config;
 use crate::session::table::SessionTable;
-use crate::awareness::{self as rules, ActiveRecord, Liveness, RepoObservation, Tier, Warning};
+use crate::awareness::{self as rules, ActiveRecord, Liveness, Peers, RepoObservation, Tier, Warning};
 use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
 use crate::input::Outcome;
 use crate::ids::{printable, ResourceId};
 use crate::protocol::error::{error, INVALID_PARAMS, SESSION_NOT_FOUND};
 use crate::time::MonoTime;
 
-/// How many recent awareness events a session's `_meta` keeps.
+/// How many recent awareness events a session keeps (answered by
+/// `ahpd/listPeers`; also the most one change shows on `_meta`).
 pub const EVENTS_KEPT: usize = 32;
+
+/// One awareness event of a session (spec 004: a peer joined, updated or
+/// left, or the registry failed). Kept typed and made JSON only when shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Event {
+    /// Its number: rising across the host.
+    seq: u64,
+    /// `session_peer_joined`, `..._updated`, `..._left` or
+    /// `session_awareness_error`.
+    kind: &'static str,
+    /// When (shown as ISO 8601).
+    at: crate::time::WallTime,
+    /// The peer's session URI and key, for a peer event.
+    peer: Option<(String, Arc<str>)>,
+    /// What failed, for an error.
+    message: Option<Arc<str>>,
+}
+
+impl Event {
+    /// As `ahpd/listPeers` answers it: `{type, peer?, key?, message?, seq,
+    /// at}`.
+    fn to_json(&self) -> Value {
+        let mut obj = serde_json::Map::with_capacity(5);
+        obj.insert("type".to_owned(), Value::from(self.kind));
+        if let Some((session, key)) = &self.peer {
+            obj.insert("peer".to_owned(), Value::from(session.as_str()));
+            obj.insert("key".to_owned(), Value::from(&**key));
+        }
+        if let Some(message) = &self.message {
+            obj.insert("message".to_owned(), Value::from(&**message));
+        }
+        obj.insert("seq".to_owned(), Value::from(self.seq));
+        obj.insert("at".to_owned(), Value::String(self.at.to_iso()));
+        Value::Object(obj)
+    }
+}
+
+/// The peer events' kinds, in the order a change on `_meta` lists them.
+const PEER_KINDS: [&str; 3] = ["session_peer_joined", "session_peer_updated", "session_peer_left"];
+
+/// The events one change of a session's `_meta` brings, as it shows them
+/// (`ahpd.awarenessEvents`): `{seq, at, session_peer_joined: [peer
+/// session], session_peer_updated: [...], session_peer_left: [...],
+/// session_awareness_error: message}`, the lists that are empty left out;
+/// `seq` and `at` are the last event's; `{}` when it brings none. Grouped,
+/// not one object per event: a change reaches every session of a folder
+/// and is kept in the replay buffer, and an object per event cost ~0.9 KB
+/// there (issue 21).
+fn change_json(events: &[&Event]) -> Value {
+    let Some(last) = events.last() else { return Value::Object(serde_json::Map::new()) };
+    let groups: Vec<(&str, Vec<Value>)> = PEER_KINDS
+        .iter()
+        .map(|kind| (*kind, events.iter().filter(|e| e.kind == *kind).filter_map(|e| e.peer.as_ref()).map(|(session, _)| Value::from(session.as_str())).collect::<Vec<_>>()))
+        .filter(|(_, peers)| !peers.is_empty())
+        .collect();
+    let error = events.iter().rev().find_map(|e| e.message.as_ref());
+    let mut obj = serde_json::Map::with_capacity(2 + groups.len() + usize::from(error.is_some()));
+    obj.insert("seq".to_owned(), Value::from(last.seq));
+    obj.insert("at".to_owned(), Value::String(last.at.to_iso()));
+    for (kind, mut peers) in groups {
+        peers.shrink_to_fit();
+        obj.insert(kind.to_owned(), Value::Array(peers));
+    }
+    if let Some(message) = error {
+        obj.insert("session_awareness_error".to_owned(), Value::from(&**message));
+    }
+    Value::Object(obj)
+}
+
+/// A JSON object of exactly `pairs`, allocated to its size: `_meta` values
+/// are kept in every `session/metaChanged` of the replay buffer (issue 21).
+fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    let mut obj = serde_json::Map::with_capacity(N);
+    for (key, value) in pairs {
+        obj.insert(key.to_owned(), value);
+    }
+    Value::Object(obj)
+}
+
+/// A session's recent events and how far its `_meta` has shown them.
+#[derive(Debug, Clone, Default)]
+struct Events {
+    /// The last [`EVENTS_KEPT`], oldest first.
+    kept: VecDeque<Event>,
+    /// The last `seq` shown on `_meta`.
+    shown_to: u64,
+}
 
 /// The host's awareness state.
 #[derive(Debug, Clone, Default)]
@@ -55,14 +151,17 @@ pub struct Awareness {
     repos: BTreeMap<String, Option<RepoObservation>>,
     /// The HEAD each session had when first observed live.
     baseline: BTreeMap<Uri, String>,
-    /// The live records of the last scan (sanitised, not stale).
-    live: Vec<ActiveRecord>,
-    /// Each session's peers as last exposed.
-    peers: BTreeMap<Uri, BTreeMap<String, ActiveRecord>>,
+    /// The live records of the last scan (sanitised, not stale), by key,
+    /// each as shown: a record that only refreshed its heartbeat stays the
+    /// one seen before (spec 004, "heartbeat timestamp noise is ignored").
+    /// The one copy of each that every session's peer set shares.
+    live: Peers,
+    /// Each session's peers as last computed (pointing into `live`).
+    peers: BTreeMap<Uri, Peers>,
     /// Each session's warnings as last exposed.
     warnings: BTreeMap<Uri, Vec<Warning>>,
     /// Each session's recent events.
-    events: BTreeMap<Uri, VecDeque<Value>>,
+    events: BTreeMap<Uri, Events>,
     /// The last event number given.
     event_seq: u64,
     /// The scan in flight, if any.
@@ -300,15 +399,16 @@ impl Aware<'_> {
         self.shared.log(LogLevel::Warn, "session_awareness_error", None, message.clone());
         self.state.error = Some(message.clone());
         let live: Vec<Uri> = self.state.published.keys().cloned().collect();
+        let message: Arc<str> = Arc::from(message);
         for uri in live {
-            self.push_event(&uri, json!({ "type": "session_awareness_error", "message": message }));
+            self.push_event(&uri, "session_awareness_error", None, Some(Arc::clone(&message)));
             self.expose(&uri);
         }
     }
 
     fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
         let now_ms = self.shared.now.wall.0;
-        let mut live = Vec::new();
+        let mut live = Peers::new();
         let mut parsed = BTreeMap::new();
         for file in files {
             let known = self.state.parsed.remove(&file.name).filter(|(bytes, _)| *bytes == file.bytes);
@@ -330,7 +430,16 @@ impl Aware<'_> {
                 Ok(record) => match rules::judge(&record, &self.shared.config.host_name, file.process.as_ref(), now_ms) {
                     Liveness::Live => {
                         self.state.skipped.remove(&file.name);
-                        live.push(record);
+                        let key = record.key();
+                        // The copy already shown stays while only its
+                        // heartbeat moved: sessions keep pointing at it and
+                        // nothing they show changes.
+                        let (key, record) = match self.state.live.get_key_value(key.as_str()) {
+                            Some((k, shown)) if !shown.differs_beyond_heartbeat(&record) => (Arc::clone(k), Arc::clone(shown)),
+                            Some((k, _)) => (Arc::clone(k), Arc::new(record)),
+                            None => (Arc::from(key), Arc::new(record)),
+                        };
+                        live.insert(key, record);
                     }
                     Liveness::Stale(why) => self.note_skipped(&file.name, format!("stale: {why}")),
                 },
@@ -373,7 +482,9 @@ impl Aware<'_> {
         if let Some(head) = me.head.clone() {
             self.state.baseline.entry(uri.clone()).or_insert(head);
         }
-        let mut fresh = rules::peers_of(&me, &self.state.live);
+        // A peer that only refreshed its heartbeat is the record shown
+        // before (`Awareness::live`): no event, nothing re-sent.
+        let fresh = rules::peers_of(&me, &self.state.live);
         let had = self.state.peers.remove(uri);
         let force = force || had.is_none();
         let old = had.unwrap_or_default();
@@ -382,16 +493,7 @@ impl Aware<'_> {
             let peer = fresh.get(key).or_else(|| old.get(key));
             let session = peer.map(|p| p.session.clone()).unwrap_or_default();
             self.shared.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(key)));
-            self.push_event(uri, json!({ "type": kind.name(), "peer": session, "key": key }));
-        }
-        // A peer that only refreshed its heartbeat is shown as it was: the
-        // heartbeat is noise (spec 004, "heartbeat timestamp noise is
-        // ignored"), and re-sending every peer's `_meta` to every client on
-        // each beat would be a broadcast per peer per 5 s.
-        for (key, record) in fresh.iter_mut() {
-            if let Some(was) = old.get(key).filter(|was| !was.differs_beyond_heartbeat(record)) {
-                record.updated_at = was.updated_at;
-            }
+            self.push_event(uri, kind.name(), Some((session, Arc::clone(key))), None);
         }
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
         let warnings = rules::warnings(tier, &me, self.state.baseline.get(uri).map(String::as_str), &fresh);
@@ -400,7 +502,10 @@ impl Aware<'_> {
             crate::mark!("awareness_warning");
             self.shared.log(LogLevel::Warn, "awareness.warning", Some(uri.clone()), w.message.clone());
         }
-        let unchanged = !force && events.is_empty() && fresh == old && warnings == before;
+        // `_meta` shows the peers' count, the events and the warnings'
+        // summary: a peer set that moved without an event (a peer's branch,
+        // say) changes none of them.
+        let unchanged = !force && events.is_empty() && warnings == before;
         self.state.peers.insert(uri.clone(), fresh);
         self.state.warnings.insert(uri.clone(), warnings);
         if !unchanged {
@@ -408,50 +513,71 @@ impl Aware<'_> {
         }
     }
 
-    fn push_event(&mut self, uri: &Uri, mut event: Value) {
+    fn push_event(&mut self, uri: &Uri, kind: &'static str, peer: Option<(String, Arc<str>)>, message: Option<Arc<str>>) {
         self.state.event_seq += 1;
-        if let Some(obj) = event.as_object_mut() {
-            obj.insert("seq".to_owned(), Value::from(self.state.event_seq));
-            obj.insert("at".to_owned(), Value::String(self.shared.now.wall.to_iso()));
-        }
-        let events = self.state.events.entry(uri.clone()).or_default();
-        events.push_back(event);
-        while events.len() > EVENTS_KEPT {
+        let event = Event { seq: self.state.event_seq, kind, at: self.shared.now.wall, peer, message };
+        let events = &mut self.state.events.entry(uri.clone()).or_default().kept;
+        // Room made first, so the buffer never grows past its bound.
+        while events.len() >= EVENTS_KEPT {
             events.pop_front();
         }
+        events.push_back(event);
     }
 
-    /// What `uri`'s `_meta` carries about awareness.
-    fn awareness_meta(&self, uri: &Uri) -> [(&'static str, Value); 4] {
+    /// What `uri`'s `_meta` carries about awareness: nothing that grows
+    /// with its peers (the module's doc). The events are those from `seq`
+    /// `new_from` on (none without).
+    fn awareness_meta(&self, uri: &Uri, new_from: Option<u64>) -> [(&'static str, Value); 4] {
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
-        let peers: Vec<&ActiveRecord> = self.state.peers.get(uri).map(|p| p.values().collect()).unwrap_or_default();
+        let count = self.state.peers.get(uri).map_or(0, BTreeMap::len);
         let warnings: &[Warning] = self.state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
-        // The events are JSON already: copied, not serialized again.
-        let events: Vec<Value> = self.state.events.get(uri).map(|e| e.iter().cloned().collect()).unwrap_or_default();
+        let events: Vec<&Event> = match (self.state.events.get(uri), new_from) {
+            (Some(e), Some(from)) => e.kept.iter().filter(|ev| ev.seq >= from).collect(),
+            _ => Vec::new(),
+        };
         [
-            ("ahpd.awareness", json!({ "tier": tier.name(), "error": self.state.error })),
-            ("ahpd.peers", serde_json::to_value(peers).unwrap_or_default()),
-            ("ahpd.awarenessWarnings", serde_json::to_value(warnings).unwrap_or_default()),
-            ("ahpd.awarenessEvents", Value::Array(events)),
+            ("ahpd.awareness", object([("tier", Value::from(tier.name())), ("error", self.state.error.as_deref().map_or(Value::Null, Value::from))])),
+            ("ahpd.peers", object([("count", Value::from(count))])),
+            ("ahpd.awarenessWarnings", serde_json::to_value(rules::summarize(warnings)).unwrap_or_default()),
+            (rules::EVENTS_META_KEY, change_json(&events)),
         ]
     }
 
     /// Sets `uri`'s awareness `_meta` keys through `session/metaChanged`
     /// when they moved (a resident session only).
     fn expose(&mut self, uri: &Uri) {
+        if self.sessions.get(uri).and_then(|s| s.resident.as_ref()).is_none() {
+            return;
+        }
+        // The events `_meta` has not shown yet ride on this change, each on
+        // one change only (a diff: a `_meta` change carries the events it
+        // brings, or none); a client that missed some asks `ahpd/listPeers`
+        // for the last few.
+        let new_from = self.state.events.get_mut(uri).and_then(|events| {
+            let last = events.kept.back().map_or(0, |e| e.seq);
+            let from = events.shown_to + 1;
+            (last >= from).then(|| {
+                events.shown_to = last;
+                from
+            })
+        });
         let Some(resident) = self.sessions.get(uri).and_then(|s| s.resident.as_ref()) else { return };
-        let fresh = self.awareness_meta(uri);
+        let fresh = self.awareness_meta(uri, new_from);
         let current = resident.session.meta.as_ref();
         // Most calls change nothing: the whole `_meta` is copied only when
-        // a key moved (a scan calls this for every live session).
-        if fresh.iter().all(|(key, value)| current.and_then(|m| m.get(*key)) == Some(value)) {
+        // a key moved or events came (a scan calls this for every live
+        // session). Events already shown are not shown again.
+        let same = |key: &str, value: &Value| current.and_then(|m| m.get(key)) == Some(value);
+        if new_from.is_none() && current.is_some_and(|m| m.contains_key(rules::EVENTS_META_KEY)) && fresh.iter().filter(|(k, _)| *k != rules::EVENTS_META_KEY).all(|(k, v)| same(k, v))
+        {
             return;
         }
         // The `_meta` as it was with the four keys set: each in its place,
         // the missing ones after the rest in this order. The values they
         // replace are not copied only to be dropped.
         let mut fresh = fresh.map(|(key, value)| (key, Some(value)));
-        let mut meta = serde_json::Map::new();
+        let missing = fresh.iter().filter(|(key, _)| !current.is_some_and(|m| m.contains_key(*key))).count();
+        let mut meta = serde_json::Map::with_capacity(current.map_or(0, serde_json::Map::len) + missing);
         for (key, value) in current.into_iter().flatten() {
             let value = match fresh.iter_mut().find(|(k, _)| k == key) {
                 Some((_, mine)) => mine.take().unwrap_or_default(),
@@ -537,7 +663,8 @@ impl Aware<'_> {
     }
 
     /// `ahpd/listPeers {channel}`: the session's peers (other live records
-    /// of its workspace), warnings and tier. Needs `session:peers` (a
+    /// of its workspace), its warnings one by one, its last events and
+    /// tier ([`answer`]). Needs `session:peers` (a
     /// read). Errors: -32602 for a malformed URI, -32001 for an unknown
     /// session.
     pub(crate) fn on_list_peers(&mut self, conn: ConnId, id: u64, params: Value) {
@@ -553,15 +680,28 @@ impl Aware<'_> {
         if !self.sessions.contains_key(&channel) {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session {channel}")));
         }
-        let meta = self.awareness_meta(&channel);
-        let [(_, awareness), (_, peers), (_, warnings), _] = meta;
-        let result = json!({
-            "enabled": self.aware(),
-            "tier": awareness.get("tier").cloned().unwrap_or(Value::Null),
-            "error": awareness.get("error").cloned().unwrap_or(Value::Null),
-            "peers": peers,
-            "warnings": warnings,
-        });
+        let result = answer(self.state, self.sessions, &self.shared.config, &channel);
         self.shared.reply(conn, id, result);
     }
+}
+
+/// What `ahpd/listPeers` answers for `uri`: `{enabled, tier, error, peers,
+/// warnings, events}` — the peer records in key order, the warnings one by
+/// one, the last [`EVENTS_KEPT`] events. What `_meta` shows in short
+/// (`ahpd.peers` is the count of `peers`, `ahpd.awarenessWarnings` the
+/// summary of `warnings`). Read only: the simulator's checkers ask it too
+/// ([`HostView::peers_answer`](crate::HostView::peers_answer)).
+pub(crate) fn answer(state: &Awareness, sessions: &SessionTable, config: &Config, uri: &Uri) -> Value {
+    let tier = sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+    let peers: Vec<&ActiveRecord> = state.peers.get(uri).map(|p| p.values().map(|r| &**r).collect()).unwrap_or_default();
+    let warnings: &[Warning] = state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
+    let events: Vec<Value> = state.events.get(uri).map(|e| e.kept.iter().map(Event::to_json).collect()).unwrap_or_default();
+    json!({
+        "enabled": config.awareness.enabled,
+        "tier": tier.name(),
+        "error": state.error,
+        "peers": serde_json::to_value(peers).unwrap_or_default(),
+        "warnings": serde_json::to_value(warnings).unwrap_or_default(),
+        "events": events,
+    })
 }

@@ -146,6 +146,13 @@ impl Session {
             return;
         }
         let mut meta = current.cloned().unwrap_or_default();
+        // The awareness events the last change brought are not brought
+        // again: each rides on one `session/metaChanged` (docs/AWARENESS.md;
+        // issue 21: re-sending them with every status change filled the
+        // replay buffer).
+        if let Some(events) = meta.get_mut(crate::awareness::EVENTS_META_KEY) {
+            *events = serde_json::Value::Object(serde_json::Map::new());
+        }
         meta.insert("ahpd.status".to_owned(), status_value);
         meta.insert("ahpd.activity".to_owned(), activity_value);
         if self.record.external {

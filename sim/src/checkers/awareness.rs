@@ -4,18 +4,25 @@
 //! taken from the core's helpers, except the path grammar.
 //!
 //! - `awareness_peers_match_registry`: after a scan, the peers a live
-//!   session reports (`_meta["ahpd.peers"]`) are exactly the other live
-//!   records in its folders: well-formed, their writer running, refreshed
-//!   within the expiry and not dated in the future, excluding its own.
+//!   session reports (the records `ahpd/listPeers` answers,
+//!   [`HostView::peers_answer`]) are exactly the other live records in its
+//!   folders: well-formed, their writer running, refreshed within the
+//!   expiry and not dated in the future, excluding its own; its `_meta`
+//!   counts them (`ahpd.peers.count`).
 //! - `awareness_peer_events`: the events a scan logs for a session are
 //!   `session_peer_joined` for each peer that appeared, `..._updated` for
 //!   each whose status, activity or claims changed (never for heartbeat
-//!   stamp noise), `..._left` for each that disappeared; nothing else.
+//!   stamp noise), `..._left` for each that disappeared; nothing else; and
+//!   the session's `_meta` then shows exactly those (the last 32), in that
+//!   order (`ahpd.awarenessEvents`: each event rides on one change).
 //! - `awareness_error_recoverable`: a failed scan marks every live session
-//!   with `session_awareness_error` and its `ahpd.awareness.error`, leaves
-//!   its peers as they were; the next good scan clears the error.
+//!   with `session_awareness_error` (its `_meta` shows the event) and its
+//!   `ahpd.awareness.error`, leaves its peers as they were; the next good
+//!   scan clears the error.
 //! - `awareness_tier_warnings`: the `passive` tier shows no warnings; the
-//!   others warn of exactly the peers whose claims overlap the session's.
+//!   others warn of exactly the peers whose claims overlap the session's
+//!   (`ahpd/listPeers`, one by one), and `_meta` shows them counted by
+//!   kind (`ahpd.awarenessWarnings`).
 //! - `awareness_tier_writes`: a declared write to a path a peer claims is
 //!   held for a person (the permission flow) exactly at the `coordinate`
 //!   tier without auto-approve; `warn` goes on with a warning and no pause;
@@ -36,6 +43,10 @@ use ahpd_core::{BackendCmd, BackendEvent, Effect, HostView, Input};
 use serde_json::Value;
 
 use crate::registry::{Registry, ScanTruth, HOST_NAME};
+
+/// How many of a change's events a session's `_meta` shows at most (the
+/// host keeps as many: `EVENTS_KEPT`).
+const EVENTS_SHOWN: usize = 32;
 
 fn breach(rule: &'static str, detail: String) -> Violation {
     Violation { rule, detail }
@@ -93,9 +104,39 @@ fn key_of(record: &Value) -> String {
     format!("{}#{}@{}", s("session"), record.get("pid").and_then(Value::as_u64).unwrap_or(0), s("host"))
 }
 
+/// What `ahpd/listPeers` answers for a live resident session (`Null`
+/// otherwise).
+fn listed(view: &HostView<'_>, uri: &str) -> Value {
+    if meta(view, uri).is_none() {
+        return Value::Null;
+    }
+    view.peers_answer(uri).unwrap_or(Value::Null)
+}
+
+/// The peers a live resident session reports: the records `ahpd/listPeers`
+/// answers (its `_meta` only counts them).
 fn exposed_peers(view: &HostView<'_>, uri: &str) -> Peers {
-    let Some(Value::Array(items)) = meta(view, uri).and_then(|m| m.get("ahpd.peers")) else { return Peers::new() };
+    let Some(Value::Array(items)) = listed(view, uri).get("peers").cloned() else { return Peers::new() };
     items.iter().map(|r| (key_of(r), r.clone())).collect()
+}
+
+/// The `(kind, peer session)` of the peer events a session's `_meta`
+/// shows (those its latest change brought, grouped by kind), sorted.
+fn shown_events(m: &serde_json::Map<String, Value>) -> Vec<(String, String)> {
+    let Some(Value::Object(change)) = m.get("ahpd.awarenessEvents") else { return Vec::new() };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for kind in ["session_peer_joined", "session_peer_updated", "session_peer_left"] {
+        for peer in strings(change.get(kind)) {
+            out.push((kind.to_owned(), peer));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether a session's `_meta` shows a registry error event.
+fn shows_error(m: &serde_json::Map<String, Value>) -> bool {
+    m.get("ahpd.awarenessEvents").and_then(|c| c.get("session_awareness_error")).is_some_and(Value::is_string)
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
@@ -264,6 +305,9 @@ impl AwarenessChecker {
             if m.get("ahpd.awareness").and_then(|a| a.get("error")).is_none_or(Value::is_null) {
                 return Err(breach("awareness_error_recoverable", format!("{uri} shows no registry error after a failed scan")));
             }
+            if !shows_error(m) {
+                return Err(breach("awareness_error_recoverable", format!("{uri}'s _meta shows no session_awareness_error after a failed scan: {:?}", m.get("ahpd.awarenessEvents"))));
+            }
             let now = exposed_peers(view, uri);
             if now.keys().ne(old.keys()) {
                 return Err(breach("awareness_error_recoverable", format!("{uri}'s peers changed on a failed scan: {:?} -> {:?}", old.keys(), now.keys())));
@@ -314,6 +358,10 @@ impl AwarenessChecker {
                     got.keys().collect::<Vec<_>>()
                 )));
             }
+            let count = m.get("ahpd.peers").and_then(|p| p.get("count")).and_then(Value::as_u64);
+            if count != Some(got.len() as u64) {
+                return Err(breach("awareness_peers_match_registry", format!("{uri}'s _meta counts {count:?} peers; it reports {}", got.len())));
+            }
             // Events: the difference between what it showed and shows.
             let old = before.peers.get(uri).cloned().unwrap_or_default();
             let mut want: Vec<(&str, String)> = Vec::new();
@@ -332,6 +380,23 @@ impl AwarenessChecker {
                 .filter(|(e, u, _)| *u == Some(uri) && matches!(*e, "session_peer_joined" | "session_peer_updated" | "session_peer_left"))
                 .map(|(e, _, d)| (*e, d.strip_prefix("peer ").unwrap_or(d).to_owned()))
                 .collect();
+            // The events the scan brought ride on `_meta` (the last 32 of
+            // them, as logged), each naming its peer's session.
+            if !logged.is_empty() {
+                let session_of = |key: &str| {
+                    got.iter().chain(old.iter()).find(|(k, _)| ahpd_core::ids::printable(k) == key).and_then(|(_, r)| r.get("session")).and_then(Value::as_str).unwrap_or_default().to_owned()
+                };
+                let mut tail: Vec<(String, String)> =
+                    logged.iter().skip(logged.len().saturating_sub(EVENTS_SHOWN)).map(|(e, k)| ((*e).to_owned(), session_of(k))).collect();
+                tail.sort();
+                let seq = m.get("ahpd.awarenessEvents").and_then(|c| c.get("seq")).and_then(Value::as_u64);
+                if shown_events(m) != tail || seq.is_none() {
+                    return Err(breach("awareness_peer_events", format!(
+                        "{uri}: the scan logged {tail:?}; its _meta shows the events {:?}",
+                        m.get("ahpd.awarenessEvents")
+                    )));
+                }
+            }
             want.sort();
             logged.sort();
             if want != logged {
@@ -339,10 +404,29 @@ impl AwarenessChecker {
             }
             // Warnings by tier.
             let tier = Tier::of_config(&view.sessions.get(uri).map(|s| s.record.config.clone()).unwrap_or_default());
-            let warnings = match m.get("ahpd.awarenessWarnings") {
+            let warnings = match listed(view, uri).get("warnings") {
                 Some(Value::Array(w)) => w.clone(),
                 _ => Vec::new(),
             };
+            // `_meta` counts them by kind, in kind order.
+            let mut by_kind: Vec<(String, u64)> = Vec::new();
+            for w in &warnings {
+                let kind = w.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+                match by_kind.last_mut() {
+                    Some((k, n)) if *k == kind => *n += 1,
+                    _ => by_kind.push((kind, 1)),
+                }
+            }
+            let summary: Vec<(String, u64)> = match m.get("ahpd.awarenessWarnings") {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|w| (w.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned(), w.get("count").and_then(Value::as_u64).unwrap_or(0)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if summary != by_kind {
+                return Err(breach("awareness_tier_warnings", format!("{uri}'s _meta sums up its warnings as {summary:?}; they are {by_kind:?}")));
+            }
             if tier == Tier::Passive {
                 if !warnings.is_empty() {
                     return Err(breach("awareness_tier_warnings", format!("{uri} is passive and shows warnings {warnings:?}")));

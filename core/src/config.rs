@@ -86,6 +86,13 @@ pub struct Config {
     /// How old the last scan may be before a listing starts another behind
     /// its answer, in ms.
     pub scan_interval_ms: u64,
+    /// How much of a pass over a backend's transcripts one input merges, in
+    /// rows (and sessions, in the walk for external sessions whose
+    /// transcript went); the rest is merged a millisecond later, so no
+    /// input does work in proportion to the catalogue (issue 21: a 100k-row
+    /// pass merged at once held every client back half a second).
+    #[serde(default = "default_scan_merge_slice")]
+    pub scan_merge_slice: usize,
     /// The root config's initial `showExternalSessions` (Sessions page:
     /// "none, the default").
     pub show_external_sessions: crate::external::ExternalMode,
@@ -145,6 +152,14 @@ pub const CONNECTIONS_MAX: usize = 256;
 /// The default `outgoing_buffer_max_bytes`: 8 MiB.
 pub const OUTGOING_BUFFER_MAX_BYTES: usize = 8 << 20;
 
+/// The default `scan_merge_slice`: 1,000 rows an input, a few ms of work
+/// (docs/PERFORMANCE.md).
+pub const SCAN_MERGE_SLICE: usize = 1_000;
+
+fn default_scan_merge_slice() -> usize {
+    SCAN_MERGE_SLICE
+}
+
 fn default_connections_max() -> usize {
     CONNECTIONS_MAX
 }
@@ -185,6 +200,7 @@ impl Default for Config {
             users: None,
             external_sources: Vec::new(),
             scan_interval_ms: 30_000,
+            scan_merge_slice: SCAN_MERGE_SLICE,
             show_external_sessions: crate::external::ExternalMode::None,
             limits: Limits::default(),
             policy: crate::policy::Policy::default(),

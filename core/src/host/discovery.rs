@@ -2,7 +2,7 @@
 //! (Sessions page, "Finding one"), external sessions, and the root config's
 //! `showExternalSessions`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, VecDeque};
 
 use ahp_types::actions::RootConfigChangedAction;
 use ahp_types::state::{ConfigSchema, RootConfigState};
@@ -15,7 +15,7 @@ use crate::ids::{self, ResourceId};
 use crate::input::{Outcome, ScannedRow};
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
 use crate::session::{Phase, Session};
-use crate::time::WallTime;
+use crate::time::{MonoTime, WallTime};
 
 /// The root config key.
 pub const SHOW_EXTERNAL: &str = "showExternalSessions";
@@ -84,94 +84,164 @@ impl Host {
         }
     }
 
-    /// Merges one pass over `provider`'s transcripts into the catalogue and
-    /// tells every client what moved: a conversation of this host's own
-    /// whose record was lost (a `--sessions memory` restart) comes back
-    /// unread and unarchived; one a CLI wrote outside this host is listed as
-    /// external; an external one whose transcript is gone goes.
+    /// A pass over `provider`'s transcripts finished: its rows are merged
+    /// into the catalogue (see [`Merge`]), a slice now and the rest in the
+    /// inputs after this one. The provider counts as being scanned until
+    /// its merge ends, so no second pass of it starts meanwhile.
     pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) {
-        self.scans_in_flight.remove(provider);
         let rows = match outcome {
             Outcome::Scanned { rows } => rows,
             Outcome::Failed { message } => {
+                self.scans_in_flight.remove(provider);
                 crate::mark!("scan_failed");
                 return self.shared.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
             }
-            _ => return,
+            _ => {
+                self.scans_in_flight.remove(provider);
+                return;
+            }
         };
-        let mut known: BTreeMap<String, Uri> = BTreeMap::new();
-        for (uri, s) in &self.sessions {
-            if s.record.provider == provider {
-                for c in &s.record.chats {
-                    known.insert(c.conversation_id.clone(), uri.clone());
+        self.merges.queue.push_back(Merge {
+            provider: provider.to_owned(),
+            op,
+            stage: Stage::Defaults,
+            rows: rows.into_iter(),
+            set_aside: Vec::new(),
+            guarding: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            skipped: 0,
+            slices: 0,
+        });
+    }
+
+    /// Merges the next slice of the passes waiting (`scan_merge_slice` rows
+    /// or sessions walked, over the passes in the order they came), when
+    /// one is due: at once for a pass that just came, then a millisecond
+    /// after the last slice ([`Merges::due_at`]). Run on every input, so a
+    /// pass no bigger than a slice is merged in the input that brought it.
+    pub(crate) fn merge_if_due(&mut self) {
+        let now = self.shared.now.mono;
+        if self.merges.due_at().is_none_or(|due| due > now) {
+            return;
+        }
+        self.merges.last_slice = Some(now);
+        let mut budget = self.shared.config.scan_merge_slice.max(1);
+        while budget > 0 {
+            let Some(mut merge) = self.merges.queue.pop_front() else { break };
+            merge.slices += 1;
+            if merge.slices == 2 {
+                crate::mark!("scan_merge_sliced");
+            }
+            if self.merge_slice(&mut merge, &mut budget) {
+                self.finish_merge(merge);
+            } else {
+                self.merges.queue.push_front(merge);
+            }
+        }
+        if self.merges.queue.is_empty() {
+            self.merges.last_slice = None;
+        }
+    }
+
+    /// Merges `merge` on until `budget` is spent (true: it is done). Every
+    /// row is judged against the host as it is when its turn comes, so what
+    /// other inputs changed between two slices counts: a session disposed
+    /// meanwhile has a tombstone that hides its rows, one adopted is no
+    /// longer external, one made meanwhile holds its conversations.
+    fn merge_slice(&mut self, merge: &mut Merge, budget: &mut usize) -> bool {
+        while *budget > 0 {
+            match &mut merge.stage {
+                Stage::Defaults => match merge.rows.next() {
+                    Some(row) => {
+                        *budget -= 1;
+                        if is_default_chat(&row) {
+                            self.merge_row(merge, row);
+                        } else {
+                            merge.set_aside.push(row);
+                        }
+                    }
+                    None => {
+                        merge.rows = std::mem::take(&mut merge.set_aside).into_iter();
+                        merge.stage = Stage::Others;
+                    }
+                },
+                Stage::Others => match merge.rows.next() {
+                    Some(row) => {
+                        *budget -= 1;
+                        self.merge_row(merge, row);
+                    }
+                    None => merge.stage = Stage::Sweep { after: None },
+                },
+                Stage::Sweep { after } => {
+                    // External sessions whose transcript went, untouched by
+                    // this pass, go too: walked in URI order from where the
+                    // last slice stopped.
+                    let Some((uri, s)) = self.sessions.next_after(after.as_ref()) else { return true };
+                    *budget -= 1;
+                    let gone = s.record.provider == merge.provider
+                        && s.record.external
+                        && s.resident.is_none()
+                        && s.phase == Phase::Asleep
+                        && s.record.chats.iter().all(|c| !merge.seen.contains(&c.conversation_id));
+                    let uri = uri.clone();
+                    *after = Some(uri.clone());
+                    if gone {
+                        self.forget_listed(&uri);
+                    }
                 }
             }
         }
-        // Disposed sessions of this provider, by conversation id: a row of
-        // one is not listed again, and a tombstone none of whose rows this
-        // pass found has nothing left to guard.
-        let mut tombstoned: BTreeMap<String, Uri> = BTreeMap::new();
-        for (uri, t) in &self.tombstones {
-            if t.record.provider == provider {
-                for c in &t.record.chats {
-                    tombstoned.insert(c.conversation_id.clone(), uri.clone());
-                }
-            }
+        false
+    }
+
+    /// One row of a pass: hidden by a tombstone, or an external session's
+    /// title and times refreshed, or a conversation this host ran listed
+    /// again, or one a CLI wrote listed as external.
+    fn merge_row(&mut self, merge: &mut Merge, row: ScannedRow) {
+        let provider = merge.provider.as_str();
+        if ids::validate_conversation_id(&row.conversation_id).is_err() {
+            merge.skipped += 1;
+            return;
         }
-        let mut guarding = BTreeSet::new();
-        let mut seen = BTreeSet::new();
-        let mut skipped = 0usize;
-        for row in default_chats_first(rows) {
-            if ids::validate_conversation_id(&row.conversation_id).is_err() {
-                skipped += 1;
-                continue;
-            }
-            let tombstone = tombstoned.get(&row.conversation_id).cloned().or_else(|| {
-                let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
-                self.tombstones.contains_key(&session).then_some(session)
-            });
-            if let Some(uri) = tombstone {
-                crate::mark!("tombstone_hides_row");
-                guarding.insert(uri);
-                continue;
-            }
-            seen.insert(row.conversation_id.clone());
-            if let Some(uri) = known.get(&row.conversation_id).cloned() {
-                self.refresh_external(&uri, &row);
-                continue;
-            }
-            match row.session.clone() {
-                Some(session) => self.rediscover(provider, &session, row),
-                None => self.discover_external(provider, row),
-            }
+        // A row of a disposed session is not listed again, and a tombstone
+        // none of whose rows this pass found has nothing left to guard.
+        let tombstone = self.tombstones.hiding(provider, &row.conversation_id).cloned().or_else(|| {
+            let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
+            self.tombstones.contains_key(&session).then_some(session)
+        });
+        if let Some(uri) = tombstone {
+            crate::mark!("tombstone_hides_row");
+            merge.guarding.insert(uri);
+            return;
         }
-        if skipped > 0 {
+        merge.seen.insert(row.conversation_id.clone());
+        if let Some(uri) = self.sessions.conversation_holder(provider, &row.conversation_id) {
+            return self.refresh_external(&uri, &row);
+        }
+        match row.session.clone() {
+            Some(session) => self.rediscover(provider, &session, row),
+            None => self.discover_external(provider, row),
+        }
+    }
+
+    /// The end of a pass's merge: what it skipped and what the tombstones
+    /// guard is logged, the tombstones it speaks for are judged, and the
+    /// provider may be scanned again.
+    fn finish_merge(&mut self, merge: Merge) {
+        let provider = merge.provider.as_str();
+        self.scans_in_flight.remove(provider);
+        if merge.skipped > 0 {
             crate::mark!("scan_rows_skipped");
-            self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
+            self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {} rows with ids that are not safe to use", merge.skipped));
         }
-        // External sessions whose transcript went, untouched here, go too.
-        let gone: Vec<Uri> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| {
-                s.record.provider == provider
-                    && s.record.external
-                    && s.resident.is_none()
-                    && s.phase == Phase::Asleep
-                    && s.record.chats.iter().all(|c| !seen.contains(&c.conversation_id))
-            })
-            .map(|(u, _)| u.clone())
-            .collect();
-        for uri in gone {
-            self.forget_listed(&uri);
-        }
-        if !guarding.is_empty() {
+        if !merge.guarding.is_empty() {
             self.shared.log(LogLevel::Info, "catalogue.tombstones_held", None, format!(
                 "{provider}: {} disposed sessions' transcripts are still there and stay unlisted",
-                guarding.len()
+                merge.guarding.len()
             ));
         }
-        self.spend_tombstones(provider, op, &guarding);
+        self.shared.log(LogLevel::Info, "catalogue.scan_merged", None, format!("{provider}: {} conversations in {} slices", merge.seen.len(), merge.slices));
+        self.spend_tombstones(provider, merge.op, &merge.guarding);
     }
 
     /// After pass `op` over `provider` found rows the tombstones in
@@ -181,11 +251,11 @@ impl Host {
     /// another agent and disposed again: the copy the first agent kept must
     /// stay hidden (issue 19, sim seeds 2347 and 11188).
     fn spend_tombstones(&mut self, provider: &str, op: OpId, guarding: &BTreeSet<Uri>) {
-        for (uri, t) in self.tombstones.iter_mut().filter(|(_, t)| op > t.since) {
+        for (uri, _, clean) in self.tombstones.passes_mut().filter(|(_, since, _)| op > *since) {
             if guarding.contains(uri) {
-                t.clean.remove(provider);
+                clean.remove(provider);
             } else {
-                t.clean.insert(provider.to_owned());
+                clean.insert(provider.to_owned());
             }
         }
         let sources: Vec<&String> = self.shared.config.agents.iter().map(|a| &a.provider).chain(self.shared.config.external_sources.iter()).collect();
@@ -403,16 +473,84 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     }
 }
 
-/// The rows in merge order: every row that names no chat or its session's
-/// default chat first, then the rest, each group in the order given (a
-/// stable partition), so a session's default chat is listed before its
-/// other chats join it.
-fn default_chats_first(rows: Vec<ScannedRow>) -> Vec<ScannedRow> {
-    let is_default = |r: &ScannedRow| match (&r.session, &r.chat) {
+/// Whether a row names no chat or its session's default chat: such rows
+/// are merged first, the rest after them, each group in the order given,
+/// so a session's default chat is listed before its other chats join it.
+fn is_default_chat(row: &ScannedRow) -> bool {
+    match (&row.session, &row.chat) {
         (_, None) | (None, _) => true,
         (Some(s), Some(c)) => ResourceId::parse(s).is_ok_and(|id| id.default_chat_uri() == *c),
-    };
-    let (mut first, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(is_default);
-    first.extend(rest);
-    first
+    }
+}
+
+/// Passes over the backends' transcripts waiting to be merged, in the order
+/// they came, and when the last slice ran (issue 21).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Merges {
+    queue: VecDeque<Merge>,
+    /// When the last slice was merged; `None` when none was since the
+    /// queue was last empty, so the next is due at once.
+    last_slice: Option<MonoTime>,
+}
+
+/// The least time between two slices of a merge, in ms: the driver reads
+/// the events that came meanwhile (client frames first) before the next.
+pub(crate) const MERGE_SLICE_GAP_MS: u64 = 1;
+
+impl Merges {
+    /// When the next slice is due, if a merge waits: derived from the last
+    /// slice's time (docs/STYLE.md 3.3).
+    pub(crate) fn due_at(&self) -> Option<MonoTime> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        Some(self.last_slice.map_or(MonoTime(0), |t| t.plus_ms(MERGE_SLICE_GAP_MS)))
+    }
+
+    /// Whether a merge waits.
+    pub(crate) fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+}
+
+/// One pass over a provider's transcripts being merged into the catalogue
+/// (Sessions page, "Finding one"), a slice an input: a conversation of this
+/// host's own whose record was lost (a `--sessions memory` restart) comes
+/// back unread and unarchived; one a CLI wrote outside this host is listed
+/// as external; an external one whose transcript is gone goes; a row a
+/// tombstone hides stays unlisted, and the tombstones the pass speaks for
+/// are judged at its end (`Host::spend_tombstones`).
+#[derive(Debug, Clone)]
+struct Merge {
+    /// The backend or external source scanned.
+    provider: String,
+    /// The pass's op: which tombstones it speaks for.
+    op: OpId,
+    /// How far the merge has come.
+    stage: Stage,
+    /// The rows still to read in this stage.
+    rows: std::vec::IntoIter<ScannedRow>,
+    /// Rows of chats that are not their session's default, kept for the
+    /// second stage.
+    set_aside: Vec<ScannedRow>,
+    /// Tombstones this pass found rows of.
+    guarding: BTreeSet<Uri>,
+    /// Conversation ids of the rows merged (no tombstone hid them).
+    seen: BTreeSet<String>,
+    /// Rows whose ids are not safe to use.
+    skipped: usize,
+    /// Slices merged so far.
+    slices: u32,
+}
+
+/// The stages of a [`Merge`], in order.
+#[derive(Debug, Clone)]
+enum Stage {
+    /// Rows of default chats (or none) merged, the others set aside.
+    Defaults,
+    /// The rows set aside merged.
+    Others,
+    /// The walk over the sessions for external ones whose transcript went,
+    /// after the session named (from the first when `None`).
+    Sweep { after: Option<Uri> },
 }

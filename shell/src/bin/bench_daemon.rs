@@ -294,10 +294,11 @@ impl Daemon {
                 cmd.env_remove(key);
             }
         }
-        // Only warnings, plus the scan's "scan finished" line the catalogue
+        // Only warnings, plus the scan's "scan finished" line and the core's
+        // log events (`catalogue.scan_merged`: a pass merged) the catalogue
         // scenario waits for: per-frame logging would be part of the load.
         // `BENCH_DAEMON_LOG` replaces the filter when a run needs looking into.
-        let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug".to_owned());
+        let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug,ahpd::driver=info".to_owned());
         cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
         let spawned = Instant::now();
@@ -872,7 +873,9 @@ fn plain_read(dir: &Path) -> R<(Duration, u64)> {
 
 /// The longest ping latency while the start's transcript scan runs and
 /// merges: one ping sent every ~1 ms (not waiting for replies) from now
-/// until 1.5 s after the log says the scan finished (at most `cap`).
+/// until 1.5 s after the log says the scan finished, or after it says the
+/// echo pass was merged when that comes within those 1.5 s (a daemon that
+/// merges in slices; at most `cap`).
 /// Returns (longest latency, pings answered, whether the scan was seen).
 async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
     let c = Client::open_init(&d.url, "stall-probe").await?;
@@ -902,6 +905,7 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
     let mut longest = Duration::ZERO;
     let mut answered = 0usize;
     let mut scan_seen_at: Option<Instant> = None;
+    let mut merged_seen = false;
     let mut next_log_check = Instant::now();
     loop {
         if let Some(at) = scan_seen_at {
@@ -912,9 +916,14 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
         if start.elapsed() > cap {
             break;
         }
-        if scan_seen_at.is_none() && Instant::now() >= next_log_check {
+        if !merged_seen && Instant::now() >= next_log_check {
             next_log_check = Instant::now() + Duration::from_millis(50);
-            if fs::read_to_string(&d.log).unwrap_or_default().contains("scan finished") {
+            let log = fs::read_to_string(&d.log).unwrap_or_default();
+            if scan_seen_at.is_none() && log.contains("scan finished") {
+                scan_seen_at = Some(Instant::now());
+            }
+            if scan_seen_at.is_some() && log.lines().any(|l| l.contains("catalogue.scan_merged") && l.contains("echo:")) {
+                merged_seen = true;
                 scan_seen_at = Some(Instant::now());
             }
         }

@@ -152,9 +152,9 @@ pub const CONNECTIONS_MAX: usize = 256;
 /// The default `outgoing_buffer_max_bytes`: 8 MiB.
 pub const OUTGOING_BUFFER_MAX_BYTES: usize = 8 << 20;
 
-/// The default `scan_merge_slice`: 1,000 rows an input, a few ms of work
-/// (docs/PERFORMANCE.md).
-pub const SCAN_MERGE_SLICE: usize = 1_000;
+/// The default `scan_merge_slice`: 250 rows an input, ~1-3 ms of work at
+/// 100k sessions on a busy 2-core machine (docs/PERFORMANCE.md, issue 21).
+pub const SCAN_MERGE_SLICE: usize = 250;
 
 fn default_scan_merge_slice() -> usize {
     SCAN_MERGE_SLICE

@@ -160,6 +160,11 @@ impl Tombstones {
         Some(tombstone)
     }
 
+    /// Whether there is none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_uri.is_empty()
+    }
+
     /// Whether `uri` has a tombstone.
     pub(crate) fn contains_key(&self, uri: &Uri) -> bool {
         self.by_uri.contains_key(uri)
@@ -528,7 +533,8 @@ impl Host {
             // transcripts runs behind whatever it is.
             self.start_scans();
         }
-        if self.merges.pending() && !matches!(input, Input::Tick) {
+        let tick = matches!(input, Input::Tick);
+        if self.merges.pending() && !tick {
             // Something else came while a pass is half merged: the rest of
             // it is judged against what this input changes.
             crate::mark!("scan_merge_interleaved");
@@ -551,7 +557,7 @@ impl Host {
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
             Input::Tick => {}
         }
-        self.merge_if_due();
+        self.merge_if_due(tick);
         self.drain_due();
         self.fire_due();
         self.aware().tick();
@@ -570,7 +576,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.due_at()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono)].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

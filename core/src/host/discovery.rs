@@ -14,6 +14,7 @@ use crate::external::{ExternalFilter, ExternalMode};
 use crate::ids::{self, ResourceId};
 use crate::input::{Outcome, ScannedRow};
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::session::table::conversation_key;
 use crate::session::{Phase, Session};
 use crate::time::{MonoTime, WallTime};
 
@@ -104,6 +105,7 @@ impl Host {
         self.merges.queue.push_back(Merge {
             provider: provider.to_owned(),
             op,
+            rows_total: rows.len(),
             stage: Stage::Defaults,
             rows: rows.into_iter(),
             set_aside: Vec::new(),
@@ -114,18 +116,23 @@ impl Host {
         });
     }
 
-    /// Merges the next slice of the passes waiting (`scan_merge_slice` rows
-    /// or sessions walked, over the passes in the order they came), when
-    /// one is due: at once for a pass that just came, then a millisecond
-    /// after the last slice ([`Merges::due_at`]). Run on every input, so a
-    /// pass no bigger than a slice is merged in the input that brought it.
-    pub(crate) fn merge_if_due(&mut self) {
+    /// Merges the next slice of the passes waiting (`scan_merge_slice` rows,
+    /// or eight times as many sessions walked, over the passes in the order
+    /// they came), when one is due ([`Merges::due`]): at once for a pass
+    /// that just came, so a pass no bigger than a slice is merged in the
+    /// input that brought it; then on the first tick a millisecond after
+    /// the last slice, or on any input once the merge has waited
+    /// [`MERGE_SLICE_OVERDUE_MS`]. A tick comes when the driver has nothing
+    /// else to read, so the frames that came during a slice are answered
+    /// before the next slice (issue 21: a slice on every input let pings
+    /// queue up behind slice after slice).
+    pub(crate) fn merge_if_due(&mut self, tick: bool) {
         let now = self.shared.now.mono;
-        if self.merges.due_at().is_none_or(|due| due > now) {
+        if !self.merges.due(now, tick) {
             return;
         }
         self.merges.last_slice = Some(now);
-        let mut budget = self.shared.config.scan_merge_slice.max(1);
+        let mut budget = self.shared.config.scan_merge_slice.max(1).saturating_mul(ROW_COST);
         while budget > 0 {
             let Some(mut merge) = self.merges.queue.pop_front() else { break };
             merge.slices += 1;
@@ -135,6 +142,14 @@ impl Host {
             if self.merge_slice(&mut merge, &mut budget) {
                 self.finish_merge(merge);
             } else {
+                if merge.slices == 1 {
+                    // Said only of a pass bigger than a slice: a small one is
+                    // merged in the input that brought it, as it always was.
+                    self.shared.log(LogLevel::Info, "catalogue.scan_merging", None, format!(
+                        "{}: {} rows, merged {} an input",
+                        merge.provider, merge.rows_total, self.shared.config.scan_merge_slice.max(1)
+                    ));
+                }
                 self.merges.queue.push_front(merge);
             }
         }
@@ -153,7 +168,7 @@ impl Host {
             match &mut merge.stage {
                 Stage::Defaults => match merge.rows.next() {
                     Some(row) => {
-                        *budget -= 1;
+                        *budget = budget.saturating_sub(ROW_COST);
                         if is_default_chat(&row) {
                             self.merge_row(merge, row);
                         } else {
@@ -167,7 +182,7 @@ impl Host {
                 },
                 Stage::Others => match merge.rows.next() {
                     Some(row) => {
-                        *budget -= 1;
+                        *budget = budget.saturating_sub(ROW_COST);
                         self.merge_row(merge, row);
                     }
                     None => merge.stage = Stage::Sweep { after: None },
@@ -175,18 +190,34 @@ impl Host {
                 Stage::Sweep { after } => {
                     // External sessions whose transcript went, untouched by
                     // this pass, go too: walked in URI order from where the
-                    // last slice stopped.
-                    let Some((uri, s)) = self.sessions.next_after(after.as_ref()) else { return true };
-                    *budget -= 1;
-                    let gone = s.record.provider == merge.provider
-                        && s.record.external
-                        && s.resident.is_none()
-                        && s.phase == Phase::Asleep
-                        && s.record.chats.iter().all(|c| !merge.seen.contains(&c.conversation_id));
-                    let uri = uri.clone();
-                    *after = Some(uri.clone());
-                    if gone {
+                    // last slice stopped, `budget` sessions, the gone ones
+                    // forgotten after the walk.
+                    let provider = merge.provider.as_str();
+                    let mut walked = 0;
+                    let mut last = None;
+                    let mut gone = Vec::new();
+                    for (uri, s) in self.sessions.iter_after(after.as_ref()).take(*budget) {
+                        walked += 1;
+                        last = Some(uri);
+                        if s.record.provider == provider
+                            && s.record.external
+                            && s.resident.is_none()
+                            && s.phase == Phase::Asleep
+                            && s.record.chats.iter().all(|c| !merge.seen.contains(&conversation_key(provider, &c.conversation_id)))
+                        {
+                            gone.push(uri.clone());
+                        }
+                    }
+                    let done = walked < *budget;
+                    *budget -= walked;
+                    if let Some(uri) = last {
+                        *after = Some(uri.clone());
+                    }
+                    for uri in gone {
                         self.forget_listed(&uri);
+                    }
+                    if done {
+                        return true;
                     }
                 }
             }
@@ -206,6 +237,9 @@ impl Host {
         // A row of a disposed session is not listed again, and a tombstone
         // none of whose rows this pass found has nothing left to guard.
         let tombstone = self.tombstones.hiding(provider, &row.conversation_id).cloned().or_else(|| {
+            if self.tombstones.is_empty() {
+                return None;
+            }
             let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
             self.tombstones.contains_key(&session).then_some(session)
         });
@@ -214,9 +248,14 @@ impl Host {
             merge.guarding.insert(uri);
             return;
         }
-        merge.seen.insert(row.conversation_id.clone());
-        if let Some(uri) = self.sessions.conversation_holder(provider, &row.conversation_id) {
-            return self.refresh_external(&uri, &row);
+        merge.seen.insert(conversation_key(provider, &row.conversation_id));
+        if let Some((uri, s)) = self.sessions.conversation_holder(provider, &row.conversation_id) {
+            // A session of this host's own holds it: nothing to refresh.
+            if s.record.external && s.resident.is_none() {
+                let uri = uri.clone();
+                self.refresh_external(&uri, &row);
+            }
+            return;
         }
         match row.session.clone() {
             Some(session) => self.rediscover(provider, &session, row),
@@ -240,7 +279,9 @@ impl Host {
                 merge.guarding.len()
             ));
         }
-        self.shared.log(LogLevel::Info, "catalogue.scan_merged", None, format!("{provider}: {} conversations in {} slices", merge.seen.len(), merge.slices));
+        if merge.slices > 1 {
+            self.shared.log(LogLevel::Info, "catalogue.scan_merged", None, format!("{provider}: {} conversations in {} slices", merge.seen.len(), merge.slices));
+        }
         self.spend_tombstones(provider, merge.op, &merge.guarding);
     }
 
@@ -275,10 +316,12 @@ impl Host {
 
     /// An external row already listed: its title and times may have moved.
     fn refresh_external(&mut self, uri: &Uri, row: &ScannedRow) {
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        if !session.record.external || session.resident.is_some() {
+        // Read first: a session of this host's own is not handed out to
+        // change (so not re-indexed, nor re-checked as touched).
+        if !self.sessions.get(uri).is_some_and(|s| s.record.external && s.resident.is_none()) {
             return;
         }
+        let Some(session) = self.sessions.get_mut(uri) else { return };
         if !row.title.is_empty() {
             session.record.title = row.title.clone();
         }
@@ -497,14 +540,36 @@ pub(crate) struct Merges {
 /// the events that came meanwhile (client frames first) before the next.
 pub(crate) const MERGE_SLICE_GAP_MS: u64 = 1;
 
+/// How long a merge waits for a tick before an input of any kind runs its
+/// next slice, in ms: a stream of frames that never leaves the driver idle
+/// slows a merge down but cannot stop it.
+pub(crate) const MERGE_SLICE_OVERDUE_MS: u64 = 20;
+
+/// What a row costs of a slice's budget, against 1 for a session walked in
+/// the search for external sessions whose transcript went (a look at two
+/// fields, against a row's parses, lookups and inserts).
+const ROW_COST: usize = 8;
+
 impl Merges {
-    /// When the next slice is due, if a merge waits: derived from the last
-    /// slice's time (docs/STYLE.md 3.3).
-    pub(crate) fn due_at(&self) -> Option<MonoTime> {
+    /// Whether a slice is due at `now` in an input that is a tick (`tick`)
+    /// or not: derived from the last slice's time (docs/STYLE.md 3.3).
+    pub(crate) fn due(&self, now: MonoTime, tick: bool) -> bool {
+        if self.queue.is_empty() {
+            return false;
+        }
+        let gap = if tick { MERGE_SLICE_GAP_MS } else { MERGE_SLICE_OVERDUE_MS };
+        self.last_slice.is_none_or(|t| now >= t.plus_ms(gap))
+    }
+
+    /// When the host wants the tick the next slice runs on, if a merge
+    /// waits: a millisecond after the last slice, and after `now` (an
+    /// input that was not a tick may have found it due and left it).
+    pub(crate) fn deadline(&self, now: MonoTime) -> Option<MonoTime> {
         if self.queue.is_empty() {
             return None;
         }
-        Some(self.last_slice.map_or(MonoTime(0), |t| t.plus_ms(MERGE_SLICE_GAP_MS)))
+        let after_last = self.last_slice.map_or(MonoTime(0), |t| t.plus_ms(MERGE_SLICE_GAP_MS));
+        Some(after_last.max(now.plus_ms(1)))
     }
 
     /// Whether a merge waits.
@@ -526,6 +591,8 @@ struct Merge {
     provider: String,
     /// The pass's op: which tombstones it speaks for.
     op: OpId,
+    /// How many rows it found.
+    rows_total: usize,
     /// How far the merge has come.
     stage: Stage,
     /// The rows still to read in this stage.
@@ -535,8 +602,12 @@ struct Merge {
     set_aside: Vec<ScannedRow>,
     /// Tombstones this pass found rows of.
     guarding: BTreeSet<Uri>,
-    /// Conversation ids of the rows merged (no tombstone hid them).
-    seen: BTreeSet<String>,
+    /// The conversations of the rows merged (no tombstone hid them), by
+    /// their index key: numbers, so a 100k-row pass neither copies every id
+    /// nor frees 100k strings in its last slice. Two ids that share a key
+    /// (a chance of ~1 in 10^9 at 100k rows) could keep an external session
+    /// whose transcript went listed until the next pass.
+    seen: BTreeSet<u64>,
     /// Rows whose ids are not safe to use.
     skipped: usize,
     /// Slices merged so far.

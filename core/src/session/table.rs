@@ -65,8 +65,9 @@ struct Conversations {
     all: bool,
 }
 
-/// The index key of `provider`'s conversation `id`.
-fn conversation_key(provider: &str, id: &str) -> u64 {
+/// The index key of `provider`'s conversation `id` (also what a merge
+/// notes the conversations it saw by: a number, not a copy of the id).
+pub(crate) fn conversation_key(provider: &str, id: &str) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let mut h = OFFSET;
@@ -276,31 +277,29 @@ impl SessionTable {
 }
 
 impl SessionTable {
-    /// The first session after `after` in URI order (the first of all
-    /// for `None`): for walks spread over several inputs, which pick up
-    /// where they left off whatever was added or removed meanwhile.
-    pub fn next_after(&self, after: Option<&Uri>) -> Option<(&Uri, &Session)> {
+    /// The sessions after `after` in URI order (all of them for `None`):
+    /// for walks spread over several inputs, which pick up where they left
+    /// off whatever was added or removed meanwhile.
+    pub fn iter_after(&self, after: Option<&Uri>) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
         let lower = match after {
-            Some(uri) => Bound::Excluded(uri),
+            Some(uri) => Bound::Excluded(uri.clone()),
             None => Bound::Unbounded,
         };
-        let (_, slot) = self.keys.range::<Uri, _>((lower, Bound::Unbounded)).next()?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s))
+        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
     }
 
     /// The session that holds `provider`'s conversation `id` in one of its
     /// chats (the last in URI order if several do), indexing again first
     /// whatever changed since the index was last brought up to date.
-    pub fn conversation_holder(&mut self, provider: &str, id: &str) -> Option<Uri> {
+    pub fn conversation_holder(&mut self, provider: &str, id: &str) -> Option<(&Uri, &Session)> {
         self.sync_conversations();
         let slots = self.conversations.by_key.get(&conversation_key(provider, id))?;
         slots
             .iter()
             .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref())
             .filter(|(_, s)| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
-            .map(|(u, _)| u)
-            .max()
-            .cloned()
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(u, s)| (u, s))
     }
 
     /// Indexes again every session that may have changed since the last
@@ -510,19 +509,19 @@ mod tests {
         sa.record.chats.push(chat("a", "conv-1"));
         t.insert(a.clone(), sa);
         t.insert(b.clone(), session("b"));
-        assert_eq!(t.conversation_holder("echo", "conv-1"), Some(a.clone()));
-        assert_eq!(t.conversation_holder("claude", "conv-1"), None, "another provider's conversation");
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), Some(a.clone()));
+        assert_eq!(t.conversation_holder("claude", "conv-1").map(|(u, _)| u.clone()), None, "another provider's conversation");
         assert!(t.check_conversations().is_ok());
         // A chat added, a conversation renamed (an agent assigned its id).
         t.get_mut(&b).expect("b").record.chats.push(chat("b", "conv-1"));
-        assert_eq!(t.conversation_holder("echo", "conv-1"), Some(b.clone()), "the last in URI order of those holding it");
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), Some(b.clone()), "the last in URI order of those holding it");
         t.get_mut(&a).expect("a").record.chats[0].conversation_id = "conv-2".to_owned();
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
-        assert_eq!(t.conversation_holder("echo", "conv-2"), Some(a.clone()));
+        assert_eq!(t.conversation_holder("echo", "conv-2").map(|(u, _)| u.clone()), Some(a.clone()));
         // Removed: its slot taken by another session.
         t.remove(&b);
-        assert_eq!(t.conversation_holder("echo", "conv-1"), None);
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), None);
         t.insert("ahpd://echo/c".into(), session("c"));
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
@@ -532,22 +531,23 @@ mod tests {
         let _ = t.values_mut().count();
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
-        assert_eq!(t.conversation_holder("echo", "conv-2"), None);
+        assert_eq!(t.conversation_holder("echo", "conv-2").map(|(u, _)| u.clone()), None);
     }
 
     #[test]
-    fn next_after_walks_in_uri_order_from_where_it_stopped() {
+    fn iter_after_walks_in_uri_order_from_where_it_stopped() {
         let mut t = SessionTable::new();
         for k in ["a", "c"] {
             t.insert(format!("ahpd://echo/{k}"), session(k));
         }
-        let first = t.next_after(None).map(|(u, _)| u.clone());
+        let first = t.iter_after(None).next().map(|(u, _)| u.clone());
         assert_eq!(first.as_deref(), Some("ahpd://echo/a"));
         t.insert("ahpd://echo/b".into(), session("b"));
-        let b: Uri = "ahpd://echo/a".into();
-        assert_eq!(t.next_after(Some(&b)).map(|(u, _)| u.as_str()), Some("ahpd://echo/b"), "one added behind the walk's place is met");
+        let a: Uri = "ahpd://echo/a".into();
+        let rest: Vec<&str> = t.iter_after(Some(&a)).map(|(u, _)| u.as_str()).collect();
+        assert_eq!(rest, ["ahpd://echo/b", "ahpd://echo/c"], "one added past the walk's place is met");
         t.remove("ahpd://echo/b");
-        assert_eq!(t.next_after(Some(&"ahpd://echo/b".to_owned())).map(|(u, _)| u.as_str()), Some("ahpd://echo/c"), "from a place that went");
-        assert!(t.next_after(Some(&"ahpd://echo/c".to_owned())).is_none());
+        assert_eq!(t.iter_after(Some(&"ahpd://echo/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahpd://echo/c"), "from a place that went");
+        assert!(t.iter_after(Some(&"ahpd://echo/c".to_owned())).next().is_none());
     }
 }

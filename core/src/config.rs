@@ -86,11 +86,12 @@ pub struct Config {
     /// How old the last scan may be before a listing starts another behind
     /// its answer, in ms.
     pub scan_interval_ms: u64,
-    /// How much of a pass over a backend's transcripts one input merges, in
-    /// rows (and sessions, in the walk for external sessions whose
-    /// transcript went); the rest is merged a millisecond later, so no
-    /// input does work in proportion to the catalogue (issue 21: a 100k-row
-    /// pass merged at once held every client back half a second).
+    /// How much of a pass over a backend's transcripts one slice merges, in
+    /// rows (or eight times as many sessions, in the walk for external
+    /// sessions whose transcript went); the next slice runs on a tick a
+    /// millisecond later, so no input does work in proportion to the
+    /// catalogue (issue 21: a 100k-row pass merged at once held every
+    /// client back half a second).
     #[serde(default = "default_scan_merge_slice")]
     pub scan_merge_slice: usize,
     /// The root config's initial `showExternalSessions` (Sessions page:

@@ -146,7 +146,7 @@ impl Host {
                     // Said only of a pass bigger than a slice: a small one is
                     // merged in the input that brought it, as it always was.
                     self.shared.log(LogLevel::Info, "catalogue.scan_merging", None, format!(
-                        "{}: {} rows, merged {} an input",
+                        "{}: {} rows, merged {} a slice",
                         merge.provider, merge.rows_total, self.shared.config.scan_merge_slice.max(1)
                     ));
                 }
@@ -250,7 +250,9 @@ impl Host {
         }
         merge.seen.insert(conversation_key(provider, &row.conversation_id));
         if let Some((uri, s)) = self.sessions.conversation_holder(provider, &row.conversation_id) {
-            // A session of this host's own holds it: nothing to refresh.
+            // Only an external session at rest takes the row's title and
+            // times; asked here first so that a session of this host's own
+            // is read, not handed out to change.
             if s.record.external && s.resident.is_none() {
                 let uri = uri.clone();
                 self.refresh_external(&uri, &row);

@@ -86,6 +86,14 @@ pub struct Config {
     /// How old the last scan may be before a listing starts another behind
     /// its answer, in ms.
     pub scan_interval_ms: u64,
+    /// How much of a pass over a backend's transcripts one slice merges, in
+    /// rows (or eight times as many sessions, in the walk for external
+    /// sessions whose transcript went); the next slice runs on a tick a
+    /// millisecond later, so no input does work in proportion to the
+    /// catalogue (issue 21: a 100k-row pass merged at once held every
+    /// client back half a second).
+    #[serde(default = "default_scan_merge_slice")]
+    pub scan_merge_slice: usize,
     /// The root config's initial `showExternalSessions` (Sessions page:
     /// "none, the default").
     pub show_external_sessions: crate::external::ExternalMode,
@@ -145,6 +153,14 @@ pub const CONNECTIONS_MAX: usize = 256;
 /// The default `outgoing_buffer_max_bytes`: 8 MiB.
 pub const OUTGOING_BUFFER_MAX_BYTES: usize = 8 << 20;
 
+/// The default `scan_merge_slice`: 250 rows an input, ~1-3 ms of work at
+/// 100k sessions on a busy 2-core machine (docs/PERFORMANCE.md, issue 21).
+pub const SCAN_MERGE_SLICE: usize = 250;
+
+fn default_scan_merge_slice() -> usize {
+    SCAN_MERGE_SLICE
+}
+
 fn default_connections_max() -> usize {
     CONNECTIONS_MAX
 }
@@ -185,6 +201,7 @@ impl Default for Config {
             users: None,
             external_sources: Vec::new(),
             scan_interval_ms: 30_000,
+            scan_merge_slice: SCAN_MERGE_SLICE,
             show_external_sessions: crate::external::ExternalMode::None,
             limits: Limits::default(),
             policy: crate::policy::Policy::default(),

@@ -119,6 +119,90 @@ impl Tombstone {
     }
 }
 
+/// The tombstones by URI, and by the conversations their chats name: a
+/// pass over a backend's transcripts asks, per row, whether a tombstone
+/// hides it, and a merge in slices asks the tombstones as they are at that
+/// row, not as they were when the pass arrived (issue 21). Changed only
+/// through `insert` and `remove`, which keep the two in step.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tombstones {
+    by_uri: BTreeMap<Uri, Tombstone>,
+    /// Provider, then conversation id, to the tombstones naming it.
+    by_conversation: BTreeMap<String, BTreeMap<String, BTreeSet<Uri>>>,
+}
+
+impl Tombstones {
+    /// Adds the tombstone of `uri`, replacing one there was.
+    pub(crate) fn insert(&mut self, uri: Uri, tombstone: Tombstone) {
+        self.remove(&uri);
+        for c in &tombstone.record.chats {
+            self.by_conversation.entry(tombstone.record.provider.clone()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+        }
+        self.by_uri.insert(uri, tombstone);
+    }
+
+    /// Takes the tombstone of `uri` out.
+    pub(crate) fn remove(&mut self, uri: &Uri) -> Option<Tombstone> {
+        let tombstone = self.by_uri.remove(uri)?;
+        if let Some(conversations) = self.by_conversation.get_mut(&tombstone.record.provider) {
+            for c in &tombstone.record.chats {
+                if let Some(uris) = conversations.get_mut(&c.conversation_id) {
+                    uris.remove(uri);
+                    if uris.is_empty() {
+                        conversations.remove(&c.conversation_id);
+                    }
+                }
+            }
+            if conversations.is_empty() {
+                self.by_conversation.remove(&tombstone.record.provider);
+            }
+        }
+        Some(tombstone)
+    }
+
+    /// Whether there is none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_uri.is_empty()
+    }
+
+    /// Whether `uri` has a tombstone.
+    pub(crate) fn contains_key(&self, uri: &Uri) -> bool {
+        self.by_uri.contains_key(uri)
+    }
+
+    /// Every tombstone, in URI order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Uri, &Tombstone)> + '_ {
+        self.by_uri.iter()
+    }
+
+    /// Every tombstone's `since` and `clean`, in URI order, `clean` to
+    /// change (the record, which the index follows, stays as it is).
+    pub(crate) fn passes_mut(&mut self) -> impl Iterator<Item = (&Uri, OpId, &mut BTreeSet<String>)> + '_ {
+        self.by_uri.iter_mut().map(|(u, t)| (u, t.since, &mut t.clean))
+    }
+
+    /// The tombstone of `provider`'s conversation `id` (the last in URI
+    /// order if several name it).
+    pub(crate) fn hiding(&self, provider: &str, id: &str) -> Option<&Uri> {
+        self.by_conversation.get(provider)?.get(id)?.iter().next_back()
+    }
+
+    /// Whether the index by conversation names exactly what the tombstones'
+    /// chats do (for `invariants::inv_tombstone_index_consistent`).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let mut want: BTreeMap<String, BTreeMap<String, BTreeSet<Uri>>> = BTreeMap::new();
+        for (uri, t) in &self.by_uri {
+            for c in &t.record.chats {
+                want.entry(t.record.provider.clone()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+            }
+        }
+        if want != self.by_conversation {
+            return Err(format!("indexed {:?}, the tombstones name {want:?}", self.by_conversation));
+        }
+        Ok(())
+    }
+}
+
 /// The whole host. See the crate docs for the contract.
 ///
 /// Split the way quinn-proto splits an endpoint from its connections: the
@@ -143,7 +227,7 @@ pub struct Host {
     /// Disposed sessions whose tombstone the store holds, by URI: what a
     /// pass over their backend's transcripts must not list again, across
     /// restarts (see [`crate::record::SessionRecord::deleted`]).
-    pub(crate) tombstones: BTreeMap<Uri, Tombstone>,
+    pub(crate) tombstones: Tombstones,
     /// Connections refused at `Connected` (over `Limits::connections_max`),
     /// until their `Disconnected`: their frames are answered with the
     /// refusal and otherwise ignored.
@@ -154,6 +238,9 @@ pub struct Host {
     pub(crate) scans_in_flight: BTreeSet<String>,
     /// When the last scan was started; `None` before the first.
     pub(crate) last_scan_at: Option<MonoTime>,
+    /// Passes over the backends' transcripts being merged, a slice an
+    /// input (`host/discovery.rs`).
+    pub(crate) merges: discovery::Merges,
     /// Workspace awareness (issue 10).
     pub(crate) awareness: awareness::Awareness,
     /// The window's own trees, by handle (`host/detached.rs`).
@@ -240,6 +327,18 @@ pub struct HostView<'a> {
 }
 
 impl HostView<'_> {
+    /// Whether a pass over a backend's transcripts is being merged (its
+    /// slices may list sessions again, asleep, in any input).
+    pub fn merging_scan(&self) -> bool {
+        self.host.merges.pending()
+    }
+
+    /// The tombstones' index by conversation checked against the
+    /// tombstones (`invariants::inv_tombstone_index_consistent`).
+    pub fn check_tombstones(&self) -> Result<(), String> {
+        self.host.tombstones.check()
+    }
+
     /// The window's own trees (detached worktrees), each still held by its
     /// handle: trees this host made, so trusted when their repository is.
     pub fn window_trees(&self) -> impl Iterator<Item = &crate::git::WorktreeRecord> + '_ {
@@ -326,11 +425,12 @@ impl Host {
             },
             sessions: crate::session::table::SessionTable::with_capacity(restored.len()),
             held: BTreeSet::new(),
-            tombstones: BTreeMap::new(),
+            tombstones: Tombstones::default(),
             refused: BTreeSet::new(),
             last_sweep: now.mono,
             scans_in_flight: BTreeSet::new(),
             last_scan_at: None,
+            merges: discovery::Merges::default(),
             awareness: awareness::Awareness::default(),
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
@@ -339,6 +439,7 @@ impl Host {
         for record in restored {
             host.restore(record);
         }
+        host.sessions.sync_conversations();
         host
     }
 
@@ -440,6 +541,12 @@ impl Host {
             // transcripts runs behind whatever it is.
             self.start_scans();
         }
+        let tick = matches!(input, Input::Tick);
+        if self.merges.pending() && !tick {
+            // Something else came while a pass is half merged: the rest of
+            // it is judged against what this input changes.
+            crate::mark!("scan_merge_interleaved");
+        }
         match input {
             Input::Connected { conn } => self.on_connected(conn),
             Input::Authenticate { conn, token } => self.on_bearer(conn, &token),
@@ -458,9 +565,13 @@ impl Host {
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
             Input::Tick => {}
         }
+        self.merge_if_due(tick);
         self.drain_due();
         self.fire_due();
         self.aware().tick();
+        // The index a checker reads is the sessions' as this input left
+        // them.
+        self.sessions.sync_conversations();
         std::mem::take(&mut self.shared.effects)
     }
 
@@ -473,7 +584,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono)].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

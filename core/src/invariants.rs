@@ -39,6 +39,8 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_catalogue_lists_announced", inv_catalogue_lists_announced),
     ("inv_held_index_consistent", inv_held_index_consistent),
     ("inv_archived_goes_at_once", inv_archived_goes_at_once),
+    ("inv_conversation_index_consistent", inv_conversation_index_consistent),
+    ("inv_tombstone_index_consistent", inv_tombstone_index_consistent),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -323,6 +325,24 @@ pub fn inv_held_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
         return fail("inv_held_index_consistent", format!("held index has extra {extra:?}, misses {missing:?}"));
     }
     Ok(())
+}
+
+/// The index a pass over a backend's transcripts looks each row up in
+/// (which session holds a provider's conversation) names exactly the
+/// conversations of every session's chats, as the input left them: a
+/// conversation missing from it would be listed again as another session
+/// (Sessions page, "Finding one"), one left in it could keep a session's
+/// row from being listed. Computed afresh from the sessions
+/// (`SessionTable::check_conversations`).
+pub fn inv_conversation_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    view.sessions.check_conversations().map_err(|detail| Violation { rule: "inv_conversation_index_consistent", detail })
+}
+
+/// The tombstones' index by conversation names exactly the conversations
+/// of the tombstones' chats: a row of a disposed session it missed would be
+/// listed again (Sessions page: a disposed session stays disposed).
+pub fn inv_tombstone_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    view.check_tombstones().map_err(|detail| Violation { rule: "inv_tombstone_index_consistent", detail })
 }
 
 /// "InputNeeded while any chat waits on somebody, else InProgress while any

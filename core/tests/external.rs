@@ -444,3 +444,51 @@ fn a_pass_asked_before_a_dispose_does_not_spend_its_tombstone() {
     settle_into(&mut h, &mut store);
     assert!(h.list(1).is_empty(), "the disposed session does not come back");
 }
+
+/// The URIs of the sessions the host holds.
+fn held_uris(h: &Harness) -> Vec<String> {
+    h.host.view().sessions.iter().map(|(u, _)| u.clone()).collect()
+}
+
+/// Issue 21: a pass is merged a slice an input (`scan_merge_slice` rows,
+/// then as many sessions walked for external ones whose transcript went),
+/// and each row is judged against the host as it is when its slice runs: a
+/// session disposed between two slices stays disposed, and one that went
+/// from the transcripts goes only once every row was merged.
+#[test]
+fn a_pass_merged_in_slices_judges_each_row_against_the_host_as_it_is_then() {
+    let mut h = Harness::new(Config { scan_merge_slice: 1, scan_interval_ms: 0, ..config() });
+    h.connect(1, "c1");
+    set_mode(&mut h, "last30Days");
+    let now = h.now.wall.0;
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("a", now), external("b", now), external("gone", now)]);
+    assert_eq!(held_uris(&h), ["claude:/a"], "one row in the input that brought the pass");
+    assert!(h.host.next_deadline().is_some_and(|d| d.0 == h.now.mono.0 + 1), "the next slice a millisecond later");
+    h.advance(1);
+    assert_eq!(held_uris(&h), ["claude:/a", "claude:/b"]);
+    for _ in 0..10 {
+        h.advance(1);
+    }
+    assert_eq!(held_uris(&h), ["claude:/a", "claude:/b", "claude:/gone"]);
+    assert!(h.host.next_deadline().is_none(), "merged: nothing left to do");
+    h.frames(1);
+
+    // The next pass (a listing starts it): `a` is disposed between its
+    // slices, `gone`'s transcript went.
+    h.list(1);
+    answer_scan(&mut h, "echo", vec![]);
+    answer_scan(&mut h, "claude", vec![external("b", now), external("a", now)]);
+    let rid = h.send_request(1, "disposeSession", json!({"channel": "claude:/a"}));
+    h.settle();
+    assert!(h.take_reply(1, rid).expect("dispose reply")["error"].is_null());
+    assert!(!held_uris(&h).contains(&"claude:/a".to_owned()));
+    assert!(held_uris(&h).contains(&"claude:/gone".to_owned()), "nothing goes before every row was merged");
+    for _ in 0..10 {
+        h.advance(1);
+    }
+    assert_eq!(held_uris(&h), ["claude:/b"], "the disposed session stays disposed; the vanished one went");
+    let frames = h.frames(1);
+    assert!(notifications(&frames, "root/sessionRemoved").contains(&"claude:/gone".to_owned()));
+    assert!(h.host.next_deadline().is_none());
+}

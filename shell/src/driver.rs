@@ -258,9 +258,18 @@ impl Driver {
             Input::Disconnected { conn } => Some(*conn),
             _ => None,
         };
+        let kind = input_kind(&input);
+        let started = Instant::now();
         let effects = self.host.handle(now, input);
+        let handled = started.elapsed();
+        let count = effects.len();
         for effect in effects {
             self.execute(effect);
+        }
+        let took = started.elapsed();
+        if took >= SLOW_INPUT {
+            // Every client waits behind one input (issue 21): say which.
+            tracing::warn!(input = kind, handle_ms = handled.as_secs_f64() * 1e3, total_ms = took.as_secs_f64() * 1e3, effects = count, "slow input");
         }
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
@@ -350,6 +359,25 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 /// One operator log line for a core [`LogEvent`]; every line carries the
 /// `session` field (empty when the event is about no session).
+/// An input whose handling (the core's and its effects' execution) takes
+/// longer is logged: every other client waited that long.
+const SLOW_INPUT: Duration = Duration::from_millis(5);
+
+/// The name of an input's kind, for the log.
+fn input_kind(input: &Input) -> &'static str {
+    match input {
+        Input::Connected { .. } => "connected",
+        Input::Authenticate { .. } => "authenticate",
+        Input::Frame { .. } => "frame",
+        Input::Disconnected { .. } => "disconnected",
+        Input::Done { .. } => "done",
+        Input::Backend { .. } => "backend",
+        Input::PolicyChanged(_) => "policy",
+        Input::Shutdown { .. } => "shutdown",
+        Input::Tick => "tick",
+    }
+}
+
 fn log(e: &LogEvent) {
     let session = e.session.as_deref().unwrap_or("");
     match e.level {

@@ -92,6 +92,8 @@ pub const EXPECTED: &[&str] = &[
     "tree_kept_in_use",
     "archive_keeps_tree_in_use",
     "turn_action_refused_asleep",
+    "scan_merge_sliced",
+    "scan_merge_interleaved",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

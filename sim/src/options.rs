@@ -101,6 +101,10 @@ pub struct Options {
     pub list_limit_max: usize,
     /// The core's `scan_interval_ms` (transcript passes behind listings).
     pub scan_interval_ms: u64,
+    /// The core's `scan_merge_slice`: rows (and sessions walked) a pass
+    /// merges per input; mostly a few, so a pass's merge spans many inputs
+    /// and other inputs come between its slices.
+    pub scan_merge_slice: usize,
     /// Whether a second, non-resumable agent is offered.
     pub non_resumable_agent: bool,
     /// Probability that a fresh conversation gets a backend-assigned id.
@@ -227,6 +231,7 @@ impl Options {
             replay_buffer_len: if rng.chance(0.3) { rng.range(1, 20) as usize } else { 1000 },
             list_limit_max: rng.range(2, 500) as usize,
             scan_interval_ms: rng.range(200, 20_000),
+            scan_merge_slice: ahpd_core::config::SCAN_MERGE_SLICE,
             non_resumable_agent: rng.chance(0.3),
             backend_assigns_id: if rng.chance(0.5) { 0.0 } else { 0.5 },
             think_ms: rng.range(20, 400),
@@ -242,6 +247,13 @@ impl Options {
         // Drawn last, so the draws above keep their values.
         options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
         options.faults.trust_narrows = fault(&mut rng, 0.1, 0.6);
+        // Drawn after those, for the same reason: a quarter of the seeds
+        // merge a pass in one input (the daemon's slice is far bigger than
+        // a simulated pass), the rest a few rows or sessions at a time.
+        options.scan_merge_slice = match rng.below(4) {
+            0 => ahpd_core::config::SCAN_MERGE_SLICE,
+            _ => rng.range(1, 6) as usize,
+        };
         options
     }
 
@@ -270,6 +282,7 @@ impl Options {
             turns_page_len: 3,
             cursor_secret: b"sim-cursor-secret".to_vec(),
             scan_interval_ms: self.scan_interval_ms,
+            scan_merge_slice: self.scan_merge_slice,
             users: self.users.as_ref().map(|u| u.directory.clone()),
             host_token_sha256: self.users.as_ref().map(|_| ahpd_core::grants::token_hash(crate::users::HOST_TOKEN)),
             awareness: self.awareness.config(),
@@ -288,7 +301,7 @@ impl fmt::Display for Options {
         let ms = |x: Option<u64>| x.map_or("off".to_owned(), |v| format!("{v}ms"));
         writeln!(
             f,
-            "options: clients={} ids={}({}) residency_limit={} sleep_after_ms={} sweep_ms={} replay_len={} list_max={} scan_ms={} oneshot={} think={}ms net={}ms backend={}ms store={}ms safety_steps={} liveness_steps={}",
+            "options: clients={} ids={}({}) residency_limit={} sleep_after_ms={} sweep_ms={} replay_len={} list_max={} scan_ms={} merge_slice={} oneshot={} think={}ms net={}ms backend={}ms store={}ms safety_steps={} liveness_steps={}",
             self.clients,
             self.session_ids,
             if self.hot { "hot" } else { "cold" },
@@ -298,6 +311,7 @@ impl fmt::Display for Options {
             self.replay_buffer_len,
             self.list_limit_max,
             self.scan_interval_ms,
+            self.scan_merge_slice,
             self.non_resumable_agent,
             self.think_ms,
             self.net_ms,

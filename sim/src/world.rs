@@ -647,8 +647,10 @@ impl World {
         let mut before: Before = self.history.before_step(&self.host.view());
         let (grants_before, residency_before) = self.users_rules_before(&input, &label, sent, subject.clone(), now);
         // A scan's answer may list sessions this host lost (rediscovered
-        // from the backend's transcripts): they appear asleep.
-        before.scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
+        // from the backend's transcripts): they appear asleep, in the input
+        // that brought the answer or in any while its merge goes on.
+        let answers_scan = matches!(&input, Input::Done { op, .. } if self.scan_ops.remove(op));
+        before.scan = answers_scan || self.host.view().merging_scan();
         let aware = self.config.awareness.enabled;
         let aware_before = if aware {
             let truth = match &input {

@@ -477,10 +477,15 @@ impl Host {
 
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
         if self.shared.conns.remove(&conn).is_some() {
-            for session in self.sessions.values_mut() {
-                session.waiters.retain(|w| {
-                    !matches!(w, Waiter::Request { conn: c, .. } | Waiter::Handshake { conn: c, .. } if *c == conn)
-                });
+            let of_conn = |w: &Waiter| matches!(w, Waiter::Request { conn: c, .. } | Waiter::Handshake { conn: c, .. } if *c == conn);
+            // Only the sessions it waited on are handed out to change, so
+            // the indexes kept per changed session (`SessionTable`) and the
+            // checks of touched sessions do not redo every session.
+            let waited: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.waiters.iter().any(of_conn)).map(|(u, _)| u.clone()).collect();
+            for uri in waited {
+                if let Some(session) = self.sessions.get_mut(&uri) {
+                    session.waiters.retain(|w| !of_conn(w));
+                }
             }
             self.shared.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
         }

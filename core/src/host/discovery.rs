@@ -2,7 +2,7 @@
 //! (Sessions page, "Finding one"), external sessions, and the root config's
 //! `showExternalSessions`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, VecDeque};
 
 use ahp_types::actions::RootConfigChangedAction;
 use ahp_types::state::{ConfigSchema, RootConfigState};
@@ -14,8 +14,9 @@ use crate::external::{ExternalFilter, ExternalMode};
 use crate::ids::{self, ResourceId};
 use crate::input::{Outcome, ScannedRow};
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::session::table::conversation_key;
 use crate::session::{Phase, Session};
-use crate::time::WallTime;
+use crate::time::{MonoTime, WallTime};
 
 /// The root config key.
 pub const SHOW_EXTERNAL: &str = "showExternalSessions";
@@ -84,94 +85,206 @@ impl Host {
         }
     }
 
-    /// Merges one pass over `provider`'s transcripts into the catalogue and
-    /// tells every client what moved: a conversation of this host's own
-    /// whose record was lost (a `--sessions memory` restart) comes back
-    /// unread and unarchived; one a CLI wrote outside this host is listed as
-    /// external; an external one whose transcript is gone goes.
+    /// A pass over `provider`'s transcripts finished: its rows are merged
+    /// into the catalogue (see [`Merge`]), a slice now and the rest in the
+    /// inputs after this one. The provider counts as being scanned until
+    /// its merge ends, so no second pass of it starts meanwhile.
     pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) {
-        self.scans_in_flight.remove(provider);
         let rows = match outcome {
             Outcome::Scanned { rows } => rows,
             Outcome::Failed { message } => {
+                self.scans_in_flight.remove(provider);
                 crate::mark!("scan_failed");
                 return self.shared.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
             }
-            _ => return,
+            _ => {
+                self.scans_in_flight.remove(provider);
+                return;
+            }
         };
-        let mut known: BTreeMap<String, Uri> = BTreeMap::new();
-        for (uri, s) in &self.sessions {
-            if s.record.provider == provider {
-                for c in &s.record.chats {
-                    known.insert(c.conversation_id.clone(), uri.clone());
+        self.merges.queue.push_back(Merge {
+            provider: provider.to_owned(),
+            op,
+            rows_total: rows.len(),
+            stage: Stage::Defaults,
+            rows: rows.into_iter(),
+            set_aside: Vec::new(),
+            guarding: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            skipped: 0,
+            slices: 0,
+        });
+    }
+
+    /// Merges the next slice of the passes waiting (`scan_merge_slice` rows,
+    /// or eight times as many sessions walked, over the passes in the order
+    /// they came), when one is due ([`Merges::due`]): at once for a pass
+    /// that just came, so a pass no bigger than a slice is merged in the
+    /// input that brought it; then on the first tick a millisecond after
+    /// the last slice, or on any input once the merge has waited
+    /// [`MERGE_SLICE_OVERDUE_MS`]. A tick comes when the driver has nothing
+    /// else to read, so the frames that came during a slice are answered
+    /// before the next slice (issue 21: a slice on every input let pings
+    /// queue up behind slice after slice).
+    pub(crate) fn merge_if_due(&mut self, tick: bool) {
+        let now = self.shared.now.mono;
+        if !self.merges.due(now, tick) {
+            return;
+        }
+        self.merges.last_slice = Some(now);
+        let mut budget = self.shared.config.scan_merge_slice.max(1).saturating_mul(ROW_COST);
+        while budget > 0 {
+            let Some(mut merge) = self.merges.queue.pop_front() else { break };
+            merge.slices += 1;
+            if merge.slices == 2 {
+                crate::mark!("scan_merge_sliced");
+            }
+            if self.merge_slice(&mut merge, &mut budget) {
+                self.finish_merge(merge);
+            } else {
+                if merge.slices == 1 {
+                    // Said only of a pass bigger than a slice: a small one is
+                    // merged in the input that brought it, as it always was.
+                    self.shared.log(LogLevel::Info, "catalogue.scan_merging", None, format!(
+                        "{}: {} rows, merged {} a slice",
+                        merge.provider, merge.rows_total, self.shared.config.scan_merge_slice.max(1)
+                    ));
+                }
+                self.merges.queue.push_front(merge);
+            }
+        }
+        if self.merges.queue.is_empty() {
+            self.merges.last_slice = None;
+        }
+    }
+
+    /// Merges `merge` on until `budget` is spent (true: it is done). Every
+    /// row is judged against the host as it is when its turn comes, so what
+    /// other inputs changed between two slices counts: a session disposed
+    /// meanwhile has a tombstone that hides its rows, one adopted is no
+    /// longer external, one made meanwhile holds its conversations.
+    fn merge_slice(&mut self, merge: &mut Merge, budget: &mut usize) -> bool {
+        while *budget > 0 {
+            match &mut merge.stage {
+                Stage::Defaults => match merge.rows.next() {
+                    Some(row) => {
+                        *budget = budget.saturating_sub(ROW_COST);
+                        if is_default_chat(&row) {
+                            self.merge_row(merge, row);
+                        } else {
+                            merge.set_aside.push(row);
+                        }
+                    }
+                    None => {
+                        merge.rows = std::mem::take(&mut merge.set_aside).into_iter();
+                        merge.stage = Stage::Others;
+                    }
+                },
+                Stage::Others => match merge.rows.next() {
+                    Some(row) => {
+                        *budget = budget.saturating_sub(ROW_COST);
+                        self.merge_row(merge, row);
+                    }
+                    None => merge.stage = Stage::Sweep { after: None },
+                },
+                Stage::Sweep { after } => {
+                    // External sessions whose transcript went, untouched by
+                    // this pass, go too: walked in URI order from where the
+                    // last slice stopped, `budget` sessions, the gone ones
+                    // forgotten after the walk.
+                    let provider = merge.provider.as_str();
+                    let mut walked = 0;
+                    let mut last = None;
+                    let mut gone = Vec::new();
+                    for (uri, s) in self.sessions.iter_after(after.as_ref()).take(*budget) {
+                        walked += 1;
+                        last = Some(uri);
+                        if s.record.provider == provider
+                            && s.record.external
+                            && s.resident.is_none()
+                            && s.phase == Phase::Asleep
+                            && s.record.chats.iter().all(|c| !merge.seen.contains(&conversation_key(provider, &c.conversation_id)))
+                        {
+                            gone.push(uri.clone());
+                        }
+                    }
+                    let done = walked < *budget;
+                    *budget -= walked;
+                    if let Some(uri) = last {
+                        *after = Some(uri.clone());
+                    }
+                    for uri in gone {
+                        self.forget_listed(&uri);
+                    }
+                    if done {
+                        return true;
+                    }
                 }
             }
         }
-        // Disposed sessions of this provider, by conversation id: a row of
-        // one is not listed again, and a tombstone none of whose rows this
-        // pass found has nothing left to guard.
-        let mut tombstoned: BTreeMap<String, Uri> = BTreeMap::new();
-        for (uri, t) in &self.tombstones {
-            if t.record.provider == provider {
-                for c in &t.record.chats {
-                    tombstoned.insert(c.conversation_id.clone(), uri.clone());
-                }
-            }
+        false
+    }
+
+    /// One row of a pass: hidden by a tombstone, or an external session's
+    /// title and times refreshed, or a conversation this host ran listed
+    /// again, or one a CLI wrote listed as external.
+    fn merge_row(&mut self, merge: &mut Merge, row: ScannedRow) {
+        let provider = merge.provider.as_str();
+        if ids::validate_conversation_id(&row.conversation_id).is_err() {
+            merge.skipped += 1;
+            return;
         }
-        let mut guarding = BTreeSet::new();
-        let mut seen = BTreeSet::new();
-        let mut skipped = 0usize;
-        for row in default_chats_first(rows) {
-            if ids::validate_conversation_id(&row.conversation_id).is_err() {
-                skipped += 1;
-                continue;
+        // A row of a disposed session is not listed again, and a tombstone
+        // none of whose rows this pass found has nothing left to guard.
+        let tombstone = self.tombstones.hiding(provider, &row.conversation_id).cloned().or_else(|| {
+            if self.tombstones.is_empty() {
+                return None;
             }
-            let tombstone = tombstoned.get(&row.conversation_id).cloned().or_else(|| {
-                let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
-                self.tombstones.contains_key(&session).then_some(session)
-            });
-            if let Some(uri) = tombstone {
-                crate::mark!("tombstone_hides_row");
-                guarding.insert(uri);
-                continue;
-            }
-            seen.insert(row.conversation_id.clone());
-            if let Some(uri) = known.get(&row.conversation_id).cloned() {
+            let session = ResourceId::parse(row.session.as_deref()?).ok()?.uri();
+            self.tombstones.contains_key(&session).then_some(session)
+        });
+        if let Some(uri) = tombstone {
+            crate::mark!("tombstone_hides_row");
+            merge.guarding.insert(uri);
+            return;
+        }
+        merge.seen.insert(conversation_key(provider, &row.conversation_id));
+        if let Some((uri, s)) = self.sessions.conversation_holder(provider, &row.conversation_id) {
+            // Only an external session at rest takes the row's title and
+            // times; asked here first so that a session of this host's own
+            // is read, not handed out to change.
+            if s.record.external && s.resident.is_none() {
+                let uri = uri.clone();
                 self.refresh_external(&uri, &row);
-                continue;
             }
-            match row.session.clone() {
-                Some(session) => self.rediscover(provider, &session, row),
-                None => self.discover_external(provider, row),
-            }
+            return;
         }
-        if skipped > 0 {
+        match row.session.clone() {
+            Some(session) => self.rediscover(provider, &session, row),
+            None => self.discover_external(provider, row),
+        }
+    }
+
+    /// The end of a pass's merge: what it skipped and what the tombstones
+    /// guard is logged, the tombstones it speaks for are judged, and the
+    /// provider may be scanned again.
+    fn finish_merge(&mut self, merge: Merge) {
+        let provider = merge.provider.as_str();
+        self.scans_in_flight.remove(provider);
+        if merge.skipped > 0 {
             crate::mark!("scan_rows_skipped");
-            self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {skipped} rows with ids that are not safe to use"));
+            self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {} rows with ids that are not safe to use", merge.skipped));
         }
-        // External sessions whose transcript went, untouched here, go too.
-        let gone: Vec<Uri> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| {
-                s.record.provider == provider
-                    && s.record.external
-                    && s.resident.is_none()
-                    && s.phase == Phase::Asleep
-                    && s.record.chats.iter().all(|c| !seen.contains(&c.conversation_id))
-            })
-            .map(|(u, _)| u.clone())
-            .collect();
-        for uri in gone {
-            self.forget_listed(&uri);
-        }
-        if !guarding.is_empty() {
+        if !merge.guarding.is_empty() {
             self.shared.log(LogLevel::Info, "catalogue.tombstones_held", None, format!(
                 "{provider}: {} disposed sessions' transcripts are still there and stay unlisted",
-                guarding.len()
+                merge.guarding.len()
             ));
         }
-        self.spend_tombstones(provider, op, &guarding);
+        if merge.slices > 1 {
+            self.shared.log(LogLevel::Info, "catalogue.scan_merged", None, format!("{provider}: {} conversations in {} slices", merge.seen.len(), merge.slices));
+        }
+        self.spend_tombstones(provider, merge.op, &merge.guarding);
     }
 
     /// After pass `op` over `provider` found rows the tombstones in
@@ -181,11 +294,11 @@ impl Host {
     /// another agent and disposed again: the copy the first agent kept must
     /// stay hidden (issue 19, sim seeds 2347 and 11188).
     fn spend_tombstones(&mut self, provider: &str, op: OpId, guarding: &BTreeSet<Uri>) {
-        for (uri, t) in self.tombstones.iter_mut().filter(|(_, t)| op > t.since) {
+        for (uri, _, clean) in self.tombstones.passes_mut().filter(|(_, since, _)| op > *since) {
             if guarding.contains(uri) {
-                t.clean.remove(provider);
+                clean.remove(provider);
             } else {
-                t.clean.insert(provider.to_owned());
+                clean.insert(provider.to_owned());
             }
         }
         let sources: Vec<&String> = self.shared.config.agents.iter().map(|a| &a.provider).chain(self.shared.config.external_sources.iter()).collect();
@@ -205,10 +318,12 @@ impl Host {
 
     /// An external row already listed: its title and times may have moved.
     fn refresh_external(&mut self, uri: &Uri, row: &ScannedRow) {
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        if !session.record.external || session.resident.is_some() {
+        // Read first: a session of this host's own is not handed out to
+        // change (so not re-indexed, nor re-checked as touched).
+        if !self.sessions.get(uri).is_some_and(|s| s.record.external && s.resident.is_none()) {
             return;
         }
+        let Some(session) = self.sessions.get_mut(uri) else { return };
         if !row.title.is_empty() {
             session.record.title = row.title.clone();
         }
@@ -403,16 +518,112 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     }
 }
 
-/// The rows in merge order: every row that names no chat or its session's
-/// default chat first, then the rest, each group in the order given (a
-/// stable partition), so a session's default chat is listed before its
-/// other chats join it.
-fn default_chats_first(rows: Vec<ScannedRow>) -> Vec<ScannedRow> {
-    let is_default = |r: &ScannedRow| match (&r.session, &r.chat) {
+/// Whether a row names no chat or its session's default chat: such rows
+/// are merged first, the rest after them, each group in the order given,
+/// so a session's default chat is listed before its other chats join it.
+fn is_default_chat(row: &ScannedRow) -> bool {
+    match (&row.session, &row.chat) {
         (_, None) | (None, _) => true,
         (Some(s), Some(c)) => ResourceId::parse(s).is_ok_and(|id| id.default_chat_uri() == *c),
-    };
-    let (mut first, rest): (Vec<_>, Vec<_>) = rows.into_iter().partition(is_default);
-    first.extend(rest);
-    first
+    }
+}
+
+/// Passes over the backends' transcripts waiting to be merged, in the order
+/// they came, and when the last slice ran (issue 21).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Merges {
+    queue: VecDeque<Merge>,
+    /// When the last slice was merged; `None` when none was since the
+    /// queue was last empty, so the next is due at once.
+    last_slice: Option<MonoTime>,
+}
+
+/// The least time between two slices of a merge, in ms: the driver reads
+/// the events that came meanwhile (client frames first) before the next.
+pub(crate) const MERGE_SLICE_GAP_MS: u64 = 1;
+
+/// How long a merge waits for a tick before an input of any kind runs its
+/// next slice, in ms: a stream of frames that never leaves the driver idle
+/// slows a merge down but cannot stop it.
+pub(crate) const MERGE_SLICE_OVERDUE_MS: u64 = 20;
+
+/// What a row costs of a slice's budget, against 1 for a session walked in
+/// the search for external sessions whose transcript went (a look at two
+/// fields, against a row's parses, lookups and inserts).
+const ROW_COST: usize = 8;
+
+impl Merges {
+    /// Whether a slice is due at `now` in an input that is a tick (`tick`)
+    /// or not: derived from the last slice's time (docs/STYLE.md 3.3).
+    pub(crate) fn due(&self, now: MonoTime, tick: bool) -> bool {
+        if self.queue.is_empty() {
+            return false;
+        }
+        let gap = if tick { MERGE_SLICE_GAP_MS } else { MERGE_SLICE_OVERDUE_MS };
+        self.last_slice.is_none_or(|t| now >= t.plus_ms(gap))
+    }
+
+    /// When the host wants the tick the next slice runs on, if a merge
+    /// waits: a millisecond after the last slice, and after `now` (an
+    /// input that was not a tick may have found it due and left it).
+    pub(crate) fn deadline(&self, now: MonoTime) -> Option<MonoTime> {
+        if self.queue.is_empty() {
+            return None;
+        }
+        let after_last = self.last_slice.map_or(MonoTime(0), |t| t.plus_ms(MERGE_SLICE_GAP_MS));
+        Some(after_last.max(now.plus_ms(1)))
+    }
+
+    /// Whether a merge waits.
+    pub(crate) fn pending(&self) -> bool {
+        !self.queue.is_empty()
+    }
+}
+
+/// One pass over a provider's transcripts being merged into the catalogue
+/// (Sessions page, "Finding one"), a slice an input: a conversation of this
+/// host's own whose record was lost (a `--sessions memory` restart) comes
+/// back unread and unarchived; one a CLI wrote outside this host is listed
+/// as external; an external one whose transcript is gone goes; a row a
+/// tombstone hides stays unlisted, and the tombstones the pass speaks for
+/// are judged at its end (`Host::spend_tombstones`).
+#[derive(Debug, Clone)]
+struct Merge {
+    /// The backend or external source scanned.
+    provider: String,
+    /// The pass's op: which tombstones it speaks for.
+    op: OpId,
+    /// How many rows it found.
+    rows_total: usize,
+    /// How far the merge has come.
+    stage: Stage,
+    /// The rows still to read in this stage.
+    rows: std::vec::IntoIter<ScannedRow>,
+    /// Rows of chats that are not their session's default, kept for the
+    /// second stage.
+    set_aside: Vec<ScannedRow>,
+    /// Tombstones this pass found rows of.
+    guarding: BTreeSet<Uri>,
+    /// The conversations of the rows merged (no tombstone hid them), by
+    /// their index key: numbers, so a 100k-row pass neither copies every id
+    /// nor frees 100k strings in its last slice. Two ids that share a key
+    /// (a chance of ~1 in 10^9 at 100k rows) could keep an external session
+    /// whose transcript went listed until the next pass.
+    seen: BTreeSet<u64>,
+    /// Rows whose ids are not safe to use.
+    skipped: usize,
+    /// Slices merged so far.
+    slices: u32,
+}
+
+/// The stages of a [`Merge`], in order.
+#[derive(Debug, Clone)]
+enum Stage {
+    /// Rows of default chats (or none) merged, the others set aside.
+    Defaults,
+    /// The rows set aside merged.
+    Others,
+    /// The walk over the sessions for external ones whose transcript went,
+    /// after the session named (from the first when `None`).
+    Sweep { after: Option<Uri> },
 }

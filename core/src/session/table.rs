@@ -7,9 +7,18 @@
 //! beside its key and a `listSessions` page reads its rows without
 //! searching the map (Sessions page, "Finding one"; issue 4's benchmark:
 //! a search compares URIs that share a long prefix, ~0.3 µs a row at 100k).
+//!
+//! The table also keeps the index a pass over a backend's transcripts looks
+//! each row up in: which sessions hold a chat with a given provider's
+//! conversation id ([`SessionTable::conversation_holder`]). It is kept here
+//! because every change to a session goes through the table's `&mut`
+//! methods, so the table knows which sessions to index again without every
+//! rule that touches a chat having to remember to (issue 21: the merge of a
+//! 100k-row pass must not build a 100k-entry map per slice).
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use ahp_types::Uri;
 
@@ -32,6 +41,51 @@ pub struct SessionTable {
     /// What changed since [`SessionTable::clear_touched`]: the slots handed
     /// out to change (each once), and the URIs removed.
     touched: Touched,
+    /// Which sessions hold which conversations.
+    conversations: Conversations,
+}
+
+/// The sessions holding each conversation, by a hash of the provider and
+/// the conversation id (FNV-1a, fixed: the same on every run). A hash, not
+/// the strings, to keep the index at ~100 bytes a session at 100k rows
+/// (docs/PERFORMANCE.md); two conversations that share a hash share an
+/// entry, and [`SessionTable::conversation_holder`] compares the strings.
+#[derive(Debug, Clone, Default)]
+struct Conversations {
+    /// Key to the slots of the sessions holding it, each once, ascending.
+    by_key: BTreeMap<u64, Vec<Slot>>,
+    /// Per slot, the keys it is indexed under (ascending, each once).
+    of_slot: Vec<Vec<u64>>,
+    /// Slots that may have changed since the last
+    /// [`SessionTable::sync_conversations`], each once.
+    dirty: Vec<Slot>,
+    /// Per slot, whether it is in `dirty`.
+    marked: Vec<bool>,
+    /// `values_mut` handed out every session: every slot is dirty.
+    all: bool,
+}
+
+/// The index key of `provider`'s conversation `id` (also what a merge
+/// notes the conversations it saw by: a number, not a copy of the id).
+pub(crate) fn conversation_key(provider: &str, id: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    // 0xff never occurs in UTF-8, so ("ab", "c") and ("a", "bc") differ.
+    for b in provider.bytes().chain(std::iter::once(0xff)).chain(id.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h
+}
+
+/// The keys `session` is indexed under: one per conversation of its chats,
+/// ascending, each once.
+fn keys_of(session: &Session) -> Vec<u64> {
+    let mut keys: Vec<u64> = session.record.chats.iter().map(|c| conversation_key(&session.record.provider, &c.conversation_id)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// The sessions a table handed out to change, or added or removed, since it
@@ -105,6 +159,7 @@ impl SessionTable {
         let slot = self.keys.remove(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
+        self.conversations.mark(slot);
         taken.map(|(uri, s)| {
             self.touched.removed.push(uri);
             s
@@ -178,11 +233,13 @@ impl SessionTable {
     /// depend on order).
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Session> + '_ {
         self.touched.all = true;
+        self.conversations.all = true;
         self.slab.iter_mut().filter_map(|e| e.as_mut().map(|(_, s)| s))
     }
 
     /// Notes that the session in `slot` may change.
     fn touch(&mut self, slot: Slot) {
+        self.conversations.mark(slot);
         let i = slot.0 as usize;
         if self.touched.marked.len() <= i {
             self.touched.marked.resize(i + 1, false);
@@ -222,6 +279,135 @@ impl SessionTable {
         uris.sort();
         uris.dedup();
         Some(uris)
+    }
+}
+
+impl SessionTable {
+    /// The sessions after `after` in URI order (all of them for `None`):
+    /// for walks spread over several inputs, which pick up where they left
+    /// off whatever was added or removed meanwhile.
+    pub fn iter_after(&self, after: Option<&Uri>) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
+        let lower = match after {
+            Some(uri) => Bound::Excluded(uri.clone()),
+            None => Bound::Unbounded,
+        };
+        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
+    }
+
+    /// The session that holds `provider`'s conversation `id` in one of its
+    /// chats (the last in URI order if several do), indexing again first
+    /// whatever changed since the index was last brought up to date.
+    pub fn conversation_holder(&mut self, provider: &str, id: &str) -> Option<(&Uri, &Session)> {
+        self.sync_conversations();
+        let slots = self.conversations.by_key.get(&conversation_key(provider, id))?;
+        slots
+            .iter()
+            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref())
+            .filter(|(_, s)| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(u, s)| (u, s))
+    }
+
+    /// Indexes again every session that may have changed since the last
+    /// call (the host calls it at the end of every input, so the index a
+    /// checker reads is up to date): O(sessions changed), or every session
+    /// after `values_mut`.
+    pub fn sync_conversations(&mut self) {
+        let dirty: Vec<Slot> = if self.conversations.all {
+            self.conversations.all = false;
+            for slot in self.conversations.dirty.drain(..) {
+                self.conversations.marked[slot.0 as usize] = false;
+            }
+            (0..self.slab.len().max(self.conversations.of_slot.len())).map(|i| Slot(i as u32)).collect()
+        } else {
+            let dirty = std::mem::take(&mut self.conversations.dirty);
+            for slot in &dirty {
+                self.conversations.marked[slot.0 as usize] = false;
+            }
+            dirty
+        };
+        for slot in dirty {
+            let i = slot.0 as usize;
+            let keys = match self.slab.get(i) {
+                Some(Some((_, s))) => keys_of(s),
+                _ => Vec::new(),
+            };
+            let index = &mut self.conversations;
+            if index.of_slot.len() <= i {
+                if keys.is_empty() {
+                    continue;
+                }
+                index.of_slot.resize(i + 1, Vec::new());
+            }
+            if index.of_slot[i] == keys {
+                continue;
+            }
+            for key in &index.of_slot[i] {
+                if let Some(slots) = index.by_key.get_mut(key) {
+                    slots.retain(|s| *s != slot);
+                    if slots.is_empty() {
+                        index.by_key.remove(key);
+                    }
+                }
+            }
+            for key in &keys {
+                let slots = index.by_key.entry(*key).or_default();
+                if let Err(at) = slots.binary_search(&slot) {
+                    slots.insert(at, slot);
+                }
+            }
+            index.of_slot[i] = keys;
+        }
+    }
+
+    /// Whether the conversation index is up to date and indexes exactly
+    /// the conversations of every session's chats, computed afresh (for
+    /// `invariants::inv_conversation_index_consistent`).
+    pub fn check_conversations(&self) -> Result<(), String> {
+        let index = &self.conversations;
+        if index.all || !index.dirty.is_empty() {
+            return Err(format!("{} sessions changed since the index was last brought up to date", if index.all { self.len() } else { index.dirty.len() }));
+        }
+        let mut entries = 0;
+        for (i, entry) in self.slab.iter().enumerate() {
+            let want = match entry {
+                Some((_, s)) => keys_of(s),
+                None => Vec::new(),
+            };
+            let have: &[u64] = index.of_slot.get(i).map_or(&[], Vec::as_slice);
+            let name = entry.as_ref().map_or("a free slot", |(u, _)| u.as_str());
+            if have != want.as_slice() {
+                return Err(format!("{name} is indexed under {have:?}, its chats' conversations are {want:?}"));
+            }
+            for key in &want {
+                if !index.by_key.get(key).is_some_and(|slots| slots.contains(&Slot(i as u32))) {
+                    return Err(format!("{name}'s conversation {key:#x} does not lead to it"));
+                }
+            }
+            entries += want.len();
+        }
+        if index.of_slot.iter().skip(self.slab.len()).any(|keys| !keys.is_empty()) {
+            return Err("a slot past the table's end is indexed".to_owned());
+        }
+        let listed: usize = index.by_key.values().map(Vec::len).sum();
+        if listed != entries {
+            return Err(format!("{listed} entries indexed, {entries} conversations held"));
+        }
+        Ok(())
+    }
+}
+
+impl Conversations {
+    /// Notes that the session in `slot` may have changed.
+    fn mark(&mut self, slot: Slot) {
+        let i = slot.0 as usize;
+        if self.marked.len() <= i {
+            self.marked.resize(i + 1, false);
+        }
+        if !self.marked[i] {
+            self.marked[i] = true;
+            self.dirty.push(slot);
+        }
     }
 }
 
@@ -315,5 +501,59 @@ mod tests {
         assert_eq!(t.touched(), None, "values_mut hands out every session");
         t.clear_touched();
         assert_eq!(t.touched(), Some(Vec::new()));
+    }
+
+    fn chat(key: &str, conversation: &str) -> crate::record::ChatRecord {
+        crate::record::ChatRecord::new_chat(format!("ahp-chat:/{key}"), conversation.to_owned(), crate::time::WallTime(0))
+    }
+
+    #[test]
+    fn the_conversation_index_follows_every_change_through_the_table() {
+        let mut t = SessionTable::new();
+        let (a, b): (Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into());
+        let mut sa = session("a");
+        sa.record.chats.push(chat("a", "conv-1"));
+        t.insert(a.clone(), sa);
+        t.insert(b.clone(), session("b"));
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), Some(a.clone()));
+        assert_eq!(t.conversation_holder("claude", "conv-1").map(|(u, _)| u.clone()), None, "another provider's conversation");
+        assert!(t.check_conversations().is_ok());
+        // A chat added, a conversation renamed (an agent assigned its id).
+        t.get_mut(&b).expect("b").record.chats.push(chat("b", "conv-1"));
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), Some(b.clone()), "the last in URI order of those holding it");
+        t.get_mut(&a).expect("a").record.chats[0].conversation_id = "conv-2".to_owned();
+        t.sync_conversations();
+        assert!(t.check_conversations().is_ok());
+        assert_eq!(t.conversation_holder("echo", "conv-2").map(|(u, _)| u.clone()), Some(a.clone()));
+        // Removed: its slot taken by another session.
+        t.remove(&b);
+        assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), None);
+        t.insert("ahpd://echo/c".into(), session("c"));
+        t.sync_conversations();
+        assert!(t.check_conversations().is_ok());
+        // Changed without a sync: the check says so.
+        t.get_mut(&a).expect("a").record.chats.clear();
+        assert!(t.check_conversations().is_err(), "a change not yet indexed");
+        let _ = t.values_mut().count();
+        t.sync_conversations();
+        assert!(t.check_conversations().is_ok());
+        assert_eq!(t.conversation_holder("echo", "conv-2").map(|(u, _)| u.clone()), None);
+    }
+
+    #[test]
+    fn iter_after_walks_in_uri_order_from_where_it_stopped() {
+        let mut t = SessionTable::new();
+        for k in ["a", "c"] {
+            t.insert(format!("ahpd://echo/{k}"), session(k));
+        }
+        let first = t.iter_after(None).next().map(|(u, _)| u.clone());
+        assert_eq!(first.as_deref(), Some("ahpd://echo/a"));
+        t.insert("ahpd://echo/b".into(), session("b"));
+        let a: Uri = "ahpd://echo/a".into();
+        let rest: Vec<&str> = t.iter_after(Some(&a)).map(|(u, _)| u.as_str()).collect();
+        assert_eq!(rest, ["ahpd://echo/b", "ahpd://echo/c"], "one added past the walk's place is met");
+        t.remove("ahpd://echo/b");
+        assert_eq!(t.iter_after(Some(&"ahpd://echo/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahpd://echo/c"), "from a place that went");
+        assert!(t.iter_after(Some(&"ahpd://echo/c".to_owned())).next().is_none());
     }
 }

@@ -363,7 +363,9 @@ fn bench_merge(rows: Vec<ahpd_core::ScannedRow>) {
     let again = rows.clone();
     let t = Instant::now();
     let _ = host.handle(now, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows } });
+    let (now, slices, longest) = merge_to_end(&mut host, now);
     let merged = t.elapsed();
+    println!("merge: {slices} slices (ticks a millisecond apart after the input that brought the pass), the longest tick {:.2} ms", ms(longest));
     let frame = r#"{"jsonrpc":"2.0","id":2,"method":"listSessions","params":{"channel":"ahp-root://","limit":500}}"#;
     let t = Instant::now();
     let effects = host.handle(now, Input::Frame { conn, text: frame.to_owned() });
@@ -373,7 +375,7 @@ fn bench_merge(rows: Vec<ahpd_core::ScannedRow>) {
     println!("merge: the core took {n} scanned rows in {:.0} ms; the first page ({listed} rows) then took {:.1} ms", ms(merged), ms(page));
     // A refresh: a listing once the last pass is stale starts another
     // behind its answer; the same rows come back.
-    let later = Now { mono: MonoTime(Config::default().scan_interval_ms + 1), wall: now.wall };
+    let later = Now { mono: now.mono.plus_ms(Config::default().scan_interval_ms + 1), wall: now.wall };
     let effects = host.handle(later, Input::Frame { conn, text: frame.replace("\"id\":2", "\"id\":3") });
     let Some(op) = effects.iter().find_map(|e| match e {
         Effect::Scan { op, provider } if provider == claude::PROVIDER => Some(*op),
@@ -384,7 +386,24 @@ fn bench_merge(rows: Vec<ahpd_core::ScannedRow>) {
     };
     let t = Instant::now();
     let _ = host.handle(later, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows: again } });
-    println!("merge: a refresh bringing the same {n} rows back took the core {:.0} ms", ms(t.elapsed()));
+    let (_, slices, longest) = merge_to_end(&mut host, later);
+    println!("merge: a refresh bringing the same {n} rows back took the core {:.0} ms in {slices} slices, the longest tick {:.2} ms", ms(t.elapsed()), ms(longest));
+}
+
+/// Ticks `host` a millisecond apart until the pass it is merging is merged
+/// (issue 21: a slice a tick); returns the time then, the slices (the input
+/// that brought the pass included) and the longest input.
+fn merge_to_end(host: &mut Host, mut now: Now) -> (Now, usize, Duration) {
+    let mut slices = 1;
+    let mut longest = Duration::ZERO;
+    while host.view().merging_scan() {
+        now.mono = now.mono.plus_ms(1);
+        let t = Instant::now();
+        let _ = host.handle(now, Input::Tick);
+        longest = longest.max(t.elapsed());
+        slices += 1;
+    }
+    (now, slices, longest)
 }
 
 // ---------------------------------------------------------------------------

@@ -294,10 +294,11 @@ impl Daemon {
                 cmd.env_remove(key);
             }
         }
-        // Only warnings, plus the scan's "scan finished" line the catalogue
+        // Only warnings, plus the scan's "scan finished" line and the core's
+        // log events (`catalogue.scan_merged`: a pass merged) the catalogue
         // scenario waits for: per-frame logging would be part of the load.
         // `BENCH_DAEMON_LOG` replaces the filter when a run needs looking into.
-        let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug".to_owned());
+        let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug,ahpd::driver=info".to_owned());
         cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
         let spawned = Instant::now();
@@ -875,7 +876,9 @@ fn plain_read(dir: &Path) -> R<(Duration, u64)> {
 
 /// The longest ping latency while the start's transcript scan runs and
 /// merges: one ping sent every ~1 ms (not waiting for replies) from now
-/// until 1.5 s after the log says the scan finished (at most `cap`).
+/// until 1.5 s after the log says the scan finished, or, when the log says
+/// the daemon merges the echo pass in slices (`catalogue.scan_merging`),
+/// 1.5 s after it says the merge ended (at most `cap`).
 /// Returns (longest latency, pings answered, whether the scan was seen).
 async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
     let c = Client::open_init(&d.url, "stall-probe").await?;
@@ -905,6 +908,9 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
     let mut longest = Duration::ZERO;
     let mut answered = 0usize;
     let mut scan_seen_at: Option<Instant> = None;
+    let mut merged_seen = false;
+    let mut longest_sent: Option<Instant> = None;
+    let mut scan_finished_at: Option<Instant> = None;
     let mut next_log_check = Instant::now();
     loop {
         if let Some(at) = scan_seen_at {
@@ -915,9 +921,19 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
         if start.elapsed() > cap {
             break;
         }
-        if scan_seen_at.is_none() && Instant::now() >= next_log_check {
+        if !merged_seen && Instant::now() >= next_log_check {
             next_log_check = Instant::now() + Duration::from_millis(50);
-            if fs::read_to_string(&d.log).unwrap_or_default().contains("scan finished") {
+            let log = fs::read_to_string(&d.log).unwrap_or_default();
+            if scan_seen_at.is_none() && log.contains("scan finished") {
+                scan_seen_at = Some(Instant::now());
+                scan_finished_at = scan_seen_at;
+            }
+            let echo_line = |event: &str| log.lines().any(|l| l.contains(event) && l.contains("echo:"));
+            if scan_seen_at.is_some() && echo_line("catalogue.scan_merging") {
+                if echo_line("catalogue.scan_merged") {
+                    merged_seen = true;
+                }
+                // Not done until the merge is: the window starts again.
                 scan_seen_at = Some(Instant::now());
             }
         }
@@ -931,13 +947,35 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
         let Ok(head) = serde_json::from_str::<Head>(msg.as_str()) else { continue };
         if let Some(id) = head.id.as_ref().and_then(Value::as_u64) {
             if let Some(t) = sent.lock().ok().and_then(|mut m| m.remove(&id)) {
-                longest = longest.max(now - t);
+                if now - t > longest {
+                    longest = now - t;
+                    longest_sent = Some(t);
+                }
                 answered += 1;
             }
         }
     }
     stop.store(true, Ordering::Relaxed);
     let _ = writer.await;
+    // When the longest stall began, against when the probe saw the scan
+    // finish (to within the 50 ms the log is polled at).
+    if let (Some(sent), Some(finished)) = (longest_sent, scan_finished_at) {
+        let offset = sent.duration_since(start).as_secs_f64() * 1e3 - finished.duration_since(start).as_secs_f64() * 1e3;
+        println!("stall probe: the longest stall began {offset:+.0} ms from when the log said the scan finished (merged seen: {merged_seen})");
+    }
+    // The inputs the daemon says took long (its driver logs each over
+    // 5 ms): where a stall came from.
+    let log = fs::read_to_string(&d.log).unwrap_or_default();
+    let slow: Vec<&str> = log.lines().filter(|l| l.contains("slow input")).collect();
+    if !slow.is_empty() {
+        println!("stall probe: the daemon logged {} slow inputs; the longest:", slow.len());
+        let total = |l: &str| l.split("total_ms=").nth(1).and_then(|t| t.split_whitespace().next()).and_then(|t| t.parse::<f64>().ok()).unwrap_or(0.0);
+        let mut longest = slow.clone();
+        longest.sort_by(|a, b| total(b).total_cmp(&total(a)));
+        for line in longest.iter().take(5) {
+            println!("  {}", line.split_once("slow input").map_or(*line, |(_, rest)| rest).trim());
+        }
+    }
     // Pings still unanswered at the end count as stalled that long.
     if let Ok(m) = sent.lock() {
         if let Some(oldest) = m.values().min() {

@@ -856,23 +856,7 @@ mod tests {
     }
 
     fn turn(text: &str) -> Turn {
-        use ahp_types::state::{MessageKind, MessageOrigin, TurnState};
-        Turn {
-            id: "t1".to_owned(),
-            started_at: None,
-            duration: None,
-            message: Message {
-                text: text.to_owned(),
-                origin: MessageOrigin { kind: MessageKind::User },
-                attachments: None,
-                model: None,
-                agent: None,
-                meta: None,
-            },
-            response_parts: Vec::new(),
-            usage: None,
-            state: TurnState::Complete,
-        }
+        crate::exec::echo_transcript::test_support::turn("t1", text)
     }
 
     fn header(session: &str, chat: &str) -> Header {

@@ -27,7 +27,6 @@
 
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
 use ahp_types::state::Turn;
 use ahp_types::Uri;
@@ -322,12 +321,7 @@ pub fn scan_row(path: &Path, stem: &str) -> Result<Option<ScannedRow>, String> {
     let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     let len = meta.len();
-    let mtime = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| WallTime(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
-        .unwrap_or_default();
+    let mtime = super::fsutil::mtime_of(&meta);
     let mut head = Vec::new();
     (&mut file).take(HEAD_BYTES.min(len)).read_to_end(&mut head).map_err(|e| e.to_string())?;
     let head_end = head.iter().position(|b| *b == b'\n').map(|i| i as u64 + 1);
@@ -397,12 +391,15 @@ fn row_of_whole(bytes: &[u8], stem: &str, mtime: WallTime) -> Result<Option<Scan
     }))
 }
 
+/// Turns and headers the transcript tests of this module and the echo
+/// agent's share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_support {
     use super::*;
     use ahp_types::state::{Message, MessageKind, MessageOrigin, TurnState};
 
-    fn turn(id: &str, text: &str) -> Turn {
+    /// A finished user turn `id` saying `text`.
+    pub fn turn(id: &str, text: &str) -> Turn {
         Turn {
             id: id.to_owned(),
             started_at: None,
@@ -421,7 +418,8 @@ mod tests {
         }
     }
 
-    fn header(title: &str, modified_at: &str) -> Header {
+    /// The header of `ahp-session:/s1`'s default chat in `file:///w`.
+    pub fn header_titled(title: &str, modified_at: &str) -> Header {
         Header {
             session: "ahp-session:/s1".to_owned(),
             chat: "ahp-chat:/ahp-session@s1".to_owned(),
@@ -431,6 +429,12 @@ mod tests {
             modified_at: modified_at.to_owned(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::test_support::{header_titled as header, turn};
 
     #[test]
     fn appended_turns_read_back_in_order_with_the_last_summary() {

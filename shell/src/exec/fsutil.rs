@@ -191,6 +191,16 @@ pub fn write_durable(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>) ->
     sync_dir(dir)
 }
 
+/// A file's modification time as wall time (ms since the epoch); the epoch
+/// itself when the platform does not say.
+pub fn mtime_of(meta: &fs::Metadata) -> ahpd_core::WallTime {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| ahpd_core::WallTime(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        .unwrap_or_default()
+}
+
 /// Appends `bytes` to the existing file `path` durably (one fdatasync; the
 /// file's directory entry is already durable, so no directory fsync).
 ///

@@ -3,7 +3,8 @@
 //! is the thin shell around it (docs/STYLE.md 3.5): a WebSocket listener, a
 //! session store, agent backends, and one driver loop that feeds the core.
 
-#![forbid(unsafe_code)]
+// No unsafe code but one allocator setting (`one_malloc_arena`, allowed there).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod agents;
@@ -231,7 +232,30 @@ impl ServeArgs {
     }
 }
 
+/// Asks glibc for one malloc arena for the whole process, before any thread
+/// starts. The daemon frees on its driver thread what other threads
+/// allocated (a transcript scan's 100k rows, records read on every core);
+/// with glibc's default of an arena per thread, giving that memory back
+/// made one input of a 100k scan's merge take 60 ms (issue 21: stall goal
+/// 10 ms; measured with `bench_daemon catalogue --sessions 100000`: 4 ms
+/// with one arena). One arena also measured fewer bytes per catalogue row
+/// and per live session, and more turns/s with 10 and 50 clients
+/// (docs/PERFORMANCE.md, "Session 15"). A `MALLOC_ARENA_MAX` the user set
+/// wins.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; called before
+        // any other thread exists.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    one_malloc_arena();
     let cli = Cli::parse();
     match cli.command {
         Command::Session(args) => cli::run_session(args),

@@ -102,7 +102,7 @@ impl Journal {
     /// Errors: encoding or IO. When the cut back failed too, every later
     /// append is refused (the store then fails its writes rather than
     /// acknowledge one the journal might not replay).
-    pub fn append(&mut self, entries: &[Entry]) -> std::io::Result<()> {
+    pub fn append<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>) -> std::io::Result<()> {
         if self.broken {
             return Err(std::io::Error::other("the journal could not be cut back after a failed write"));
         }
@@ -162,7 +162,7 @@ impl Journal {
         if keep.is_empty() {
             return fsutil::sync_data_counted(&self.file);
         }
-        self.append(keep)
+        self.append(keep.iter())
     }
 
     /// Whether the journal has grown past [`CHECKPOINT_BYTES`].

@@ -181,8 +181,8 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
         return answer(results);
     }
     let start = journal.len();
-    let all: Vec<Entry> = entries.iter().map(|(_, e)| e.clone()).collect();
-    if let Err(e) = journal.append(&all) {
+    // Encoded from where they are: a record is not copied to be journaled.
+    if let Err(e) = journal.append(entries.iter().map(|(_, e)| e)) {
         let message = format!("could not write the store journal: {e}");
         for (i, _) in &entries {
             results[*i].1 = Err(message.clone());

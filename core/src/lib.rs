@@ -46,6 +46,7 @@ pub mod marks;
 pub mod policy;
 pub mod protocol;
 pub mod record;
+pub mod replay;
 pub mod rng;
 pub mod session;
 pub mod session_config;

@@ -335,7 +335,7 @@ impl Host {
         let (live, unheld): (Vec<Uri>, Vec<Uri>) =
             live.into_iter().partition(|uri| uri == ROOT_RESOURCE_URI || self.snapshot(uri, None).is_some());
         missing.extend(unheld);
-        let oldest = self.shared.replay.front().map(|e| e.server_seq);
+        let oldest = self.shared.replay.oldest();
         let replayable = last_seen >= self.shared.server_seq || oldest.is_some_and(|o| o <= last_seen + 1);
         // A channel whose state was made after the client last heard from
         // us (evicted and rebuilt from its backend), or whose URI this
@@ -350,17 +350,18 @@ impl Host {
                 self.touch(&session);
             }
         }
-        let result = if replayable && last_seen <= self.shared.server_seq && !rebuilt {
-            let actions = self
-                .shared.replay
-                .iter()
-                .filter(|e| e.server_seq > last_seen && live.contains(&e.channel))
-                .map(|e| ahp_types::actions::ActionEnvelope::clone(e))
-                .collect();
-            ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
-        } else {
-            let snapshots = live.iter().filter_map(|uri| self.snapshot(uri, None)).collect();
-            ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+        let replay = (replayable && last_seen <= self.shared.server_seq && !rebuilt).then(|| self.shared.replay.since(last_seen, &live));
+        let result = match replay {
+            Some(Ok(actions)) => ReconnectResult::Replay(ReconnectReplayResult { actions, missing }),
+            failed => {
+                if let Some(Err(e)) = failed {
+                    // Snapshots are always right; a replay that cannot be
+                    // read back is not sent half.
+                    self.shared.log(LogLevel::Warn, "replay.undecodable", None, format!("envelope {} of the replay buffer does not decode ({}); answered with snapshots", e.server_seq, e.error));
+                }
+                let snapshots = live.iter().filter_map(|uri| self.snapshot(uri, None)).collect();
+                ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
+            }
         };
         if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.client_id = Some(client_id);

@@ -23,12 +23,9 @@ impl Shared {
         self.server_seq += 1;
         let envelope = Arc::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None });
         let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
+        self.replay.push(&envelope, self.config.replay_buffer_len);
         for conn in subscribers {
             self.send(conn, Outbound::Action(Arc::clone(&envelope)));
-        }
-        self.replay.push_back(envelope);
-        while self.replay.len() > self.config.replay_buffer_len {
-            self.replay.pop_front();
         }
     }
 

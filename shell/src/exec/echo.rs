@@ -593,7 +593,14 @@ impl TurnCtx {
         let chunks = chunks(text, MAX_CHUNKS);
         let delay = over_ms / (chunks.len().max(1) as u64);
         for chunk in chunks {
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            // `/slow 0` streams at once: a zero sleep still waits for the
+            // timer's next 1 ms tick, which made each of its chunks ~1 ms
+            // late (and a benchmark's turn ~4 ms longer than its work).
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            } else {
+                tokio::task::yield_now().await;
+            }
             self.emit(StateAction::ChatDelta(ChatDeltaAction {
                 turn_id: self.turn_id.clone(),
                 part_id: part_id.clone(),

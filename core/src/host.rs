@@ -43,8 +43,8 @@ mod ops;
 mod requests;
 mod shared;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use ahp_types::actions::{ActionEnvelope, ActionOrigin, RootActiveSessionsChangedAction, StateAction};
+use std::collections::{BTreeMap, BTreeSet};
+use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAction};
 use ahp_types::state::{AgentInfo, RootState};
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use ahp::reducers::{ReduceOutcome, apply_action_to_root};
@@ -286,7 +286,7 @@ pub(crate) struct Shared {
     /// What each command in flight is for, by op id (`host/ops.rs`).
     pub(crate) ops: BTreeMap<OpId, Op>,
     /// The last envelopes broadcast, for `reconnect` replays.
-    pub(crate) replay: VecDeque<std::sync::Arc<ActionEnvelope>>,
+    pub(crate) replay: crate::replay::ReplayBuffer,
     /// The `recent` mode's cutoff, fixed when the first listing ran
     /// (`Some(None)`: fewer than two sessions of this host's own then).
     pub(crate) recent_cutoff: Option<Option<WallTime>>,
@@ -379,6 +379,21 @@ impl Host {
     /// deleted. Restored sessions are asleep and not resident: their state
     /// comes back from the backend when something needs them.
     pub fn new(config: Config, seed: u64, restored: Vec<SessionRecord>, now: Now) -> Host {
+        let mut host = Host::restoring(config, seed, restored.len(), now);
+        host.restore_records(restored);
+        host.finish_restoring();
+        host
+    }
+
+    /// [`Host::new`] in steps, for a shell that builds the host while the
+    /// store is still being read (issue 21: a 100k-record start answers
+    /// its first listing within 1.5× a plain read of the files): a host
+    /// with no sessions yet, its table sized for `expected` records. Feed
+    /// it every record with [`Host::restore_records`] (in the store's
+    /// order: the same records in the same order make the same host as
+    /// `new`), then call [`Host::finish_restoring`] once, before its first
+    /// [`Host::handle`].
+    pub fn restoring(config: Config, seed: u64, expected: usize, now: Now) -> Host {
         let root = RootState {
             agents: config
                 .agents
@@ -404,7 +419,7 @@ impl Host {
             config: Some(crate::host::discovery::root_config(config.show_external_sessions)),
             meta: None,
         };
-        let mut host = Host {
+        Host {
             shared: Shared {
                 config,
                 rng: Rng::new(seed),
@@ -418,12 +433,12 @@ impl Host {
                 catalogue: crate::catalogue::Index::default(),
                 retired: BTreeSet::new(),
                 ops: BTreeMap::new(),
-                replay: VecDeque::new(),
+                replay: crate::replay::ReplayBuffer::default(),
                 stats: Stats::default(),
                 recent_cutoff: None,
                 effects: Vec::new(),
             },
-            sessions: crate::session::table::SessionTable::with_capacity(restored.len()),
+            sessions: crate::session::table::SessionTable::with_capacity(expected),
             held: BTreeSet::new(),
             tombstones: Tombstones::default(),
             refused: BTreeSet::new(),
@@ -435,12 +450,27 @@ impl Host {
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
             drain: None,
-        };
-        for record in restored {
-            host.restore(record);
         }
-        host.sessions.sync_conversations();
-        host
+    }
+
+    /// Makes room for `n` more sessions, so a restore of that many does not
+    /// grow the session table step by step (each step a copy of it).
+    pub fn expect_records(&mut self, n: usize) {
+        self.sessions.reserve(n);
+    }
+
+    /// Restores `records`, the next of the store's records, on a host made
+    /// by [`Host::restoring`] (see [`Host::new`] for what is skipped).
+    pub fn restore_records(&mut self, records: impl IntoIterator<Item = SessionRecord>) {
+        for record in records {
+            self.restore(record);
+        }
+    }
+
+    /// Ends the restore [`Host::restoring`] began: the indexes built per
+    /// record are brought up to date.
+    pub fn finish_restoring(&mut self) {
+        self.sessions.sync_conversations();
     }
 
     fn restore(&mut self, record: SessionRecord) {

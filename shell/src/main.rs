@@ -504,28 +504,40 @@ async fn serve(settings: Settings) -> Result<(), String> {
             exec::fsutil::remove_stray_temps(dir);
         }
     });
-    let records = match settings.sessions {
+    let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
+    // The host is built while the store is read: each batch of records is
+    // restored as it comes, in the store's order (`store::load_each`).
+    let mut host = Host::restoring(config, seed, 0, clock.now());
+    let host = match settings.sessions {
         StoreKind::File => {
             let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);
-            tokio::task::spawn_blocking(move || exec::store::load(&dir, wall_ms))
-                .await
-                .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
-                .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
+            tokio::task::spawn_blocking(move || {
+                exec::store::load_each(&dir, wall_ms, |loaded| match loaded {
+                    exec::store::Loaded::Expect(n) => host.expect_records(n),
+                    exec::store::Loaded::Records(batch) => host.restore_records(batch),
+                })?;
+                host.finish_restoring();
+                Ok::<_, std::io::Error>(host)
+            })
+            .await
+            .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
+            .map_err(|e| format!("could not read the session store {}: {e}", sessions_dir.display()))?
         }
-        StoreKind::Memory => Vec::new(),
+        StoreKind::Memory => {
+            host.finish_restoring();
+            host
+        }
     };
     if let Err(e) = sweep.await {
         tracing::warn!(error = %e, "the sweep of stray temp files ended abnormally");
     }
-    let read_ms = reading.elapsed().as_millis();
-    let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
     tracing::info!(
         seed,
         config_file = %settings.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
         data_dir = %data_dir.display(),
         sessions = ?settings.sessions,
-        restored = records.len(),
-        read_ms,
+        restored = host.view().sessions.len(),
+        load_ms = reading.elapsed().as_millis(),
         sleep_after_minutes = settings.sleep_after_minutes,
         residency_limit = settings.residency_limit,
         users = settings.users.as_ref().map(|u| u.users.len()),
@@ -533,9 +545,6 @@ async fn serve(settings: Settings) -> Result<(), String> {
         "starting ahpd {}",
         env!("CARGO_PKG_VERSION")
     );
-    let building = std::time::Instant::now();
-    let host = Host::new(config, seed, records, clock.now());
-    tracing::info!(build_ms = building.elapsed().as_millis(), "sessions restored");
 
     let mut driver = Driver::new(host, clock, store, backends, SHUTDOWN_GRACE)
         .with_turn_grace(std::time::Duration::from_secs(settings.shutdown_grace_seconds));

@@ -116,6 +116,11 @@ impl SessionTable {
         SessionTable { slab: Vec::with_capacity(n), ..SessionTable::default() }
     }
 
+    /// Makes room in the slab for `n` more sessions.
+    pub fn reserve(&mut self, n: usize) {
+        self.slab.reserve_exact(n);
+    }
+
     /// How many sessions.
     pub fn len(&self) -> usize {
         self.keys.len()

@@ -16,6 +16,7 @@
 //! No rule of the Sessions page lives here: the core decides what to write
 //! and when; this only makes it durable and reports.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -267,7 +268,47 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 }
 
 /// Reads every record under `dir` at startup, after [`journal::recover`]
-/// has brought the files up to the journal. A `*.json` file that does not
+/// has brought the files up to the journal, into a `Vec` in file-name
+/// order ([`load_each`] with every batch kept).
+///
+/// Errors: as [`load_each`].
+#[cfg(test)]
+pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
+    let mut records = Vec::new();
+    load_each(dir, wall_ms, |loaded| match loaded {
+        Loaded::Expect(n) => records.reserve_exact(n),
+        Loaded::Records(batch) => records.extend(batch),
+    })?;
+    Ok(records)
+}
+
+/// What [`load_each`] hands its caller, in this order: how many record
+/// files there are, then the records in batches.
+#[derive(Debug)]
+pub enum Loaded {
+    /// How many record files the listing found (an upper bound on the
+    /// records to come: a file that does not parse is left out).
+    Expect(usize),
+    /// The next records, in file-name order.
+    Records(Vec<SessionRecord>),
+}
+
+/// Names a reader thread takes at a time: small enough that the first
+/// batch reaches the host at once, large enough that handing them out
+/// costs nothing.
+const LOAD_BATCH: usize = 512;
+
+/// Reads every record under `dir` at startup, after [`journal::recover`]
+/// has brought the files up to the journal, handing them to `each` in
+/// batches in file-name order while the rest are still being read (issue
+/// 21: the host is built from the first batches while the readers read the
+/// later ones, so a 100k-record start costs about the longer of the two,
+/// not their sum). `each` is told first how many record files there are
+/// ([`Loaded::Expect`]).
+///
+/// The files are read and parsed on every core (batches of
+/// [`LOAD_BATCH`] names handed out in order; `each` runs on the calling
+/// thread, which puts them back in order). A `*.json` file that does not
 /// parse is renamed to `<name>.corrupt-<unix-ms>` (never overwritten) and
 /// logged; a temp file an interrupted write left is removed (one of a
 /// live writer is skipped), in the same listing, so once the daemon
@@ -277,7 +318,7 @@ fn delete(dir: &Path, key: &str) -> Result<(), String> {
 /// Errors: the directory cannot be read at all, or the journal cannot be
 /// replayed (nothing is read then: a store behind its journal is not
 /// served).
-pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
+pub fn load_each(dir: &Path, wall_ms: i64, mut each: impl FnMut(Loaded)) -> std::io::Result<()> {
     // What the journal acknowledged goes onto the files first (a crash may
     // have left them behind it), so the files alone are the store below.
     journal::recover(dir, wall_ms).map_err(std::io::Error::other)?;
@@ -305,18 +346,21 @@ pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
         }
         name.ends_with(".json")
     });
-    // Read and parsed on every core at once (issue 21: a 100k-record store
-    // must not keep the daemon from answering for seconds); each thread
-    // takes a contiguous slice of the sorted names, so the records come
-    // back in name order whatever the thread count.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
-    let chunk = names.len().div_ceil(threads).max(1);
-    let read: Vec<Vec<(String, Result<SessionRecord, String>)>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = names
-            .chunks(chunk)
-            .map(|slice| {
-                scope.spawn(move || {
-                    slice
+    each(Loaded::Expect(names.len()));
+    let batches: Vec<&[String]> = names.chunks(LOAD_BATCH).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8).min(batches.len().max(1));
+    type Batch = Vec<(String, Result<SessionRecord, String>)>;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Batch)>();
+        let (batches, next) = (&batches, &next);
+        let readers: Vec<_> = (0..threads)
+            .map(|_| {
+                let tx = tx.clone();
+                scope.spawn(move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(slice) = batches.get(i) else { return };
+                    let batch = slice
                         .iter()
                         .map(|name| {
                             let parsed = fs::read(dir.join(name))
@@ -324,28 +368,44 @@ pub fn load(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<SessionRecord>> {
                                 .and_then(|bytes| serde_json::from_slice::<SessionRecord>(&bytes).map_err(|e| e.to_string()));
                             (name.clone(), parsed)
                         })
-                        .collect()
+                        .collect();
+                    if tx.send((i, batch)).is_err() {
+                        return;
+                    }
                 })
             })
             .collect();
+        drop(tx);
+        // Batches come in any order; they go to `each` in name order.
+        let mut early: BTreeMap<usize, Batch> = BTreeMap::new();
+        let mut due = 0;
+        for (i, batch) in rx {
+            early.insert(i, batch);
+            while let Some(batch) = early.remove(&due) {
+                due += 1;
+                let mut records = Vec::with_capacity(batch.len());
+                for (name, parsed) in batch {
+                    let stem = name.strip_suffix(".json").unwrap_or(&name);
+                    match parsed {
+                        Ok(record) if record.key == stem => records.push(record),
+                        Ok(record) => tracing::warn!(
+                            file = %dir.join(&name).display(),
+                            key = %record.key,
+                            "skipped a record whose key does not match its file name"
+                        ),
+                        Err(error) => quarantine(dir, &name, wall_ms, &error),
+                    }
+                }
+                each(Loaded::Records(records));
+            }
+        }
         // A reader that panicked must not leave its records silently
         // unread: its panic goes on.
-        workers.into_iter().map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
-    });
-    let mut records = Vec::with_capacity(names.len());
-    for (name, parsed) in read.into_iter().flatten() {
-        let stem = name.strip_suffix(".json").unwrap_or(&name);
-        match parsed {
-            Ok(record) if record.key == stem => records.push(record),
-            Ok(record) => tracing::warn!(
-                file = %dir.join(&name).display(),
-                key = %record.key,
-                "skipped a record whose key does not match its file name"
-            ),
-            Err(error) => quarantine(dir, &name, wall_ms, &error),
+        for reader in readers {
+            reader.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         }
-    }
-    Ok(records)
+    });
+    Ok(())
 }
 
 /// Renames an unreadable record aside, never overwriting an earlier one.
@@ -452,5 +512,32 @@ mod tests {
         assert_eq!(loaded.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["ahp-session@new"]);
         assert!(!d.join("ahp-session@old.json").exists() && d.join("ahp-session@new.json").exists());
         assert_eq!(fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len(), 0);
+    }
+
+    #[test]
+    fn records_reach_the_host_in_name_order_across_batches_read_on_every_core() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let n = LOAD_BATCH * 2 + 7;
+        // Written in reverse so the directory's own order is not the answer.
+        for i in (0..n).rev() {
+            let key = format!("ahp-session@k{i:05}");
+            fs::write(d.join(format!("{key}.json")), serde_json::to_vec(&record(&key)).expect("encode")).expect("write");
+        }
+        fs::write(d.join("ahp-session@k00003.json"), b"{torn").expect("write");
+        let mut told = Vec::new();
+        let mut keys = Vec::new();
+        load_each(d, 5, |loaded| match loaded {
+            Loaded::Expect(count) => told.push(count),
+            Loaded::Records(batch) => {
+                assert!(!told.is_empty(), "the count comes before any record");
+                keys.extend(batch.into_iter().map(|r| r.key));
+            }
+        })
+        .expect("load");
+        assert_eq!(told, vec![n]);
+        let want: Vec<String> = (0..n).filter(|i| *i != 3).map(|i| format!("ahp-session@k{i:05}")).collect();
+        assert_eq!(keys, want);
+        assert!(d.join("ahp-session@k00003.json.corrupt-5").exists());
     }
 }

@@ -35,6 +35,10 @@ const MAX_HEAD_BYTES: usize = 16 << 10;
 /// How long `/metrics` waits for the driver's figures.
 const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Most bytes of queued frames one write gathers (they are fed to the
+/// socket's buffer and flushed together); the rest wait for the next.
+const WRITE_BATCH_BYTES: usize = 256 << 10;
+
 /// A command for a connection's writer task.
 #[derive(Debug)]
 pub enum WriterCmd {
@@ -294,11 +298,38 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
             while let Some(cmd) = rx.recv().await {
                 match cmd {
                     WriterCmd::Frame(text) => {
-                        let len = text.len();
-                        let sent = sink.send(Message::Text(text)).await;
+                        // The frames already queued behind this one go out
+                        // with it, one write for all (issue 21, fan-out: a
+                        // subscriber that lags gets its envelopes in one
+                        // syscall, not one each).
+                        let mut len = text.len();
+                        let mut fed = sink.feed(Message::Text(text)).await;
+                        let mut close = false;
+                        while fed.is_ok() && len < WRITE_BATCH_BYTES {
+                            match rx.try_recv() {
+                                Ok(WriterCmd::Frame(more)) => {
+                                    len += more.len();
+                                    fed = sink.feed(Message::Text(more)).await;
+                                }
+                                Ok(WriterCmd::Close) => {
+                                    close = true;
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        let sent = match fed {
+                            Ok(()) => sink.flush().await,
+                            Err(e) => Err(e),
+                        };
                         backlog.queued.fetch_sub(len, Ordering::Relaxed);
                         if let Err(e) = sent {
                             tracing::debug!(conn = conn.0, error = %e, "write failed");
+                            return;
+                        }
+                        if close {
+                            let _ = sink.send(Message::Close(None)).await;
+                            let _ = sink.close().await;
                             return;
                         }
                     }

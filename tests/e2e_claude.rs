@@ -1,0 +1,336 @@
+//! The real Claude Code end to end (issue 22): the daemon runs Claude Code
+//! (npm `@anthropic-ai/claude-code`) through its ACP adapter (npm
+//! `@zed-industries/claude-code-acp`), both pinned by
+//! `tests/claude_code/package-lock.json`, against `tests/claude_code/model_stub.mjs`,
+//! a stand-in for the Anthropic Messages API on 127.0.0.1 whose answers each
+//! test writes in its prompt (`/write`, `/long`, `/error`, ...). Observed
+//! through the official AHP client: a streamed reply, a permission asked by
+//! the real agent and answered both ways (the real file written or not), the
+//! change counts of the real edit, a cancel, an error from the model, a sleep
+//! and a wake (`session/load`), a restart, Claude's own transcript in
+//! `~/.claude/projects` never listed as a second session, and an external
+//! session written by the real CLI (`claude -p --session-id`) listed, opened
+//! and adopted.
+//!
+//! Needs `node` and the packages: `npm ci --prefix tests/claude_code`
+//! (`.ci/run` does it). Without them the tests fail and say so.
+
+mod common;
+
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use ahp::ahp_types::actions::{ChatTurnCancelledAction, StateAction};
+use ahp::ahp_types::state::{ResponsePart, ToolCallCancellationReason, ToolCallState, TurnState};
+
+/// The packages' folder.
+fn kit_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/claude_code").canonicalize().expect("tests/claude_code")
+}
+
+/// A path inside the installed packages, or a failure saying how to get them.
+fn installed(rel: &str) -> PathBuf {
+    const HOW: &str = "run `npm ci --prefix tests/claude_code` (needs Node 20+ and npm)";
+    match Command::new("node").arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!("`node --version` failed ({}): {HOW}", out.status),
+        Err(e) => panic!("`node` is not on PATH ({e}): install Node 20+, then {HOW}"),
+    }
+    let path = kit_dir().join(rel);
+    assert!(path.exists(), "{} is missing: {HOW}", path.display());
+    path
+}
+
+/// The model stub, Claude's home and the environment the daemon (and so
+/// Claude Code) runs in; the stub is killed on drop.
+struct Kit {
+    stub: Child,
+    /// `HOME` of the daemon and of Claude Code (`.claude/projects` in it).
+    home: PathBuf,
+    /// The stub's request log (one JSON line each).
+    stub_log: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Kit {
+    fn new(root: &Path) -> Kit {
+        let adapter = installed("node_modules/.bin/claude-code-acp");
+        let _ = adapter;
+        let claude = installed("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+        let home = root.join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        let stub_log = root.join("stub.log");
+        let mut stub = Command::new("node")
+            .arg(kit_dir().join("model_stub.mjs"))
+            .arg("--log")
+            .arg(&stub_log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the model stub");
+        let mut line = String::new();
+        BufReader::new(stub.stdout.take().expect("stub stdout")).read_line(&mut line).expect("the stub's first line");
+        let port = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected stub line {line:?}")).to_owned();
+        let env = vec![
+            ("HOME".to_owned(), home.display().to_string()),
+            ("ANTHROPIC_BASE_URL".to_owned(), format!("http://127.0.0.1:{port}")),
+            ("ANTHROPIC_API_KEY".to_owned(), "stub-key".to_owned()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_owned(), "1".to_owned()),
+            // The adapter refuses to skip permissions as root unless told it
+            // runs in a sandbox (it does: a temp HOME, a local stub).
+            ("IS_SANDBOX".to_owned(), "1".to_owned()),
+            // Claude Code defers its tools behind a search on a custom base
+            // URL; the stub plays the tools directly.
+            ("ENABLE_TOOL_SEARCH".to_owned(), "false".to_owned()),
+            // The adapter runs this CLI, not the copy its SDK bundles.
+            ("CLAUDE_CODE_EXECUTABLE".to_owned(), claude.display().to_string()),
+        ];
+        Kit { stub, home, stub_log, env }
+    }
+
+    fn projects(&self) -> PathBuf {
+        self.home.join(".claude/projects")
+    }
+
+    /// Starts the daemon with the `claude` agent (the adapter), listing
+    /// Claude's transcripts, plus `extra` flags.
+    fn daemon(&self, data: &Path, extra: &[&str]) -> Daemon {
+        let agent = format!("claude={}", installed("node_modules/.bin/claude-code-acp").display());
+        let projects = self.projects().display().to_string();
+        let mut args = vec!["--agent", agent.as_str(), "--claude-projects", projects.as_str(), "--awareness-dir", ""];
+        args.extend_from_slice(extra);
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Daemon::start_with_env(data, &args, &env)
+    }
+
+    /// The real CLI, headless, in `cwd`: `claude -p <prompt> --session-id <id>`.
+    fn claude_print(&self, cwd: &Path, session_id: &str, prompt: &str) -> String {
+        let out = Command::new(installed("node_modules/.bin/claude"))
+            .args(["-p", prompt, "--session-id", session_id])
+            .current_dir(cwd)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("run claude -p");
+        assert!(out.status.success(), "claude -p failed: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Claude's transcript files, wherever its project folders are.
+    fn transcripts(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for dir in std::fs::read_dir(self.projects()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+                if f.path().extension().is_some_and(|e| e == "jsonl") {
+                    found.push(f.path());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    fn stub_requests(&self) -> String {
+        std::fs::read_to_string(&self.stub_log).unwrap_or_default()
+    }
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        let _ = self.stub.kill();
+        let _ = self.stub.wait();
+    }
+}
+
+/// A temp root with `work/` made; Claude Code sees the canonical path.
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let work = work.canonicalize().expect("canonical work");
+    (tmp, work)
+}
+
+/// Runs `/write <path> <text>` as turn `turn_id`, answers the real agent's
+/// permission request `approved`, and follows the turn to its end.
+async fn write_turn(c: &ahp::Client, chat: &str, state: &mut ahp::ahp_types::state::ChatState, sub: &mut ahp::SessionSubscription, turn_id: &str, path: &Path, text: &str, approved: bool) {
+    let prompt_text = format!("/write {} {text}", path.display());
+    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, &prompt_text))).await.expect("dispatch");
+    follow_chat(sub, state, "the agent asks to write", |_, s| s.status & ACTIVITY == 24).await;
+    let pending = pending_confirmation(state).expect("a tool call pending confirmation");
+    assert_eq!(pending.display_name, "Write", "{pending:?}");
+    within("confirm", c.dispatch(chat.to_owned(), confirm_tool(turn_id, &pending.tool_call_id, approved))).await.expect("confirm");
+    follow_chat(sub, state, "the write turn ends", |env, _| ends_turn(env)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_streams_asks_before_writing_and_is_listed_once() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-1").await;
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+
+    // A reply, streamed from the model through the real agent.
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "hello claude").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    assert!(markdown(turn).contains("Stub says: hello claude"), "{turn:?}");
+
+    // The model asks for the Write tool: the real agent asks permission,
+    // ahpd shows the tool call waiting, the approval lets it write.
+    let approved = work.join("approved.txt");
+    write_turn(&c, &chat, &mut state, &mut sub, "t2", &approved, "yes please", true).await;
+    assert_eq!(std::fs::read_to_string(&approved).expect("the approved file was written"), "yes please\n");
+    assert!(markdown(state.turns.last().expect("turn")).contains(&format!("Wrote {}.", approved.display())), "{:?}", state.turns.last());
+
+    // Denied: the file is never written and the tool call shows the
+    // denial. (The adapter, 0.16.2, then ends the prompt with an error of
+    // its own rather than a completed turn: the turn ends either way.)
+    let denied = work.join("denied.txt");
+    write_turn(&c, &chat, &mut state, &mut sub, "t3", &denied, "no thanks", false).await;
+    assert!(!denied.exists(), "a denied write must not happen");
+    let turn = state.turns.last().expect("a turn");
+    let denial = turn.response_parts.iter().any(|p| {
+        matches!(p, ResponsePart::ToolCall(tc) if matches!(&tc.tool_call, ToolCallState::Cancelled(c) if c.reason == ToolCallCancellationReason::Denied))
+    });
+    assert!(denial, "the tool call shows the denial: {turn:?}");
+    assert!(matches!(turn.state, TurnState::Complete | TurnState::Error), "{turn:?}");
+    prompt(&c, &chat, &mut state, &mut sub, "t4", "after the denial").await;
+    assert!(markdown(state.turns.last().expect("turn")).contains("Stub says: after the denial"), "{:?}", state.turns.last());
+
+    // The real edit counts as a change of the session.
+    let rows = list(&c).await;
+    let row = rows.iter().find(|r| r.resource == sid).expect("the session is listed");
+    assert!(row.changes.as_ref().and_then(|ch| ch.files).unwrap_or(0) >= 1, "the written file counts: {row:?}");
+
+    // Claude kept its own transcript, and the catalogue lists the session
+    // once: the chat's backend conversation is not a second session.
+    let transcripts = kit.transcripts();
+    assert_eq!(transcripts.len(), 1, "one Claude transcript: {transcripts:?}");
+    let listed: Vec<&str> = rows.iter().map(|r| r.resource.as_str()).collect();
+    assert_eq!(listed, vec![sid.as_str()], "only the session itself is listed");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_turns_cancel_and_fail_with_what_the_model_said() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-2").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+
+    // A long streamed reply, cancelled once it streams.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/long 2000"))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "the long reply streams", |env, _| matches!(env.action, StateAction::ChatDelta(_))).await;
+    let cancel = StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: "t1".to_owned(), duration: 0, meta: None });
+    within("cancel", c.dispatch(chat.clone(), cancel)).await.expect("cancel");
+    follow_chat(&mut sub, &mut state, "cancelled", |env, _| ends_turn(env)).await;
+    assert_eq!(state.turns.last().map(|t| t.state), Some(TurnState::Cancelled), "{:?}", state.turns.last());
+
+    // The model answers with an HTTP error: the turn ends in the chat's
+    // error with what the agent said. (Claude Code itself says "API Error:
+    // 400 the stub refuses this prompt"; its ACP adapter, 0.16.2, reports
+    // only its own diagnostic, which is what a client sees.)
+    prompt(&c, &chat, &mut state, &mut sub, "t2", "/error 400 the stub refuses this prompt").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Error, "{turn:?}");
+    let error = last_error(&state);
+    assert!(error.starts_with("claude: session/prompt failed:") && error.len() > "claude: session/prompt failed:".len(), "the agent's words: {error:?}");
+    assert!(kit.stub_requests().contains("\"decision\":\"error\""), "the model was asked and refused: {}", kit.stub_requests());
+
+    // And the agent takes the next turn.
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "still there?").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(markdown(turn).contains("Stub says: still there?"), "{turn:?}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_sleeps_wakes_and_restarts_with_its_conversation() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let data = tmp.path().join("data");
+    let extra = ["--sleep-after-minutes", "0.02"];
+    let mut daemon = kit.daemon(&data, &extra);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-3").await;
+    let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the heron").await;
+    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    drop((sub, ssub));
+    until_logged(&daemon, "sleep", "session.slept", &sid).await;
+
+    // A prompt wakes it: the adapter loads Claude's conversation
+    // (`session/load`) and the chat keeps its history.
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t2", "and now").await;
+    let texts = turn_texts(&state);
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].0 == "remember the heron" && texts[0].1.contains("Stub says: remember the heron"), "{texts:?}");
+    assert!(texts[1].0 == "and now" && texts[1].1.contains("Stub says: and now"), "{texts:?}");
+    let log = daemon.log_text();
+    assert!(count(&log, "session.woke", &sid) >= 1, "woke:\n{log}");
+    // The model saw the earlier turn again: the conversation was resumed,
+    // not started afresh.
+    let requests = kit.stub_requests();
+    assert!(requests.lines().any(|l| l.contains("and now")), "{requests}");
+    c.shutdown().await;
+
+    // A restart: the chat's turns come back, and the next turn runs.
+    daemon.terminate();
+    drop(daemon);
+    let daemon = kit.daemon(&data, &extra);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-4").await;
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    assert_eq!(turn_texts(&state).len(), 2, "the turns came back after a restart: {:?}", turn_texts(&state));
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "third").await;
+    assert!(markdown(state.turns.last().expect("turn")).contains("Stub says: third"), "{:?}", state.turns.last());
+    assert_eq!(kit.transcripts().len(), 1, "one Claude conversation throughout: {:?}", kit.transcripts());
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_real_claude_cli_wrote_is_listed_opened_and_adopted() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let id = "5f0c8a3e-2b1d-4c6e-9a7f-1e2d3c4b5a69";
+    let said = kit.claude_print(&work, id, "written outside ahpd");
+    assert!(said.contains("Stub says: written outside ahpd"), "{said}");
+
+    // Listed as the page's external sessions are when a client asks for
+    // them (`showExternalSessions`, here from the start).
+    let daemon = kit.daemon(&tmp.path().join("data"), &["--show-external-sessions", "last7Days"]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-5").await;
+    let external = format!("claude:/{id}");
+    let row = within("the external session is listed", async {
+        loop {
+            if let Some(row) = list(&c).await.into_iter().find(|r| r.resource == external) {
+                return row;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(row.provider, "claude", "{row:?}");
+
+    // Opened: its turn comes back from Claude's own transcript.
+    let (s, _ssub) = subscribe_session(&c, &external).await;
+    let chat = default_chat(&s);
+    let (mut state, mut sub) = subscribe_chat(&c, &chat).await;
+    let texts = turn_texts(&state);
+    assert!(texts.iter().any(|(asked, reply)| asked.contains("written outside ahpd") && reply.contains("Stub says: written outside ahpd")), "{texts:?}");
+
+    // A person's turn adopts it: the same Claude conversation goes on.
+    prompt(&c, &chat, &mut state, &mut sub, "t-adopt", "picked up in ahpd").await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    assert!(markdown(turn).contains("Stub says: picked up in ahpd"), "{turn:?}");
+    let listed: Vec<String> = list(&c).await.into_iter().map(|r| r.resource).collect();
+    assert_eq!(listed.iter().filter(|r| r.ends_with(id)).count(), 1, "listed once: {listed:?}");
+    c.shutdown().await;
+}

@@ -6,8 +6,9 @@
 //! test writes in its prompt (`/write`, `/long`, `/error`, ...). Observed
 //! through the official AHP client: a streamed reply, a permission asked by
 //! the real agent and answered both ways (the real file written or not), the
-//! change counts of the real edit, a cancel, an error from the model, a sleep
-//! and a wake (`session/load`), a restart, Claude's own transcript in
+//! change counts and the checkpoint of the real edit in a repository, a
+//! cancel, an error from the model, a slow answer that keeps the session
+//! awake, a sleep and a wake (`session/load`), a restart, Claude's own transcript in
 //! `~/.claude/projects` never listed as a second session, and an external
 //! session written by the real CLI (`claude -p --session-id`) listed, opened
 //! and adopted.
@@ -332,5 +333,77 @@ async fn a_session_the_real_claude_cli_wrote_is_listed_opened_and_adopted() {
     assert!(markdown(turn).contains("Stub says: picked up in ahpd"), "{turn:?}");
     let listed: Vec<String> = list(&c).await.into_iter().map(|r| r.resource).collect();
     assert_eq!(listed.iter().filter(|r| r.ends_with(id)).count(), 1, "listed once: {listed:?}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agents_edit_in_a_repository_is_counted_and_checkpointed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo_dir = tmp.path().join("app");
+    std::fs::create_dir(&repo_dir).expect("mkdir app");
+    let repo_dir = repo_dir.canonicalize().expect("canonical app");
+    let repo = make_repo(&repo_dir, "target/\n");
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, mut root) = connect_init(&daemon.url, "claude-git").await;
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &repo_dir).await;
+
+    // The model writes a new file through the real agent, approved.
+    let notes = repo_dir.join("notes.txt");
+    write_turn(&c, &chat, &mut state, &mut sub, "t1", &notes, "from claude", true).await;
+    assert_eq!(state.turns.last().map(|t| t.state), Some(TurnState::Complete), "{:?}", state.turns.last());
+    assert_eq!(std::fs::read_to_string(&notes).expect("written"), "from claude\n");
+
+    // The row's change counts are the repository's: one new file, one line.
+    let changes = within("the row's changes", async {
+        loop {
+            let row = list(&c).await.into_iter().find(|r| r.resource == sid).expect("listed");
+            if let Some(ch) = row.changes.filter(|ch| ch.files == Some(1)) {
+                return ch;
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(200), root.recv()).await;
+        }
+    })
+    .await;
+    assert_eq!((changes.files, changes.additions, changes.deletions), (Some(1), Some(1), Some(0)), "{changes:?}");
+
+    // The turn's checkpoint is a ref in the repository.
+    let refs: Vec<String> = within("a checkpoint ref", async {
+        loop {
+            let refs: Vec<String> =
+                repo.references_glob("refs/agents/*").expect("glob").flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
+            if refs.iter().any(|r| r.contains("/checkpoints/")) {
+                return refs;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(refs.iter().all(|r| r.starts_with("refs/agents/")), "{refs:?}");
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_stays_awake_while_the_real_agent_works_and_sleeps_after() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    // Sleep after 1.2 s of quiet; the model takes 3 s to answer.
+    let daemon = kit.daemon(&tmp.path().join("data"), &["--sleep-after-minutes", "0.02"]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-slow").await;
+    let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/slow 3000 hold on"))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "the turn runs", |_, s| s.status & ACTIVITY == 8).await;
+    // Nobody watches now: only the running turn keeps it awake.
+    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    drop((sub, ssub));
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert_eq!(count(&daemon.log_text(), "session.slept", &sid), 0, "slept while its agent worked:\n{}", daemon.log_text());
+    // The turn ends, the quiet passes, it sleeps; the reply was kept.
+    until_logged(&daemon, "sleep after the turn", "session.slept", &sid).await;
+    let (state, _sub) = subscribe_chat(&c, &chat).await;
+    let turn = state.turns.last().expect("the turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    assert!(markdown(turn).contains("Stub says: /slow 3000 hold on"), "{turn:?}");
     c.shutdown().await;
 }

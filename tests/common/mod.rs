@@ -85,11 +85,18 @@ impl Daemon {
     /// Like [`Daemon::start_with`], with extra environment variables (e.g.
     /// `AHPD_TEST_WALL_OFFSET_MS`).
     pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_at("127.0.0.1:0", data_dir, extra, env)
+    }
+
+    /// Like [`Daemon::start_with_env`], listening on `listen` (e.g. the
+    /// port a daemon that was killed listened on, so its clients find it
+    /// again).
+    pub fn start_at(listen: &str, data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let log = log_path(data_dir);
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("open log file");
         let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["--listen", listen, "--data-dir"])
             .arg(data_dir)
             // Never scan a developer's own Claude transcripts unless a test
             // names a folder.

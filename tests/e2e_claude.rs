@@ -1,7 +1,7 @@
 //! The real Claude Code end to end (issue 22): the daemon runs Claude Code
 //! (npm `@anthropic-ai/claude-code`) through its ACP adapter (npm
 //! `@zed-industries/claude-code-acp`), both pinned by
-//! `tests/claude_code/package-lock.json`, against `tests/claude_code/model_stub.mjs`,
+//! `tests/real_agents/package-lock.json`, against `tests/real_agents/model_stub.mjs`,
 //! a stand-in for the Anthropic Messages API on 127.0.0.1 whose answers each
 //! test writes in its prompt (`/write`, `/long`, `/error`, ...). Observed
 //! through the official AHP client: a streamed reply, a permission asked by
@@ -13,71 +13,37 @@
 //! session written by the real CLI (`claude -p --session-id`) listed, opened
 //! and adopted.
 //!
-//! Needs `node` and the packages: `npm ci --prefix tests/claude_code`
+//! Needs `node` and the packages: `npm ci --prefix tests/real_agents`
 //! (`.ci/run` does it). Without them the tests fail and say so.
 
 mod common;
 
 use common::*;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use ahp::ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp::ahp_types::state::{ResponsePart, ToolCallCancellationReason, ToolCallState, TurnState};
 
-/// The packages' folder.
-fn kit_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/claude_code").canonicalize().expect("tests/claude_code")
-}
-
-/// A path inside the installed packages, or a failure saying how to get them.
-fn installed(rel: &str) -> PathBuf {
-    const HOW: &str = "run `npm ci --prefix tests/claude_code` (needs Node 20+ and npm)";
-    match Command::new("node").arg("--version").output() {
-        Ok(out) if out.status.success() => {}
-        Ok(out) => panic!("`node --version` failed ({}): {HOW}", out.status),
-        Err(e) => panic!("`node` is not on PATH ({e}): install Node 20+, then {HOW}"),
-    }
-    let path = kit_dir().join(rel);
-    assert!(path.exists(), "{} is missing: {HOW}", path.display());
-    path
-}
-
 /// The model stub, Claude's home and the environment the daemon (and so
-/// Claude Code) runs in; the stub is killed on drop.
+/// Claude Code) runs in.
 struct Kit {
-    stub: Child,
+    stub: ModelStub,
     /// `HOME` of the daemon and of Claude Code (`.claude/projects` in it).
     home: PathBuf,
-    /// The stub's request log (one JSON line each).
-    stub_log: PathBuf,
     env: Vec<(String, String)>,
 }
 
 impl Kit {
     fn new(root: &Path) -> Kit {
-        let adapter = installed("node_modules/.bin/claude-code-acp");
-        let _ = adapter;
         let claude = installed("node_modules/@anthropic-ai/claude-code/bin/claude.exe");
         let home = root.join("home");
         std::fs::create_dir_all(&home).expect("home");
-        let stub_log = root.join("stub.log");
-        let mut stub = Command::new("node")
-            .arg(kit_dir().join("model_stub.mjs"))
-            .arg("--log")
-            .arg(&stub_log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the model stub");
-        let mut line = String::new();
-        BufReader::new(stub.stdout.take().expect("stub stdout")).read_line(&mut line).expect("the stub's first line");
-        let port = line.trim().strip_prefix("listening ").unwrap_or_else(|| panic!("unexpected stub line {line:?}")).to_owned();
+        let stub = ModelStub::start(&root.join("stub.log"));
         let env = vec![
             ("HOME".to_owned(), home.display().to_string()),
-            ("ANTHROPIC_BASE_URL".to_owned(), format!("http://127.0.0.1:{port}")),
+            ("ANTHROPIC_BASE_URL".to_owned(), stub.url.clone()),
             ("ANTHROPIC_API_KEY".to_owned(), "stub-key".to_owned()),
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_owned(), "1".to_owned()),
             // The adapter refuses to skip permissions as root unless told it
@@ -89,7 +55,7 @@ impl Kit {
             // The adapter runs this CLI, not the copy its SDK bundles.
             ("CLAUDE_CODE_EXECUTABLE".to_owned(), claude.display().to_string()),
         ];
-        Kit { stub, home, stub_log, env }
+        Kit { stub, home, env }
     }
 
     fn projects(&self) -> PathBuf {
@@ -134,14 +100,7 @@ impl Kit {
     }
 
     fn stub_requests(&self) -> String {
-        std::fs::read_to_string(&self.stub_log).unwrap_or_default()
-    }
-}
-
-impl Drop for Kit {
-    fn drop(&mut self) {
-        let _ = self.stub.kill();
-        let _ = self.stub.wait();
+        self.stub.requests()
     }
 }
 

@@ -8,8 +8,10 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod agents;
+pub mod model_stub;
 pub mod repo;
 pub use agents::*;
+pub use model_stub::*;
 pub use repo::*;
 
 /// The `file:` URI of a local folder (percent-encoded as the daemon does).

@@ -49,7 +49,7 @@ use ahpd_core::{BackendCmd, BackendEvent, Input, Outcome};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
-use super::fs::{path_of_file_uri, Confined, Written};
+use super::fs::{path_of_file_uri, Confined, FsError, Written};
 use super::process::{self, ProcessGroup, StderrTail};
 use super::terminal::Terminals;
 use super::turn::{History, TurnMap};
@@ -438,14 +438,14 @@ async fn connect(chat: Uri, agent: Arc<AgentConfig>, written: Written, events: E
             .on_receive_request(
                 async move |r: ReadTextFileRequest, responder, _cx| match reads.read(&r.path, r.line, r.limit).await {
                     Ok(content) => responder.respond(ReadTextFileResponse::new(content)),
-                    Err(m) => responder.respond_with_error(refused(m)),
+                    Err(e) => responder.respond_with_error(fs_error(e)),
                 },
                 agent_client_protocol::on_receive_request!(),
             )
             .on_receive_request(
                 async move |r: WriteTextFileRequest, responder, _cx| match writes.write(&r.path, &r.content).await {
                     Ok(()) => responder.respond(WriteTextFileResponse::new()),
-                    Err(m) => responder.respond_with_error(refused(m)),
+                    Err(e) => responder.respond_with_error(fs_error(e)),
                 },
                 agent_client_protocol::on_receive_request!(),
             )
@@ -582,6 +582,20 @@ fn choose(options: &[PermissionOption], approved: bool) -> RequestPermissionOutc
         .find_map(|k| options.iter().find(|o| o.kind == *k))
         .map(|o| RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(o.option_id.clone())))
         .unwrap_or(RequestPermissionOutcome::Cancelled)
+}
+
+/// The ACP error a file request that failed is answered with (see
+/// [`FsError`]); the message rides in `data`.
+fn fs_error(e: FsError) -> agent_client_protocol::Error {
+    let data = serde_json::Value::String(e.message().to_owned());
+    match e {
+        FsError::NotFound(_) => {
+            let missing: agent_client_protocol::Error = agent_client_protocol::v1::schema::Error::resource_not_found(None).into();
+            missing.data(data)
+        }
+        FsError::Refused(_) => agent_client_protocol::Error::invalid_params().data(data),
+        FsError::Failed(_) => agent_client_protocol::Error::internal_error().data(data),
+    }
 }
 
 fn refused(message: String) -> agent_client_protocol::Error {

@@ -12,6 +12,41 @@ use std::path::{Component, Path, PathBuf};
 
 use ahp_types::Uri;
 
+/// Why a file request of an agent was not done; each kind is answered with
+/// its own ACP error, so an agent can tell a file that is not there (which
+/// it may go on to create: Gemini CLI reads a file before it writes it)
+/// from a refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsError {
+    /// The file (or, for a write, its folder) does not exist, inside the
+    /// root: ACP `resource_not_found` (-32002).
+    NotFound(String),
+    /// The path is refused: not absolute, naming `..`, or outside the root
+    /// (whether or not it exists there is not said): ACP `invalid_params`.
+    Refused(String),
+    /// The read or write itself failed (permissions, not UTF-8, a full
+    /// disk): ACP `internal_error`.
+    Failed(String),
+}
+
+impl FsError {
+    /// What happened, for the agent and the log.
+    pub fn message(&self) -> &str {
+        match self {
+            FsError::NotFound(m) | FsError::Refused(m) | FsError::Failed(m) => m,
+        }
+    }
+
+    fn of_io(path: &Path, e: &std::io::Error) -> FsError {
+        let message = format!("{}: {e}", path.display());
+        if e.kind() == std::io::ErrorKind::NotFound {
+            FsError::NotFound(message)
+        } else {
+            FsError::Failed(message)
+        }
+    }
+}
+
 /// Where each write of a chat's agent is told: to the core, as
 /// `BackendEvent::Wrote`, the session's claim for workspace awareness
 /// (issue 10). Shared by every chat of the backend.
@@ -52,9 +87,9 @@ impl Confined {
     /// (lines) select part of it.
     ///
     /// Errors: outside the root, missing, unreadable or not UTF-8.
-    pub async fn read(&self, path: &Path, line: Option<u32>, limit: Option<u32>) -> Result<String, String> {
+    pub async fn read(&self, path: &Path, line: Option<u32>, limit: Option<u32>) -> Result<String, FsError> {
         let target = self.resolve_existing(path)?;
-        let text = tokio::fs::read_to_string(&target).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = tokio::fs::read_to_string(&target).await.map_err(|e| FsError::of_io(path, &e))?;
         if line.is_none() && limit.is_none() {
             return Ok(text);
         }
@@ -67,45 +102,56 @@ impl Confined {
     /// the core the path.
     ///
     /// Errors: outside the root, its folder missing, or the write failed.
-    pub async fn write(&self, path: &Path, content: &str) -> Result<(), String> {
+    pub async fn write(&self, path: &Path, content: &str) -> Result<(), FsError> {
         let target = self.resolve_for_write(path)?;
-        tokio::fs::write(&target, content.as_bytes()).await.map_err(|e| format!("{}: {e}", path.display()))?;
+        tokio::fs::write(&target, content.as_bytes()).await.map_err(|e| FsError::of_io(path, &e))?;
         tracing::info!(chat = %self.chat, path = %target.display(), bytes = content.len(), "acp.fs.write: the agent wrote a file");
         self.written.record(&self.chat, &target);
         Ok(())
     }
 
-    fn inside(&self, resolved: &Path, asked: &Path) -> Result<(), String> {
+    fn inside(&self, resolved: &Path, asked: &Path) -> Result<(), FsError> {
         if resolved.starts_with(&self.root) {
             Ok(())
         } else {
-            Err(format!("{} is outside the session's working directory {}", asked.display(), self.root.display()))
+            Err(FsError::Refused(format!("{} is outside the session's working directory {}", asked.display(), self.root.display())))
         }
     }
 
-    fn absolute<'p>(&self, path: &'p Path) -> Result<&'p Path, String> {
+    fn absolute<'p>(&self, path: &'p Path) -> Result<&'p Path, FsError> {
         if !path.is_absolute() {
-            return Err(format!("{} is not an absolute path", path.display()));
+            return Err(FsError::Refused(format!("{} is not an absolute path", path.display())));
         }
         if path.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(format!("{} names a parent folder (..)", path.display()));
+            return Err(FsError::Refused(format!("{} names a parent folder (..)", path.display())));
         }
         Ok(path)
     }
 
-    fn resolve_existing(&self, path: &Path) -> Result<PathBuf, String> {
+    fn resolve_existing(&self, path: &Path) -> Result<PathBuf, FsError> {
         let path = self.absolute(path)?;
-        let resolved = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        self.inside(&resolved, path)?;
-        Ok(resolved)
+        match std::fs::canonicalize(path) {
+            Ok(resolved) => {
+                self.inside(&resolved, path)?;
+                Ok(resolved)
+            }
+            // Missing: "not found" only inside the root (its folder must
+            // resolve inside); outside, the same refusal as an existing
+            // file there gets, so nothing outside is told.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.resolve_for_write(path)?;
+                Err(FsError::of_io(path, &e))
+            }
+            Err(e) => Err(FsError::of_io(path, &e)),
+        }
     }
 
-    fn resolve_for_write(&self, path: &Path) -> Result<PathBuf, String> {
+    fn resolve_for_write(&self, path: &Path) -> Result<PathBuf, FsError> {
         let path = self.absolute(path)?;
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(format!("{} names no file", path.display()));
+            return Err(FsError::Refused(format!("{} names no file", path.display())));
         };
-        let parent = std::fs::canonicalize(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        let parent = self.resolve_folder(parent, path)?;
         self.inside(&parent, path)?;
         let target = parent.join(name);
         if let Ok(resolved) = std::fs::canonicalize(&target) {
@@ -113,6 +159,22 @@ impl Confined {
             return Ok(resolved);
         }
         Ok(target)
+    }
+
+    /// `folder` canonicalized; a missing one is "not found" when the
+    /// nearest folder above it that exists is inside the root, else refused.
+    fn resolve_folder(&self, folder: &Path, asked: &Path) -> Result<PathBuf, FsError> {
+        match std::fs::canonicalize(folder) {
+            Ok(resolved) => Ok(resolved),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let existing = folder.ancestors().skip(1).find_map(|a| std::fs::canonicalize(a).ok());
+                match existing {
+                    Some(above) => self.inside(&above, asked).and(Err(FsError::of_io(folder, &e))),
+                    None => Err(FsError::of_io(folder, &e)),
+                }
+            }
+            Err(e) => Err(FsError::of_io(folder, &e)),
+        }
     }
 }
 
@@ -150,15 +212,21 @@ mod tests {
 
         assert_eq!(fs.read(&root.join("a.txt"), None, None).await.unwrap(), "1\n2\n3\n");
         assert_eq!(fs.read(&root.join("a.txt"), Some(2), Some(1)).await.unwrap(), "2\n");
-        assert!(fs.read(&tmp.path().join("secret"), None, None).await.unwrap_err().contains("outside"));
+        assert!(fs.read(&tmp.path().join("secret"), None, None).await.unwrap_err().message().contains("outside"));
         assert!(fs.read(&root.join("../secret"), None, None).await.is_err());
-        assert!(fs.read(Path::new("a.txt"), None, None).await.unwrap_err().contains("absolute"));
+        assert!(fs.read(Path::new("a.txt"), None, None).await.unwrap_err().message().contains("absolute"));
         #[cfg(unix)]
         {
-            assert!(fs.read(&root.join("link"), None, None).await.unwrap_err().contains("outside"));
-            assert!(fs.write(&root.join("link"), "x").await.unwrap_err().contains("outside"));
+            assert!(fs.read(&root.join("link"), None, None).await.unwrap_err().message().contains("outside"));
+            assert!(fs.write(&root.join("link"), "x").await.unwrap_err().message().contains("outside"));
         }
         assert!(fs.write(&tmp.path().join("out.txt"), "x").await.is_err());
+        // A file that is not there: "not found" inside the root (an agent
+        // may go on to create it), a refusal outside it, existing or not.
+        assert!(matches!(fs.read(&root.join("nope.txt"), None, None).await, Err(FsError::NotFound(_))));
+        assert!(matches!(fs.write(&root.join("no/such/dir.txt"), "x").await, Err(FsError::NotFound(_))));
+        assert!(matches!(fs.read(&tmp.path().join("nope.txt"), None, None).await, Err(FsError::Refused(_))));
+        assert!(matches!(fs.read(&tmp.path().join("secret"), None, None).await, Err(FsError::Refused(_))));
         fs.write(&root.join("new.txt"), "hello").await.expect("write inside");
         assert_eq!(std::fs::read_to_string(root.join("new.txt")).unwrap(), "hello");
         assert_eq!(std::fs::read_to_string(tmp.path().join("secret")).unwrap(), "no");

@@ -1,6 +1,7 @@
-// A stand-in for the Anthropic Messages API on 127.0.0.1, so the real
-// Claude Code runs offline in the tests (issue 22). No dependency but Node's
-// own `http`.
+// A stand-in for the model APIs on 127.0.0.1, so real agents run offline
+// in the tests (issue 22): the Anthropic Messages API for Claude Code
+// (`ANTHROPIC_BASE_URL`) and the Gemini API for Gemini CLI
+// (`GOOGLE_GEMINI_BASE_URL`). No dependency but Node's own `http`.
 //
 // It plays a script written in the user's message, like the echo agent's
 // directives, so each test says in its prompt what the model does:
@@ -88,11 +89,18 @@ function decide(body) {
   // alone, they are the built-in ones.
   const names = new Set(body.tools.map((t) => t.name));
   const tool = (name) => (names.has(`mcp__acp__${name}`) ? `mcp__acp__${name}` : name);
-  const { text, results } = lastUser(body.messages || []);
+  return play(body.messages || [], tool);
+}
+
+/** The script's answer to a conversation (`messages` in the Messages API's
+ * shape), naming tools through `tool` (the API's own name of `Write` or
+ * `Bash`). */
+function play(messages, tool) {
+  const { text, results } = lastUser(messages);
   // Tool results alone continue the turn that asked for the tool; a text
   // beside them is a new prompt.
   const following = results.length > 0 && !text;
-  const prompt = following ? promptOf(body.messages || []) : text;
+  const prompt = following ? promptOf(messages) : text;
   const words = prompt.split(/\s+/);
   const directive = words[0];
   if (following) {
@@ -181,6 +189,84 @@ async function answer(req, res, body) {
   res.end();
 }
 
+// ---- The Gemini API (`GOOGLE_GEMINI_BASE_URL`), for Gemini CLI ----
+
+/** A Gemini request's `contents` in the Messages API's shape: `functionCall`
+ * parts become tool uses, `functionResponse` parts tool results, and the
+ * CLI's own context blocks are dropped. */
+function messagesOfGemini(contents) {
+  return (contents || []).map((c) => ({
+    role: c.role === "model" ? "assistant" : "user",
+    content: (c.parts || []).flatMap((p) => {
+      if (typeof p.text === "string") return p.text.trimStart().startsWith("<session_context>") ? [] : [{ type: "text", text: p.text }];
+      if (p.functionResponse) {
+        const r = p.functionResponse.response || {};
+        return [{ type: "tool_result", is_error: !!r.error, content: JSON.stringify(r) }];
+      }
+      if (p.functionCall) return [{ type: "tool_use", name: p.functionCall.name, input: p.functionCall.args }];
+      return [];
+    }),
+  }));
+}
+
+/** A value of a Gemini `responseJsonSchema` (the CLI's side requests ask
+ * for JSON: a routing score, a next speaker): the first of each enum, 1 for
+ * numbers, "stub" for strings. */
+function valueOf(schema) {
+  const type = String((schema && schema.type) || "STRING").toUpperCase();
+  if (schema && Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
+  if (type === "OBJECT") return Object.fromEntries(Object.entries(schema.properties || {}).map(([k, v]) => [k, valueOf(v)]));
+  if (type === "ARRAY") return [];
+  if (type === "INTEGER" || type === "NUMBER") return 1;
+  if (type === "BOOLEAN") return false;
+  return "stub";
+}
+
+async function answerGemini(req, res, body, stream) {
+  const declared = (body.tools || []).flatMap((t) => t.functionDeclarations || []).map((f) => f.name);
+  const geminiName = { Write: "write_file", Bash: "run_shell_command" };
+  const schema = body.generationConfig && body.generationConfig.responseJsonSchema;
+  let d;
+  if (schema) d = { text: JSON.stringify(valueOf(schema)) };
+  else if (declared.length === 0) d = { text: "Stub title" };
+  else d = play(messagesOfGemini(body.contents), (name) => geminiName[name] || name);
+  log({ api: "gemini", path: req.url, tools: declared.join(","), user: lastUser(messagesOfGemini(body.contents)).text.slice(0, 200), decision: d.error ? "error" : d.tool ? `tool ${d.tool.name}` : "text" });
+  if (d.waitMs) await sleep(d.waitMs);
+  if (d.error) {
+    res.writeHead(d.error.status, { "content-type": "application/json" });
+    res.end(JSON.stringify({ error: { code: d.error.status, message: d.error.message, status: d.error.status === 400 ? "INVALID_ARGUMENT" : "INTERNAL" } }));
+    return;
+  }
+  const parts = [];
+  if (d.prefix) parts.push({ text: d.prefix });
+  if (d.text !== undefined) parts.push({ text: d.text });
+  if (d.tool) {
+    const args = { ...d.tool.input };
+    parts.push({ functionCall: { name: d.tool.name, args } });
+  }
+  const usageMetadata = { promptTokenCount: 10, candidatesTokenCount: 5, totalTokenCount: 15 };
+  const chunk = (ps, finish) => ({ candidates: [{ content: { role: "model", parts: ps }, ...(finish ? { finishReason: "STOP" } : {}), index: 0 }], usageMetadata });
+  if (!stream) {
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify(chunk(parts, true)));
+    return;
+  }
+  res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+  let closed = false;
+  res.on("close", () => (closed = true));
+  const pieces = [];
+  for (const p of parts) {
+    if (p.text !== undefined && d.delayMs && p.text === d.text) for (const w of p.text.split(/(?<= )/)) pieces.push({ text: w });
+    else pieces.push(p);
+  }
+  for (let i = 0; i < pieces.length; i++) {
+    if (closed) return;
+    res.write(`data: ${JSON.stringify(chunk([pieces[i]], i === pieces.length - 1))}\n\n`);
+    if (d.delayMs && pieces[i].text !== undefined) await sleep(d.delayMs);
+  }
+  res.end();
+}
+
 const server = http.createServer((req, res) => {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
@@ -197,6 +283,19 @@ const server = http.createServer((req, res) => {
     } catch {
       res.writeHead(400, { "content-type": "application/json" });
       res.end(JSON.stringify({ type: "error", error: { type: "invalid_request_error", message: "stub: body is not JSON" } }));
+      return;
+    }
+    if (path.includes(":streamGenerateContent") || path.includes(":generateContent")) {
+      answerGemini(req, res, body, path.includes(":streamGenerateContent")).catch((e) => {
+        log({ failed: String(e) });
+        if (!res.headersSent) res.writeHead(500);
+        res.end();
+      });
+      return;
+    }
+    if (path.includes(":countTokens")) {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ totalTokens: 10 }));
       return;
     }
     if (path.endsWith("/count_tokens")) {

@@ -109,8 +109,7 @@ async fn a_sleeping_session_wakes_by_loading_its_conversation_and_so_does_a_rest
     let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
     prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the walrus").await;
     assert_eq!(markdown(state.turns.last().expect("turn")), "Reply: remember the walrus (turn 1)");
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, _ssub));
 
     // It sleeps: its agent process is let go.
@@ -258,8 +257,7 @@ async fn what_an_agent_started_goes_with_its_chat_on_dispose_sleep_and_shutdown(
     // Asleep: the same.
     let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
     let pid = spawn_child(&c, &chat, &mut state, &mut sub, "t1").await;
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, ssub));
     until_logged(&daemon, "sleep", "session.slept", &sid).await;
     until_gone(pid, "the child of a sleeping session's agent goes").await;
@@ -299,8 +297,7 @@ async fn a_running_terminal_keeps_its_session_awake_and_goes_with_its_chat() {
     let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
     let pid = open_terminal(&c, &chat, &mut state, &mut sub, "t1").await;
     assert!(daemon.log_text().contains("acp.terminal.started"));
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, ssub));
     // Unwatched and quiet for well over the sleep delay, the session stays
     // awake: its terminal is background work.

@@ -122,8 +122,7 @@ async fn a_sleeping_node_session_wakes_with_its_conversation_loaded() {
     let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "node", &work).await;
     prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the heron").await;
     assert_eq!(markdown(state.turns.last().expect("turn")), "Node says: remember the heron (turn 1)");
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, ssub));
 
     // It sleeps: its agent process is let go.

@@ -220,8 +220,7 @@ async fn claude_code_sleeps_wakes_and_restarts_with_its_conversation() {
     let (c, _, _root) = connect_init(&daemon.url, "claude-3").await;
     let (sid, chat, ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
     prompt(&c, &chat, &mut state, &mut sub, "t1", "remember the heron").await;
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, ssub));
     until_logged(&daemon, "sleep", "session.slept", &sid).await;
 
@@ -353,8 +352,7 @@ async fn a_session_stays_awake_while_the_real_agent_works_and_sleeps_after() {
     within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/slow 3000 hold on"))).await.expect("dispatch");
     follow_chat(&mut sub, &mut state, "the turn runs", |_, s| s.status & ACTIVITY == 8).await;
     // Nobody watches now: only the running turn keeps it awake.
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     drop((sub, ssub));
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
     assert_eq!(count(&daemon.log_text(), "session.slept", &sid), 0, "slept while its agent worked:\n{}", daemon.log_text());

@@ -26,8 +26,7 @@ async fn start_unwatched(c: &Client, text: &str, wait_done: bool) -> (String, St
     } else {
         follow_chat(&mut csub, &mut chat_state, "turn started", |_, chat| chat.active_turn.is_some()).await;
     }
-    within("unsubscribe chat", c.unsubscribe(chat.clone())).await.expect("unsubscribe");
-    within("unsubscribe session", c.unsubscribe(sid.clone())).await.expect("unsubscribe");
+    unwatch(&c, &sid, &chat).await;
     (sid, chat)
 }
 

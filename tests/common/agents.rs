@@ -81,3 +81,10 @@ pub async fn until_logged(daemon: &Daemon, what: &str, event: &str, also: &str) 
 pub fn turn_texts(state: &ChatState) -> Vec<(String, String)> {
     state.turns.iter().map(|t| (t.message.text.clone(), markdown(t))).collect()
 }
+
+/// Unsubscribes from the session `sid` and its chat `chat`, so nothing
+/// watches it (a watched session never sleeps).
+pub async fn unwatch(c: &Client, sid: &str, chat: &str) {
+    within("unsubscribe chat", c.unsubscribe(chat.to_owned())).await.expect("unsubscribe");
+    within("unsubscribe session", c.unsubscribe(sid.to_owned())).await.expect("unsubscribe");
+}

@@ -55,6 +55,7 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_modified_not_before_created", inv_modified_not_before_created),
     ("inv_default_chat_exists", inv_default_chat_exists),
     ("inv_row_aggregate", inv_row_aggregate),
+    ("inv_settled_row_not_resident", inv_settled_row_not_resident),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -217,6 +218,18 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
                 return fail("inv_provisional_not_announced_ready", format!("{uri} unannounced but not creating"));
             }
         }
+    }
+    Ok(())
+}
+
+/// "Every client hears every change" (issue 19), kept exact while a row
+/// keeps no copy of what root subscribers hold (`Announcement::Settled`,
+/// issue 21): only a session whose state is not held is settled. A held
+/// state moves through the protocol's reducers, and its row is diffed
+/// against the copy kept (the table makes it explicit before any change).
+pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    if matches!(s.announcement, crate::session::Announcement::Settled) && s.resident.is_some() {
+        return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
     }
     Ok(())
 }

@@ -174,7 +174,7 @@ impl Host {
         // replaces the tombstone.
         self.tombstones.remove(&uri);
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        let session = Session::provisional(rid.clone(), record, conn, id, can_resume, &self.shared);
+        let session = Session::provisional(record, conn, id, can_resume, &self.shared);
         self.add_session(uri.clone(), session);
         self.shared.chats.insert(default_chat, uri.clone());
         self.in_session(&uri, |s, sh| s.start_default_agent(sh));

@@ -27,7 +27,6 @@ use ahp_types::Uri;
 
 use crate::continuation::{QueuedCommand, WaitingRequest};
 use crate::effect::{ConnId, OpId};
-use crate::ids::ResourceId;
 use crate::record::SessionRecord;
 use crate::time::{MonoTime, WallTime};
 
@@ -156,13 +155,20 @@ pub enum Announcement {
     /// Announced; the row last sent to root subscribers, for
     /// `root/sessionSummaryChanged` deltas.
     Announced(Box<SessionSummary>),
+    /// Announced, and what root subscribers hold is exactly the row
+    /// [`Session::summary`] builds now, so it is not kept (issue 21: the
+    /// kept row was ~1 KB of a catalogue row's memory). Only a session whose
+    /// state is not held is settled. A session can change only once the
+    /// session table hands it out to change, and the table makes the row
+    /// explicit (`Announced`) before it does ([`Session::unsettle`]); the
+    /// host settles again the sessions an input touched whose sent row is
+    /// still the one they build ([`Session::settle`]).
+    Settled,
 }
 
 /// One session the host knows: listed in the catalogue, resident or not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    /// The validated URI.
-    pub id: ResourceId,
     /// The durable record (host-owned fields); the catalogue row is built
     /// from it when the session is not resident.
     pub record: SessionRecord,
@@ -247,16 +253,50 @@ impl Session {
     /// (Sessions page, "Provisional sessions": a session is not listed and
     /// not counted against the residency limit until its first turn).
     pub fn is_announced(&self) -> bool {
-        matches!(self.announcement, Announcement::Announced(_))
+        !matches!(self.announcement, Announcement::Provisional)
     }
 
     /// Records `summary` as the row every root subscriber now holds and
     /// returns the one they held before, or `None` (nothing recorded) while
-    /// the session is provisional.
+    /// the session is provisional. A settled session is never here: the
+    /// table made its row explicit when it handed the session out to
+    /// change ([`Session::unsettle`]). Were one here anyway, the row it
+    /// held is gone; the core does not panic, so it answers as if nothing
+    /// moved, and the simulator's `root_rows_match_listing` would see the
+    /// client rows drift.
     pub fn replace_sent_row(&mut self, summary: SessionSummary) -> Option<Box<SessionSummary>> {
         match &mut self.announcement {
             Announcement::Provisional => None,
             Announcement::Announced(row) => Some(std::mem::replace(row, Box::new(summary))),
+            Announcement::Settled => {
+                let old = Box::new(summary.clone());
+                self.announcement = Announcement::Announced(Box::new(summary));
+                Some(old)
+            }
+        }
+    }
+
+    /// Makes a settled session's sent row explicit (`Announced`), built as
+    /// root subscribers hold it: the session table calls it as it hands the
+    /// session out to change, before any change, so the next
+    /// `root/sessionSummaryChanged` is diffed against exactly the row sent.
+    pub fn unsettle(&mut self) {
+        if matches!(self.announcement, Announcement::Settled) {
+            self.announcement = Announcement::Announced(Box::new(self.summary()));
+        }
+    }
+
+    /// Drops the kept sent row of a session whose state is not held when it
+    /// is exactly the row the session builds now (`Settled`); the host calls
+    /// it on every session an input touched, once the input is done.
+    pub fn settle(&mut self) {
+        if self.resident.is_some() {
+            return;
+        }
+        if let Announcement::Announced(row) = &self.announcement {
+            if **row == self.summary() {
+                self.announcement = Announcement::Settled;
+            }
         }
     }
 
@@ -280,12 +320,14 @@ impl Session {
     /// A session the host knows from `record`, in `phase`, with no work in
     /// hand and nothing waiting. `created_at`/`modified_at` are read from
     /// the record (a `modifiedAt` before `createdAt` is raised to it).
-    pub fn new(id: ResourceId, mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
+    /// The record's URI must be valid (`crate::ids::ResourceId::parse`): the session
+    /// keeps it only as `record.resource` (issue 21: a parsed copy per
+    /// catalogue row cost ~110 bytes).
+    pub fn new(mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
         record.compact();
         let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
         let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
         Session {
-            id,
             record,
             created_at,
             modified_at,

@@ -98,7 +98,6 @@ pub struct PageRef<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ResourceId;
     use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
     use crate::session::state::{chat_state, chat_summary, session_state};
     use crate::session::{Phase, Resident};
@@ -146,7 +145,6 @@ mod tests {
     }
 
     fn session(record: SessionRecord, resident: bool) -> Session {
-        let id = ResourceId::parse(&record.resource).expect("valid id");
         let resident = resident.then(|| {
             let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new())).collect();
             Resident {
@@ -156,7 +154,7 @@ mod tests {
                 born_seq: 0,
             }
         });
-        Session::new(id, record, Phase::Asleep, resident, true, MonoTime(0))
+        Session::new(record, Phase::Asleep, resident, true, MonoTime(0))
     }
 
     #[test]

@@ -36,7 +36,10 @@ pub struct Slot(u32);
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
     keys: BTreeMap<Uri, Slot>,
-    slab: Vec<Option<(Uri, Session)>>,
+    /// The sessions by slot. A session's URI is its `record.resource` (the
+    /// key it is inserted under, which never changes): not kept again
+    /// beside it (issue 21: ~70 bytes a catalogue row).
+    slab: Vec<Option<Session>>,
     free: Vec<Slot>,
     /// What changed since [`SessionTable::clear_touched`]: the slots handed
     /// out to change (each once), and the URIs removed.
@@ -126,13 +129,13 @@ impl SessionTable {
         self.keys.is_empty()
     }
 
-    /// Adds or replaces the session at `uri` and returns its slot; a
-    /// replaced session's slot is kept.
+    /// Adds or replaces the session at `uri` (its `record.resource`) and
+    /// returns its slot; a replaced session's slot is kept.
     pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
         if let Some(&slot) = self.keys.get(&uri) {
             self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-                *entry = Some((uri, session));
+                *entry = Some(session);
             }
             return slot;
         }
@@ -144,7 +147,7 @@ impl SessionTable {
             }
         };
         if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-            *entry = Some((uri.clone(), session));
+            *entry = Some(session);
         }
         self.keys.insert(uri, slot);
         self.touch(slot);
@@ -156,12 +159,14 @@ impl SessionTable {
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.remove(uri)?;
+        let (uri, slot) = self.keys.remove_entry(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
         self.conversations.mark(slot);
-        taken.map(|(uri, s)| {
+        taken.map(|mut s| {
             self.touched.removed.push(uri);
+            // Handed out whole, to change or put back.
+            s.unsettle();
             s
         })
     }
@@ -178,7 +183,7 @@ impl SessionTable {
     /// taken by another session reads as none).
     pub fn at(&self, slot: Slot, uri: &Uri) -> Option<&Session> {
         match self.slab.get(slot.0 as usize) {
-            Some(Some((u, s))) if u == uri => Some(s),
+            Some(Some(s)) if s.record.resource == *uri => Some(s),
             _ => None,
         }
     }
@@ -189,7 +194,7 @@ impl SessionTable {
         Uri: Borrow<Q>,
     {
         let slot = self.keys.get(uri)?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|(_, s)| s)
+        self.slab.get(slot.0 as usize)?.as_ref()
     }
 
     /// The session at `uri`, to change.
@@ -199,7 +204,11 @@ impl SessionTable {
     {
         let slot = *self.keys.get(uri)?;
         self.touch(slot);
-        self.slab.get_mut(slot.0 as usize)?.as_mut().map(|(_, s)| s)
+        let session = self.slab.get_mut(slot.0 as usize)?.as_mut()?;
+        // Before any change: the row root subscribers hold is the one it
+        // builds now (`Announcement::Settled`).
+        session.unsettle();
+        Some(session)
     }
 
     /// The URI as the table holds it and the session.
@@ -207,8 +216,8 @@ impl SessionTable {
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.get(uri)?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s))
+        let (u, slot) = self.keys.get_key_value(uri)?;
+        self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s))
     }
 
     /// Whether a session is at `uri`.
@@ -221,7 +230,7 @@ impl SessionTable {
 
     /// Every session with its URI, in URI order.
     pub fn iter(&self) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
-        self.keys.values().filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
+        self.keys.iter().filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
     }
 
     /// Every session, in URI order.
@@ -234,7 +243,31 @@ impl SessionTable {
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Session> + '_ {
         self.touched.all = true;
         self.conversations.all = true;
-        self.slab.iter_mut().filter_map(|e| e.as_mut().map(|(_, s)| s))
+        self.slab.iter_mut().filter_map(|e| {
+            e.as_mut().map(|s| {
+                s.unsettle();
+                s
+            })
+        })
+    }
+
+    /// Settles every session handed out to change, added or replaced since
+    /// [`SessionTable::clear_touched`] ([`Session::settle`]): the host calls
+    /// it as each input ends, so a catalogue row that is not resident and
+    /// unchanged keeps no copy of the row root subscribers hold. Not a
+    /// change: what is touched stays as it was.
+    pub fn settle_touched(&mut self) {
+        if self.touched.all {
+            for s in self.slab.iter_mut().flatten() {
+                s.settle();
+            }
+            return;
+        }
+        for slot in &self.touched.slots {
+            if let Some(Some(s)) = self.slab.get_mut(slot.0 as usize) {
+                s.settle();
+            }
+        }
     }
 
     /// Notes that the session in `slot` may change.
@@ -273,7 +306,7 @@ impl SessionTable {
             .touched
             .slots
             .iter()
-            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, _)| u))
+            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|s| &s.record.resource))
             .chain(self.touched.removed.iter())
             .collect();
         uris.sort();
@@ -291,7 +324,7 @@ impl SessionTable {
             Some(uri) => Bound::Excluded(uri.clone()),
             None => Bound::Unbounded,
         };
-        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
+        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
     }
 
     /// The session that holds `provider`'s conversation `id` in one of its
@@ -303,9 +336,9 @@ impl SessionTable {
         slots
             .iter()
             .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref())
-            .filter(|(_, s)| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
-            .max_by(|a, b| a.0.cmp(&b.0))
-            .map(|(u, s)| (u, s))
+            .filter(|s| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
+            .max_by(|a, b| a.record.resource.cmp(&b.record.resource))
+            .map(|s| (&s.record.resource, s))
     }
 
     /// Indexes again every session that may have changed since the last
@@ -329,7 +362,7 @@ impl SessionTable {
         for slot in dirty {
             let i = slot.0 as usize;
             let keys = match self.slab.get(i) {
-                Some(Some((_, s))) => keys_of(s),
+                Some(Some(s)) => keys_of(s),
                 _ => Vec::new(),
             };
             let index = &mut self.conversations;
@@ -371,11 +404,11 @@ impl SessionTable {
         let mut entries = 0;
         for (i, entry) in self.slab.iter().enumerate() {
             let want = match entry {
-                Some((_, s)) => keys_of(s),
+                Some(s) => keys_of(s),
                 None => Vec::new(),
             };
             let have: &[u64] = index.of_slot.get(i).map_or(&[], Vec::as_slice);
-            let name = entry.as_ref().map_or("a free slot", |(u, _)| u.as_str());
+            let name = entry.as_ref().map_or("a free slot", |s| s.record.resource.as_str());
             if have != want.as_slice() {
                 return Err(format!("{name} is indexed under {have:?}, its chats' conversations are {want:?}"));
             }
@@ -423,7 +456,6 @@ impl<'a> IntoIterator for &'a SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ResourceId;
     use crate::record::{SessionRecord, RECORD_FORMAT};
     use crate::session::Phase;
     use crate::time::MonoTime;
@@ -453,24 +485,23 @@ mod tests {
             shared_trees: Vec::new(),
             deleted: false,
         };
-        let id = ResourceId::parse(&record.resource).expect("valid id");
-        Session::new(id, record, Phase::Asleep, None, true, MonoTime(0))
+        Session::new(record, Phase::Asleep, None, true, MonoTime(0))
     }
 
     #[test]
     fn iterates_in_uri_order_and_reuses_freed_slots_without_aliasing() {
         let mut t = SessionTable::new();
         for k in ["c", "a", "b"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         let order: Vec<&Uri> = t.iter().map(|(u, _)| u).collect();
-        assert_eq!(order, ["ahpd://echo/a", "ahpd://echo/b", "ahpd://echo/c"]);
-        let a: Uri = "ahpd://echo/a".into();
+        assert_eq!(order, ["ahp-session:/a", "ahp-session:/b", "ahp-session:/c"]);
+        let a: Uri = "ahp-session:/a".into();
         let slot_a = t.slot(&a).expect("a has a slot");
         assert!(t.at(slot_a, &a).is_some());
         assert!(t.remove(&a).is_some());
         assert!(t.at(slot_a, &a).is_none(), "a removed session's slot reads as none");
-        let d: Uri = "ahpd://echo/d".into();
+        let d: Uri = "ahp-session:/d".into();
         t.insert(d.clone(), session("d"));
         assert_eq!(t.slot(&d), Some(slot_a), "the freed slot is taken again");
         assert!(t.at(slot_a, &a).is_none(), "the old URI never reads the new session");
@@ -485,11 +516,11 @@ mod tests {
     fn touched_names_what_was_handed_out_added_or_removed_since_cleared() {
         let mut t = SessionTable::new();
         for k in ["a", "b", "c"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         t.clear_touched();
         assert_eq!(t.touched(), Some(Vec::new()), "nothing since the clear");
-        let (a, b, d): (Uri, Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into(), "ahpd://echo/d".into());
+        let (a, b, d): (Uri, Uri, Uri) = ("ahp-session:/a".into(), "ahp-session:/b".into(), "ahp-session:/d".into());
         let _ = t.get(&a);
         assert_eq!(t.touched(), Some(Vec::new()), "a read touches nothing");
         let _ = t.get_mut(&b);
@@ -510,7 +541,7 @@ mod tests {
     #[test]
     fn the_conversation_index_follows_every_change_through_the_table() {
         let mut t = SessionTable::new();
-        let (a, b): (Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into());
+        let (a, b): (Uri, Uri) = ("ahp-session:/a".into(), "ahp-session:/b".into());
         let mut sa = session("a");
         sa.record.chats.push(chat("a", "conv-1"));
         t.insert(a.clone(), sa);
@@ -528,7 +559,7 @@ mod tests {
         // Removed: its slot taken by another session.
         t.remove(&b);
         assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), None);
-        t.insert("ahpd://echo/c".into(), session("c"));
+        t.insert("ahp-session:/c".into(), session("c"));
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
         // Changed without a sync: the check says so.
@@ -544,16 +575,16 @@ mod tests {
     fn iter_after_walks_in_uri_order_from_where_it_stopped() {
         let mut t = SessionTable::new();
         for k in ["a", "c"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         let first = t.iter_after(None).next().map(|(u, _)| u.clone());
-        assert_eq!(first.as_deref(), Some("ahpd://echo/a"));
-        t.insert("ahpd://echo/b".into(), session("b"));
-        let a: Uri = "ahpd://echo/a".into();
+        assert_eq!(first.as_deref(), Some("ahp-session:/a"));
+        t.insert("ahp-session:/b".into(), session("b"));
+        let a: Uri = "ahp-session:/a".into();
         let rest: Vec<&str> = t.iter_after(Some(&a)).map(|(u, _)| u.as_str()).collect();
-        assert_eq!(rest, ["ahpd://echo/b", "ahpd://echo/c"], "one added past the walk's place is met");
-        t.remove("ahpd://echo/b");
-        assert_eq!(t.iter_after(Some(&"ahpd://echo/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahpd://echo/c"), "from a place that went");
-        assert!(t.iter_after(Some(&"ahpd://echo/c".to_owned())).next().is_none());
+        assert_eq!(rest, ["ahp-session:/b", "ahp-session:/c"], "one added past the walk's place is met");
+        t.remove("ahp-session:/b");
+        assert_eq!(t.iter_after(Some(&"ahp-session:/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahp-session:/c"), "from a place that went");
+        assert!(t.iter_after(Some(&"ahp-session:/c".to_owned())).next().is_none());
     }
 }

@@ -17,7 +17,7 @@
 //! 100k-row pass must not build a 100k-entry map per slice).
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use ahp_types::Uri;
@@ -50,15 +50,18 @@ pub struct SessionTable {
 
 /// The sessions holding each conversation, by a hash of the provider and
 /// the conversation id (FNV-1a, fixed: the same on every run). A hash, not
-/// the strings, to keep the index at ~100 bytes a session at 100k rows
-/// (docs/PERFORMANCE.md); two conversations that share a hash share an
-/// entry, and [`SessionTable::conversation_holder`] compares the strings.
+/// the strings, to keep the index small at 100k rows (docs/PERFORMANCE.md);
+/// two conversations that share a hash share a key, and
+/// [`SessionTable::conversation_holder`] compares the strings.
 #[derive(Debug, Clone, Default)]
 struct Conversations {
-    /// Key to the slots of the sessions holding it, each once, ascending.
-    by_key: BTreeMap<u64, Vec<Slot>>,
+    /// (key, slot of a session holding it), each pair once: one set, not a
+    /// list per key, so a session's entry costs no allocation of its own
+    /// (issue 21: ~130 bytes a catalogue row with a `Vec` per key and per
+    /// slot, ~40 now).
+    by_key: BTreeSet<(u64, Slot)>,
     /// Per slot, the keys it is indexed under (ascending, each once).
-    of_slot: Vec<Vec<u64>>,
+    of_slot: Vec<SlotKeys>,
     /// Slots that may have changed since the last
     /// [`SessionTable::sync_conversations`], each once.
     dirty: Vec<Slot>,
@@ -66,6 +69,40 @@ struct Conversations {
     marked: Vec<bool>,
     /// `values_mut` handed out every session: every slot is dirty.
     all: bool,
+}
+
+/// The keys one slot is indexed under, ascending, each once: held inline
+/// for none or one (a session with one chat, or chats of one
+/// conversation), in a slice for more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum SlotKeys {
+    /// Indexed under none.
+    #[default]
+    None,
+    /// Indexed under one key.
+    One(u64),
+    /// Indexed under these, ascending.
+    Many(Box<[u64]>),
+}
+
+impl SlotKeys {
+    /// The keys `keys` (ascending, each once) as held.
+    fn of(keys: Vec<u64>) -> SlotKeys {
+        match keys.as_slice() {
+            [] => SlotKeys::None,
+            [one] => SlotKeys::One(*one),
+            _ => SlotKeys::Many(keys.into_boxed_slice()),
+        }
+    }
+
+    /// The keys, ascending.
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            SlotKeys::None => &[],
+            SlotKeys::One(key) => std::slice::from_ref(key),
+            SlotKeys::Many(keys) => keys,
+        }
+    }
 }
 
 /// The index key of `provider`'s conversation `id` (also what a merge
@@ -332,10 +369,11 @@ impl SessionTable {
     /// whatever changed since the index was last brought up to date.
     pub fn conversation_holder(&mut self, provider: &str, id: &str) -> Option<(&Uri, &Session)> {
         self.sync_conversations();
-        let slots = self.conversations.by_key.get(&conversation_key(provider, id))?;
-        slots
-            .iter()
-            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref())
+        let key = conversation_key(provider, id);
+        self.conversations
+            .by_key
+            .range((key, Slot(0))..=(key, Slot(u32::MAX)))
+            .filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref())
             .filter(|s| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
             .max_by(|a, b| a.record.resource.cmp(&b.record.resource))
             .map(|s| (&s.record.resource, s))
@@ -370,26 +408,18 @@ impl SessionTable {
                 if keys.is_empty() {
                     continue;
                 }
-                index.of_slot.resize(i + 1, Vec::new());
+                index.of_slot.resize(i + 1, SlotKeys::None);
             }
-            if index.of_slot[i] == keys {
+            if index.of_slot[i].as_slice() == keys.as_slice() {
                 continue;
             }
-            for key in &index.of_slot[i] {
-                if let Some(slots) = index.by_key.get_mut(key) {
-                    slots.retain(|s| *s != slot);
-                    if slots.is_empty() {
-                        index.by_key.remove(key);
-                    }
-                }
+            for key in index.of_slot[i].as_slice() {
+                index.by_key.remove(&(*key, slot));
             }
             for key in &keys {
-                let slots = index.by_key.entry(*key).or_default();
-                if let Err(at) = slots.binary_search(&slot) {
-                    slots.insert(at, slot);
-                }
+                index.by_key.insert((*key, slot));
             }
-            index.of_slot[i] = keys;
+            index.of_slot[i] = SlotKeys::of(keys);
         }
     }
 
@@ -407,22 +437,22 @@ impl SessionTable {
                 Some(s) => keys_of(s),
                 None => Vec::new(),
             };
-            let have: &[u64] = index.of_slot.get(i).map_or(&[], Vec::as_slice);
+            let have: &[u64] = index.of_slot.get(i).map_or(&[], SlotKeys::as_slice);
             let name = entry.as_ref().map_or("a free slot", |s| s.record.resource.as_str());
             if have != want.as_slice() {
                 return Err(format!("{name} is indexed under {have:?}, its chats' conversations are {want:?}"));
             }
             for key in &want {
-                if !index.by_key.get(key).is_some_and(|slots| slots.contains(&Slot(i as u32))) {
+                if !index.by_key.contains(&(*key, Slot(i as u32))) {
                     return Err(format!("{name}'s conversation {key:#x} does not lead to it"));
                 }
             }
             entries += want.len();
         }
-        if index.of_slot.iter().skip(self.slab.len()).any(|keys| !keys.is_empty()) {
+        if index.of_slot.iter().skip(self.slab.len()).any(|keys| !keys.as_slice().is_empty()) {
             return Err("a slot past the table's end is indexed".to_owned());
         }
-        let listed: usize = index.by_key.values().map(Vec::len).sum();
+        let listed = index.by_key.len();
         if listed != entries {
             return Err(format!("{listed} entries indexed, {entries} conversations held"));
         }

@@ -203,7 +203,7 @@ pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
 
 /// "A session sleeps with nothing running."
 pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.phase == Phase::Asleep && (!s.sends_in_flight.is_empty() || s.is_busy()) {
+    if s.phase == Phase::Asleep && (!s.work.sends_in_flight.is_empty() || s.is_busy()) {
         return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
     }
     Ok(())
@@ -483,7 +483,7 @@ pub fn inv_none_goes_watched_or_busy(before: &Before, view: &HostView<'_>) -> Re
         if !s.can_resume {
             return fail(RULE, format!("{uri} went ({how:?}) though its backend cannot resume it"));
         }
-        let left = s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || !s.pending_sends.is_empty();
+        let left = s.work.parked.is_some() || !s.work.inbox.is_empty() || !s.work.waiters.is_empty() || !s.work.git_ops.is_empty() || !s.work.pending_sends.is_empty();
         if left || (*how == Went::Slept && s.has_work_in_hand()) {
             return fail(RULE, format!("{uri} went ({how:?}) with work in hand"));
         }

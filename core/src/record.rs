@@ -52,9 +52,10 @@ pub struct SessionRecord {
     pub default_chat: Uri,
     /// The chats, in the session's order.
     pub chats: Vec<ChatRecord>,
-    /// The diff stat last read for the session, if any.
+    /// The diff stat last read for the session, if any (boxed: most rows
+    /// have none, and inline it was 48 bytes of every row; issue 21).
     #[serde(default)]
-    pub changes: Option<ChangesSummary>,
+    pub changes: Option<Box<ChangesSummary>>,
     /// What the session did with git: the repository it is in, the tree it
     /// made, the checkpoints written (Sessions page, "Isolation and
     /// worktrees"). `None` until its first send asked git.
@@ -116,9 +117,9 @@ pub struct ChatRecord {
     /// The chat's own change count (Sessions page, "The state a session
     /// reports"): the default chat carries the session's Session Changes,
     /// another chat the files its own tools were seen to write. `None`
-    /// until there is something to count.
+    /// until there is something to count (boxed, as the session's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<ahp_types::state::ChangesSummary>,
+    pub changes: Option<Box<ahp_types::state::ChangesSummary>>,
     /// The files this chat's own tools were seen to write, across turns
     /// (absolute paths, at most `session::changes::WRITTEN_MAX`); the count of a
     /// chat that is not the default one.

@@ -166,28 +166,12 @@ pub enum Announcement {
     Settled,
 }
 
-/// One session the host knows: listed in the catalogue, resident or not.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Session {
-    /// The durable record (host-owned fields); the catalogue row is built
-    /// from it when the session is not resident.
-    pub record: SessionRecord,
-    /// `createdAt` as a number, for sorting; never moves.
-    pub created_at: WallTime,
-    /// `modifiedAt` as a number; only moves forward.
-    pub modified_at: WallTime,
-    /// Provisional until its first turn, then announced with the row root
-    /// subscribers hold (Sessions page, "Provisional sessions").
-    pub announcement: Announcement,
-    /// Whether its creation failed and its start is owed to the next send.
-    pub start_owed: bool,
-    /// What the host is doing with it.
-    pub phase: Phase,
-    /// The protocol state, while resident (boxed: a catalogue row that is
-    /// not resident pays one pointer for it).
-    pub resident: Option<Box<Resident>>,
-    /// Whether its backend can resume it (else it never sleeps).
-    pub can_resume: bool,
+/// What a session has in hand while it works, apart from its record and
+/// state: kept out of line ([`WorkSlot`]) because a catalogue row that is
+/// quiet has none of it, and inline it was ~250 bytes of every row's
+/// `Session` (issue 21: memory per catalogue row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Work {
     /// The chats whose agent reported background work (an ACP terminal
     /// still running) and has not reported its end.
     pub busy_chats: BTreeSet<Uri>,
@@ -195,10 +179,6 @@ pub struct Session {
     /// the session stays live and each such chat's agent is started afresh
     /// (a new conversation) before its next send.
     pub agents_owed: BTreeSet<Uri>,
-    /// Last monotonic time an action moved in it (idle timer).
-    pub last_activity: MonoTime,
-    /// LRU stamp: a host-wide counter taken when it was last used.
-    pub last_used: u64,
     /// Backend `Send` ops not yet acknowledged, by op: (chat, turn id).
     pub sends_in_flight: BTreeMap<OpId, (Uri, String)>,
     /// Turns accepted while the agent was not running, handed to it once
@@ -232,6 +212,100 @@ pub struct Session {
     pub counted_checkpoint: Option<OpId>,
 }
 
+impl Work {
+    /// Nothing in hand: what a quiet session reads.
+    pub const EMPTY: Work = Work {
+        busy_chats: BTreeSet::new(),
+        agents_owed: BTreeSet::new(),
+        sends_in_flight: BTreeMap::new(),
+        pending_sends: Vec::new(),
+        starts_unanswered: BTreeMap::new(),
+        waiters: Vec::new(),
+        parked: None,
+        put_owed: false,
+        inbox: VecDeque::new(),
+        git_ops: BTreeSet::new(),
+        git_begin: None,
+        counted_checkpoint: None,
+    };
+}
+
+/// A session's [`Work`], allocated only while it holds something. Reads
+/// through it see [`Work::EMPTY`] when none is allocated; a write (any
+/// `&mut` use) allocates it; [`Session::settle`] drops it again once the
+/// input that used it leaves it empty. Equal whether allocated or not when
+/// what it holds is equal.
+#[derive(Clone, Default)]
+pub struct WorkSlot(Option<Box<Work>>);
+
+impl WorkSlot {
+    /// Gives the allocation back when it holds nothing.
+    pub fn shed(&mut self) {
+        if self.0.as_deref().is_some_and(|w| *w == Work::EMPTY) {
+            self.0 = None;
+        }
+    }
+}
+
+impl std::ops::Deref for WorkSlot {
+    type Target = Work;
+
+    fn deref(&self) -> &Work {
+        static EMPTY: Work = Work::EMPTY;
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
+impl std::ops::DerefMut for WorkSlot {
+    fn deref_mut(&mut self) -> &mut Work {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for WorkSlot {
+    fn eq(&self, other: &WorkSlot) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for WorkSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// One session the host knows: listed in the catalogue, resident or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The durable record (host-owned fields); the catalogue row is built
+    /// from it when the session is not resident.
+    pub record: SessionRecord,
+    /// `createdAt` as a number, for sorting; never moves.
+    pub created_at: WallTime,
+    /// `modifiedAt` as a number; only moves forward.
+    pub modified_at: WallTime,
+    /// Provisional until its first turn, then announced with the row root
+    /// subscribers hold (Sessions page, "Provisional sessions").
+    pub announcement: Announcement,
+    /// Whether its creation failed and its start is owed to the next send.
+    pub start_owed: bool,
+    /// What the host is doing with it.
+    pub phase: Phase,
+    /// The protocol state, while resident (boxed: a catalogue row that is
+    /// not resident pays one pointer for it).
+    pub resident: Option<Box<Resident>>,
+    /// Whether its backend can resume it (else it never sleeps).
+    pub can_resume: bool,
+    /// Last monotonic time an action moved in it (idle timer).
+    pub last_activity: MonoTime,
+    /// LRU stamp: a host-wide counter taken when it was last used.
+    pub last_used: u64,
+    /// What it has in hand while it works (agents, sends, waiters, parked
+    /// writes, git commands): nothing is allocated for a quiet session
+    /// ([`WorkSlot`]).
+    pub work: WorkSlot,
+}
+
 impl Session {
     /// Marks the session announced and records `summary` as the row every
     /// root subscriber now holds (from `root/sessionAdded`, or from a
@@ -246,7 +320,7 @@ impl Session {
     /// chat's agent has some (Sessions page, "Sleep and wake": no sleep
     /// while a chat has background work).
     pub fn is_busy(&self) -> bool {
-        !self.busy_chats.is_empty()
+        !self.work.busy_chats.is_empty()
     }
 
     /// Whether `root/sessionAdded` was sent: false while provisional
@@ -287,9 +361,11 @@ impl Session {
     }
 
     /// Drops the kept sent row of a session whose state is not held when it
-    /// is exactly the row the session builds now (`Settled`); the host calls
-    /// it on every session an input touched, once the input is done.
+    /// is exactly the row the session builds now (`Settled`), and its
+    /// [`Work`] when that holds nothing; the host calls it on every session
+    /// an input touched, once the input is done.
     pub fn settle(&mut self) {
+        self.work.shed();
         if self.resident.is_some() {
             return;
         }
@@ -336,20 +412,9 @@ impl Session {
             phase,
             resident: resident.map(Box::new),
             can_resume,
-            busy_chats: BTreeSet::new(),
-            agents_owed: BTreeSet::new(),
             last_activity: now,
             last_used: 0,
-            sends_in_flight: BTreeMap::new(),
-            pending_sends: Vec::new(),
-            starts_unanswered: BTreeMap::new(),
-            waiters: Vec::new(),
-            parked: None,
-            put_owed: false,
-            inbox: VecDeque::new(),
-            git_ops: BTreeSet::new(),
-            git_begin: None,
-            counted_checkpoint: None,
+            work: WorkSlot::default(),
         }
     }
 }

@@ -92,11 +92,11 @@ impl Session {
             return None;
         };
         let Wake { history, error, .. } = *wake;
-        let waiters = std::mem::take(&mut self.waiters);
+        let waiters = std::mem::take(&mut self.work.waiters);
         if let Some(message) = error {
             crate::mark!("resume_failed_fails_waiters");
             let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
-            let pending = std::mem::take(&mut self.pending_sends);
+            let pending = std::mem::take(&mut self.work.pending_sends);
             for chat in chats {
                 self.backend(sh, Op::Fire, chat, BackendCmd::Close);
             }
@@ -126,7 +126,7 @@ impl Session {
                 born_seq: sh.server_seq,
             }));
         }
-        let pending = std::mem::take(&mut self.pending_sends);
+        let pending = std::mem::take(&mut self.work.pending_sends);
         self.set_phase(Phase::live());
         self.start_owed = false;
         sh.stats.wakes += 1;

@@ -281,10 +281,9 @@ impl SessionTable {
         self.touched.all = true;
         self.conversations.all = true;
         self.slab.iter_mut().filter_map(|e| {
-            e.as_mut().map(|s| {
-                s.unsettle();
-                s
-            })
+            let s = e.as_mut()?;
+            s.unsettle();
+            Some(s)
         })
     }
 

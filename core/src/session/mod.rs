@@ -308,10 +308,11 @@ pub struct Session {
 
 impl Session {
     /// Marks the session announced and records `summary` as the row every
-    /// root subscriber now holds (from `root/sessionAdded`, or from a
-    /// listing of the store's rows after a restart). The two go together:
-    /// an announced session with no row on record would have its next
-    /// change diffed against nothing, and never broadcast.
+    /// root subscriber now holds (from `root/sessionAdded`; a row listed
+    /// from the store's records after a restart starts `Settled` instead).
+    /// The two go together: an announced session with no row on record
+    /// would have its next change diffed against nothing, and never
+    /// broadcast.
     pub fn mark_announced(&mut self, summary: SessionSummary) {
         self.announcement = Announcement::Announced(Box::new(summary));
     }

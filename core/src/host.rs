@@ -523,11 +523,13 @@ impl Host {
         for chat in &record.chats {
             self.shared.chats.insert(chat.resource.clone(), uri.clone());
         }
-        let mut session = Session::new(id, record, Phase::Asleep, None, can_resume, self.shared.now.mono);
+        let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
-        let summary = session.summary();
-        session.mark_announced(summary);
+        // Settled: the row is the one the session builds, made only when
+        // the session is first handed out to change (no row built per
+        // record at start).
+        session.announcement = crate::session::Announcement::Settled;
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
         self.shared.catalogue.insert(modified_at.0, &uri, slot, external);
@@ -602,6 +604,8 @@ impl Host {
         // The index a checker reads is the sessions' as this input left
         // them.
         self.sessions.sync_conversations();
+        // Rows whose sent copy is what they build again keep none.
+        self.sessions.settle_touched();
         std::mem::take(&mut self.shared.effects)
     }
 

@@ -55,6 +55,7 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_modified_not_before_created", inv_modified_not_before_created),
     ("inv_default_chat_exists", inv_default_chat_exists),
     ("inv_row_aggregate", inv_row_aggregate),
+    ("inv_settled_row_not_resident", inv_settled_row_not_resident),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -202,7 +203,7 @@ pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
 
 /// "A session sleeps with nothing running."
 pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.phase == Phase::Asleep && (!s.sends_in_flight.is_empty() || s.is_busy()) {
+    if s.phase == Phase::Asleep && (!s.work.sends_in_flight.is_empty() || s.is_busy()) {
         return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
     }
     Ok(())
@@ -217,6 +218,18 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
                 return fail("inv_provisional_not_announced_ready", format!("{uri} unannounced but not creating"));
             }
         }
+    }
+    Ok(())
+}
+
+/// "Every client hears every change" (issue 19), kept exact while a row
+/// keeps no copy of what root subscribers hold (`Announcement::Settled`,
+/// issue 21): only a session whose state is not held is settled. A held
+/// state moves through the protocol's reducers, and its row is diffed
+/// against the copy kept (the table makes it explicit before any change).
+pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    if matches!(s.announcement, crate::session::Announcement::Settled) && s.resident.is_some() {
+        return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
     }
     Ok(())
 }
@@ -470,7 +483,7 @@ pub fn inv_none_goes_watched_or_busy(before: &Before, view: &HostView<'_>) -> Re
         if !s.can_resume {
             return fail(RULE, format!("{uri} went ({how:?}) though its backend cannot resume it"));
         }
-        let left = s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || !s.pending_sends.is_empty();
+        let left = s.work.parked.is_some() || !s.work.inbox.is_empty() || !s.work.waiters.is_empty() || !s.work.git_ops.is_empty() || !s.work.pending_sends.is_empty();
         if left || (*how == Went::Slept && s.has_work_in_hand()) {
             return fail(RULE, format!("{uri} went ({how:?}) with work in hand"));
         }

@@ -38,6 +38,7 @@ pub struct SessionRecord {
     /// The host's own archived bit (status bit 64).
     pub is_archived: bool,
     /// The directories the agent may touch; the first is the process root.
+    #[serde(deserialize_with = "exact_vec")]
     pub working_directories: Vec<Uri>,
     /// The settings chosen.
     #[serde(default)]
@@ -51,10 +52,12 @@ pub struct SessionRecord {
     /// The default chat's URI.
     pub default_chat: Uri,
     /// The chats, in the session's order.
+    #[serde(deserialize_with = "exact_vec")]
     pub chats: Vec<ChatRecord>,
-    /// The diff stat last read for the session, if any.
+    /// The diff stat last read for the session, if any (boxed: most rows
+    /// have none, and inline it was 48 bytes of every row; issue 21).
     #[serde(default)]
-    pub changes: Option<ChangesSummary>,
+    pub changes: Option<Box<ChangesSummary>>,
     /// What the session did with git: the repository it is in, the tree it
     /// made, the checkpoints written (Sessions page, "Isolation and
     /// worktrees"). `None` until its first send asked git.
@@ -79,7 +82,7 @@ pub struct SessionRecord {
     /// their maker was disposed ([`crate::git::SharedTree`]). Never
     /// archived (they stay on disk while a holder exists); removed with
     /// the last session that works in them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
     pub shared_trees: Vec<crate::git::SharedTree>,
     /// A tombstone: the session was disposed, and this record stays only
     /// so a backend's copy that outlives the dispose (a transcript its CLI
@@ -116,9 +119,9 @@ pub struct ChatRecord {
     /// The chat's own change count (Sessions page, "The state a session
     /// reports"): the default chat carries the session's Session Changes,
     /// another chat the files its own tools were seen to write. `None`
-    /// until there is something to count.
+    /// until there is something to count (boxed, as the session's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub changes: Option<ahp_types::state::ChangesSummary>,
+    pub changes: Option<Box<ahp_types::state::ChangesSummary>>,
     /// The files this chat's own tools were seen to write, across turns
     /// (absolute paths, at most `session::changes::WRITTEN_MAX`); the count of a
     /// chat that is not the default one.
@@ -127,13 +130,35 @@ pub struct ChatRecord {
     /// Turns the host keeps until the backend's history has them: echoed
     /// turns still running, and turns the host ended itself
     /// ([`crate::kept_turns`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
     pub kept: Vec<crate::kept_turns::KeptTurn>,
     /// The chat's draft (`chat/draftChanged`), kept across sleep, eviction
     /// and restart; written without a wake (Sessions page, "Sleep and
     /// wake": "A config change and a draft are kept without a wake").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<Box<ahp_types::state::Message>>,
+}
+
+/// A list read with no spare room, for a record's lists: parsing grows a
+/// list as it goes (a one-chat list holds room for four chats), and a
+/// catalogue row keeps its record for the daemon's life. The parsed list is
+/// copied into one of its exact size as soon as it is read, so the room it
+/// grew is given back whole, where the next record's parse reuses it;
+/// shrinking it later, in place (`SessionRecord::compact` at start, after
+/// every record was read), left a hole per row beside the list it kept
+/// (issue 21: memory per catalogue row).
+fn exact_vec<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let parsed = Vec::<T>::deserialize(deserializer)?;
+    if parsed.len() == parsed.capacity() {
+        return Ok(parsed);
+    }
+    let mut exact = Vec::with_capacity(parsed.len());
+    exact.extend(parsed);
+    Ok(exact)
 }
 
 impl ChatRecord {

@@ -623,7 +623,7 @@ impl World {
         match input {
             Input::Done { op, .. } => self.op_subject.get(op).and_then(|u| of(u)).or_else(|| {
                 // A git command is the work of the session holding it.
-                view.sessions.iter().find(|(_, s)| s.git_ops.contains(op) || s.git_begin == Some(*op)).map(|(u, _)| u.clone())
+                view.sessions.iter().find(|(_, s)| s.work.git_ops.contains(op) || s.work.git_begin == Some(*op)).map(|(u, _)| u.clone())
             }),
             Input::Backend { chat, .. } => of(chat),
             Input::Frame { .. } => label.split_whitespace().nth(3).and_then(of),

@@ -51,7 +51,7 @@ fn session_with_running_turn(h: &mut Harness, conn: u64) {
 /// parked one, so the disk lost a change the client had been told was
 /// saved, and a restart brought the session back unread. Fix: a record
 /// write asked for while a parked write is in flight is owed and issued
-/// once the parked write settles (`Session::put_owed`).
+/// once the parked write settles (`Work::put_owed`).
 #[test]
 fn a_record_write_never_lands_after_a_parked_change_with_stale_bits() {
     let mut d = driver(Config::default());
@@ -155,7 +155,7 @@ fn a_dispose_the_store_refuses_leaves_the_session_asleep_with_nothing_running() 
     let view = d.host.view();
     let s = view.sessions.get(SESSION).expect("the session is held");
     assert_eq!(s.phase.name(), "asleep");
-    assert!(!s.is_busy() && s.sends_in_flight.is_empty() && !s.has_active_turn());
+    assert!(!s.is_busy() && s.work.sends_in_flight.is_empty() && !s.has_active_turn());
 }
 
 /// Seeds 110, 194, 247, 346 of issue 18's users option

@@ -85,7 +85,7 @@ impl Host {
     /// then `session/ready` (Sessions page, "The life of a session").
     pub(crate) fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some((chat, turn_id)) = session.sends_in_flight.remove(&op) else { return };
+        let Some((chat, turn_id)) = session.work.sends_in_flight.remove(&op) else { return };
         match outcome {
             Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
             _ => self.agent_took_turn(session_uri, &chat),
@@ -202,7 +202,7 @@ impl Host {
             return;
         }
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.pending_sends.push((chat, turn_id, message));
+        session.work.pending_sends.push((chat, turn_id, message));
         self.wake(session_uri);
     }
 
@@ -498,10 +498,10 @@ impl Host {
                         }
                         Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
                         Waiter::Action(q) => {
-                            let busy = self.sessions.get(uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty());
+                            let busy = self.sessions.get(uri).is_some_and(|s| s.work.parked.is_some() || !s.work.inbox.is_empty());
                             if busy {
                                 if let Some(s) = self.sessions.get_mut(uri) {
-                                    s.inbox.push_back(crate::session::Queued::Action(q));
+                                    s.work.inbox.push_back(crate::session::Queued::Action(q));
                                 }
                             } else {
                                 self.process_action(uri, q);
@@ -532,8 +532,8 @@ impl Host {
         crate::mark!("wake_refused_untrusted_folder");
         self.shared.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
         let Some(session) = self.sessions.get_mut(session_uri) else { return true };
-        let pending = std::mem::take(&mut session.pending_sends);
-        let waiters = std::mem::take(&mut session.waiters);
+        let pending = std::mem::take(&mut session.work.pending_sends);
+        let waiters = std::mem::take(&mut session.work.waiters);
         let reason = format!("the session was not woken: {reason}");
         for (chat, turn_id, _) in pending {
             self.fail_turn(session_uri, &chat, &turn_id, &reason);
@@ -620,6 +620,6 @@ impl Host {
     pub fn drained(&self) -> bool {
         self.drain.is_some()
             && self.running_turns().is_empty()
-            && self.sessions.values().all(|s| s.pending_sends.is_empty() && s.sends_in_flight.is_empty() && s.parked.is_none())
+            && self.sessions.values().all(|s| s.work.pending_sends.is_empty() && s.work.sends_in_flight.is_empty() && s.work.parked.is_none())
     }
 }

@@ -348,7 +348,7 @@ impl Aware<'_> {
     fn record_name(&self, uri: &Uri) -> Option<String> {
         let session = self.sessions.get(uri)?;
         let key = ResourceId::parse(uri).ok()?.store_key();
-        (key == session.id.store_key()).then(|| format!("{}-{key}.json", self.shared.config.awareness.pid))
+        (key == ResourceId::parse(&session.record.resource).ok()?.store_key()).then(|| format!("{}-{key}.json", self.shared.config.awareness.pid))
     }
 
     /// `uri`'s record as it stands now (stamped with the wall clock).

@@ -418,7 +418,7 @@ impl Host {
             }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("subscribe_wakes_session");
-                s.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::Subscribe(request) });
+                s.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::Subscribe(request) });
             }
             self.wake(&session_uri);
             return;
@@ -452,7 +452,7 @@ impl Host {
         let waiting: usize = self
             .sessions
             .values()
-            .map(|s| s.waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
+            .map(|s| s.work.waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
             .sum::<usize>()
             + usize::from(held);
         if waiting < max {
@@ -482,10 +482,10 @@ impl Host {
             // Only the sessions it waited on are handed out to change, so
             // the indexes kept per changed session (`SessionTable`) and the
             // checks of touched sessions do not redo every session.
-            let waited: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.waiters.iter().any(of_conn)).map(|(u, _)| u.clone()).collect();
+            let waited: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.work.waiters.iter().any(of_conn)).map(|(u, _)| u.clone()).collect();
             for uri in waited {
                 if let Some(session) = self.sessions.get_mut(&uri) {
-                    session.waiters.retain(|w| !of_conn(w));
+                    session.work.waiters.retain(|w| !of_conn(w));
                 }
             }
             self.shared.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
@@ -700,7 +700,7 @@ impl Host {
             self.touch(uri);
             if let Some(s) = self.sessions.get_mut(uri) {
                 crate::mark!("handshake_waits_for_wake");
-                s.waiters.push(Waiter::Handshake { conn, id });
+                s.work.waiters.push(Waiter::Handshake { conn, id });
             }
         }
         // A wake refused at once (a folder no longer trusted) settles its

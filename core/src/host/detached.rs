@@ -115,7 +115,7 @@ impl Window<'_> {
         if matches!(session.phase, Phase::Starting { .. } | Phase::Disposing { .. }) {
             return self.shared.reply_error(conn, id, refuse("the session is being created or disposed"));
         }
-        if session.is_announced() || session.record.git.is_some() || session.git_begin.is_some() {
+        if session.is_announced() || session.record.git.is_some() || session.work.git_begin.is_some() {
             return self.shared.reply_error(conn, id, refuse("the session has started: only a creating session whose tree is pending has one cut"));
         }
         if !table::worktree_asked(&session.record.config) {

@@ -337,7 +337,7 @@ impl Host {
             self.shared.chats.insert(chat.resource.clone(), uri.clone());
         }
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        let session = Session::new(id, record, Phase::Asleep, None, can_resume, self.shared.now.mono);
+        let session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         self.add_session(uri.clone(), session);
         self.announce(&uri);
     }

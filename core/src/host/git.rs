@@ -288,11 +288,11 @@ impl Host {
         match cut {
             TreeCut::Begin { session, folder, checkpoint_ref, new_branch, mut plan } => {
                 let Some(s) = self.sessions.get_mut(&session) else { return };
-                s.git_ops.remove(&op);
-                if s.git_begin != Some(op) {
+                s.work.git_ops.remove(&op);
+                if s.work.git_begin != Some(op) {
                     return;
                 }
-                s.git_begin = None;
+                s.work.git_begin = None;
                 // Disposed meanwhile: no tree is cut for it.
                 if matches!(s.phase, Phase::Disposing { .. }) {
                     return;
@@ -303,8 +303,8 @@ impl Host {
                     GitCmd::Begin { folder, checkpoint_ref, worktree: Some(plan) },
                 );
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.git_begin = Some(begin);
-                    s.git_ops.insert(begin);
+                    s.work.git_begin = Some(begin);
+                    s.work.git_ops.insert(begin);
                 }
             }
             TreeCut::Make { folder, new_branch, mut plan, purpose } => {
@@ -418,7 +418,7 @@ impl Host {
     /// uncommitted work stays (the shell checks that).
     pub(crate) fn trees_follow_archive(&mut self, session_uri: &Uri, archived: bool) {
         let Some(session) = self.sessions.get(session_uri) else { return };
-        if archived && (session.phase != Phase::Asleep || !session.pending_sends.is_empty() || session.git_begin.is_some()) {
+        if archived && (session.phase != Phase::Asleep || !session.work.pending_sends.is_empty() || session.work.git_begin.is_some()) {
             return;
         }
         for (repo, tree) in self.trees_of(session_uri) {
@@ -477,7 +477,7 @@ impl Host {
     /// in it). Returns true when the wake waits for that.
     pub(crate) fn restore_before_wake(&mut self, session_uri: &Uri) -> bool {
         let Some(session) = self.sessions.get(session_uri) else { return false };
-        if session.git_begin.is_some() {
+        if session.work.git_begin.is_some() {
             // Already being put back: the wake goes on when it is.
             return session.record.git.as_ref().and_then(|g| g.worktree.as_ref()).is_some_and(|w| w.off_disk);
         }
@@ -486,8 +486,8 @@ impl Host {
         let repo = git.folder.clone();
         let op = self.shared.git(Op::Git(GitOp::Restore { session: session_uri.clone() }), GitCmd::RestoreTree { repo, worktree: tree });
         if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.git_begin = Some(op);
-            s.git_ops.insert(op);
+            s.work.git_begin = Some(op);
+            s.work.git_ops.insert(op);
         }
         true
     }
@@ -497,11 +497,11 @@ impl Host {
     /// in another folder), its waiters fail, and it stays asleep.
     pub(crate) fn on_restored_for_wake(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.git_ops.remove(&op);
-        if session.git_begin != Some(op) {
+        session.work.git_ops.remove(&op);
+        if session.work.git_begin != Some(op) {
             return;
         }
-        session.git_begin = None;
+        session.work.git_begin = None;
         match outcome {
             Outcome::Git(GitResult::TreeRestored) => {
                 if let Some(w) = session.record.git.as_mut().and_then(|g| g.worktree.as_mut()) {
@@ -516,8 +516,8 @@ impl Host {
                     Outcome::Failed { message } => message,
                     _ => "git answered something else".to_owned(),
                 };
-                let pending = std::mem::take(&mut session.pending_sends);
-                let waiters = std::mem::take(&mut session.waiters);
+                let pending = std::mem::take(&mut session.work.pending_sends);
+                let waiters = std::mem::take(&mut session.work.waiters);
                 self.shared.log(LogLevel::Warn, "git.restore_failed", Some(session_uri.clone()), message.clone());
                 let reason = format!("the session's worktree could not be put back: {message}");
                 for (chat, turn_id, _) in pending {

@@ -174,7 +174,7 @@ impl Host {
         // replaces the tombstone.
         self.tombstones.remove(&uri);
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        let session = Session::provisional(rid.clone(), record, conn, id, can_resume, &self.shared);
+        let session = Session::provisional(record, conn, id, can_resume, &self.shared);
         self.add_session(uri.clone(), session);
         self.shared.chats.insert(default_chat, uri.clone());
         self.in_session(&uri, |s, sh| s.start_default_agent(sh));
@@ -219,7 +219,7 @@ impl Host {
             }
             _ => {}
         }
-        let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.waiters)).unwrap_or_default();
+        let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.work.waiters)).unwrap_or_default();
         self.fail_waiters(&uri, waiters, "the session is being disposed");
         self.in_session(&uri, |s, sh| s.begin_dispose(sh, conn, id));
     }
@@ -386,7 +386,7 @@ impl Host {
         }
         let Some(resident) = session.resident.as_ref() else {
             crate::mark!("fetch_turns_wakes_session");
-            session.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::FetchTurns(request) });
+            session.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::FetchTurns(request) });
             self.wake(&session_uri);
             return;
         };
@@ -462,14 +462,14 @@ impl Host {
     /// Whether the session has a parked write or queued work: a new command
     /// waits behind it, in order ([`Host::queue_command`]).
     fn busy_with_writes(&self, session_uri: &Uri) -> bool {
-        self.sessions.get(session_uri).is_some_and(|s| s.parked.is_some() || !s.inbox.is_empty())
+        self.sessions.get(session_uri).is_some_and(|s| s.work.parked.is_some() || !s.work.inbox.is_empty())
     }
 
     /// Queues request `id` of `conn`, decoded, behind the session's parked
     /// write and the work already queued.
     fn queue_command(&mut self, session_uri: &Uri, conn: ConnId, id: u64, command: QueuedCommand) {
         if let Some(session) = self.sessions.get_mut(session_uri) {
-            session.inbox.push_back(Queued::Command { conn, id, command });
+            session.work.inbox.push_back(Queued::Command { conn, id, command });
         }
     }
 
@@ -584,7 +584,7 @@ impl Host {
         if self.sessions.get(&session_uri).is_some_and(|s| s.resident.is_none()) {
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("create_chat_wakes_session");
-                s.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::CreateChat(Box::new(request)) });
+                s.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::CreateChat(Box::new(request)) });
             }
             return self.wake(&session_uri);
         }
@@ -787,8 +787,8 @@ impl Host {
         let _ = kind;
         let queued = QueuedAction { conn, channel, client_seq: params.client_seq, action: params.action };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        if session.parked.is_some() || !session.inbox.is_empty() {
-            session.inbox.push_back(Queued::Action(queued));
+        if session.work.parked.is_some() || !session.work.inbox.is_empty() {
+            session.work.inbox.push_back(Queued::Action(queued));
             return;
         }
         self.process_action(&session_uri, queued);
@@ -822,7 +822,7 @@ impl Host {
             Admission::Refused(reason) => return self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned()),
             Admission::AfterWake => {
                 if let Some(s) = self.sessions.get_mut(session_uri) {
-                    s.waiters.push(Waiter::Action(q));
+                    s.work.waiters.push(Waiter::Action(q));
                 }
                 return self.wake(session_uri);
             }
@@ -863,7 +863,7 @@ impl Host {
             Outcome::Failed { message } => Some(message),
             _ => None,
         };
-        let parked = self.sessions.get(session_uri).and_then(|s| s.parked.as_ref()).is_some_and(|p| p.op == op);
+        let parked = self.sessions.get(session_uri).and_then(|s| s.work.parked.as_ref()).is_some_and(|p| p.op == op);
         if parked {
             self.on_parked_write(session_uri, failure);
         } else if let Some(message) = failure {
@@ -876,7 +876,7 @@ impl Host {
     /// the write failed), then take the next queued action.
     pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(parked) = session.parked.take() else { return };
+        let Some(parked) = session.work.parked.take() else { return };
         match (parked.work, failure) {
             (ParkedWork::Action(q), None) => {
                 let client_id = self.shared.sender_of(q.conn);
@@ -894,7 +894,7 @@ impl Host {
             }
             (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
         }
-        if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.put_owed)) {
+        if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.work.put_owed)) {
             self.store_put(session_uri);
         }
         self.drain_inbox(session_uri);
@@ -904,10 +904,10 @@ impl Host {
     pub(crate) fn drain_inbox(&mut self, session_uri: &Uri) {
         loop {
             let Some(session) = self.sessions.get_mut(session_uri) else { return };
-            if session.parked.is_some() {
+            if session.work.parked.is_some() {
                 return;
             }
-            let Some(next) = session.inbox.pop_front() else { return };
+            let Some(next) = session.work.inbox.pop_front() else { return };
             match next {
                 Queued::Action(q) => self.process_action(session_uri, q),
                 Queued::Command { conn, id, command } => {
@@ -916,11 +916,11 @@ impl Host {
                         // waited behind it, or it would queue itself again
                         // behind the rest (out of order, and for ever when
                         // only commands remain).
-                        let behind = self.sessions.get_mut(session_uri).map(|s| std::mem::take(&mut s.inbox)).unwrap_or_default();
+                        let behind = self.sessions.get_mut(session_uri).map(|s| std::mem::take(&mut s.work.inbox)).unwrap_or_default();
                         self.run_queued_command(conn, id, command);
                         if let Some(s) = self.sessions.get_mut(session_uri) {
-                            let added = std::mem::replace(&mut s.inbox, behind);
-                            s.inbox.extend(added);
+                            let added = std::mem::replace(&mut s.work.inbox, behind);
+                            s.work.inbox.extend(added);
                         }
                     }
                 }

@@ -73,7 +73,7 @@ impl Session {
             Phase::Starting { .. } => return Admission::Refused("the session is still being created"),
             _ => {}
         }
-        let idle_asleep = self.phase == Phase::Asleep && self.pending_sends.is_empty() && self.git_begin.is_none();
+        let idle_asleep = self.phase == Phase::Asleep && self.work.pending_sends.is_empty() && self.work.git_begin.is_none();
         if idle_asleep && matches!(action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_)) {
             crate::mark!("turn_action_refused_asleep");
             return Admission::Refused("the session is asleep: no turn is running");
@@ -157,7 +157,7 @@ impl Session {
                         if a.turn_id.is_empty() || a.turn_id.len() > 256 {
                             return Err("a turn id must be 1 to 256 bytes".into());
                         }
-                        if chat.active_turn.is_some() || session.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
+                        if chat.active_turn.is_some() || session.work.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
                             return Err("a turn is already running in this chat".into());
                         }
                         if chat.turns.iter().any(|t| t.id == a.turn_id) {
@@ -273,9 +273,9 @@ impl Session {
         // The turn's send, if it never reached the agent, goes before the
         // turn's end is counted: a residency check there must not see it as
         // work still in hand.
-        let before = self.pending_sends.len();
-        self.pending_sends.retain(|(c, t, _)| !(c == chat && *t == turn_id));
-        if self.pending_sends.len() == before && matches!(self.phase, Phase::Live { .. } | Phase::Disposing { .. }) {
+        let before = self.work.pending_sends.len();
+        self.work.pending_sends.retain(|(c, t, _)| !(c == chat && *t == turn_id));
+        if self.work.pending_sends.len() == before && matches!(self.phase, Phase::Live { .. } | Phase::Disposing { .. }) {
             self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Cancel { turn_id });
         }
         true
@@ -296,7 +296,7 @@ impl Session {
         let op = self.store_put(sh);
         self.record = saved;
         if let Some(op) = op {
-            self.parked = Some(Box::new(Parked { op, work }));
+            self.work.parked = Some(Box::new(Parked { op, work }));
         }
     }
 

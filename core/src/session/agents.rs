@@ -31,9 +31,9 @@ impl Session {
         // A session sleeps with nothing running: sends not yet acknowledged
         // (a failed creation lets its agents go with an earlier send's
         // answer still out) and background work went with the agents.
-        self.sends_in_flight.clear();
-        self.busy_chats.clear();
-        self.agents_owed.clear();
+        self.work.sends_in_flight.clear();
+        self.work.busy_chats.clear();
+        self.work.agents_owed.clear();
         true
     }
 
@@ -46,9 +46,9 @@ impl Session {
         if !self.phase.is_live() {
             return;
         }
-        self.sends_in_flight.retain(|_, (c, _)| c != chat);
-        self.busy_chats.remove(chat);
-        self.agents_owed.insert(chat.clone());
+        self.work.sends_in_flight.retain(|_, (c, _)| c != chat);
+        self.work.busy_chats.remove(chat);
+        self.work.agents_owed.insert(chat.clone());
         self.mark_activity(sh);
     }
 
@@ -56,7 +56,7 @@ impl Session {
     /// if it is owed (see [`Session::agent_exited_for_good`]); the answer
     /// records the new conversation id on the chat.
     fn start_owed_agent(&mut self, sh: &mut Shared, chat: &Uri) {
-        if !self.agents_owed.remove(chat) {
+        if !self.work.agents_owed.remove(chat) {
             return;
         }
         let Some(conversation_id) = self.record.chats.iter().find(|c| c.resource == *chat).map(|c| c.conversation_id.clone()) else {
@@ -87,11 +87,11 @@ impl Session {
         let starting = self.phase.awaited().is_some_and(|ops| ops.iter().any(|op| sh.starts_chat(op, &chat)));
         if starting {
             crate::mark!("send_waits_for_chat_start");
-            self.pending_sends.push((chat, turn_id, message));
+            self.work.pending_sends.push((chat, turn_id, message));
             return;
         }
         let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
-        self.sends_in_flight.insert(op, (chat, turn_id));
+        self.work.sends_in_flight.insert(op, (chat, turn_id));
     }
 
     /// `chat`'s agent reported background work (an ACP terminal still
@@ -99,9 +99,9 @@ impl Session {
     /// page, "Sleep and wake"). Either is activity.
     pub(crate) fn set_busy(&mut self, sh: &mut Shared, chat: &Uri, busy: bool) {
         if busy {
-            self.busy_chats.insert(chat.clone());
+            self.work.busy_chats.insert(chat.clone());
         } else {
-            self.busy_chats.remove(chat);
+            self.work.busy_chats.remove(chat);
         }
         self.mark_activity(sh);
     }
@@ -117,8 +117,8 @@ impl Session {
         for other in others {
             self.backend(sh, Op::Fire, other, BackendCmd::Close);
         }
-        self.busy_chats.clear();
-        self.sends_in_flight.clear();
+        self.work.busy_chats.clear();
+        self.work.sends_in_flight.clear();
         if !self.phase.is_live() {
             return false;
         }
@@ -150,7 +150,7 @@ impl Session {
         if !self.phase.is_live() || self.start_owed {
             return self.phase == Phase::Asleep;
         }
-        for (chat, turn_id, message) in std::mem::take(&mut self.pending_sends) {
+        for (chat, turn_id, message) in std::mem::take(&mut self.work.pending_sends) {
             self.hand_to_agent(sh, chat, turn_id, message);
         }
         false

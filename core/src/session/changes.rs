@@ -45,24 +45,24 @@ impl Session {
     /// order: the counts are the newest checkpoint's, never an older one's
     /// answered late (the sim found a row's changes going back, issue 18).
     pub(crate) fn on_checkpoint(&mut self, sh: &mut Shared, op: OpId, outcome: Outcome) {
-        self.git_ops.remove(&op);
+        self.work.git_ops.remove(&op);
         match outcome {
-            Outcome::Git(GitResult::Checkpointed { .. }) if self.counted_checkpoint.is_some_and(|c| c > op) => {
+            Outcome::Git(GitResult::Checkpointed { .. }) if self.work.counted_checkpoint.is_some_and(|c| c > op) => {
                 crate::mark!("checkpoint_answer_superseded");
             }
             Outcome::Git(GitResult::Checkpointed { changes }) => {
-                self.counted_checkpoint = Some(op);
+                self.work.counted_checkpoint = Some(op);
                 let summary = ChangesSummary {
                     files: Some(changes.files as i64),
                     additions: Some(changes.additions as i64),
                     deletions: Some(changes.deletions as i64),
                 };
-                if self.record.changes.as_ref() == Some(&summary) {
+                if self.record.changes.as_deref() == Some(&summary) {
                     self.default_chat_follows_session(sh);
                     self.store_put(sh);
                     return;
                 }
-                self.record.changes = Some(summary);
+                self.record.changes = Some(Box::new(summary));
                 self.default_chat_follows_session(sh);
                 self.summary_changed(sh);
                 self.store_put(sh);
@@ -99,10 +99,10 @@ impl Session {
         let default_chat = session.record.default_chat.clone();
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == default_chat) else { return };
         let changes = note_written(&mut record.written, base.as_deref(), paths);
-        if session.record.changes == changes {
+        if session.record.changes.as_deref() == changes.as_ref() {
             return;
         }
-        session.record.changes = changes;
+        session.record.changes = changes.map(Box::new);
         self.default_chat_follows_session(sh);
         self.summary_changed(sh);
         self.store_put(sh);
@@ -110,7 +110,7 @@ impl Session {
 
     /// The session's Session Changes moved: its default chat carries them.
     pub(crate) fn default_chat_follows_session(&mut self, sh: &mut Shared) {
-        let (chat, changes) = (self.record.default_chat.clone(), self.record.changes.clone());
+        let (chat, changes) = (self.record.default_chat.clone(), self.record.changes.as_deref().cloned());
         self.set_chat_changes(sh, &chat, changes);
     }
 
@@ -120,10 +120,10 @@ impl Session {
     fn set_chat_changes(&mut self, sh: &mut Shared, chat: &Uri, changes: Option<ChangesSummary>) {
         let session = &mut *self;
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
-        if record.changes == changes {
+        if record.changes.as_deref() == changes.as_ref() {
             return;
         }
-        record.changes = changes.clone();
+        record.changes = changes.clone().map(Box::new);
         let listed = session.resident.as_ref().is_some_and(|r| r.session.chats.iter().any(|c| c.resource == *chat));
         if listed {
             if let Some(changes) = changes {

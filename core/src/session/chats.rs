@@ -63,9 +63,9 @@ impl Session {
     pub(crate) fn remove_chat(&mut self, sh: &mut Shared, chat: &Uri) -> Option<bool> {
         let pos = self.record.chats.iter().position(|c| c.resource == *chat)?;
         let record = self.record.chats.remove(pos);
-        self.pending_sends.retain(|(c, _, _)| c != chat);
-        self.sends_in_flight.retain(|_, (c, _)| c != chat);
-        self.starts_unanswered.retain(|_, c| c != chat);
+        self.work.pending_sends.retain(|(c, _, _)| c != chat);
+        self.work.sends_in_flight.retain(|_, (c, _)| c != chat);
+        self.work.starts_unanswered.retain(|_, c| c != chat);
         if let Some(ops) = self.phase.awaited_mut() {
             ops.retain(|op| !sh.starts_chat(op, chat));
         }

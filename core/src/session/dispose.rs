@@ -27,7 +27,7 @@ impl Session {
     /// dispose had already deleted them).
     pub(crate) fn begin_dispose(&mut self, sh: &mut Shared, conn: ConnId, id: u64) {
         self.set_phase(Phase::disposing(conn, id));
-        self.pending_sends.clear();
+        self.work.pending_sends.clear();
         let record = Box::new(tombstone_of(&self.record));
         let op = sh.new_op(Op::StoreDelete { session: self.record.resource.clone() });
         sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
@@ -60,11 +60,11 @@ impl Session {
             self.backend(sh, Op::Fire, chat, BackendCmd::Close);
         }
         let running = self.running_turns();
-        self.busy_chats.clear();
-        self.sends_in_flight.clear();
+        self.work.busy_chats.clear();
+        self.work.sends_in_flight.clear();
         // A turn a parked write let start during the dispose never reached
         // an agent; it fails with the running ones.
-        self.pending_sends.clear();
+        self.work.pending_sends.clear();
         self.set_phase(Phase::Asleep);
         running
     }

@@ -49,13 +49,13 @@ impl Session {
     /// tombstone is written or on its way (a record written after it would
     /// bring the session back without the conversations the dispose
     /// deletes: issue 19, sim seed 17), or a parked write is in flight (the
-    /// write is owed until it settles: see [`Session::put_owed`]).
+    /// write is owed until it settles: see [`crate::session::Work::put_owed`]).
     pub(crate) fn store_put(&mut self, sh: &mut Shared) -> Option<OpId> {
         if matches!(self.phase, Phase::Disposing { .. }) {
             return None;
         }
-        if self.parked.is_some() {
-            self.put_owed = true;
+        if self.work.parked.is_some() {
+            self.work.put_owed = true;
             return None;
         }
         let record = Box::new(self.record.clone());
@@ -66,12 +66,12 @@ impl Session {
 
     /// Sends `command` to `chat`'s agent for `op` (`Effect::Backend`);
     /// a start is noted among the starts not answered yet
-    /// ([`Session::starts_unanswered`]). Returns the op id.
+    /// ([`crate::session::Work::starts_unanswered`]). Returns the op id.
     pub(crate) fn backend(&mut self, sh: &mut Shared, op: Op, chat: Uri, command: BackendCmd) -> OpId {
         let start = matches!(op, Op::Start { .. });
         let id = sh.new_op(op);
         if start {
-            self.starts_unanswered.insert(id, chat.clone());
+            self.work.starts_unanswered.insert(id, chat.clone());
         }
         sh.effects.push(Effect::Backend { op: id, provider: self.record.provider.clone(), chat, command });
         id

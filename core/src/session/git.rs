@@ -65,14 +65,14 @@ impl Session {
     /// folder's facts first (`GitOp::Base`).
     pub(crate) fn hold_for_git(&mut self, sh: &mut Shared, chat: &Uri, turn_id: &str, message: &Message) -> GitHold {
         let begun = self.record.git.as_ref().is_some_and(|g| !g.moved);
-        let beginning = self.git_begin.is_some();
+        let beginning = self.work.git_begin.is_some();
         if begun && !beginning {
             return GitHold::NotNeeded;
         }
         let Some(folder) = self.record.working_directories.first().and_then(|u| path_of_uri(u)) else {
             return GitHold::NotNeeded;
         };
-        self.pending_sends.push((chat.clone(), turn_id.to_owned(), message.clone()));
+        self.work.pending_sends.push((chat.clone(), turn_id.to_owned(), message.clone()));
         if beginning {
             return GitHold::Held;
         }
@@ -85,7 +85,7 @@ impl Session {
             match worktree::session_branch(&prefix, &key) {
                 Ok(new_branch) => Some((plan_for(values, &new_branch), new_branch)),
                 Err(e) => {
-                    let pending = std::mem::take(&mut self.pending_sends);
+                    let pending = std::mem::take(&mut self.work.pending_sends);
                     return GitHold::Failed { pending, reason: format!("the worktree could not be made: {e}") };
                 }
             }
@@ -104,8 +104,8 @@ impl Session {
             ),
         };
         let op = sh.git(Op::Git(purpose), command);
-        self.git_begin = Some(op);
-        self.git_ops.insert(op);
+        self.work.git_begin = Some(op);
+        self.work.git_ops.insert(op);
         GitHold::Held
     }
 
@@ -129,7 +129,7 @@ impl Session {
             Op::Git(GitOp::Checkpoint { session: self.record.resource.clone() }),
             GitCmd::Checkpoint { workdir, checkpoint_ref: worktree::checkpoint_ref(&key, n), base, exclude },
         );
-        self.git_ops.insert(op);
+        self.work.git_ops.insert(op);
     }
 
     /// Git answered this session's first send (op `op`, about `folder`):
@@ -144,11 +144,11 @@ impl Session {
     /// are gone (issue 19, seed 80116).
     pub(crate) fn begun(&mut self, sh: &mut Shared, op: OpId, folder: String, outcome: Outcome) -> BegunNext {
         let session_uri = self.record.resource.clone();
-        self.git_ops.remove(&op);
-        if self.git_begin != Some(op) {
+        self.work.git_ops.remove(&op);
+        if self.work.git_begin != Some(op) {
             return BegunNext::Nothing;
         }
-        self.git_begin = None;
+        self.work.git_begin = None;
         if matches!(self.phase, Phase::Disposing { .. }) {
             sh.clean_up_begun(&self.record.key, folder, outcome);
             return BegunNext::Nothing;
@@ -161,7 +161,7 @@ impl Session {
                 (None, None)
             }
             Outcome::Failed { message } => {
-                let pending = std::mem::take(&mut self.pending_sends);
+                let pending = std::mem::take(&mut self.work.pending_sends);
                 crate::mark!("worktree_failed_fails_send");
                 sh.log(LogLevel::Warn, "git.worktree_failed", Some(session_uri), message.clone());
                 return BegunNext::FailTurns { pending, reason: format!("the worktree could not be made: {message}") };

@@ -51,7 +51,7 @@ pub enum Phase {
     /// Its agents were let go; the conversation is kept (Sessions page,
     /// "Sleep and wake"). Its state may still be held, or evicted.
     Asleep,
-    /// Its agents are resuming; wakers wait in `Session::waiters` (they
+    /// Its agents are resuming; wakers wait in `crate::session::Work::waiters` (they
     /// may come before the wake can start: an archived tree restoring), and
     /// what the resumes answered gathers here.
     Waking(Box<Wake>),

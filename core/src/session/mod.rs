@@ -27,7 +27,6 @@ use ahp_types::Uri;
 
 use crate::continuation::{QueuedCommand, WaitingRequest};
 use crate::effect::{ConnId, OpId};
-use crate::ids::ResourceId;
 use crate::record::SessionRecord;
 use crate::time::{MonoTime, WallTime};
 
@@ -156,32 +155,23 @@ pub enum Announcement {
     /// Announced; the row last sent to root subscribers, for
     /// `root/sessionSummaryChanged` deltas.
     Announced(Box<SessionSummary>),
+    /// Announced, and what root subscribers hold is exactly the row
+    /// [`Session::summary`] builds now, so it is not kept (issue 21: the
+    /// kept row was ~1 KB of a catalogue row's memory). Only a session whose
+    /// state is not held is settled. A session can change only once the
+    /// session table hands it out to change, and the table makes the row
+    /// explicit (`Announced`) before it does ([`Session::unsettle`]); the
+    /// host settles again the sessions an input touched whose sent row is
+    /// still the one they build ([`Session::settle`]).
+    Settled,
 }
 
-/// One session the host knows: listed in the catalogue, resident or not.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Session {
-    /// The validated URI.
-    pub id: ResourceId,
-    /// The durable record (host-owned fields); the catalogue row is built
-    /// from it when the session is not resident.
-    pub record: SessionRecord,
-    /// `createdAt` as a number, for sorting; never moves.
-    pub created_at: WallTime,
-    /// `modifiedAt` as a number; only moves forward.
-    pub modified_at: WallTime,
-    /// Provisional until its first turn, then announced with the row root
-    /// subscribers hold (Sessions page, "Provisional sessions").
-    pub announcement: Announcement,
-    /// Whether its creation failed and its start is owed to the next send.
-    pub start_owed: bool,
-    /// What the host is doing with it.
-    pub phase: Phase,
-    /// The protocol state, while resident (boxed: a catalogue row that is
-    /// not resident pays one pointer for it).
-    pub resident: Option<Box<Resident>>,
-    /// Whether its backend can resume it (else it never sleeps).
-    pub can_resume: bool,
+/// What a session has in hand while it works, apart from its record and
+/// state: kept out of line ([`WorkSlot`]) because a catalogue row that is
+/// quiet has none of it, and inline it was ~250 bytes of every row's
+/// `Session` (issue 21: memory per catalogue row).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Work {
     /// The chats whose agent reported background work (an ACP terminal
     /// still running) and has not reported its end.
     pub busy_chats: BTreeSet<Uri>,
@@ -189,10 +179,6 @@ pub struct Session {
     /// the session stays live and each such chat's agent is started afresh
     /// (a new conversation) before its next send.
     pub agents_owed: BTreeSet<Uri>,
-    /// Last monotonic time an action moved in it (idle timer).
-    pub last_activity: MonoTime,
-    /// LRU stamp: a host-wide counter taken when it was last used.
-    pub last_used: u64,
     /// Backend `Send` ops not yet acknowledged, by op: (chat, turn id).
     pub sends_in_flight: BTreeMap<OpId, (Uri, String)>,
     /// Turns accepted while the agent was not running, handed to it once
@@ -226,12 +212,107 @@ pub struct Session {
     pub counted_checkpoint: Option<OpId>,
 }
 
+impl Work {
+    /// Nothing in hand: what a quiet session reads.
+    pub const EMPTY: Work = Work {
+        busy_chats: BTreeSet::new(),
+        agents_owed: BTreeSet::new(),
+        sends_in_flight: BTreeMap::new(),
+        pending_sends: Vec::new(),
+        starts_unanswered: BTreeMap::new(),
+        waiters: Vec::new(),
+        parked: None,
+        put_owed: false,
+        inbox: VecDeque::new(),
+        git_ops: BTreeSet::new(),
+        git_begin: None,
+        counted_checkpoint: None,
+    };
+}
+
+/// A session's [`Work`], allocated only while it holds something. Reads
+/// through it see [`Work::EMPTY`] when none is allocated; a write (any
+/// `&mut` use) allocates it; [`Session::settle`] drops it again once the
+/// input that used it leaves it empty. Equal whether allocated or not when
+/// what it holds is equal.
+#[derive(Clone, Default)]
+pub struct WorkSlot(Option<Box<Work>>);
+
+impl WorkSlot {
+    /// Gives the allocation back when it holds nothing.
+    pub fn shed(&mut self) {
+        if self.0.as_deref().is_some_and(|w| *w == Work::EMPTY) {
+            self.0 = None;
+        }
+    }
+}
+
+impl std::ops::Deref for WorkSlot {
+    type Target = Work;
+
+    fn deref(&self) -> &Work {
+        static EMPTY: Work = Work::EMPTY;
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
+impl std::ops::DerefMut for WorkSlot {
+    fn deref_mut(&mut self) -> &mut Work {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl PartialEq for WorkSlot {
+    fn eq(&self, other: &WorkSlot) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for WorkSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// One session the host knows: listed in the catalogue, resident or not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    /// The durable record (host-owned fields); the catalogue row is built
+    /// from it when the session is not resident.
+    pub record: SessionRecord,
+    /// `createdAt` as a number, for sorting; never moves.
+    pub created_at: WallTime,
+    /// `modifiedAt` as a number; only moves forward.
+    pub modified_at: WallTime,
+    /// Provisional until its first turn, then announced with the row root
+    /// subscribers hold (Sessions page, "Provisional sessions").
+    pub announcement: Announcement,
+    /// Whether its creation failed and its start is owed to the next send.
+    pub start_owed: bool,
+    /// What the host is doing with it.
+    pub phase: Phase,
+    /// The protocol state, while resident (boxed: a catalogue row that is
+    /// not resident pays one pointer for it).
+    pub resident: Option<Box<Resident>>,
+    /// Whether its backend can resume it (else it never sleeps).
+    pub can_resume: bool,
+    /// Last monotonic time an action moved in it (idle timer).
+    pub last_activity: MonoTime,
+    /// LRU stamp: a host-wide counter taken when it was last used.
+    pub last_used: u64,
+    /// What it has in hand while it works (agents, sends, waiters, parked
+    /// writes, git commands): nothing is allocated for a quiet session
+    /// ([`WorkSlot`]).
+    pub work: WorkSlot,
+}
+
 impl Session {
     /// Marks the session announced and records `summary` as the row every
-    /// root subscriber now holds (from `root/sessionAdded`, or from a
-    /// listing of the store's rows after a restart). The two go together:
-    /// an announced session with no row on record would have its next
-    /// change diffed against nothing, and never broadcast.
+    /// root subscriber now holds (from `root/sessionAdded`; a row listed
+    /// from the store's records after a restart starts `Settled` instead).
+    /// The two go together: an announced session with no row on record
+    /// would have its next change diffed against nothing, and never
+    /// broadcast.
     pub fn mark_announced(&mut self, summary: SessionSummary) {
         self.announcement = Announcement::Announced(Box::new(summary));
     }
@@ -240,23 +321,59 @@ impl Session {
     /// chat's agent has some (Sessions page, "Sleep and wake": no sleep
     /// while a chat has background work).
     pub fn is_busy(&self) -> bool {
-        !self.busy_chats.is_empty()
+        !self.work.busy_chats.is_empty()
     }
 
     /// Whether `root/sessionAdded` was sent: false while provisional
     /// (Sessions page, "Provisional sessions": a session is not listed and
     /// not counted against the residency limit until its first turn).
     pub fn is_announced(&self) -> bool {
-        matches!(self.announcement, Announcement::Announced(_))
+        !matches!(self.announcement, Announcement::Provisional)
     }
 
     /// Records `summary` as the row every root subscriber now holds and
     /// returns the one they held before, or `None` (nothing recorded) while
-    /// the session is provisional.
+    /// the session is provisional. A settled session is never here: the
+    /// table made its row explicit when it handed the session out to
+    /// change ([`Session::unsettle`]). Were one here anyway, the row it
+    /// held is gone; the core does not panic, so it answers as if nothing
+    /// moved, and the simulator's `root_rows_match_listing` would see the
+    /// client rows drift.
     pub fn replace_sent_row(&mut self, summary: SessionSummary) -> Option<Box<SessionSummary>> {
         match &mut self.announcement {
             Announcement::Provisional => None,
             Announcement::Announced(row) => Some(std::mem::replace(row, Box::new(summary))),
+            Announcement::Settled => {
+                let old = Box::new(summary.clone());
+                self.announcement = Announcement::Announced(Box::new(summary));
+                Some(old)
+            }
+        }
+    }
+
+    /// Makes a settled session's sent row explicit (`Announced`), built as
+    /// root subscribers hold it: the session table calls it as it hands the
+    /// session out to change, before any change, so the next
+    /// `root/sessionSummaryChanged` is diffed against exactly the row sent.
+    pub fn unsettle(&mut self) {
+        if matches!(self.announcement, Announcement::Settled) {
+            self.announcement = Announcement::Announced(Box::new(self.summary()));
+        }
+    }
+
+    /// Drops the kept sent row of a session whose state is not held when it
+    /// is exactly the row the session builds now (`Settled`), and its
+    /// [`Work`] when that holds nothing; the host calls it on every session
+    /// an input touched, once the input is done.
+    pub fn settle(&mut self) {
+        self.work.shed();
+        if self.resident.is_some() {
+            return;
+        }
+        if let Announcement::Announced(row) = &self.announcement {
+            if **row == self.summary() {
+                self.announcement = Announcement::Settled;
+            }
         }
     }
 
@@ -280,12 +397,14 @@ impl Session {
     /// A session the host knows from `record`, in `phase`, with no work in
     /// hand and nothing waiting. `created_at`/`modified_at` are read from
     /// the record (a `modifiedAt` before `createdAt` is raised to it).
-    pub fn new(id: ResourceId, mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
+    /// The record's URI must be valid (`crate::ids::ResourceId::parse`): the session
+    /// keeps it only as `record.resource` (issue 21: a parsed copy per
+    /// catalogue row cost ~110 bytes).
+    pub fn new(mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
         record.compact();
         let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
         let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
         Session {
-            id,
             record,
             created_at,
             modified_at,
@@ -294,20 +413,9 @@ impl Session {
             phase,
             resident: resident.map(Box::new),
             can_resume,
-            busy_chats: BTreeSet::new(),
-            agents_owed: BTreeSet::new(),
             last_activity: now,
             last_used: 0,
-            sends_in_flight: BTreeMap::new(),
-            pending_sends: Vec::new(),
-            starts_unanswered: BTreeMap::new(),
-            waiters: Vec::new(),
-            parked: None,
-            put_owed: false,
-            inbox: VecDeque::new(),
-            git_ops: BTreeSet::new(),
-            git_begin: None,
-            counted_checkpoint: None,
+            work: WorkSlot::default(),
         }
     }
 }

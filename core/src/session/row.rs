@@ -76,7 +76,7 @@ impl Session {
             resource: &self.record.resource,
             created_at: self.created_at.iso(),
             modified_at: self.modified_at.iso(),
-            changes: self.record.changes.as_ref(),
+            changes: self.record.changes.as_deref(),
             meta: self.record.external.then_some(ExternalMark { external: true }),
             chats,
             default_chat: &self.record.default_chat,
@@ -98,7 +98,6 @@ pub struct PageRef<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ResourceId;
     use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
     use crate::session::state::{chat_state, chat_summary, session_state};
     use crate::session::{Phase, Resident};
@@ -114,7 +113,7 @@ mod tests {
             status: if i == 1 { 2 } else { 1 },
             fresh: false,
             senders: Default::default(),
-            changes: (i == 1 && changes).then(|| ChangesSummary { additions: None, deletions: None, files: Some(4) }),
+            changes: (i == 1 && changes).then(|| Box::new(ChangesSummary { additions: None, deletions: None, files: Some(4) })),
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
@@ -135,7 +134,7 @@ mod tests {
             scope: None,
             default_chat: "ahp-chat:/c0".into(),
             chats: (0..chats).map(chat).collect(),
-            changes: changes.then(|| ChangesSummary { additions: Some(3), deletions: Some(1), files: Some(2) }),
+            changes: changes.then(|| Box::new(ChangesSummary { additions: Some(3), deletions: Some(1), files: Some(2) })),
             git: None,
             external,
             offer: None,
@@ -146,7 +145,6 @@ mod tests {
     }
 
     fn session(record: SessionRecord, resident: bool) -> Session {
-        let id = ResourceId::parse(&record.resource).expect("valid id");
         let resident = resident.then(|| {
             let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new())).collect();
             Resident {
@@ -156,7 +154,7 @@ mod tests {
                 born_seq: 0,
             }
         });
-        Session::new(id, record, Phase::Asleep, resident, true, MonoTime(0))
+        Session::new(record, Phase::Asleep, resident, true, MonoTime(0))
     }
 
     #[test]

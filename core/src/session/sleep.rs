@@ -79,14 +79,14 @@ impl Session {
         });
         chat_work
             || self.is_busy()
-            || !self.sends_in_flight.is_empty()
+            || !self.work.sends_in_flight.is_empty()
             // Turns accepted and not yet handed to the agent (waiting for a
             // wake or for the first send's tree).
-            || !self.pending_sends.is_empty()
-            || self.parked.is_some()
-            || !self.inbox.is_empty()
-            || !self.waiters.is_empty()
-            || !self.git_ops.is_empty()
+            || !self.work.pending_sends.is_empty()
+            || self.work.parked.is_some()
+            || !self.work.inbox.is_empty()
+            || !self.work.waiters.is_empty()
+            || !self.work.git_ops.is_empty()
             // A chat's agent starting in a live session: its answer carries
             // the conversation id a later wake resumes (issue 19, seed 1631:
             // a sleep made the answer stale and the chat's turns were lost).

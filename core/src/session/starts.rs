@@ -47,9 +47,9 @@ impl Session {
     /// fresh start had named, and the turns under it were gone after the
     /// next wake).
     pub(crate) fn start_answered(&mut self, sh: &mut Shared, chat: &Uri, op: OpId, outcome: Outcome) -> StartNext {
-        let unanswered = self.starts_unanswered.remove(&op);
+        let unanswered = self.work.starts_unanswered.remove(&op);
         if matches!(outcome, Outcome::Started { .. }) {
-            self.starts_unanswered.retain(|o, c| !(c == chat && *o < op));
+            self.work.starts_unanswered.retain(|o, c| !(c == chat && *o < op));
         }
         // The phase that asked must still be waiting for it: an op a live
         // session's chat start left behind is still listed after the

@@ -91,7 +91,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         status: rest_status(chat.status, &turns),
         activity: None,
         modified_at: chat.modified_at.clone(),
-        changes: chat.changes.clone(),
+        changes: chat.changes.as_deref().cloned(),
         origin: None,
         movable: None,
         interactivity: None,
@@ -221,7 +221,7 @@ impl Session {
             resource: self.record.resource.clone(),
             created_at: self.created_at.to_iso(),
             modified_at: self.modified_at.to_iso(),
-            changes: self.record.changes.clone(),
+            changes: self.record.changes.as_deref().cloned(),
             meta: self.record.external.then(external_meta),
             chats: Some(chats),
             default_chat: Some(self.record.default_chat.clone()),
@@ -245,14 +245,14 @@ impl Session {
                 title: held.map_or(rec.title.as_str(), |c| c.title.as_str()),
                 origin: held.and_then(|c| c.origin.as_ref()),
                 status: held.map_or(rec.status, |c| c.status),
-                changes: rec.changes.as_ref(),
+                changes: rec.changes.as_deref(),
             }
         })
     }
 
     /// The chat's change count, as its record keeps it.
     pub fn chat_changes(&self, chat: &str) -> Option<&ahp_types::state::ChangesSummary> {
-        self.record.chats.iter().find(|c| c.resource == chat).and_then(|c| c.changes.as_ref())
+        self.record.chats.iter().find(|c| c.resource == chat).and_then(|c| c.changes.as_deref())
     }
 
     /// Whether any chat has a turn running.

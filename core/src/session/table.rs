@@ -17,7 +17,7 @@
 //! 100k-row pass must not build a 100k-entry map per slice).
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use ahp_types::Uri;
@@ -36,7 +36,10 @@ pub struct Slot(u32);
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
     keys: BTreeMap<Uri, Slot>,
-    slab: Vec<Option<(Uri, Session)>>,
+    /// The sessions by slot. A session's URI is its `record.resource` (the
+    /// key it is inserted under, which never changes): not kept again
+    /// beside it (issue 21: ~70 bytes a catalogue row).
+    slab: Vec<Option<Session>>,
     free: Vec<Slot>,
     /// What changed since [`SessionTable::clear_touched`]: the slots handed
     /// out to change (each once), and the URIs removed.
@@ -47,15 +50,18 @@ pub struct SessionTable {
 
 /// The sessions holding each conversation, by a hash of the provider and
 /// the conversation id (FNV-1a, fixed: the same on every run). A hash, not
-/// the strings, to keep the index at ~100 bytes a session at 100k rows
-/// (docs/PERFORMANCE.md); two conversations that share a hash share an
-/// entry, and [`SessionTable::conversation_holder`] compares the strings.
+/// the strings, to keep the index small at 100k rows (docs/PERFORMANCE.md);
+/// two conversations that share a hash share a key, and
+/// [`SessionTable::conversation_holder`] compares the strings.
 #[derive(Debug, Clone, Default)]
 struct Conversations {
-    /// Key to the slots of the sessions holding it, each once, ascending.
-    by_key: BTreeMap<u64, Vec<Slot>>,
+    /// (key, slot of a session holding it), each pair once: one set, not a
+    /// list per key, so a session's entry costs no allocation of its own
+    /// (issue 21: ~130 bytes a catalogue row with a `Vec` per key and per
+    /// slot, ~40 now).
+    by_key: BTreeSet<(u64, Slot)>,
     /// Per slot, the keys it is indexed under (ascending, each once).
-    of_slot: Vec<Vec<u64>>,
+    of_slot: Vec<SlotKeys>,
     /// Slots that may have changed since the last
     /// [`SessionTable::sync_conversations`], each once.
     dirty: Vec<Slot>,
@@ -63,6 +69,40 @@ struct Conversations {
     marked: Vec<bool>,
     /// `values_mut` handed out every session: every slot is dirty.
     all: bool,
+}
+
+/// The keys one slot is indexed under, ascending, each once: held inline
+/// for none or one (a session with one chat, or chats of one
+/// conversation), in a slice for more.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum SlotKeys {
+    /// Indexed under none.
+    #[default]
+    None,
+    /// Indexed under one key.
+    One(u64),
+    /// Indexed under these, ascending.
+    Many(Box<[u64]>),
+}
+
+impl SlotKeys {
+    /// The keys `keys` (ascending, each once) as held.
+    fn of(keys: Vec<u64>) -> SlotKeys {
+        match keys.as_slice() {
+            [] => SlotKeys::None,
+            [one] => SlotKeys::One(*one),
+            _ => SlotKeys::Many(keys.into_boxed_slice()),
+        }
+    }
+
+    /// The keys, ascending.
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            SlotKeys::None => &[],
+            SlotKeys::One(key) => std::slice::from_ref(key),
+            SlotKeys::Many(keys) => keys,
+        }
+    }
 }
 
 /// The index key of `provider`'s conversation `id` (also what a merge
@@ -131,13 +171,13 @@ impl SessionTable {
         self.keys.is_empty()
     }
 
-    /// Adds or replaces the session at `uri` and returns its slot; a
-    /// replaced session's slot is kept.
+    /// Adds or replaces the session at `uri` (its `record.resource`) and
+    /// returns its slot; a replaced session's slot is kept.
     pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
         if let Some(&slot) = self.keys.get(&uri) {
             self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-                *entry = Some((uri, session));
+                *entry = Some(session);
             }
             return slot;
         }
@@ -149,7 +189,7 @@ impl SessionTable {
             }
         };
         if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-            *entry = Some((uri.clone(), session));
+            *entry = Some(session);
         }
         self.keys.insert(uri, slot);
         self.touch(slot);
@@ -161,12 +201,14 @@ impl SessionTable {
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.remove(uri)?;
+        let (uri, slot) = self.keys.remove_entry(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
         self.conversations.mark(slot);
-        taken.map(|(uri, s)| {
+        taken.map(|mut s| {
             self.touched.removed.push(uri);
+            // Handed out whole, to change or put back.
+            s.unsettle();
             s
         })
     }
@@ -183,7 +225,7 @@ impl SessionTable {
     /// taken by another session reads as none).
     pub fn at(&self, slot: Slot, uri: &Uri) -> Option<&Session> {
         match self.slab.get(slot.0 as usize) {
-            Some(Some((u, s))) if u == uri => Some(s),
+            Some(Some(s)) if s.record.resource == *uri => Some(s),
             _ => None,
         }
     }
@@ -194,7 +236,7 @@ impl SessionTable {
         Uri: Borrow<Q>,
     {
         let slot = self.keys.get(uri)?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|(_, s)| s)
+        self.slab.get(slot.0 as usize)?.as_ref()
     }
 
     /// The session at `uri`, to change.
@@ -204,7 +246,11 @@ impl SessionTable {
     {
         let slot = *self.keys.get(uri)?;
         self.touch(slot);
-        self.slab.get_mut(slot.0 as usize)?.as_mut().map(|(_, s)| s)
+        let session = self.slab.get_mut(slot.0 as usize)?.as_mut()?;
+        // Before any change: the row root subscribers hold is the one it
+        // builds now (`Announcement::Settled`).
+        session.unsettle();
+        Some(session)
     }
 
     /// The URI as the table holds it and the session.
@@ -212,8 +258,8 @@ impl SessionTable {
     where
         Uri: Borrow<Q>,
     {
-        let slot = self.keys.get(uri)?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s))
+        let (u, slot) = self.keys.get_key_value(uri)?;
+        self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s))
     }
 
     /// Whether a session is at `uri`.
@@ -226,7 +272,7 @@ impl SessionTable {
 
     /// Every session with its URI, in URI order.
     pub fn iter(&self) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
-        self.keys.values().filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
+        self.keys.iter().filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
     }
 
     /// Every session, in URI order.
@@ -239,7 +285,30 @@ impl SessionTable {
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut Session> + '_ {
         self.touched.all = true;
         self.conversations.all = true;
-        self.slab.iter_mut().filter_map(|e| e.as_mut().map(|(_, s)| s))
+        self.slab.iter_mut().filter_map(|e| {
+            let s = e.as_mut()?;
+            s.unsettle();
+            Some(s)
+        })
+    }
+
+    /// Settles every session handed out to change, added or replaced since
+    /// [`SessionTable::clear_touched`] ([`Session::settle`]): the host calls
+    /// it as each input ends, so a catalogue row that is not resident and
+    /// unchanged keeps no copy of the row root subscribers hold. Not a
+    /// change: what is touched stays as it was.
+    pub fn settle_touched(&mut self) {
+        if self.touched.all {
+            for s in self.slab.iter_mut().flatten() {
+                s.settle();
+            }
+            return;
+        }
+        for slot in &self.touched.slots {
+            if let Some(Some(s)) = self.slab.get_mut(slot.0 as usize) {
+                s.settle();
+            }
+        }
     }
 
     /// Notes that the session in `slot` may change.
@@ -278,7 +347,7 @@ impl SessionTable {
             .touched
             .slots
             .iter()
-            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, _)| u))
+            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|s| &s.record.resource))
             .chain(self.touched.removed.iter())
             .collect();
         uris.sort();
@@ -296,7 +365,7 @@ impl SessionTable {
             Some(uri) => Bound::Excluded(uri.clone()),
             None => Bound::Unbounded,
         };
-        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|(u, s)| (u, s)))
+        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
     }
 
     /// The session that holds `provider`'s conversation `id` in one of its
@@ -304,13 +373,14 @@ impl SessionTable {
     /// whatever changed since the index was last brought up to date.
     pub fn conversation_holder(&mut self, provider: &str, id: &str) -> Option<(&Uri, &Session)> {
         self.sync_conversations();
-        let slots = self.conversations.by_key.get(&conversation_key(provider, id))?;
-        slots
-            .iter()
-            .filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref())
-            .filter(|(_, s)| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
-            .max_by(|a, b| a.0.cmp(&b.0))
-            .map(|(u, s)| (u, s))
+        let key = conversation_key(provider, id);
+        self.conversations
+            .by_key
+            .range((key, Slot(0))..=(key, Slot(u32::MAX)))
+            .filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref())
+            .filter(|s| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
+            .max_by(|a, b| a.record.resource.cmp(&b.record.resource))
+            .map(|s| (&s.record.resource, s))
     }
 
     /// Indexes again every session that may have changed since the last
@@ -334,7 +404,7 @@ impl SessionTable {
         for slot in dirty {
             let i = slot.0 as usize;
             let keys = match self.slab.get(i) {
-                Some(Some((_, s))) => keys_of(s),
+                Some(Some(s)) => keys_of(s),
                 _ => Vec::new(),
             };
             let index = &mut self.conversations;
@@ -342,26 +412,18 @@ impl SessionTable {
                 if keys.is_empty() {
                     continue;
                 }
-                index.of_slot.resize(i + 1, Vec::new());
+                index.of_slot.resize(i + 1, SlotKeys::None);
             }
-            if index.of_slot[i] == keys {
+            if index.of_slot[i].as_slice() == keys.as_slice() {
                 continue;
             }
-            for key in &index.of_slot[i] {
-                if let Some(slots) = index.by_key.get_mut(key) {
-                    slots.retain(|s| *s != slot);
-                    if slots.is_empty() {
-                        index.by_key.remove(key);
-                    }
-                }
+            for key in index.of_slot[i].as_slice() {
+                index.by_key.remove(&(*key, slot));
             }
             for key in &keys {
-                let slots = index.by_key.entry(*key).or_default();
-                if let Err(at) = slots.binary_search(&slot) {
-                    slots.insert(at, slot);
-                }
+                index.by_key.insert((*key, slot));
             }
-            index.of_slot[i] = keys;
+            index.of_slot[i] = SlotKeys::of(keys);
         }
     }
 
@@ -376,25 +438,25 @@ impl SessionTable {
         let mut entries = 0;
         for (i, entry) in self.slab.iter().enumerate() {
             let want = match entry {
-                Some((_, s)) => keys_of(s),
+                Some(s) => keys_of(s),
                 None => Vec::new(),
             };
-            let have: &[u64] = index.of_slot.get(i).map_or(&[], Vec::as_slice);
-            let name = entry.as_ref().map_or("a free slot", |(u, _)| u.as_str());
+            let have: &[u64] = index.of_slot.get(i).map_or(&[], SlotKeys::as_slice);
+            let name = entry.as_ref().map_or("a free slot", |s| s.record.resource.as_str());
             if have != want.as_slice() {
                 return Err(format!("{name} is indexed under {have:?}, its chats' conversations are {want:?}"));
             }
             for key in &want {
-                if !index.by_key.get(key).is_some_and(|slots| slots.contains(&Slot(i as u32))) {
+                if !index.by_key.contains(&(*key, Slot(i as u32))) {
                     return Err(format!("{name}'s conversation {key:#x} does not lead to it"));
                 }
             }
             entries += want.len();
         }
-        if index.of_slot.iter().skip(self.slab.len()).any(|keys| !keys.is_empty()) {
+        if index.of_slot.iter().skip(self.slab.len()).any(|keys| !keys.as_slice().is_empty()) {
             return Err("a slot past the table's end is indexed".to_owned());
         }
-        let listed: usize = index.by_key.values().map(Vec::len).sum();
+        let listed = index.by_key.len();
         if listed != entries {
             return Err(format!("{listed} entries indexed, {entries} conversations held"));
         }
@@ -428,7 +490,6 @@ impl<'a> IntoIterator for &'a SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::ResourceId;
     use crate::record::{SessionRecord, RECORD_FORMAT};
     use crate::session::Phase;
     use crate::time::MonoTime;
@@ -458,24 +519,23 @@ mod tests {
             shared_trees: Vec::new(),
             deleted: false,
         };
-        let id = ResourceId::parse(&record.resource).expect("valid id");
-        Session::new(id, record, Phase::Asleep, None, true, MonoTime(0))
+        Session::new(record, Phase::Asleep, None, true, MonoTime(0))
     }
 
     #[test]
     fn iterates_in_uri_order_and_reuses_freed_slots_without_aliasing() {
         let mut t = SessionTable::new();
         for k in ["c", "a", "b"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         let order: Vec<&Uri> = t.iter().map(|(u, _)| u).collect();
-        assert_eq!(order, ["ahpd://echo/a", "ahpd://echo/b", "ahpd://echo/c"]);
-        let a: Uri = "ahpd://echo/a".into();
+        assert_eq!(order, ["ahp-session:/a", "ahp-session:/b", "ahp-session:/c"]);
+        let a: Uri = "ahp-session:/a".into();
         let slot_a = t.slot(&a).expect("a has a slot");
         assert!(t.at(slot_a, &a).is_some());
         assert!(t.remove(&a).is_some());
         assert!(t.at(slot_a, &a).is_none(), "a removed session's slot reads as none");
-        let d: Uri = "ahpd://echo/d".into();
+        let d: Uri = "ahp-session:/d".into();
         t.insert(d.clone(), session("d"));
         assert_eq!(t.slot(&d), Some(slot_a), "the freed slot is taken again");
         assert!(t.at(slot_a, &a).is_none(), "the old URI never reads the new session");
@@ -490,11 +550,11 @@ mod tests {
     fn touched_names_what_was_handed_out_added_or_removed_since_cleared() {
         let mut t = SessionTable::new();
         for k in ["a", "b", "c"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         t.clear_touched();
         assert_eq!(t.touched(), Some(Vec::new()), "nothing since the clear");
-        let (a, b, d): (Uri, Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into(), "ahpd://echo/d".into());
+        let (a, b, d): (Uri, Uri, Uri) = ("ahp-session:/a".into(), "ahp-session:/b".into(), "ahp-session:/d".into());
         let _ = t.get(&a);
         assert_eq!(t.touched(), Some(Vec::new()), "a read touches nothing");
         let _ = t.get_mut(&b);
@@ -515,7 +575,7 @@ mod tests {
     #[test]
     fn the_conversation_index_follows_every_change_through_the_table() {
         let mut t = SessionTable::new();
-        let (a, b): (Uri, Uri) = ("ahpd://echo/a".into(), "ahpd://echo/b".into());
+        let (a, b): (Uri, Uri) = ("ahp-session:/a".into(), "ahp-session:/b".into());
         let mut sa = session("a");
         sa.record.chats.push(chat("a", "conv-1"));
         t.insert(a.clone(), sa);
@@ -533,7 +593,7 @@ mod tests {
         // Removed: its slot taken by another session.
         t.remove(&b);
         assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), None);
-        t.insert("ahpd://echo/c".into(), session("c"));
+        t.insert("ahp-session:/c".into(), session("c"));
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
         // Changed without a sync: the check says so.
@@ -549,16 +609,16 @@ mod tests {
     fn iter_after_walks_in_uri_order_from_where_it_stopped() {
         let mut t = SessionTable::new();
         for k in ["a", "c"] {
-            t.insert(format!("ahpd://echo/{k}"), session(k));
+            t.insert(format!("ahp-session:/{k}"), session(k));
         }
         let first = t.iter_after(None).next().map(|(u, _)| u.clone());
-        assert_eq!(first.as_deref(), Some("ahpd://echo/a"));
-        t.insert("ahpd://echo/b".into(), session("b"));
-        let a: Uri = "ahpd://echo/a".into();
+        assert_eq!(first.as_deref(), Some("ahp-session:/a"));
+        t.insert("ahp-session:/b".into(), session("b"));
+        let a: Uri = "ahp-session:/a".into();
         let rest: Vec<&str> = t.iter_after(Some(&a)).map(|(u, _)| u.as_str()).collect();
-        assert_eq!(rest, ["ahpd://echo/b", "ahpd://echo/c"], "one added past the walk's place is met");
-        t.remove("ahpd://echo/b");
-        assert_eq!(t.iter_after(Some(&"ahpd://echo/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahpd://echo/c"), "from a place that went");
-        assert!(t.iter_after(Some(&"ahpd://echo/c".to_owned())).next().is_none());
+        assert_eq!(rest, ["ahp-session:/b", "ahp-session:/c"], "one added past the walk's place is met");
+        t.remove("ahp-session:/b");
+        assert_eq!(t.iter_after(Some(&"ahp-session:/b".to_owned())).next().map(|(u, _)| u.as_str()), Some("ahp-session:/c"), "from a place that went");
+        assert!(t.iter_after(Some(&"ahp-session:/c".to_owned())).next().is_none());
     }
 }

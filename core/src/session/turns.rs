@@ -108,7 +108,7 @@ impl Session {
     /// held for its agent is dropped (never handed over later). Returns
     /// whether it was running.
     pub(crate) fn error_turn(&mut self, sh: &mut Shared, chat: &Uri, turn_id: &str, message: &str) -> bool {
-        self.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
+        self.work.pending_sends.retain(|(c, t, _)| !(c == chat && t == turn_id));
         let running = self.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.active_turn.as_ref()).is_some_and(|t| t.id == turn_id);
         if running {
             let action = StateAction::ChatError(ChatErrorAction {
@@ -179,11 +179,11 @@ impl Session {
     /// handed over (or failed); `None` while the session's first git
     /// command is out (they wait for it).
     pub(crate) fn take_held_sends(&mut self, chat: &Uri) -> Option<Vec<(Uri, String, Message)>> {
-        if self.git_begin.is_some() {
+        if self.work.git_begin.is_some() {
             return None;
         }
-        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
-        self.pending_sends = rest;
+        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.work.pending_sends).into_iter().partition(|(c, _, _)| c == chat);
+        self.work.pending_sends = rest;
         Some(held)
     }
 }

@@ -13,7 +13,6 @@ use ahp_types::state::{Message, SessionLifecycle};
 use ahp_types::Uri;
 
 use crate::effect::{BackendCmd, ConnId, LogLevel};
-use crate::ids::ResourceId;
 use crate::record::SessionRecord;
 use crate::host::{Op, Shared};
 use crate::session::state::{chat_state, chat_summary, session_state};
@@ -93,11 +92,11 @@ impl Session {
             return None;
         };
         let Wake { history, error, .. } = *wake;
-        let waiters = std::mem::take(&mut self.waiters);
+        let waiters = std::mem::take(&mut self.work.waiters);
         if let Some(message) = error {
             crate::mark!("resume_failed_fails_waiters");
             let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
-            let pending = std::mem::take(&mut self.pending_sends);
+            let pending = std::mem::take(&mut self.work.pending_sends);
             for chat in chats {
                 self.backend(sh, Op::Fire, chat, BackendCmd::Close);
             }
@@ -127,7 +126,7 @@ impl Session {
                 born_seq: sh.server_seq,
             }));
         }
-        let pending = std::mem::take(&mut self.pending_sends);
+        let pending = std::mem::take(&mut self.work.pending_sends);
         self.set_phase(Phase::live());
         self.start_owed = false;
         sh.stats.wakes += 1;
@@ -144,7 +143,7 @@ impl Session {
     /// "Provisional sessions"): its state held with the default chat, its
     /// lifecycle `creating`, the reply to request `id` of `conn` owed until
     /// its agent starts.
-    pub(crate) fn provisional(id: ResourceId, record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
+    pub(crate) fn provisional(record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
         let chat = chat_state(&record.chats[0], Vec::new());
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
@@ -153,7 +152,7 @@ impl Session {
             turn_started_mono: Default::default(),
             born_seq: sh.server_seq,
         };
-        Session::new(id, record, Phase::starting(conn, request), Some(resident), can_resume, sh.now.mono)
+        Session::new(record, Phase::starting(conn, request), Some(resident), can_resume, sh.now.mono)
     }
 
     /// Starts a provisional session's default chat's agent, afresh, in its

@@ -98,7 +98,7 @@ impl RecordSummary {
             created_at: record.created_at.clone(),
             modified_at: record.modified_at.clone(),
             chats: record.chats.len(),
-            changes: record.changes.clone(),
+            changes: record.changes.as_deref().cloned(),
         }
     }
 }

@@ -225,8 +225,8 @@ fn digest(view: &HostView<'_>, frame: &Frame) -> Digest {
             phase: s.phase.clone(),
             resident: s.resident.clone(),
             last_used: s.last_used,
-            waiters: s.waiters.len(),
-            inbox: s.inbox.len(),
+            waiters: s.work.waiters.len(),
+            inbox: s.work.inbox.len(),
         })
         .collect();
     Digest { sessions, catalogue: view.catalogue.clone(), subscriptions: view.conns.get(&conn).map(|c| c.subscriptions.clone()) }

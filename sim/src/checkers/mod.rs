@@ -611,13 +611,13 @@ pub fn pending(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Vec<String
         if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
             out.push(format!("{uri} left {}", s.phase.name()));
         }
-        if !s.waiters.is_empty() {
-            out.push(format!("{uri} has {} waiters", s.waiters.len()));
+        if !s.work.waiters.is_empty() {
+            out.push(format!("{uri} has {} waiters", s.work.waiters.len()));
         }
-        if s.parked.is_some() || !s.inbox.is_empty() {
+        if s.work.parked.is_some() || !s.work.inbox.is_empty() {
             out.push(format!("{uri} has actions waiting for the store"));
         }
-        if !s.sends_in_flight.is_empty() || !s.pending_sends.is_empty() {
+        if !s.work.sends_in_flight.is_empty() || !s.work.pending_sends.is_empty() {
             out.push(format!("{uri} has turns not handed to its agent"));
         }
     }

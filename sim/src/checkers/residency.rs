@@ -131,7 +131,7 @@ fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
     // A chat's agent still starting in a live session is in hand too (its
     // answer names the conversation a wake resumes).
     let starting_chat = matches!(&s.phase, Phase::Live { starting } if !starting.is_empty());
-    let in_hand = work || s.is_busy() || !s.sends_in_flight.is_empty() || s.parked.is_some() || !s.inbox.is_empty() || !s.waiters.is_empty() || !s.git_ops.is_empty() || starting_chat;
+    let in_hand = work || s.is_busy() || !s.work.sends_in_flight.is_empty() || s.work.parked.is_some() || !s.work.inbox.is_empty() || !s.work.waiters.is_empty() || !s.work.git_ops.is_empty() || starting_chat;
     let live = s.phase.is_live();
     let asleep = s.phase == Phase::Asleep;
     Seen {

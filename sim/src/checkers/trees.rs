@@ -132,7 +132,7 @@ impl TreesChecker {
         }
         let want = summary(&newest.1);
         let Some((uri, s)) = view.sessions.iter().find(|(_, s)| checkpoint_prefix(&s.record.key) == prefix) else { return Ok(()) };
-        if s.record.changes.as_ref() != Some(&want) {
+        if s.record.changes.as_deref() != Some(&want) {
             return Err(breach("changes_match_git", format!(
                 "{uri} shows changes {:?} after git answered {want:?} for its newest checkpoint",
                 s.record.changes

@@ -193,7 +193,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
     let mut turns = BTreeMap::new();
     for (i, chat) in source_chats.iter().enumerate() {
         let uri = if i == 0 { format!("ahp-chat:/{key}") } else { format!("ahp-chat:/{key}.{i}") };
-        let mut senders = BTreeMap::new();
+        let mut senders: BTreeMap<String, String> = BTreeMap::new();
         let mut chat_turns: Vec<Turn> = Vec::new();
         for m in &chat.messages {
             match m.role.as_str() {
@@ -226,7 +226,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             modified_at: doc.modified_at.clone(),
             status: crate::session::state::IDLE,
             fresh: false,
-            senders,
+            senders: senders.into_iter().collect(),
             changes: None,
             written: Default::default(),
             kept: Vec::new(),

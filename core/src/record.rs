@@ -11,6 +11,60 @@ use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Who sent each turn of a chat, by turn id (Sessions page: "what is this
+/// host's own is ... who sent each turn"; the export's audit trail). It
+/// has an entry for every turn the chat ever ran, and every store write of
+/// the session carries its record: the map is shared between the record
+/// and the writes in flight and copied only when a turn is added while
+/// one still holds it, so a long chat's turn does not copy every earlier
+/// turn's sender (issue 21, fan-out). Written as a JSON object, as before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Senders(Option<std::sync::Arc<BTreeMap<String, String>>>);
+
+impl Senders {
+    /// The sender of turn `turn_id`, if recorded.
+    pub fn get(&self, turn_id: &str) -> Option<&String> {
+        self.0.as_ref().and_then(|m| m.get(turn_id))
+    }
+
+    /// Records `sender` for `turn_id` (replacing one recorded before).
+    pub fn insert(&mut self, turn_id: String, sender: String) {
+        std::sync::Arc::make_mut(self.0.get_or_insert_with(Default::default)).insert(turn_id, sender);
+    }
+
+    /// How many turns have a recorded sender.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Whether no turn has one.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl FromIterator<(String, String)> for Senders {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Senders {
+        let map: BTreeMap<String, String> = pairs.into_iter().collect();
+        Senders((!map.is_empty()).then(|| std::sync::Arc::new(map)))
+    }
+}
+
+impl Serialize for Senders {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            Some(map) => map.serialize(serializer),
+            None => BTreeMap::<String, String>::new().serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Senders {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Senders, D::Error> {
+        Ok(BTreeMap::<String, String>::deserialize(deserializer)?.into_iter().collect())
+    }
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -115,7 +169,7 @@ pub struct ChatRecord {
     /// Who sent each turn, by turn id: the sender's principal, or its
     /// client id on a host with no users directory.
     #[serde(default)]
-    pub senders: BTreeMap<String, String>,
+    pub senders: Senders,
     /// The chat's own change count (Sessions page, "The state a session
     /// reports"): the default chat carries the session's Session Changes,
     /// another chat the files its own tools were seen to write. `None`
@@ -173,7 +227,7 @@ impl ChatRecord {
             modified_at: now.to_iso(),
             status: crate::session::state::IDLE,
             fresh: true,
-            senders: BTreeMap::new(),
+            senders: Senders::default(),
             changes: None,
             written: Default::default(),
             kept: Vec::new(),

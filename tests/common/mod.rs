@@ -176,6 +176,18 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A graceful stop first, so the daemon stops its agents' process
+        // groups (a SIGKILLed daemon leaves real agents such as Claude
+        // Code running); SIGKILL after 3 s (a turn still running would
+        // hold the drain for its grace).
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let pid = self.child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            while matches!(self.child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         self.kill();
         if std::thread::panicking() || std::env::var_os("AHPD_E2E_LOG").is_some() {
             eprintln!("---- ahpd log ({}) ----\n{}", self.log.display(), std::fs::read_to_string(&self.log).unwrap_or_default());

@@ -364,3 +364,26 @@ async fn a_session_stays_awake_while_the_real_agent_works_and_sleeps_after() {
     assert!(markdown(turn).contains("Stub says: /slow 3000 hold on"), "{turn:?}");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_agent_runs_a_command_through_the_host_once_approved() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-bash").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    // The model asks for Bash; the real agent asks the client first.
+    let out = work.join("from-bash.txt");
+    let command = format!("/bash echo ran-by-claude > {}", out.display());
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", &command))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "the agent asks to run a command", |_, s| s.status & ACTIVITY == 24).await;
+    let pending = pending_confirmation(&state).expect("a tool call pending confirmation");
+    assert!(!out.exists(), "nothing ran before the approval");
+    within("confirm", c.dispatch(chat.clone(), confirm_tool("t1", &pending.tool_call_id, true))).await.expect("confirm");
+    follow_chat(&mut sub, &mut state, "the command turn ends", |env, _| ends_turn(env)).await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    assert!(markdown(turn).contains("Ran it."), "{turn:?}");
+    assert_eq!(std::fs::read_to_string(&out).expect("the command ran").trim(), "ran-by-claude");
+    c.shutdown().await;
+}

@@ -117,7 +117,8 @@ function play(messages, tool) {
         prefix: `Writing ${words[1]}.`,
       };
     case "/bash":
-      return { tool: { name: tool("Bash"), input: { command: words.slice(1).join(" "), description: "Run the command" } }, prefix: "Running it." };
+      // `timeout` (ms): the ACP adapter's Bash requires it.
+      return { tool: { name: tool("Bash"), input: { command: words.slice(1).join(" "), description: "Run the command", timeout: 30000 } }, prefix: "Running it." };
     case "/long": {
       const n = Math.max(1, Math.min(100000, parseInt(words[1] || "200", 10) || 200));
       return { text: Array.from({ length: n }, (_, i) => `word${i}`).join(" "), delayMs: 50 };

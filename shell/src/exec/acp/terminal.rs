@@ -92,7 +92,8 @@ impl Terminals {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts `req.command req.args` in `req.cwd` (default: the root), with
+    /// Starts `req.command req.args` (a command line with no arguments
+    /// through `sh -c`) in `req.cwd` (default: the root), with
     /// `req.env` added, stdin closed, stdout and stderr kept together; the
     /// new terminal's id.
     ///
@@ -110,8 +111,20 @@ impl Terminals {
             }
             None => self.root.clone(),
         };
-        let mut child = Command::new(&req.command)
-            .args(&req.args)
+        // A whole command line with no arguments (what Claude Code's
+        // adapter sends for its Bash tool: `echo hi > out.txt`) is a shell's,
+        // run by `sh -c` as an editor's terminal would; a program with its
+        // arguments is run as given.
+        let mut command = if req.args.is_empty() {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(&req.command);
+            c
+        } else {
+            let mut c = Command::new(&req.command);
+            c.args(&req.args);
+            c
+        };
+        let mut child = command
             .envs(req.env.iter().map(|v| (v.name.as_str(), v.value.as_str())))
             .current_dir(&cwd)
             .stdin(Stdio::null())

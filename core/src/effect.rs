@@ -226,9 +226,9 @@ pub enum Outbound {
         error: JsonRpcError,
     },
     /// An `action` notification carrying one envelope. Shared: every
-    /// subscriber's copy of one fan-out is the same envelope, so the shell
-    /// encodes it once (issue 21, fan-out).
-    Action(std::sync::Arc<ActionEnvelope>),
+    /// subscriber's copy of one fan-out is the same [`Broadcast`], encoded
+    /// once, when it was made (issue 21, fan-out).
+    Action(std::sync::Arc<Broadcast>),
     /// Any other notification (`root/sessionAdded`, `root/sessionRemoved`,
     /// `root/sessionSummaryChanged`).
     Notification {
@@ -281,6 +281,45 @@ impl Serialize for ResultBody {
     }
 }
 
+/// One envelope as it goes out, with its JSON text made once when it is
+/// broadcast: every subscriber's frame and the replay buffer
+/// (`crate::replay`) use that text, so the driver does not encode the same
+/// envelope twice (issue 21, fan-out). Reads as the envelope (`Deref`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Broadcast {
+    envelope: ActionEnvelope,
+    /// The envelope as JSON; `None` in the case serde cannot encode it
+    /// (never in practice: every map key is a string), when the frame is
+    /// encoded the slow way and the replay window restarts.
+    json: Option<std::sync::Arc<str>>,
+}
+
+impl Broadcast {
+    /// `envelope`, encoded.
+    pub fn new(envelope: ActionEnvelope) -> Broadcast {
+        let json = serde_json::to_string(&envelope).ok().map(std::sync::Arc::from);
+        Broadcast { envelope, json }
+    }
+
+    /// The envelope.
+    pub fn envelope(&self) -> &ActionEnvelope {
+        &self.envelope
+    }
+
+    /// The envelope's JSON text, shared.
+    pub fn json(&self) -> Option<&std::sync::Arc<str>> {
+        self.json.as_ref()
+    }
+}
+
+impl std::ops::Deref for Broadcast {
+    type Target = ActionEnvelope;
+
+    fn deref(&self) -> &ActionEnvelope {
+        &self.envelope
+    }
+}
+
 impl Outbound {
     /// The frame's text. Serializing these shapes cannot fail in practice
     /// (every map key is a string); should it ever, an internal-error frame
@@ -314,11 +353,12 @@ impl Outbound {
                 result: None,
                 error: Some(error),
             }),
-            Outbound::Action(envelope) => serde_json::to_string(&Notify {
-                jsonrpc: "2.0",
-                method: "action",
-                params: &**envelope,
-            }),
+            Outbound::Action(broadcast) => match broadcast.json() {
+                // The envelope's text made when it was broadcast: the same
+                // bytes serde writes for the whole frame below.
+                Some(json) => Ok(format!(r#"{{"jsonrpc":"2.0","method":"action","params":{json}}}"#)),
+                None => serde_json::to_string(&Notify { jsonrpc: "2.0", method: "action", params: broadcast.envelope() }),
+            },
             Outbound::Notification { method, params } => serde_json::to_string(&Notify {
                 jsonrpc: "2.0",
                 method,
@@ -329,5 +369,27 @@ impl Outbound {
             r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error: unencodable message"}}"#
                 .to_owned()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ahp_types::actions::{SessionTitleChangedAction, StateAction};
+
+    /// A broadcast's frame, made from the text encoded once, is byte for
+    /// byte the frame serde writes for the whole notification.
+    #[test]
+    fn a_broadcast_frame_is_the_notification_serde_writes() {
+        let envelope = ActionEnvelope {
+            channel: "ahp-session:/a".into(),
+            action: StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "a \"quoted\" title".into() }),
+            server_seq: 7,
+            origin: None,
+            rejection_reason: Some("why".into()),
+        };
+        let expected = serde_json::to_string(&serde_json::json!({"jsonrpc": "2.0", "method": "action", "params": envelope}));
+        let frame = Outbound::Action(std::sync::Arc::new(Broadcast::new(envelope))).to_json();
+        assert_eq!(Some(frame), expected.ok());
     }
 }

@@ -10,6 +10,7 @@
 //! replays.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use ahp_types::actions::ActionEnvelope;
 use ahp_types::Uri;
@@ -21,8 +22,9 @@ struct Kept {
     server_seq: u64,
     /// The envelope's channel.
     channel: Uri,
-    /// The envelope as JSON (`ActionEnvelope` encoded).
-    json: Box<str>,
+    /// The envelope as JSON (`ActionEnvelope` encoded), the same text its
+    /// frames were made of (`crate::effect::Broadcast`).
+    json: Arc<str>,
 }
 
 /// The last `len` envelopes broadcast, oldest first (see the module docs).
@@ -42,15 +44,16 @@ pub struct Undecodable {
 }
 
 impl ReplayBuffer {
-    /// Keeps `envelope`, dropping the oldest beyond `len` envelopes
-    /// (`Config::replay_buffer_len`). An envelope that cannot be encoded
-    /// (every map key is a string, so never in practice) ends the replay
-    /// window there: everything kept before it is dropped, so a replay can
-    /// never skip it silently.
-    pub fn push(&mut self, envelope: &ActionEnvelope, len: usize) {
-        match serde_json::to_string(envelope) {
-            Ok(json) => self.kept.push_back(Kept { server_seq: envelope.server_seq, channel: envelope.channel.clone(), json: json.into_boxed_str() }),
-            Err(_) => self.kept.clear(),
+    /// Keeps the envelope numbered `server_seq` on `channel`, as its JSON
+    /// text `json` (`crate::effect::Broadcast::json`), dropping the oldest
+    /// beyond `len` envelopes (`Config::replay_buffer_len`). An envelope
+    /// that could not be encoded (`None`: every map key is a string, so
+    /// never in practice) ends the replay window there: everything kept
+    /// before it is dropped, so a replay can never skip it silently.
+    pub fn push(&mut self, server_seq: u64, channel: &Uri, json: Option<&Arc<str>>, len: usize) {
+        match json {
+            Some(json) => self.kept.push_back(Kept { server_seq, channel: channel.clone(), json: Arc::clone(json) }),
+            None => self.kept.clear(),
         }
         while self.kept.len() > len {
             self.kept.pop_front();
@@ -75,6 +78,30 @@ impl ReplayBuffer {
             .collect()
     }
 
+    /// What [`crate::invariants::inv_replay_buffer_window`] checks: at most
+    /// `len` kept, in rising `serverSeq` order, none after `server_seq` (the
+    /// last stamped), so a replay sends what was missed in the order it was
+    /// sent and nothing from the future.
+    ///
+    /// # Errors
+    /// Which of these does not hold.
+    pub fn check(&self, len: usize, server_seq: u64) -> Result<(), String> {
+        if self.kept.len() > len {
+            return Err(format!("{} envelopes kept, at most {len} allowed", self.kept.len()));
+        }
+        let mut last = None;
+        for k in &self.kept {
+            if last.is_some_and(|l| k.server_seq <= l) {
+                return Err(format!("envelope {} kept after {}", k.server_seq, last.unwrap_or_default()));
+            }
+            if k.server_seq > server_seq {
+                return Err(format!("envelope {} kept, but the last serverSeq stamped is {server_seq}", k.server_seq));
+            }
+            last = Some(k.server_seq);
+        }
+        Ok(())
+    }
+
     /// How many envelopes are kept.
     pub fn len(&self) -> usize {
         self.kept.len()
@@ -95,6 +122,12 @@ mod tests {
         ActionEnvelope { channel: channel.to_owned(), action, server_seq: seq, origin: None, rejection_reason: None }
     }
 
+    /// Keeps `envelope` as the host does: encoded once, as broadcast.
+    fn push(buffer: &mut ReplayBuffer, envelope: &ActionEnvelope, len: usize) {
+        let sent = crate::effect::Broadcast::new(envelope.clone());
+        buffer.push(sent.server_seq, &sent.channel, sent.json(), len);
+    }
+
     fn title(seq: u64, channel: &str) -> ActionEnvelope {
         envelope(seq, channel, StateAction::SessionTitleChanged(SessionTitleChangedAction { title: format!("t{seq}") }))
     }
@@ -103,7 +136,7 @@ mod tests {
     fn a_replay_gives_back_the_envelopes_after_the_last_seen_on_the_asked_channels() {
         let mut buffer = ReplayBuffer::default();
         for seq in 1..=5 {
-            buffer.push(&title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), 10);
+            push(&mut buffer, &title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), 10);
         }
         let got = buffer.since(1, &["ahp-session:/a".to_owned()]).unwrap();
         assert_eq!(got, vec![title(3, "ahp-session:/a"), title(5, "ahp-session:/a")]);
@@ -114,7 +147,7 @@ mod tests {
     fn the_buffer_keeps_only_the_last_len_envelopes() {
         let mut buffer = ReplayBuffer::default();
         for seq in 1..=5 {
-            buffer.push(&title(seq, "ahp-session:/a"), 3);
+            push(&mut buffer, &title(seq, "ahp-session:/a"), 3);
         }
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.oldest(), Some(3));
@@ -128,7 +161,7 @@ mod tests {
         meta.insert("ahpd.awareness".to_owned(), serde_json::json!({"tier": "warn", "error": null, "ratio": 0.25}));
         let sent = envelope(7, "ahp-session:/a", StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) }));
         let mut buffer = ReplayBuffer::default();
-        buffer.push(&sent, 10);
+        push(&mut buffer, &sent, 10);
         assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]).unwrap(), vec![sent]);
     }
 }

@@ -391,9 +391,9 @@ mod tests {
     use super::*;
     use ahp_types::actions::{ActionEnvelope, SessionTitleChangedAction, StateAction};
 
-    fn envelope(seq: u64) -> Arc<ActionEnvelope> {
+    fn envelope(seq: u64) -> Arc<ahpd_core::effect::Broadcast> {
         let action = StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "t".into() });
-        Arc::new(ActionEnvelope { channel: "ahp-session:/a".into(), action, server_seq: seq, origin: None, rejection_reason: None })
+        Arc::new(ahpd_core::effect::Broadcast::new(ActionEnvelope { channel: "ahp-session:/a".into(), action, server_seq: seq, origin: None, rejection_reason: None }))
     }
 
     /// One fan-out (clones of one `Arc`) is encoded once: every subscriber

@@ -50,7 +50,7 @@ impl Host {
             origin,
             rejection_reason: Some(reason.clone()),
         };
-        self.shared.send(conn, Outbound::Action(std::sync::Arc::new(envelope)));
+        self.shared.send(conn, Outbound::Action(std::sync::Arc::new(crate::effect::Broadcast::new(envelope))));
         crate::mark!("action_rejected");
         self.shared.log(LogLevel::Warn, "action.rejected", self.session_of(channel), reason);
     }

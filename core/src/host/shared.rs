@@ -12,7 +12,7 @@ use crate::host::discovery::SHOW_EXTERNAL;
 use crate::time::WallTime;
 
 use super::{Op, Shared};
-use crate::effect::{ConnId, Effect, LogEvent, LogLevel, OpId, Outbound};
+use crate::effect::{Broadcast, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound};
 use crate::git::GitCmd;
 
 impl Shared {
@@ -21,9 +21,9 @@ impl Shared {
     /// subscriber of the channel. The caller applied it to the state first.
     pub(crate) fn fan_out(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) {
         self.server_seq += 1;
-        let envelope = Arc::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None });
+        let envelope = Arc::new(Broadcast::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None }));
         let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
-        self.replay.push(&envelope, self.config.replay_buffer_len);
+        self.replay.push(envelope.server_seq, channel, envelope.json(), self.config.replay_buffer_len);
         for conn in subscribers {
             self.send(conn, Outbound::Action(Arc::clone(&envelope)));
         }

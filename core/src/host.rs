@@ -339,6 +339,12 @@ impl HostView<'_> {
         self.host.tombstones.check()
     }
 
+    /// The replay buffer checked against the host's `serverSeq` and the
+    /// configured length (`invariants::inv_replay_buffer_window`).
+    pub fn check_replay(&self) -> Result<(), String> {
+        self.host.shared.replay.check(self.config.replay_buffer_len, self.server_seq)
+    }
+
     /// The window's own trees (detached worktrees), each still held by its
     /// handle: trees this host made, so trusted when their repository is.
     pub fn window_trees(&self) -> impl Iterator<Item = &crate::git::WorktreeRecord> + '_ {
@@ -379,7 +385,8 @@ impl Host {
     /// deleted. Restored sessions are asleep and not resident: their state
     /// comes back from the backend when something needs them.
     pub fn new(config: Config, seed: u64, restored: Vec<SessionRecord>, now: Now) -> Host {
-        let mut host = Host::restoring(config, seed, restored.len(), now);
+        let mut host = Host::restoring(config, seed, now);
+        host.expect_records(restored.len());
         host.restore_records(restored);
         host.finish_restoring();
         host
@@ -388,12 +395,12 @@ impl Host {
     /// [`Host::new`] in steps, for a shell that builds the host while the
     /// store is still being read (issue 21: a 100k-record start answers
     /// its first listing within 1.5× a plain read of the files): a host
-    /// with no sessions yet, its table sized for `expected` records. Feed
+    /// with no sessions yet ([`Host::expect_records`] sizes its table). Feed
     /// it every record with [`Host::restore_records`] (in the store's
     /// order: the same records in the same order make the same host as
     /// `new`), then call [`Host::finish_restoring`] once, before its first
     /// [`Host::handle`].
-    pub fn restoring(config: Config, seed: u64, expected: usize, now: Now) -> Host {
+    pub fn restoring(config: Config, seed: u64, now: Now) -> Host {
         let root = RootState {
             agents: config
                 .agents
@@ -438,7 +445,7 @@ impl Host {
                 recent_cutoff: None,
                 effects: Vec::new(),
             },
-            sessions: crate::session::table::SessionTable::with_capacity(expected),
+            sessions: crate::session::table::SessionTable::new(),
             held: BTreeSet::new(),
             tombstones: Tombstones::default(),
             refused: BTreeSet::new(),

@@ -41,6 +41,7 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_archived_goes_at_once", inv_archived_goes_at_once),
     ("inv_conversation_index_consistent", inv_conversation_index_consistent),
     ("inv_tombstone_index_consistent", inv_tombstone_index_consistent),
+    ("inv_replay_buffer_window", inv_replay_buffer_window),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -356,6 +357,14 @@ pub fn inv_conversation_index_consistent(view: &HostView<'_>) -> Result<(), Viol
 /// listed again (Sessions page: a disposed session stays disposed).
 pub fn inv_tombstone_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     view.check_tombstones().map_err(|detail| Violation { rule: "inv_tombstone_index_consistent", detail })
+}
+
+/// The replay buffer a `reconnect` replays from holds at most
+/// `replay_buffer_len` envelopes, in the order they were stamped, none
+/// stamped after the host's last `serverSeq` (`ReplayBuffer::check`):
+/// a replay gives a client what it missed in order, never out of it.
+pub fn inv_replay_buffer_window(view: &HostView<'_>) -> Result<(), Violation> {
+    view.check_replay().map_err(|detail| Violation { rule: "inv_replay_buffer_window", detail })
 }
 
 /// "InputNeeded while any chat waits on somebody, else InProgress while any

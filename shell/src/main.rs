@@ -524,7 +524,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));
     // The host is built while the store is read: each batch of records is
     // restored as it comes, in the store's order (`store::load_each`).
-    let mut host = Host::restoring(config, seed, 0, clock.now());
+    let mut host = Host::restoring(config, seed, clock.now());
     let host = match settings.sessions {
         StoreKind::File => {
             let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);

@@ -94,6 +94,9 @@ pub const EXPECTED: &[&str] = &[
     "turn_action_refused_asleep",
     "scan_merge_sliced",
     "scan_merge_interleaved",
+    // Reconnect: the replay buffer, or snapshots past its window.
+    "reconnect_replayed",
+    "reconnect_answered_with_snapshots",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

@@ -352,8 +352,12 @@ impl Host {
         }
         let replay = (replayable && last_seen <= self.shared.server_seq && !rebuilt).then(|| self.shared.replay.since(last_seen, &live));
         let result = match replay {
-            Some(Ok(actions)) => ReconnectResult::Replay(ReconnectReplayResult { actions, missing }),
+            Some(Ok(actions)) => {
+                crate::mark!("reconnect_replayed");
+                ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
+            }
             failed => {
+                crate::mark!("reconnect_answered_with_snapshots");
                 if let Some(Err(e)) = failed {
                     // Snapshots are always right; a replay that cannot be
                     // read back is not sent half.

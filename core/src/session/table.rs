@@ -150,13 +150,8 @@ impl SessionTable {
         SessionTable::default()
     }
 
-    /// An empty table with room for `n` sessions, so a table built from
+    /// Makes room in the slab for `n` more sessions, so a table built from
     /// the store at start holds no spare slots (each is a session's size).
-    pub fn with_capacity(n: usize) -> SessionTable {
-        SessionTable { slab: Vec::with_capacity(n), ..SessionTable::default() }
-    }
-
-    /// Makes room in the slab for `n` more sessions.
     pub fn reserve(&mut self, n: usize) {
         self.slab.reserve_exact(n);
     }

@@ -295,49 +295,47 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
         let _stop = stop_tx;
         let backlog = writer_backlog;
         let write = async {
-            while let Some(cmd) = rx.recv().await {
-                match cmd {
-                    WriterCmd::Frame(text) => {
-                        // The frames already queued behind this one go out
-                        // with it, one write for all (issue 21, fan-out: a
-                        // subscriber that lags gets its envelopes in one
-                        // syscall, not one each).
-                        let mut len = text.len();
-                        let mut fed = sink.feed(Message::Text(text)).await;
-                        let mut close = false;
-                        while fed.is_ok() && len < WRITE_BATCH_BYTES {
-                            match rx.try_recv() {
-                                Ok(WriterCmd::Frame(more)) => {
-                                    len += more.len();
-                                    fed = sink.feed(Message::Text(more)).await;
-                                }
-                                Ok(WriterCmd::Close) => {
-                                    close = true;
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
+            while let Some(mut cmd) = rx.recv().await {
+                // The command taken and every one queued behind it go out
+                // in one write (issue 21, fan-out: a subscriber that lags
+                // gets its envelopes in one syscall, not one each), up to
+                // WRITE_BATCH_BYTES; a close ends the batch.
+                let (mut len, mut frames, mut fed, mut close) = (0, 0, Ok(()), false);
+                loop {
+                    match cmd {
+                        WriterCmd::Frame(text) => {
+                            len += text.len();
+                            frames += 1;
+                            fed = sink.feed(Message::Text(text)).await;
                         }
-                        let sent = match fed {
-                            Ok(()) => sink.flush().await,
-                            Err(e) => Err(e),
-                        };
-                        backlog.queued.fetch_sub(len, Ordering::Relaxed);
-                        if let Err(e) = sent {
-                            tracing::debug!(conn = conn.0, error = %e, "write failed");
-                            return;
-                        }
-                        if close {
-                            let _ = sink.send(Message::Close(None)).await;
-                            let _ = sink.close().await;
-                            return;
+                        WriterCmd::Close => {
+                            close = true;
+                            break;
                         }
                     }
-                    WriterCmd::Close => {
-                        let _ = sink.send(Message::Close(None)).await;
-                        let _ = sink.close().await;
+                    if fed.is_err() || len >= WRITE_BATCH_BYTES {
+                        break;
+                    }
+                    match rx.try_recv() {
+                        Ok(more) => cmd = more,
+                        Err(_) => break,
+                    }
+                }
+                if frames > 0 {
+                    let sent = match fed {
+                        Ok(()) => sink.flush().await,
+                        Err(e) => Err(e),
+                    };
+                    backlog.queued.fetch_sub(len, Ordering::Relaxed);
+                    if let Err(e) = sent {
+                        tracing::debug!(conn = conn.0, error = %e, "write failed");
                         return;
                     }
+                }
+                if close {
+                    let _ = sink.send(Message::Close(None)).await;
+                    let _ = sink.close().await;
+                    return;
                 }
             }
             // The driver let the connection go: close politely.

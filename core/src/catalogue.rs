@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::cursor::{self, RowKey};
 use crate::protocol::error::{error, INVALID_PARAMS};
 use crate::session::row::PageRef;
-use crate::session::table::{SessionTable, Slot};
+use crate::session::table::{SessionTable, SharedUri, Slot};
 use crate::session::Session;
 
 /// One page and whether an unlimited listing was cut at the default cap.
@@ -40,48 +40,59 @@ pub struct Listing {
 /// The external rows are also kept in an order of their own, so the
 /// `recent` mode's "two updated most recently" is read in O(log n) instead
 /// of a walk over every session (a scan merging 100k rows asks it per row).
+///
+/// Each row's URI is the session table's own [`SharedUri`], not a copy
+/// (issue 21: memory per catalogue row).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Index {
-    rows: BTreeMap<(Reverse<i64>, Uri), Slot>,
-    externals: BTreeSet<(Reverse<i64>, Uri)>,
+    rows: BTreeMap<(Reverse<i64>, SharedUri), Slot>,
+    externals: BTreeSet<(Reverse<i64>, SharedUri)>,
+}
+
+/// The key of row `uri` at `ms`, to look a row up by (an allocation of
+/// its own: only for the rare lookups, never kept).
+fn key(ms: i64, uri: &str) -> (Reverse<i64>, SharedUri) {
+    (Reverse(ms), SharedUri::from(uri))
 }
 
 impl Index {
     /// Adds an announced session's row at `modified_ms`, kept beside the
-    /// session's `slot` in the host's table; `external` marks a session a
-    /// CLI wrote outside this host.
-    pub fn insert(&mut self, modified_ms: i64, uri: &Uri, slot: Slot, external: bool) {
-        self.rows.insert((Reverse(modified_ms), uri.clone()), slot);
+    /// session's `slot` in the host's table; `uri` is the table's own
+    /// ([`SessionTable::shared_uri`]); `external` marks a session a CLI
+    /// wrote outside this host.
+    pub fn insert(&mut self, modified_ms: i64, uri: SharedUri, slot: Slot, external: bool) {
         if external {
             self.externals.insert((Reverse(modified_ms), uri.clone()));
         }
+        self.rows.insert((Reverse(modified_ms), uri), slot);
     }
 
     /// Removes a row.
-    pub fn remove(&mut self, modified_ms: i64, uri: &Uri) {
-        let key = (Reverse(modified_ms), uri.clone());
+    pub fn remove(&mut self, modified_ms: i64, uri: &str) {
+        let key = key(modified_ms, uri);
         self.rows.remove(&key);
         self.externals.remove(&key);
     }
 
-    /// Moves a row when its `modifiedAt` moved.
-    pub fn moved(&mut self, from_ms: i64, to_ms: i64, uri: &Uri) {
+    /// Moves a row when its `modifiedAt` moved (the URI it keeps stays the
+    /// one it was given).
+    pub fn moved(&mut self, from_ms: i64, to_ms: i64, uri: &str) {
         if from_ms == to_ms {
             return;
         }
-        let from = (Reverse(from_ms), uri.clone());
-        if let Some(slot) = self.rows.remove(&from) {
-            self.rows.insert((Reverse(to_ms), uri.clone()), slot);
+        let from = key(from_ms, uri);
+        if let Some(((_, kept), slot)) = self.rows.remove_entry(&from) {
+            self.rows.insert((Reverse(to_ms), kept), slot);
         }
-        if self.externals.remove(&from) {
-            self.externals.insert((Reverse(to_ms), uri.clone()));
+        if let Some((_, kept)) = self.externals.take(&from) {
+            self.externals.insert((Reverse(to_ms), kept));
         }
     }
 
     /// An external row became the host's own (adopted): it stays listed
     /// and leaves the external order.
-    pub fn adopted(&mut self, modified_ms: i64, uri: &Uri) {
-        self.externals.remove(&(Reverse(modified_ms), uri.clone()));
+    pub fn adopted(&mut self, modified_ms: i64, uri: &str) {
+        self.externals.remove(&key(modified_ms, uri));
     }
 
     /// The external rows updated at or after `floor_ms`, newest first (ties
@@ -91,7 +102,7 @@ impl Index {
             .iter()
             .take_while(|(Reverse(ms), _)| *ms >= floor_ms)
             .take(n)
-            .map(|(Reverse(ms), uri)| (*ms, uri.clone()))
+            .map(|(Reverse(ms), uri)| (*ms, uri.to_string()))
             .collect()
     }
 
@@ -112,18 +123,18 @@ impl Index {
 
     /// The rows strictly after `after` (or from the top), in order.
     pub fn walk<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = RowKey> + 'a {
-        self.walk_borrowed(after).map(|(ms, uri, _)| RowKey { modified_ms: ms, uri: uri.clone() })
+        self.walk_borrowed(after).map(|(ms, uri, _)| RowKey { modified_ms: ms, uri: uri.to_owned() })
     }
 
     /// The same rows as [`Index::walk`], borrowed: `(modifiedAt ms, URI,
     /// slot)` with no URI copied (a page copies only its last row's, for
     /// the cursor) and the slot to read the session by.
-    pub fn walk_borrowed<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = (i64, &'a Uri, Slot)> + 'a {
+    pub fn walk_borrowed<'a>(&'a self, after: Option<&RowKey>) -> impl Iterator<Item = (i64, &'a str, Slot)> + 'a {
         let start = match after {
-            Some(k) => Bound::Excluded((Reverse(k.modified_ms), k.uri.clone())),
+            Some(k) => Bound::Excluded(key(k.modified_ms, &k.uri)),
             None => Bound::Unbounded,
         };
-        self.rows.range((start, Bound::Unbounded)).map(|((Reverse(ms), uri), slot)| (*ms, uri, *slot))
+        self.rows.range((start, Bound::Unbounded)).map(|((Reverse(ms), uri), slot)| (*ms, &**uri, *slot))
     }
 }
 
@@ -176,8 +187,8 @@ pub fn list(
     let mut rows: Vec<((i64, &Uri), &Session)> = Vec::with_capacity(limit.min(index.len()) + 1);
     let mut hidden = 0usize;
     for (ms, uri, slot) in index.walk_borrowed(after.as_ref()) {
-        let key = (ms, uri);
         let Some(session) = sessions.at(slot, uri) else { continue };
+        let key = (ms, &session.record.resource);
         if session.record.external && !external.shows(session.modified_at, key.1) {
             crate::mark!("list_external_hidden");
             hidden += 1;

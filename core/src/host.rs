@@ -136,7 +136,7 @@ impl Tombstones {
     pub(crate) fn insert(&mut self, uri: Uri, tombstone: Tombstone) {
         self.remove(&uri);
         for c in &tombstone.record.chats {
-            self.by_conversation.entry(tombstone.record.provider.clone()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+            self.by_conversation.entry(tombstone.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
         }
         self.by_uri.insert(uri, tombstone);
     }
@@ -144,7 +144,7 @@ impl Tombstones {
     /// Takes the tombstone of `uri` out.
     pub(crate) fn remove(&mut self, uri: &Uri) -> Option<Tombstone> {
         let tombstone = self.by_uri.remove(uri)?;
-        if let Some(conversations) = self.by_conversation.get_mut(&tombstone.record.provider) {
+        if let Some(conversations) = self.by_conversation.get_mut(tombstone.record.provider.as_str()) {
             for c in &tombstone.record.chats {
                 if let Some(uris) = conversations.get_mut(&c.conversation_id) {
                     uris.remove(uri);
@@ -154,7 +154,7 @@ impl Tombstones {
                 }
             }
             if conversations.is_empty() {
-                self.by_conversation.remove(&tombstone.record.provider);
+                self.by_conversation.remove(tombstone.record.provider.as_str());
             }
         }
         Some(tombstone)
@@ -193,7 +193,7 @@ impl Tombstones {
         let mut want: BTreeMap<String, BTreeMap<String, BTreeSet<Uri>>> = BTreeMap::new();
         for (uri, t) in &self.by_uri {
             for c in &t.record.chats {
-                want.entry(t.record.provider.clone()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+                want.entry(t.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
             }
         }
         if want != self.by_conversation {
@@ -273,8 +273,9 @@ pub(crate) struct Shared {
     pub(crate) root: RootState,
     /// Every connection, by id.
     pub(crate) conns: BTreeMap<ConnId, Conn>,
-    /// Chat URI to its session's URI.
-    pub(crate) chats: BTreeMap<Uri, Uri>,
+    /// Chat URI to its session's URI (the session table's own, shared,
+    /// where the chat was listed with its session).
+    pub(crate) chats: BTreeMap<Uri, crate::session::table::SharedUri>,
     /// The catalogue's order over announced sessions.
     pub(crate) catalogue: crate::catalogue::Index,
     /// Channels whose state this process ended (a session disposed or
@@ -315,7 +316,7 @@ pub struct HostView<'a> {
     /// Every connection, by id.
     pub conns: &'a BTreeMap<ConnId, Conn>,
     /// Chat URI to session URI.
-    pub chats: &'a BTreeMap<Uri, Uri>,
+    pub chats: &'a BTreeMap<Uri, crate::session::table::SharedUri>,
     /// The catalogue's order.
     pub catalogue: &'a crate::catalogue::Index,
     /// Counters.
@@ -527,9 +528,7 @@ impl Host {
             }
         }
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        for chat in &record.chats {
-            self.shared.chats.insert(chat.resource.clone(), uri.clone());
-        }
+        let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
         let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
@@ -539,7 +538,20 @@ impl Host {
         session.announcement = crate::session::Announcement::Settled;
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
-        self.shared.catalogue.insert(modified_at.0, &uri, slot, external);
+        for chat in chats {
+            self.index_chat(chat, &uri);
+        }
+        // The catalogue's order shares the table's one copy of the URI.
+        let shared = self.sessions.shared_uri(&uri).unwrap_or_else(|| uri.as_str().into());
+        self.shared.catalogue.insert(modified_at.0, shared, slot, external);
+    }
+
+    /// Indexes `chat` to the session at `session_uri` in the chat →
+    /// session map, which keeps the session table's own copy of the URI
+    /// (a copy of its own when the session is not in the table yet).
+    pub(crate) fn index_chat(&mut self, chat: Uri, session_uri: &str) {
+        let shared = self.sessions.shared_uri(session_uri).unwrap_or_else(|| session_uri.into());
+        self.shared.chats.insert(chat, shared);
     }
 
     /// Adds a session to the host's map, noting it in `held` when its
@@ -883,7 +895,7 @@ impl Host {
         if self.sessions.contains_key(channel) {
             Some(channel.to_owned())
         } else {
-            self.shared.chats.get(channel).cloned()
+            self.shared.chats.get(channel).map(|u| u.to_string())
         }
     }
 
@@ -943,8 +955,8 @@ impl Host {
         let external = session.record.external;
         let summary = session.summary();
         session.mark_announced(summary.clone());
-        let Some(slot) = self.sessions.slot(session_uri) else { return };
-        self.shared.catalogue.insert(modified, session_uri, slot, external);
+        let (Some(slot), Some(shared)) = (self.sessions.slot(session_uri), self.sessions.shared_uri(session_uri)) else { return };
+        self.shared.catalogue.insert(modified, shared, slot, external);
         if !self.shown_to_clients(session_uri) {
             crate::mark!("announce_hidden_external");
             return;

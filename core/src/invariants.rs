@@ -283,7 +283,7 @@ pub fn inv_chat_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, s) in view.sessions {
         for c in &s.record.chats {
             count += 1;
-            if view.chats.get(&c.resource) != Some(uri) {
+            if view.chats.get(&c.resource).map(|u| &**u) != Some(uri.as_str()) {
                 return fail("inv_chat_index_consistent", format!("chat {} not indexed to {uri}", c.resource));
             }
         }

@@ -171,7 +171,7 @@ mod tests {
             resource: "ahp-chat:/s@c".to_owned(),
             title: String::new(),
             conversation_id: "c".to_owned(),
-            modified_at: String::new(),
+            modified_at: Default::default(),
             status: 1,
             fresh: false,
             senders: Default::default(),

@@ -65,6 +65,13 @@ impl<'de> Deserialize<'de> for Senders {
     }
 }
 
+/// A record's short text (provider, ISO times): a string of up to 24 bytes
+/// is held inline, with no allocation of its own (`compact_str`); longer
+/// text is on the heap as a `String`'s. Serialized and parsed exactly as a
+/// `String` (issue 21: memory per catalogue row: every allocation costs a
+/// catalogue row its malloc overhead besides the text).
+pub type Text = compact_str::CompactString;
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -79,14 +86,15 @@ pub struct SessionRecord {
     pub key: String,
     /// The session URI the client chose.
     pub resource: Uri,
-    /// The backend that runs it.
-    pub provider: String,
+    /// The backend that runs it (inline: [`Text`]).
+    pub provider: Text,
     /// The session's title.
     pub title: String,
-    /// When the session was first started (ISO-8601); never moves.
-    pub created_at: String,
-    /// The last change (ISO-8601); only moves forward.
-    pub modified_at: String,
+    /// When the session was first started (ISO-8601, inline: [`Text`]);
+    /// never moves.
+    pub created_at: Text,
+    /// The last change (ISO-8601, inline: [`Text`]); only moves forward.
+    pub modified_at: Text,
     /// The host's own read bit (status bit 32).
     pub is_read: bool,
     /// The host's own archived bit (status bit 64).
@@ -158,8 +166,8 @@ pub struct ChatRecord {
     pub title: String,
     /// The backend's id for the conversation (may differ from the client's).
     pub conversation_id: String,
-    /// The chat's own `modifiedAt` (ISO-8601).
-    pub modified_at: String,
+    /// The chat's own `modifiedAt` (ISO-8601, inline: [`Text`]).
+    pub modified_at: Text,
     /// The chat's status bits at rest (Idle 1 or Error 2, plus flags).
     pub status: u32,
     /// True until the chat's agent first started: its conversation does not
@@ -224,7 +232,7 @@ impl ChatRecord {
             resource,
             title: String::new(),
             conversation_id,
-            modified_at: now.to_iso(),
+            modified_at: now.to_iso_text(),
             status: crate::session::state::IDLE,
             fresh: true,
             senders: Senders::default(),
@@ -258,7 +266,7 @@ impl SessionRecord {
     #[allow(clippy::too_many_arguments)]
     pub fn new_session(
         id: &crate::ids::ResourceId,
-        provider: String,
+        provider: Text,
         working_directories: Vec<Uri>,
         config: serde_json::Map<String, serde_json::Value>,
         offer: crate::session_config::ConfigOffer,
@@ -274,8 +282,8 @@ impl SessionRecord {
             resource: id.uri(),
             provider,
             title: String::new(),
-            created_at: now.to_iso(),
-            modified_at: now.to_iso(),
+            created_at: now.to_iso_text(),
+            modified_at: now.to_iso_text(),
             is_read: false,
             is_archived: false,
             working_directories,

@@ -32,6 +32,16 @@ impl WallTime {
         self.iso().to_string()
     }
 
+    /// The same text as [`WallTime::to_iso`] as a record's [`crate::record::Text`]:
+    /// held inline, with no allocation, for years 0 to 9999 ([`Iso::fast`]).
+    pub fn to_iso_text(self) -> crate::record::Text {
+        let mut buf = [0u8; 24];
+        match self.iso().fast(&mut buf) {
+            Some(text) => crate::record::Text::new(text),
+            None => crate::record::Text::from(self.to_iso()),
+        }
+    }
+
     /// The same text as [`WallTime::to_iso`], written straight into a
     /// formatter or serializer without a `String` of its own (a catalogue
     /// page writes two per row).

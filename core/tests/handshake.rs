@@ -87,7 +87,7 @@ fn a_session_that_cannot_be_woken_is_left_out_and_the_rest_is_answered() {
     let rid = initialize(&mut h, 1, &[&a, &b]);
     for (op, chat, cmd) in h.backend_cmds() {
         let BackendCmd::Start { conversation_id, .. } = cmd else { continue };
-        let outcome = if h.host.view().chats.get(&chat) == Some(&a) {
+        let outcome = if h.host.view().chats.get(&chat).map(|u| &**u) == Some(a.as_str()) {
             Outcome::Failed { message: "no such conversation".into() }
         } else {
             Outcome::Started { conversation_id, history: Vec::new() }

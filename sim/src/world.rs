@@ -617,7 +617,7 @@ impl World {
             if view.sessions.contains_key(uri) {
                 Some(uri.to_owned())
             } else {
-                view.chats.get(uri).cloned()
+                view.chats.get(uri).map(|u| u.to_string())
             }
         };
         match input {

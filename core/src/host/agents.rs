@@ -93,7 +93,7 @@ impl Host {
     }
 
     pub(crate) fn on_backend_event(&mut self, chat: &Uri, event: BackendEvent) {
-        let Some(session_uri) = self.shared.chats.get(chat).cloned() else {
+        let Some(session_uri) = self.shared.chats.get(chat).map(|u| u.to_string()) else {
             self.shared.stats.stale_events += 1;
             return;
         };
@@ -169,7 +169,7 @@ impl Host {
         }
         self.agent_took_turn(session_uri, chat);
         if let Some(tool_call_id) = confirm {
-            let provider = self.sessions.get(session_uri).map(|s| s.record.provider.clone()).unwrap_or_default();
+            let provider = self.sessions.get(session_uri).map(|s| s.record.provider.to_string()).unwrap_or_default();
             self.backend(Op::Fire, provider, chat.clone(), BackendCmd::ConfirmTool { turn_id: turn_id.clone(), tool_call_id, approved: true });
         }
         self.mark_activity(session_uri);

@@ -196,7 +196,7 @@ impl Host {
                     let mut walked = 0;
                     let mut last = None;
                     let mut gone = Vec::new();
-                    for (uri, s) in self.sessions.iter_after(after.as_ref()).take(*budget) {
+                    for (uri, s) in self.sessions.iter_after(after.as_deref()).take(*budget) {
                         walked += 1;
                         last = Some(uri);
                         if s.record.provider == provider
@@ -333,12 +333,13 @@ impl Host {
 
     fn insert_listed(&mut self, record: SessionRecord, id: ResourceId) {
         let uri = id.uri();
-        for chat in &record.chats {
-            self.shared.chats.insert(chat.resource.clone(), uri.clone());
-        }
+        let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         self.add_session(uri.clone(), session);
+        for chat in chats {
+            self.index_chat(chat, &uri);
+        }
         self.announce(&uri);
     }
 
@@ -348,10 +349,10 @@ impl Host {
             format: RECORD_FORMAT,
             key: id.store_key(),
             resource: id.uri(),
-            provider: provider.to_owned(),
+            provider: provider.into(),
             title: row.title.clone(),
-            created_at: created.to_iso(),
-            modified_at: row.modified_at.to_iso(),
+            created_at: created.to_iso_text(),
+            modified_at: row.modified_at.to_iso_text(),
             is_read: false,
             is_archived: false,
             working_directories: row.working_directory.iter().cloned().collect(),
@@ -411,7 +412,7 @@ impl Host {
             return;
         }
         session.record.chats.push(chat_from_row(chat.clone(), row));
-        self.shared.chats.insert(chat, uri.clone());
+        self.index_chat(chat, uri);
         self.advance_modified_at(uri, row.modified_at);
         self.store_put(uri);
         self.summary_changed(uri);
@@ -507,7 +508,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
         resource: chat,
         title: String::new(),
         conversation_id: row.conversation_id.clone(),
-        modified_at: row.modified_at.to_iso(),
+        modified_at: row.modified_at.to_iso_text(),
         status: crate::session::state::IDLE,
         fresh: false,
         senders: Default::default(),

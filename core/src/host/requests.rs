@@ -169,14 +169,14 @@ impl Host {
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
         // AHP 6: otherwise "the server uses only the first").
         let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.shared.agent_takes_peers(&provider));
-        let record = SessionRecord::new_session(rid, provider, working_directories, config, offer, self.shared.owner_of(conn), scope, in_tree, self.shared.now.wall);
+        let record = SessionRecord::new_session(rid, provider.into(), working_directories, config, offer, self.shared.owner_of(conn), scope, in_tree, self.shared.now.wall);
         // A session made anew under a disposed one's URI: its record
         // replaces the tombstone.
         self.tombstones.remove(&uri);
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let session = Session::provisional(record, conn, id, can_resume, &self.shared);
         self.add_session(uri.clone(), session);
-        self.shared.chats.insert(default_chat, uri.clone());
+        self.index_chat(default_chat, &uri);
         self.in_session(&uri, |s, sh| s.start_default_agent(sh));
         self.shared.log(LogLevel::Info, "session.creating", Some(uri), String::new());
     }
@@ -375,7 +375,7 @@ impl Host {
         if let Err(e) = self.shared.authorize(conn, Operation::ChatTurns) {
             return self.shared.reply_error(conn, id, e);
         }
-        let Some(session_uri) = self.shared.chats.get(&request.chat).cloned() else {
+        let Some(session_uri) = self.shared.chats.get(&request.chat).map(|u| u.to_string()) else {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
@@ -654,7 +654,7 @@ impl Host {
     /// A decoded `disposeChat` its connection may send: checked against the
     /// host, then queued behind a parked write or written.
     fn dispose_chat_authorized(&mut self, conn: ConnId, id: u64, request: DisposeChatReq) {
-        let Some(session_uri) = self.shared.chats.get(&request.chat).cloned() else {
+        let Some(session_uri) = self.shared.chats.get(&request.chat).map(|u| u.to_string()) else {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
         };
         let Some(session) = self.sessions.get(&session_uri) else { return };

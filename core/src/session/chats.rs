@@ -29,7 +29,9 @@ impl Session {
         if let Some(resident) = self.resident.as_mut() {
             resident.chats.insert(chat_uri.clone(), state);
         }
-        sh.chats.insert(chat_uri.clone(), session_uri.clone());
+        // A copy of the URI of its own: a session's rules do not reach the
+        // table whose copy the restored chats share (`Host::index_chat`).
+        sh.chats.insert(chat_uri.clone(), session_uri.as_str().into());
         self.emit(sh, &session_uri, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None);
         self.touch(sh);
         self.mark_activity(sh);

@@ -73,7 +73,7 @@ impl Session {
         if start {
             self.work.starts_unanswered.insert(id, chat.clone());
         }
-        sh.effects.push(Effect::Backend { op: id, provider: self.record.provider.clone(), chat, command });
+        sh.effects.push(Effect::Backend { op: id, provider: self.record.provider.to_string(), chat, command });
         id
     }
 

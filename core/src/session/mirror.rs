@@ -45,7 +45,7 @@ impl Session {
                     ERROR => ERROR,
                     _ => IDLE,
                 };
-            rec.modified_at = fresh.modified_at.clone();
+            rec.modified_at = fresh.modified_at.as_str().into();
             rec.title = fresh.title.clone();
         }
         let Some(old) = listed else { return };

@@ -390,7 +390,7 @@ impl Session {
             crate::mark!("modified_at_clamped");
         }
         self.modified_at = was.max(to);
-        self.record.modified_at = self.modified_at.to_iso();
+        self.record.modified_at = self.modified_at.to_iso_text();
         was
     }
 

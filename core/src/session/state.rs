@@ -31,7 +31,7 @@ pub const IS_ARCHIVED: u32 = SessionStatus::IsArchived.0;
 /// `lifecycle` and its chats' summaries.
 pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats: Vec<ChatSummary>) -> SessionState {
     SessionState {
-        provider: record.provider.clone(),
+        provider: record.provider.to_string(),
         title: record.title.clone(),
         status: flags(record) | SessionStatus::Idle.0,
         activity: None,
@@ -90,7 +90,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         title: chat.title.clone(),
         status: rest_status(chat.status, &turns),
         activity: None,
-        modified_at: chat.modified_at.clone(),
+        modified_at: chat.modified_at.to_string(),
         changes: chat.changes.as_deref().cloned(),
         origin: None,
         movable: None,
@@ -210,7 +210,7 @@ impl Session {
             })
             .collect();
         SessionSummary {
-            provider: self.record.provider.clone(),
+            provider: self.record.provider.to_string(),
             title: self.record.title.clone(),
             status,
             activity,

@@ -16,13 +16,18 @@
 //! rule that touches a chat having to remember to (issue 21: the merge of a
 //! 100k-row pass must not build a 100k-entry map per slice).
 
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use ahp_types::Uri;
 
 use super::Session;
+
+/// A session URI as the host's indexes hold it: one allocation shared by
+/// the table's URI order, the catalogue's order and the chat → session map
+/// (issue 21: three copies of every session URI were ~150 bytes of a
+/// catalogue row). Compares, orders and borrows as the `str` it holds.
+pub type SharedUri = std::sync::Arc<str>;
 
 /// A session's place in the [`SessionTable`]'s slab: stable from insert to
 /// remove, then free for the next session inserted. Whoever keeps one
@@ -35,7 +40,8 @@ pub struct Slot(u32);
 /// mirror `BTreeMap<Uri, Session>`'s, and iterate in URI order.
 #[derive(Debug, Clone, Default)]
 pub struct SessionTable {
-    keys: BTreeMap<Uri, Slot>,
+    /// URI order; each key the one [`SharedUri`] the indexes share.
+    keys: BTreeMap<SharedUri, Slot>,
     /// The sessions by slot. A session's URI is its `record.resource` (the
     /// key it is inserted under, which never changes): not kept again
     /// beside it (issue 21: ~70 bytes a catalogue row).
@@ -169,7 +175,7 @@ impl SessionTable {
     /// Adds or replaces the session at `uri` (its `record.resource`) and
     /// returns its slot; a replaced session's slot is kept.
     pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
-        if let Some(&slot) = self.keys.get(&uri) {
+        if let Some(&slot) = self.keys.get(uri.as_str()) {
             self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
                 *entry = Some(session);
@@ -186,22 +192,26 @@ impl SessionTable {
         if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
             *entry = Some(session);
         }
-        self.keys.insert(uri, slot);
+        self.keys.insert(SharedUri::from(uri), slot);
         self.touch(slot);
         slot
     }
 
+    /// The URI of the session at `uri` as the table holds it, to share
+    /// (a copy of the handle, not of the text): what the catalogue's order
+    /// and the chat → session map keep.
+    pub fn shared_uri(&self, uri: &str) -> Option<SharedUri> {
+        self.keys.get_key_value(uri).map(|(u, _)| u.clone())
+    }
+
     /// Takes the session at `uri` out; its slot becomes free.
-    pub fn remove<Q: Ord + ?Sized>(&mut self, uri: &Q) -> Option<Session>
-    where
-        Uri: Borrow<Q>,
-    {
+    pub fn remove(&mut self, uri: &str) -> Option<Session> {
         let (uri, slot) = self.keys.remove_entry(uri)?;
         let taken = self.slab.get_mut(slot.0 as usize)?.take();
         self.free.push(slot);
         self.conversations.mark(slot);
         taken.map(|mut s| {
-            self.touched.removed.push(uri);
+            self.touched.removed.push(uri.to_string());
             // Handed out whole, to change or put back.
             s.unsettle();
             s
@@ -209,36 +219,27 @@ impl SessionTable {
     }
 
     /// The slot of the session at `uri`.
-    pub fn slot<Q: Ord + ?Sized>(&self, uri: &Q) -> Option<Slot>
-    where
-        Uri: Borrow<Q>,
-    {
+    pub fn slot(&self, uri: &str) -> Option<Slot> {
         self.keys.get(uri).copied()
     }
 
     /// The session in `slot`, if it is the one at `uri` (a slot freed and
     /// taken by another session reads as none).
-    pub fn at(&self, slot: Slot, uri: &Uri) -> Option<&Session> {
+    pub fn at(&self, slot: Slot, uri: &str) -> Option<&Session> {
         match self.slab.get(slot.0 as usize) {
-            Some(Some(s)) if s.record.resource == *uri => Some(s),
+            Some(Some(s)) if s.record.resource == uri => Some(s),
             _ => None,
         }
     }
 
     /// The session at `uri`.
-    pub fn get<Q: Ord + ?Sized>(&self, uri: &Q) -> Option<&Session>
-    where
-        Uri: Borrow<Q>,
-    {
+    pub fn get(&self, uri: &str) -> Option<&Session> {
         let slot = self.keys.get(uri)?;
         self.slab.get(slot.0 as usize)?.as_ref()
     }
 
     /// The session at `uri`, to change.
-    pub fn get_mut<Q: Ord + ?Sized>(&mut self, uri: &Q) -> Option<&mut Session>
-    where
-        Uri: Borrow<Q>,
-    {
+    pub fn get_mut(&mut self, uri: &str) -> Option<&mut Session> {
         let slot = *self.keys.get(uri)?;
         self.touch(slot);
         let session = self.slab.get_mut(slot.0 as usize)?.as_mut()?;
@@ -248,26 +249,20 @@ impl SessionTable {
         Some(session)
     }
 
-    /// The URI as the table holds it and the session.
-    pub fn get_key_value<Q: Ord + ?Sized>(&self, uri: &Q) -> Option<(&Uri, &Session)>
-    where
-        Uri: Borrow<Q>,
-    {
-        let (u, slot) = self.keys.get_key_value(uri)?;
-        self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s))
+    /// The session's URI (its `record.resource`) and the session.
+    pub fn get_key_value(&self, uri: &str) -> Option<(&Uri, &Session)> {
+        let slot = self.keys.get(uri)?;
+        self.slab.get(slot.0 as usize)?.as_ref().map(|s| (&s.record.resource, s))
     }
 
     /// Whether a session is at `uri`.
-    pub fn contains_key<Q: Ord + ?Sized>(&self, uri: &Q) -> bool
-    where
-        Uri: Borrow<Q>,
-    {
+    pub fn contains_key(&self, uri: &str) -> bool {
         self.keys.contains_key(uri)
     }
 
-    /// Every session with its URI, in URI order.
+    /// Every session with its URI (its `record.resource`), in URI order.
     pub fn iter(&self) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
-        self.keys.iter().filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
+        self.keys.values().filter_map(|slot| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (&s.record.resource, s)))
     }
 
     /// Every session, in URI order.
@@ -355,12 +350,12 @@ impl SessionTable {
     /// The sessions after `after` in URI order (all of them for `None`):
     /// for walks spread over several inputs, which pick up where they left
     /// off whatever was added or removed meanwhile.
-    pub fn iter_after(&self, after: Option<&Uri>) -> impl Iterator<Item = (&Uri, &Session)> + '_ {
+    pub fn iter_after<'a>(&'a self, after: Option<&str>) -> impl Iterator<Item = (&'a Uri, &'a Session)> + 'a {
         let lower = match after {
-            Some(uri) => Bound::Excluded(uri.clone()),
+            Some(uri) => Bound::Excluded(uri),
             None => Bound::Unbounded,
         };
-        self.keys.range::<Uri, _>((lower, Bound::Unbounded)).filter_map(|(u, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (u, s)))
+        self.keys.range::<str, _>((lower, Bound::Unbounded)).filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref().map(|s| (&s.record.resource, s)))
     }
 
     /// The session that holds `provider`'s conversation `id` in one of its

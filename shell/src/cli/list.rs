@@ -88,15 +88,15 @@ impl RecordSummary {
     pub fn of(record: &SessionRecord) -> RecordSummary {
         RecordSummary {
             resource: record.resource.clone(),
-            provider: record.provider.clone(),
+            provider: record.provider.to_string(),
             title: record.title.clone(),
             owner: record.owner.clone(),
             scope: record.scope.clone(),
             is_read: record.is_read,
             is_archived: record.is_archived,
             external: record.external,
-            created_at: record.created_at.clone(),
-            modified_at: record.modified_at.clone(),
+            created_at: record.created_at.to_string(),
+            modified_at: record.modified_at.to_string(),
             chats: record.chats.len(),
             changes: record.changes.as_deref().cloned(),
         }

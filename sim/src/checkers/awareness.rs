@@ -178,7 +178,7 @@ impl AwarenessChecker {
                 .meta
                 .as_ref()
                 .and_then(|m| m.get(awareness::WRITES_META_KEY))
-                .map(|w| (view.chats.get(chat).cloned().unwrap_or_default(), chat.clone(), strings(Some(w)))),
+                .map(|w| (view.chats.get(chat).map(|u| u.to_string()).unwrap_or_default(), chat.clone(), strings(Some(w)))),
             _ => None,
         };
         if before.scan.is_some() {

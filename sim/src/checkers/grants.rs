@@ -214,7 +214,7 @@ struct SessionDigest {
 /// names (or whose chat it names), the catalogue and its connection's
 /// subscriptions.
 fn digest(view: &HostView<'_>, frame: &Frame) -> Digest {
-    let named = if view.sessions.contains_key(&frame.channel) { Some(&frame.channel) } else { view.chats.get(&frame.channel) };
+    let named = if view.sessions.contains_key(&frame.channel) { Some(frame.channel.as_str()) } else { view.chats.get(&frame.channel).map(|u| &**u) };
     let conn = frame.conn;
     let sessions = named
         .and_then(|u| view.sessions.get_key_value(u))

@@ -264,7 +264,7 @@ pub struct ConfigCache {
     by_uri: BTreeMap<Uri, (ConfigInputs, Option<Option<SessionConfigState>>)>,
 }
 
-type ConfigInputs = (Option<Box<ahpd_core::session_config::ConfigOffer>>, Option<String>, String, serde_json::Map<String, serde_json::Value>);
+type ConfigInputs = (Option<Box<ahpd_core::session_config::ConfigOffer>>, Option<String>, ahpd_core::record::Text, serde_json::Map<String, serde_json::Value>);
 
 impl ConfigCache {
     /// The config the snapshot writer fills in from `record`: `None` when

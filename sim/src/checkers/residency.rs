@@ -105,7 +105,7 @@ impl<'v> Watching<'v> {
             for channel in &c.subscriptions {
                 // A chat is its session's (the chat index is checked to
                 // match the records by `inv_chat_index_consistent`).
-                let session = if view.sessions.contains_key(channel) { Some(channel.as_str()) } else { view.chats.get(channel).map(String::as_str) };
+                let session = if view.sessions.contains_key(channel) { Some(channel.as_str()) } else { view.chats.get(channel).map(|u| &**u) };
                 if let Some(session) = session {
                     w.watchers.entry(session).or_default().insert(*id);
                 }
@@ -216,7 +216,7 @@ impl Residency {
             if view.sessions.contains_key(channel) {
                 Some(channel.to_owned())
             } else {
-                view.chats.get(channel).cloned()
+                view.chats.get(channel).map(|u| u.to_string())
             }
         };
         // Certain uses this step, and what the replies named.

@@ -512,7 +512,7 @@ impl Host {
                 dropped.iter().map(|k| crate::ids::printable(k)).collect::<Vec<_>>().join(", ")
             ));
         }
-        record.config = values;
+        record.config = values.into();
         // A record stored before the offer was kept reads one from its git
         // record, once, here: a session's reported config changes only when
         // the host says so, never because a later send wrote git facts.

@@ -72,6 +72,68 @@ impl<'de> Deserialize<'de> for Senders {
 /// catalogue row its malloc overhead besides the text).
 pub type Text = compact_str::CompactString;
 
+/// A session's chosen settings (`SessionRecord::config`), held out of line:
+/// a JSON object map is 72 bytes inline, and most catalogue rows (every
+/// external session, every one stored before settings were kept) have
+/// none, so a record pays one pointer until it has some (issue 21: memory
+/// per catalogue row). Reads through it see the map (an empty one when
+/// none is held); a write (`&mut` use) allocates it. Serialized, parsed
+/// and compared as the map.
+#[derive(Clone, Default)]
+pub struct Settings(Option<Box<serde_json::Map<String, serde_json::Value>>>);
+
+impl Settings {
+    /// The empty map every `Settings` with none reads as.
+    fn empty() -> &'static serde_json::Map<String, serde_json::Value> {
+        static EMPTY: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
+        EMPTY.get_or_init(serde_json::Map::new)
+    }
+}
+
+impl From<serde_json::Map<String, serde_json::Value>> for Settings {
+    fn from(map: serde_json::Map<String, serde_json::Value>) -> Settings {
+        Settings((!map.is_empty()).then(|| Box::new(map)))
+    }
+}
+
+impl std::ops::Deref for Settings {
+    type Target = serde_json::Map<String, serde_json::Value>;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_deref().unwrap_or_else(|| Settings::empty())
+    }
+}
+
+impl std::ops::DerefMut for Settings {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.get_or_insert_with(Default::default)
+    }
+}
+
+impl PartialEq for Settings {
+    fn eq(&self, other: &Settings) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for Settings {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Settings {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Settings, D::Error> {
+        serde_json::Map::deserialize(deserializer).map(Settings::from)
+    }
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -104,7 +166,7 @@ pub struct SessionRecord {
     pub working_directories: Vec<Uri>,
     /// The settings chosen.
     #[serde(default)]
-    pub config: serde_json::Map<String, serde_json::Value>,
+    pub config: Settings,
     /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's.
     #[serde(default)]
     pub owner: Option<String>,
@@ -287,7 +349,7 @@ impl SessionRecord {
             is_read: false,
             is_archived: false,
             working_directories,
-            config,
+            config: config.into(),
             owner,
             scope,
             default_chat: default_chat.clone(),
@@ -300,5 +362,49 @@ impl SessionRecord {
             git: None,
             deleted: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's text of a record, as written before the record held its
+    /// short strings inline and its settings out of line: parsed and
+    /// written again, it comes out byte for byte the same, compact and
+    /// pretty (the store and the wire did not move; `RECORD_FORMAT` stays).
+    #[test]
+    fn a_stored_record_is_written_back_byte_for_byte() {
+        let long_provider = "p".repeat(40);
+        for (provider, config, created) in [
+            ("echo", "{}", "2026-12-03T18:31:39.123Z"),
+            (long_provider.as_str(), r#"{"isolation":"worktree","branch":"main"}"#, "2026-12-03T18:31:39Z"),
+            ("claude", r#"{"z":1,"a":[true,null]}"#, "+012026-12-03T18:31:39.123Z"),
+        ] {
+            let text = format!(
+                r#"{{"format":1,"key":"ahp-session@k","resource":"ahp-session:/k","provider":"{provider}","title":"A title","createdAt":"{created}","modifiedAt":"2026-12-03T18:31:40.000Z","isRead":true,"isArchived":false,"workingDirectories":["file:///w"],"config":{config},"owner":null,"scope":null,"defaultChat":"ahp-chat:/ahp-session@k","chats":[{{"resource":"ahp-chat:/ahp-session@k","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}}}],"changes":null,"git":null,"external":false}}"#
+            );
+            let record: SessionRecord = serde_json::from_str(&text).expect("the record parses");
+            assert_eq!(serde_json::to_string(&record).expect("encodes"), text, "compact");
+            let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&text).expect("json")).expect("pretty");
+            assert_eq!(serde_json::to_string_pretty(&record).expect("encodes"), pretty, "pretty");
+            assert_eq!(record.config.is_empty(), config == "{}");
+            assert_eq!(record.provider.as_str(), provider);
+        }
+    }
+
+    /// Settings read the same whether held or not; a write allocates them,
+    /// and equal maps compare equal however they are held.
+    #[test]
+    fn settings_read_as_the_map_held_or_not() {
+        let mut none = Settings::default();
+        assert!(none.is_empty());
+        assert_eq!(none, Settings::from(serde_json::Map::new()));
+        none.insert("a".to_owned(), serde_json::json!(1));
+        assert_eq!(none.get("a"), Some(&serde_json::json!(1)));
+        let mut map = serde_json::Map::new();
+        map.insert("a".to_owned(), serde_json::json!(1));
+        assert_eq!(none, Settings::from(map));
+        assert_eq!(serde_json::to_string(&none).expect("encodes"), r#"{"a":1}"#);
     }
 }

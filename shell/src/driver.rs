@@ -259,6 +259,7 @@ impl Driver {
             _ => None,
         };
         let kind = input_kind(&input);
+        let merging = self.host.view().merging_scan();
         let started = Instant::now();
         let effects = self.host.handle(now, input);
         let handled = started.elapsed();
@@ -274,6 +275,15 @@ impl Driver {
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
             self.metrics.forget_conn(conn);
+        }
+        if merging && !self.host.view().merging_scan() {
+            // A pass was merged: the pages its rows were read into are
+            // free, and glibc keeps them resident (issue 21: memory per
+            // catalogue row). Trimmed off the driver's thread.
+            tokio::task::spawn_blocking(|| {
+                let took = crate::trim_freed_memory();
+                tracing::info!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back after a merge");
+            });
         }
     }
 

@@ -271,6 +271,29 @@ fn one_malloc_arena() {
     }
 }
 
+/// Gives the allocator's free pages back to the OS (`malloc_trim(0)`) and
+/// returns how long that took. A pass over the backends' transcripts, once
+/// merged, leaves the heap holding the pages its rows were read into,
+/// free but resident under what was allocated later: 26 MiB at 100k rows,
+/// ~260 bytes a catalogue row (issue 21, docs/PERFORMANCE.md "Memory per
+/// catalogue row, session 17"). glibc returns on its own only free memory
+/// at the heap's top. The driver calls it on a blocking thread once a
+/// merge ends; nothing else in the process depends on it. No-op off glibc.
+pub fn trim_freed_memory() -> std::time::Duration {
+    let started = std::time::Instant::now();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only walks the allocator's own free lists
+        // under its lock and advises the kernel about free pages; it takes
+        // no pointer of ours.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+    started.elapsed()
+}
+
 fn main() -> ExitCode {
     one_malloc_arena();
     let cli = Cli::parse();

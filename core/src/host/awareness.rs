@@ -266,7 +266,7 @@ impl Aware<'_> {
             }
             _ => {
                 // Live sessions hold their state, so they are among `held`.
-                let live = self.held.iter().filter(|u| self.sessions.get(*u).is_some_and(|s| s.phase.is_live())).cloned().collect();
+                let live = self.held.iter().filter(|u| self.sessions.get(u).is_some_and(|s| s.phase.is_live())).cloned().collect();
                 let gone = self.state.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
                 (live, gone)
             }

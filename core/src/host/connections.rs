@@ -678,7 +678,7 @@ impl Host {
             .iter()
             .filter(|uri| {
                 self.sessions
-                    .get(*uri)
+                    .get(uri)
                     .is_some_and(|s| s.resident.is_none() && matches!(s.phase, Phase::Asleep | Phase::Waking(_)))
             })
             .cloned()

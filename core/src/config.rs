@@ -26,6 +26,12 @@ pub struct AgentSpec {
     /// A backend without it is told no peers (issue 9; see `folders`).
     #[serde(default)]
     pub peer_directories: bool,
+    /// Whether the backend can forget a chat's turns after a given one
+    /// (`chat/truncated`, issue 23): the echo agent rewrites its
+    /// transcript; an ACP agent has no such request in the protocol version
+    /// we speak, so a rewind there is refused with a reason and no change.
+    #[serde(default)]
+    pub forgets: bool,
 }
 
 impl AgentSpec {
@@ -38,6 +44,7 @@ impl AgentSpec {
             can_resume: true,
             multiple_chats: true,
             peer_directories: true,
+            forgets: true,
         }
     }
 }

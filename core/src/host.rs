@@ -694,6 +694,9 @@ impl Host {
                 }
             }
             Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
+            Op::Forget { session, chat, turn_ids } => {
+                self.in_session(&session, |s, sh| s.forget_answered(sh, &chat, &turn_ids, outcome));
+            }
             Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),

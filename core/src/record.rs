@@ -191,6 +191,13 @@ pub struct ChatRecord {
     /// wake": "A config change and a draft are kept without a wake").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<Box<ahp_types::state::Message>>,
+    /// Turns a rewind (`chat/truncated`) took away whose forget the backend
+    /// has not confirmed yet (issue 23, `session/rewind.rs`): written ahead
+    /// of the echo, left out of every history read back from the backend
+    /// while listed, sent to the backend again whenever the chat's agent
+    /// starts, and cleared once the backend says it forgot them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
+    pub forgetting: Vec<String>,
 }
 
 /// A list read with no spare room, for a record's lists: parsing grows a
@@ -232,6 +239,7 @@ impl ChatRecord {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
         }
     }
 }

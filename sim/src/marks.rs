@@ -27,6 +27,18 @@ pub const EXPECTED: &[&str] = &[
     "handshake_waits_for_wake",
     "handshake_answered_early",
     "create_chat_wakes_session",
+    // A chat's shape (issue 23, part B): a chat's own read and archived
+    // bits, and rewinds.
+    "chat_archive_default_refused",
+    "chat_flag_applied_held",
+    "chat_flag_applied_without_wake",
+    "rewind_applied",
+    "rewind_forget_asked_again",
+    "rewind_forget_failed",
+    "rewind_forgotten",
+    "rewind_refused_cannot_forget",
+    "rewind_refused_turn_running",
+    "rewind_refused_unknown_turn",
     // Typed continuations and git decisions in core (issue 20).
     "queued_command_runs",
     "tree_base_from_folder_facts",

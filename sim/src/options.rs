@@ -268,6 +268,7 @@ impl Options {
                 can_resume: false,
                 multiple_chats: false,
                 peer_directories: false,
+                forgets: false,
             });
         }
         Config {

@@ -711,6 +711,12 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // A draft is written ahead like a title: kept across sleep,
         // eviction and restart, and taken without a wake.
         ChatDraftChanged(_) => Some(Kind::Durable),
+        // A chat's own read and archived bits: written ahead, without a
+        // wake, as the session's (`session/chat_flags.rs`).
+        ChatIsReadChanged(_) | ChatIsArchivedChanged(_) => Some(Kind::Durable),
+        // A rewind: the turns it takes away are written ahead, then the
+        // backend forgets them (`session/rewind.rs`).
+        ChatTruncated(_) => Some(Kind::Durable),
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
         _ => None,
     }
@@ -833,6 +839,7 @@ impl Host {
             let rules = ActionRules {
                 takes_peers: self.shared.agent_takes_peers(&session.record.provider),
                 stopping: self.stopping(),
+                forgets: self.shared.agent_forgets(&session.record.provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 trusted: &trusted,
             };

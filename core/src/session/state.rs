@@ -85,6 +85,7 @@ pub fn offer_from_git(record: &SessionRecord) -> Option<crate::session_config::C
 /// place ([`crate::kept_turns::merge`]).
 pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
     let (turns, _) = crate::kept_turns::merge(chat, turns);
+    let turns = crate::session::rewind::without_forgotten(chat, turns);
     ChatState {
         resource: chat.resource.clone(),
         title: chat.title.clone(),

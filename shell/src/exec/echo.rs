@@ -260,6 +260,7 @@ impl Actor {
                 self.agent = None;
                 Outcome::Ok
             }
+            BackendCmd::Forget { conversation_id, turn_ids } => self.forget(conversation_id, turn_ids).await,
             BackendCmd::Delete { conversation_id } => {
                 self.stop_turn(false).await;
                 self.agent = None;
@@ -274,6 +275,58 @@ impl Actor {
                     Err(e) => failed(format!("echo: delete task failed: {e}")),
                 }
             }
+        }
+    }
+
+    /// A rewind (`BackendCmd::Forget`): the conversation's transcript no
+    /// longer holds turns `turn_ids`, rewritten whole and durably, so a
+    /// resume or a restart shows the rewound history. The running agent's
+    /// copy is the one rewritten when it holds the conversation; otherwise
+    /// the file is read first. Nothing to forget (no such turn, no file)
+    /// is done at once.
+    async fn forget(&mut self, conversation_id: String, turn_ids: Vec<String>) -> Outcome {
+        if !fsutil::is_safe_component(&conversation_id) {
+            return failed(format!("echo: refused conversation id {conversation_id:?}"));
+        }
+        if let Some(agent) = self.agent.as_mut().filter(|a| a.conversation_id == conversation_id) {
+            let before = agent.transcript.len();
+            agent.transcript.retain(|t| !turn_ids.contains(&t.id));
+            if agent.transcript.len() == before {
+                return Outcome::Ok;
+            }
+            agent.header.modified_at = WallTime(wall_ms()).to_iso();
+            let written = write_transcript(&self.dir, &conversation_id, &agent.header, &agent.transcript).await;
+            agent.appendable = written.is_ok();
+            return match written {
+                Ok(()) => Outcome::Ok,
+                Err(message) => failed(message),
+            };
+        }
+        if !self.dir.join(file_name(&conversation_id)).exists() {
+            return Outcome::Ok;
+        }
+        let stored = match read_transcript(&self.dir, &conversation_id).await {
+            Ok(stored) => stored,
+            Err(message) => return failed(message),
+        };
+        let mut turns = stored.turns;
+        let before = turns.len();
+        turns.retain(|t| !turn_ids.contains(&t.id));
+        if turns.len() == before {
+            return Outcome::Ok;
+        }
+        let now = WallTime(wall_ms()).to_iso();
+        let header = Header {
+            session: stored.session.unwrap_or_default(),
+            chat: stored.chat.unwrap_or_else(|| self.chat.clone()),
+            title: stored.title,
+            working_directory: stored.working_directory,
+            created_at: stored.created_at.unwrap_or_else(|| now.clone()),
+            modified_at: now,
+        };
+        match write_transcript(&self.dir, &conversation_id, &header, &turns).await {
+            Ok(()) => Outcome::Ok,
+            Err(message) => failed(message),
         }
     }
 

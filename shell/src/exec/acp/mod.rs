@@ -71,6 +71,7 @@ impl AgentConfig {
             multiple_chats: true,
             // ACP `session/new` takes one working directory: no peers.
             peer_directories: false,
+            forgets: false,
         }
     }
 

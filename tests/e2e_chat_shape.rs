@@ -124,3 +124,137 @@ async fn a_chats_read_and_archived_bits_are_its_own_shared_and_kept() {
     assert_eq!(chat.status & (IS_READ | IS_ARCHIVED), IS_ARCHIVED, "the chat's own state: {}", chat.status);
     c.shutdown().await;
 }
+
+fn truncate(turn_id: Option<&str>) -> StateAction {
+    StateAction::ChatTruncated(ahp::ahp_types::actions::ChatTruncatedAction { turn_id: turn_id.map(str::to_owned) })
+}
+
+/// Rewind with the echo agent: three turns, a rewind refused while a turn
+/// runs, then a rewind to the first turn; the chat shows only it, a new
+/// turn follows it, and a restart (the echo transcript read back) shows the
+/// rewound history, not the forgotten turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_keeps_turns_up_to_the_one_named_across_a_restart() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "rw").await;
+    let (_sid, chat, _ssub, _chat_state, mut csub) = new_session(&c).await;
+    for (id, text) in [("t1", "first"), ("t2", "second"), ("t3", "third")] {
+        turn(&c, &chat, &mut csub, id, text).await;
+    }
+    // Refused while a turn runs, with the reason, and nothing changes.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t4", "/slow 600000"))).await.expect("dispatch");
+    wait_for(&mut csub, "the slow turn starts", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnStarted(a) if a.turn_id == "t4") => Some(()),
+        _ => None,
+    })
+    .await;
+    within("dispatch", c.dispatch(chat.clone(), truncate(Some("t1")))).await.expect("dispatch");
+    let reason = echo_of(&mut csub, "the refusal", |a| matches!(a, StateAction::ChatTruncated(_))).await;
+    assert!(reason.as_deref().is_some_and(|r| r.contains("turn is running")), "{reason:?}");
+    let cancel = StateAction::ChatTurnCancelled(ahp::ahp_types::actions::ChatTurnCancelledAction { turn_id: "t4".into(), duration: 0, meta: None });
+    within("dispatch cancel", c.dispatch(chat.clone(), cancel)).await.expect("dispatch");
+    wait_for(&mut csub, "the cancel", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnCancelled(_)) => Some(()),
+        _ => None,
+    })
+    .await;
+
+    within("dispatch", c.dispatch(chat.clone(), truncate(Some("t1")))).await.expect("dispatch");
+    let reason = echo_of(&mut csub, "the rewind", |a| matches!(a, StateAction::ChatTruncated(_))).await;
+    assert_eq!(reason, None, "the rewind is accepted");
+    let (state, _) = subscribe_chat(&c, &chat).await;
+    let ids: Vec<&str> = state.turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t1"], "only the kept turn");
+    // The next turn follows the kept one; its id may even be a forgotten one's
+    // once the backend forgot it, but a fresh one is used here.
+    let (_, mut csub2) = subscribe_chat(&c, &chat).await;
+    turn(&c, &chat, &mut csub2, "t5", "after the rewind").await;
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+    drop(daemon);
+
+    let daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "rw2").await;
+    let (state, _) = subscribe_chat(&c, &chat).await;
+    let ids: Vec<&str> = state.turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t1", "t5"], "the rewound history comes back from the echo transcript");
+    let texts: Vec<&str> = state.turns.iter().map(|t| t.message.text.as_str()).collect();
+    assert_eq!(texts, ["first", "after the rewind"]);
+    // Rewind to nothing: every turn goes.
+    let (_, mut csub) = subscribe_chat(&c, &chat).await;
+    within("dispatch", c.dispatch(chat.clone(), truncate(None))).await.expect("dispatch");
+    assert_eq!(echo_of(&mut csub, "the rewind", |a| matches!(a, StateAction::ChatTruncated(_))).await, None);
+    let (state, _) = subscribe_chat(&c, &chat).await;
+    assert!(state.turns.is_empty(), "{:?}", state.turns);
+    c.shutdown().await;
+}
+
+/// A fork from the echo agent's second turn starts with the first two turns
+/// and its origin, takes a turn of its own, and keeps all of it across a
+/// restart; a side chat from the running turn starts empty; the root
+/// advertises both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_and_a_side_chat_start_from_their_source() {
+    use ahp::ahp_types::commands::{ChatSource, ForkChatSource, SideChatSource};
+    use ahp::ahp_types::state::ChatOrigin;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, init, _) = connect_init(&daemon.url, "fk").await;
+    let caps = match init.snapshots.first().map(|s| &s.state) {
+        Some(ahp::ahp_types::state::SnapshotState::Root(r)) => r.agents.iter().find(|a| a.provider == "echo").and_then(|a| a.capabilities.clone()),
+        other => panic!("expected a root snapshot, got {other:?}"),
+    };
+    let multiple = caps.and_then(|c| c.multiple_chats).expect("echo advertises multipleChats");
+    assert_eq!((multiple.fork, multiple.side_chat), (Some(true), Some(true)), "forks and side chats are advertised");
+    let (sid, chat, _ssub, _state, mut csub) = new_session(&c).await;
+    for (id, text) in [("t1", "first"), ("t2", "second"), ("t3", "third")] {
+        turn(&c, &chat, &mut csub, id, text).await;
+    }
+    let fork = format!("ahp-chat:/{}-fork", fresh_id());
+    let source = ChatSource::Fork(ForkChatSource { chat: chat.clone(), turn_id: "t2".into() });
+    let params = CreateChatParams { channel: sid.clone(), meta: None, chat: fork.clone(), initial_message: None, source: Some(source), working_directories: None };
+    let r: Value = within("createChat fork", c.request("createChat", params)).await.expect("createChat");
+    assert_eq!(r, Value::Null);
+    let (state, mut fsub) = subscribe_chat(&c, &fork).await;
+    let ids: Vec<&str> = state.turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t1", "t2"]);
+    assert_eq!(state.origin, Some(ChatOrigin::Fork { chat: chat.clone(), turn_id: "t2".into() }));
+    turn(&c, &fork, &mut fsub, "f1", "in the fork").await;
+
+    // A side chat of the turn running in the source.
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t4", "/slow 600000"))).await.expect("dispatch");
+    wait_for(&mut csub, "the slow turn starts", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnStarted(a) if a.turn_id == "t4") => Some(()),
+        _ => None,
+    })
+    .await;
+    let side = format!("ahp-chat:/{}-side", fresh_id());
+    let source = ChatSource::SideChat(SideChatSource { chat: chat.clone(), turn_id: "t4".into(), selection: None });
+    let params = CreateChatParams { channel: sid.clone(), meta: None, chat: side.clone(), initial_message: None, source: Some(source), working_directories: None };
+    let r: Value = within("createChat side", c.request("createChat", params)).await.expect("createChat");
+    assert_eq!(r, Value::Null);
+    let (state, _) = subscribe_chat(&c, &side).await;
+    assert!(state.turns.is_empty(), "{:?}", state.turns);
+    assert!(matches!(&state.origin, Some(ChatOrigin::SideChat { turn_id, .. }) if turn_id == "t4"), "{:?}", state.origin);
+    let cancel = StateAction::ChatTurnCancelled(ahp::ahp_types::actions::ChatTurnCancelledAction { turn_id: "t4".into(), duration: 0, meta: None });
+    within("dispatch cancel", c.dispatch(chat.clone(), cancel)).await.expect("dispatch");
+    wait_for(&mut csub, "the cancel", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(&env.action, StateAction::ChatTurnCancelled(_)) => Some(()),
+        _ => None,
+    })
+    .await;
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+    drop(daemon);
+
+    let daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "fk2").await;
+    let (state, _) = subscribe_chat(&c, &fork).await;
+    let texts: Vec<&str> = state.turns.iter().map(|t| t.message.text.as_str()).collect();
+    assert_eq!(texts, ["first", "second", "in the fork"], "kept over a restart");
+    assert_eq!(state.origin, Some(ChatOrigin::Fork { chat: chat.clone(), turn_id: "t2".into() }));
+    c.shutdown().await;
+}

@@ -32,6 +32,12 @@ pub struct AgentSpec {
     /// we speak, so a rewind there is refused with a reason and no change.
     #[serde(default)]
     pub forgets: bool,
+    /// Whether a chat may be made as a fork or a side chat of another
+    /// (`createChat` with a `source`, issue 23; `session/fork.rs`):
+    /// advertised as `capabilities.multipleChats.fork` and `sideChat`. The
+    /// echo agent does; an ACP agent does not (ACP v1 has no fork).
+    #[serde(default)]
+    pub forks: bool,
 }
 
 impl AgentSpec {
@@ -45,6 +51,7 @@ impl AgentSpec {
             multiple_chats: true,
             peer_directories: true,
             forgets: true,
+            forks: true,
         }
     }
 }

@@ -413,7 +413,10 @@ impl Host {
                     protected_resources: None,
                     customizations: None,
                     capabilities: (a.multiple_chats || a.peer_directories).then(|| ahp_types::state::AgentCapabilities {
-                        multiple_chats: a.multiple_chats.then_some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+                        multiple_chats: a.multiple_chats.then_some(ahp_types::state::MultipleChatsCapability {
+                            fork: a.forks.then_some(true),
+                            side_chat: a.forks.then_some(true),
+                        }),
                         multiple_working_directories: a.peer_directories.then_some(ahp_types::state::MultipleWorkingDirectoriesCapability {
                             immutable_primary: Some(true),
                             primary_replacement: Some(true),

@@ -58,6 +58,7 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_row_aggregate", inv_row_aggregate),
     ("inv_settled_row_not_resident", inv_settled_row_not_resident),
     ("inv_chat_flags_in_step", inv_chat_flags_in_step),
+    ("inv_fork_starts_with_its_source", inv_fork_starts_with_its_source),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -296,6 +297,27 @@ pub fn inv_chat_flags_in_step(uri: &Uri, s: &Session) -> Result<(), Violation> {
         let summary = resident.session.chats.iter().find(|c| c.resource == rec.resource).map(|c| c.status & FLAGS);
         if held.is_some() && summary.is_some_and(|f| f != stored) {
             return fail("inv_chat_flags_in_step", format!("{uri}: session state lists chat {} with flags {summary:?}, its record {stored}", rec.resource));
+        }
+    }
+    Ok(())
+}
+
+/// "Copies source history through a completed turn into the new chat"
+/// (ahp-types `ForkChatSource`; issue 23): a fork's held history begins with
+/// the turns it was made with (its record's `seed`, less any a rewind took
+/// away), whatever its backend gives back, across sleep, eviction and
+/// restarts; and a chat with an origin shows it (`session/fork.rs`).
+pub fn inv_fork_starts_with_its_source(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    let Some(resident) = &s.resident else { return Ok(()) };
+    for rec in &s.record.chats {
+        let Some(held) = resident.chats.get(&rec.resource) else { continue };
+        let prefix: Vec<&str> = held.turns.iter().take(rec.seed.len()).map(|t| t.id.as_str()).collect();
+        let seed: Vec<&str> = rec.seed.iter().map(|t| t.id.as_str()).collect();
+        if prefix != seed {
+            return fail("inv_fork_starts_with_its_source", format!("{uri}: chat {} starts with {prefix:?}, not its source's {seed:?}", rec.resource));
+        }
+        if held.origin.as_ref() != rec.origin.as_deref() {
+            return fail("inv_fork_starts_with_its_source", format!("{uri}: chat {} shows origin {:?}, its record {:?}", rec.resource, held.origin, rec.origin));
         }
     }
     Ok(())

@@ -211,3 +211,93 @@ fn a_crash_between_the_rewind_and_the_forget_shows_the_rewound_history_and_asks_
     let frames = h.frames(1);
     assert!(frames.iter().any(|f| f["params"]["rejectionReason"].as_str().is_some_and(|r| r.contains("already used"))), "{frames:?}");
 }
+
+// ---- Forks and side chats (`createChat` with a `source`) ----
+
+#[test]
+fn a_fork_starts_with_its_sources_turns_through_the_one_named_and_keeps_them() {
+    let (mut h, uri, chat) = three_turns();
+    let mut disk = BTreeMap::new();
+    h.durable(&mut disk);
+    let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/forked", "source": {"kind": "fork", "chat": chat, "turnId": "t2"}}));
+    h.durable(&mut disk);
+    h.settle();
+    assert_eq!(h.take_reply(1, r).expect("reply")["result"], Value::Null);
+    let snap = h.request(1, "subscribe", json!({"channel": "ahp-chat:/forked"}));
+    let state = &snap["result"]["snapshot"]["state"];
+    let ids: Vec<&str> = state["turns"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, ["t1", "t2"], "{state}");
+    assert_eq!(state["origin"], json!({"kind": "fork", "chat": chat, "turnId": "t2"}));
+    // A turn in the fork follows them; the source is untouched.
+    h.start_turn(1, "ahp-chat:/forked", 30, "f1", "in the fork");
+    h.settle_backend();
+    h.agent_reply("ahp-chat:/forked", "f1", "ok");
+    assert_eq!(turn_ids(&mut h, &chat), ["t1", "t2", "t3"]);
+    // A restart reads the fork back with its copied turns in front of what
+    // its own conversation holds.
+    h.durable(&mut disk);
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    h.connect(1, "c1");
+    let id = h.send_request(1, "subscribe", json!({"channel": "ahp-chat:/forked"}));
+    let starts: Vec<_> = h.take(|e| match e {
+        ahpd_core::Effect::Backend { op, chat, command: BackendCmd::Start { conversation_id, .. }, .. } => Some((*op, chat.clone(), conversation_id.clone())),
+        _ => None,
+    });
+    let turn = |id: &str| ahpd_core::session::state::replayed_turn(id.to_owned(), None, format!("message {id}"));
+    for (op, chat, conversation_id) in starts {
+        let history = if chat == "ahp-chat:/forked" { vec![turn("f1")] } else { Vec::new() };
+        h.done(op, ahpd_core::input::Outcome::Started { conversation_id, history });
+    }
+    h.settle();
+    let snap = h.take_reply(1, id).expect("the subscribe is answered");
+    let ids: Vec<&str> = snap["result"]["snapshot"]["state"]["turns"].as_array().into_iter().flatten().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, ["t1", "t2", "f1"]);
+}
+
+#[test]
+fn a_side_chat_starts_empty_from_a_running_turn_and_bad_sources_are_refused() {
+    let (mut h, uri, chat) = three_turns();
+    h.start_turn(1, &chat, 40, "t4", "still going");
+    h.settle_backend();
+    let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/side", "source": {"kind": "sideChat", "chat": chat, "turnId": "t4"}}));
+    h.settle();
+    assert_eq!(h.take_reply(1, r).expect("reply")["result"], Value::Null);
+    let snap = h.request(1, "subscribe", json!({"channel": "ahp-chat:/side"}));
+    let state = &snap["result"]["snapshot"]["state"];
+    assert_eq!(state["turns"], json!([]), "{state}");
+    assert_eq!(state["origin"]["kind"], "sideChat");
+    // A fork of the running turn, of an unknown turn, of another session's
+    // chat: refused with a reason.
+    for (source, words) in [
+        (json!({"kind": "fork", "chat": chat, "turnId": "t4"}), "has ended"),
+        (json!({"kind": "fork", "chat": chat, "turnId": "zz"}), "has ended"),
+        (json!({"kind": "sideChat", "chat": chat, "turnId": "zz"}), "names a turn"),
+        (json!({"kind": "fork", "chat": "ahp-chat:/elsewhere", "turnId": "t1"}), "this session"),
+    ] {
+        let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/refused", "source": source}));
+        h.settle();
+        let reply = h.take_reply(1, r).expect("reply");
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+        assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains(words)), "{reply}");
+    }
+    // The root advertises forks and side chats for the echo agent.
+    let root = h.request(1, "subscribe", json!({"channel": "ahp-root://"}));
+    let echo = root["result"]["snapshot"]["state"]["agents"].as_array().into_iter().flatten().find(|a| a["provider"] == "echo").cloned().expect("echo");
+    assert_eq!(echo["capabilities"]["multipleChats"], json!({"fork": true, "sideChat": true}));
+}
+
+#[test]
+fn an_agent_that_makes_no_forks_refuses_a_source_and_does_not_advertise_one() {
+    let mut cfg = Config::default();
+    cfg.agents = vec![ahpd_core::AgentSpec { forks: false, ..ahpd_core::AgentSpec::echo() }];
+    let mut h = Harness::new(cfg);
+    h.connect(1, "c1");
+    let (uri, chat) = h.session_with_turn("nf");
+    let r = h.send_request(1, "createChat", json!({"channel": uri, "chat": "ahp-chat:/nf-fork", "source": {"kind": "fork", "chat": chat, "turnId": "t1"}}));
+    h.settle();
+    let reply = h.take_reply(1, r).expect("reply");
+    assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("not offered by this agent")), "{reply}");
+    let root = h.request(1, "subscribe", json!({"channel": "ahp-root://"}));
+    let echo = root["result"]["snapshot"]["state"]["agents"][0].clone();
+    assert_eq!(echo["capabilities"]["multipleChats"], json!({}), "{echo}");
+}

@@ -14,7 +14,7 @@ use crate::rng::SimRng;
 /// One chat-shape move of `client` on `chat` of `session` (the default
 /// chat sometimes, so the refusal of archiving it on its own is sent too).
 pub fn think(client: &mut Client, rng: &mut SimRng, session: &Uri, chat: &Uri) -> Vec<ClientOut> {
-    match rng.below(2) {
+    match rng.below(3) {
         0 => {
             let target = if rng.chance(0.2) { crate::clients::default_chat_of(session) } else { chat.clone() };
             let action = if rng.chance(0.5) {
@@ -24,8 +24,41 @@ pub fn think(client: &mut Client, rng: &mut SimRng, session: &Uri, chat: &Uri) -
             };
             vec![client.dispatch(&target, action)]
         }
-        _ => rewind(client, rng, chat),
+        1 => rewind(client, rng, chat),
+        _ => fork(client, rng, session),
     }
+}
+
+/// A fork (from a turn that ended) or a side chat (from one that ended or
+/// the one running) of a chat this client watches in a session it watches,
+/// with a wrong turn now and then; or, blind, of `session`'s default chat.
+fn fork(client: &mut Client, rng: &mut SimRng, session: &Uri) -> Vec<ClientOut> {
+    let mut sources: Vec<(Uri, Uri, Vec<String>, Option<String>)> = Vec::new();
+    for (uri, m) in &client.mirrors {
+        let MirrorState::Session(s) = &m.state else { continue };
+        for c in &s.chats {
+            if let Some(MirrorState::Chat(chat)) = client.mirrors.get(&c.resource).map(|m| &m.state) {
+                let ended = chat.turns.iter().map(|t| t.id.clone()).collect();
+                sources.push((uri.clone(), c.resource.clone(), ended, chat.active_turn.as_ref().map(|t| t.id.clone())));
+            }
+        }
+    }
+    let (session, chat, ended, running) = match rng.pick(&sources) {
+        Some(s) => s.clone(),
+        None => (session.clone(), crate::clients::default_chat_of(session), Vec::new(), None),
+    };
+    let side = rng.chance(0.4);
+    let turn = match (side, &running) {
+        (true, Some(r)) if rng.chance(0.5) => r.clone(),
+        _ => match rng.pick(&ended) {
+            Some(t) if rng.chance(0.9) => t.clone(),
+            _ => "no-such-turn".to_owned(),
+        },
+    };
+    let kind = if side { "sideChat" } else { "fork" };
+    let new_chat = format!("ahp-chat:/{}-f{}", session.replacen(":/", "-", 1), rng.below(4));
+    let params = json!({"channel": session, "chat": new_chat, "source": {"kind": kind, "chat": chat, "turnId": turn}});
+    vec![client.send_request("createChat", params, crate::clients::ReqKind::Plain)]
 }
 
 /// A rewind of a chat this client watches (to one of the turns it shows,

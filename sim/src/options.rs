@@ -269,6 +269,7 @@ impl Options {
                 multiple_chats: false,
                 peer_directories: false,
                 forgets: false,
+                forks: false,
             });
         }
         Config {

@@ -516,6 +516,8 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     kept: Vec::new(),
     draft: None,
     forgetting: Vec::new(),
+    origin: None,
+    seed: Vec::new(),
     }
 }
 

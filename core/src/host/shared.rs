@@ -172,6 +172,12 @@ impl Shared {
         }
     }
 
+    /// Whether the provider's agent makes forks and side chats
+    /// (`AgentSpec::forks`).
+    pub(crate) fn agent_forks(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.forks)
+    }
+
     /// Whether the provider's agent can forget turns (a rewind,
     /// `AgentSpec::forgets`).
     pub(crate) fn agent_forgets(&self, provider: &str) -> bool {

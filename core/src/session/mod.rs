@@ -9,6 +9,7 @@ pub mod chat_flags;
 pub mod chats;
 pub mod dispose;
 pub mod effects;
+pub mod fork;
 pub mod git;
 pub mod lifecycle;
 pub mod mirror;

@@ -65,6 +65,8 @@ pub fn record_truncation(record: &mut SessionRecord, chat: &Uri, dropped: &[Stri
         }
     }
     rec.kept.retain(|k| !dropped.contains(&k.id));
+    // A fork's own copy of its source's turns goes with them.
+    rec.seed.retain(|t| !dropped.contains(&t.id));
 }
 
 impl Session {

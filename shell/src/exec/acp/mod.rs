@@ -72,6 +72,7 @@ impl AgentConfig {
             // ACP `session/new` takes one working directory: no peers.
             peer_directories: false,
             forgets: false,
+            forks: false,
         }
     }
 

@@ -387,3 +387,32 @@ async fn the_real_agent_runs_a_command_through_the_host_once_approved() {
     assert_eq!(std::fs::read_to_string(&out).expect("the command ran").trim(), "ran-by-claude");
     c.shutdown().await;
 }
+
+/// A rewind (`chat/truncated`, issue 23) on the real Claude Code: ACP v1 has
+/// no way to make an agent forget turns, so ahpd refuses it with that
+/// reason, and the chat keeps every turn (the agent's context still has
+/// them) and takes the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_refuses_a_rewind_clearly_and_keeps_its_turns() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-rewind").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "first words").await;
+    prompt(&c, &chat, &mut state, &mut sub, "t2", "second words").await;
+    let rewind = StateAction::ChatTruncated(ahp::ahp_types::actions::ChatTruncatedAction { turn_id: Some("t1".to_owned()) });
+    within("dispatch", c.dispatch(chat.clone(), rewind)).await.expect("dispatch");
+    let reason = wait_for(&mut sub, "the rewind's echo", |e| match e {
+        ahp::SubscriptionEvent::Action(env) if matches!(env.action, StateAction::ChatTruncated(_)) => Some(env.rejection_reason.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(reason.as_deref().is_some_and(|r| r.contains("cannot forget turns")), "{reason:?}");
+    let (fresh, _) = subscribe_chat(&c, &chat).await;
+    let ids: Vec<&str> = fresh.turns.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["t1", "t2"], "nothing changed");
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "still there?").await;
+    assert!(markdown(state.turns.last().expect("a turn")).contains("Stub says: still there?"));
+    c.shutdown().await;
+}

@@ -26,6 +26,18 @@ pub struct AgentSpec {
     /// A backend without it is told no peers (issue 9; see `folders`).
     #[serde(default)]
     pub peer_directories: bool,
+    /// Whether the backend can forget a chat's turns after a given one
+    /// (`chat/truncated`, issue 23): the echo agent rewrites its
+    /// transcript; an ACP agent has no such request in the protocol version
+    /// we speak, so a rewind there is refused with a reason and no change.
+    #[serde(default)]
+    pub forgets: bool,
+    /// Whether a chat may be made as a fork or a side chat of another
+    /// (`createChat` with a `source`, issue 23; `session/fork.rs`):
+    /// advertised as `capabilities.multipleChats.fork` and `sideChat`. The
+    /// echo agent does; an ACP agent does not (ACP v1 has no fork).
+    #[serde(default)]
+    pub forks: bool,
 }
 
 impl AgentSpec {
@@ -38,6 +50,8 @@ impl AgentSpec {
             can_resume: true,
             multiple_chats: true,
             peer_directories: true,
+            forgets: true,
+            forks: true,
         }
     }
 }

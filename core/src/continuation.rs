@@ -79,6 +79,9 @@ pub struct CreateChatReq {
     pub working_directories: Option<Vec<Uri>>,
     /// A first message (a user message) to start the chat with.
     pub initial_message: Option<Message>,
+    /// The chat it is a fork or a side chat of, resolved against the
+    /// session's state when the chat is made (`session/fork.rs`).
+    pub source: Option<ahp_types::commands::ChatSource>,
 }
 
 /// A decoded `disposeChat` (Sessions page, "Commands": "End one chat; the

@@ -145,6 +145,17 @@ pub enum BackendCmd {
         /// The conversation to delete.
         conversation_id: String,
     },
+    /// Forget turns `turn_ids` of the conversation (a rewind,
+    /// `chat/truncated`): the backend's own history no longer has them, so
+    /// a resume does not bring them back. Idempotent: an id the history
+    /// does not hold is nothing to forget. Only sent to a backend that
+    /// forgets (`AgentSpec::forgets`).
+    Forget {
+        /// The conversation.
+        conversation_id: String,
+        /// The turns to forget, oldest first.
+        turn_ids: Vec<String>,
+    },
 }
 
 /// A command for the session store.

@@ -136,7 +136,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         .map(|c| ExportedChat {
             id: c.resource.clone(),
             title: c.title.clone(),
-            messages: messages_of(c, &crate::kept_turns::merge(c, turns.get(&c.resource).cloned().unwrap_or_default()).0),
+            messages: messages_of(c, &crate::session::rewind::without_forgotten(c, crate::kept_turns::merge(c, crate::session::fork::with_seed(c, turns.get(&c.resource).cloned().unwrap_or_default())).0)),
         })
         .collect();
     chats.sort_by_key(|c| c.id != record.default_chat);
@@ -231,6 +231,9 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
+            origin: None,
+            seed: Vec::new(),
         });
         turns.insert(uri, chat_turns);
     }
@@ -303,6 +306,9 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
+            origin: None,
+            seed: Vec::new(),
             }],
             changes: None,
             external: false,

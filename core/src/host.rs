@@ -414,7 +414,10 @@ impl Host {
                     protected_resources: None,
                     customizations: None,
                     capabilities: (a.multiple_chats || a.peer_directories).then(|| ahp_types::state::AgentCapabilities {
-                        multiple_chats: a.multiple_chats.then_some(ahp_types::state::MultipleChatsCapability { fork: None, side_chat: None }),
+                        multiple_chats: a.multiple_chats.then_some(ahp_types::state::MultipleChatsCapability {
+                            fork: a.forks.then_some(true),
+                            side_chat: a.forks.then_some(true),
+                        }),
                         multiple_working_directories: a.peer_directories.then_some(ahp_types::state::MultipleWorkingDirectoriesCapability {
                             immutable_primary: Some(true),
                             primary_replacement: Some(true),
@@ -706,6 +709,9 @@ impl Host {
                 }
             }
             Op::Start { session, chat } => self.on_started(&session, &chat, op, outcome),
+            Op::Forget { session, chat, turn_ids } => {
+                self.in_session(&session, |s, sh| s.forget_answered(sh, &chat, &turn_ids, outcome));
+            }
             Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),

@@ -57,6 +57,8 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_default_chat_exists", inv_default_chat_exists),
     ("inv_row_aggregate", inv_row_aggregate),
     ("inv_settled_row_not_resident", inv_settled_row_not_resident),
+    ("inv_chat_flags_in_step", inv_chat_flags_in_step),
+    ("inv_fork_starts_with_its_source", inv_fork_starts_with_its_source),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -262,6 +264,60 @@ pub fn inv_default_chat_exists(uri: &Uri, s: &Session) -> Result<(), Violation> 
     if let Some(r) = &s.resident {
         if !r.chats.contains_key(&s.record.default_chat) {
             return fail("inv_default_chat_exists", format!("{uri} state lost its default chat"));
+        }
+    }
+    Ok(())
+}
+
+/// A chat's read and archived bits are the host's own, one value
+/// everywhere they show (issue 23; ahp-types `chat/isReadChanged`: "the host
+/// also synchronizes the addressed chat's `ChatSummary.status` and
+/// `SessionChatSummary.status` projections"): the chat's record (what a
+/// restart reads back), its held state, the session state's list of chats
+/// and the catalogue row carry the same two bits, and the default chat is
+/// never archived on its own (`session/chat_flags.rs`).
+pub fn inv_chat_flags_in_step(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    use crate::session::state::{IS_ARCHIVED, IS_READ};
+    const FLAGS: u32 = IS_READ | IS_ARCHIVED;
+    let row = s.summary();
+    for rec in &s.record.chats {
+        let stored = rec.status & FLAGS;
+        if rec.resource == s.record.default_chat && stored & IS_ARCHIVED != 0 {
+            return fail("inv_chat_flags_in_step", format!("{uri}: its default chat is archived on its own"));
+        }
+        let listed = row.chats.as_ref().and_then(|l| l.iter().find(|c| c.resource == rec.resource)).and_then(|c| c.status);
+        if listed.map(|st| st & FLAGS) != Some(stored) {
+            return fail("inv_chat_flags_in_step", format!("{uri}: row lists chat {} with {listed:?}, its record {stored}", rec.resource));
+        }
+        let Some(resident) = &s.resident else { continue };
+        let held = resident.chats.get(&rec.resource).map(|c| c.status & FLAGS);
+        if held.is_some_and(|h| h != stored) {
+            return fail("inv_chat_flags_in_step", format!("{uri}: chat {} holds flags {held:?}, its record {stored}", rec.resource));
+        }
+        let summary = resident.session.chats.iter().find(|c| c.resource == rec.resource).map(|c| c.status & FLAGS);
+        if held.is_some() && summary.is_some_and(|f| f != stored) {
+            return fail("inv_chat_flags_in_step", format!("{uri}: session state lists chat {} with flags {summary:?}, its record {stored}", rec.resource));
+        }
+    }
+    Ok(())
+}
+
+/// "Copies source history through a completed turn into the new chat"
+/// (ahp-types `ForkChatSource`; issue 23): a fork's held history begins with
+/// the turns it was made with (its record's `seed`, less any a rewind took
+/// away), whatever its backend gives back, across sleep, eviction and
+/// restarts; and a chat with an origin shows it (`session/fork.rs`).
+pub fn inv_fork_starts_with_its_source(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    let Some(resident) = &s.resident else { return Ok(()) };
+    for rec in &s.record.chats {
+        let Some(held) = resident.chats.get(&rec.resource) else { continue };
+        let prefix: Vec<&str> = held.turns.iter().take(rec.seed.len()).map(|t| t.id.as_str()).collect();
+        let seed: Vec<&str> = rec.seed.iter().map(|t| t.id.as_str()).collect();
+        if prefix != seed {
+            return fail("inv_fork_starts_with_its_source", format!("{uri}: chat {} starts with {prefix:?}, not its source's {seed:?}", rec.resource));
+        }
+        if held.origin.as_ref() != rec.origin.as_deref() {
+            return fail("inv_fork_starts_with_its_source", format!("{uri}: chat {} shows origin {:?}, its record {:?}", rec.resource, held.origin, rec.origin));
         }
     }
     Ok(())

@@ -179,6 +179,9 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
+            origin: None,
+            seed: Vec::new(),
         }
     }
 

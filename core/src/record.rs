@@ -261,6 +261,22 @@ pub struct ChatRecord {
     /// wake": "A config change and a draft are kept without a wake").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<Box<ahp_types::state::Message>>,
+    /// Turns a rewind (`chat/truncated`) took away whose forget the backend
+    /// has not confirmed yet (issue 23, `session/rewind.rs`): written ahead
+    /// of the echo, left out of every history read back from the backend
+    /// while listed, sent to the backend again whenever the chat's agent
+    /// starts, and cleared once the backend says it forgot them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
+    pub forgetting: Vec<String>,
+    /// How the chat came to be, when it is a fork or a side chat
+    /// (`session/fork.rs`); `None` for a chat a client made plainly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Box<ahp_types::state::ChatOrigin>>,
+    /// The turns a fork was made with (its source's, through the turn it
+    /// names), the host's own: put in front of the chat's backend history
+    /// wherever it is read (`session::fork::with_seed`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
+    pub seed: Vec<ahp_types::state::Turn>,
 }
 
 /// A list read with no spare room, for a record's lists: parsing grows a
@@ -302,6 +318,9 @@ impl ChatRecord {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
+            origin: None,
+            seed: Vec::new(),
         }
     }
 }

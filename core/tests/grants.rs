@@ -129,6 +129,8 @@ fn actions_follow_the_grants_table() {
             (uri.to_owned(), json!({"type": "session/isReadChanged", "isRead": true})),
             (uri.to_owned(), json!({"type": "session/isArchivedChanged", "isArchived": true})),
             (chat.to_owned(), json!({"type": "chat/draftChanged", "draft": {"text": "d", "origin": {"kind": "user"}}})),
+            // A chat's own read bit: `session:mark` (issue 23).
+            (chat.to_owned(), json!({"type": "chat/isReadChanged", "isRead": true})),
             (chat.to_owned(), json!({"type": "chat/turnStarted", "turnId": "t9", "startedAt": "2026-01-01T00:00:00Z",
                 "message": {"text": "x", "origin": {"kind": "user"}}})),
         ]

@@ -77,6 +77,10 @@ fn client_actions_the_host_takes_on_a_live_session_wake_it() {
     let mut h = restarted();
     dispatch(&mut h, SESSION, json!({"type": "session/workingDirectorySet", "directory": "file:///w"}));
     assert!(woke(&mut h), "a folder change wakes it (its agents start there)");
+    // A rewind needs the chat's turns: its state comes back first.
+    let mut h = restarted();
+    dispatch(&mut h, CHAT, json!({"type": "chat/truncated", "turnId": "t1"}));
+    assert!(woke(&mut h), "a rewind wakes it");
 }
 
 #[test]
@@ -87,7 +91,8 @@ fn a_config_change_a_draft_and_the_rows_marks_are_kept_without_a_wake() {
         ("a title", SESSION, json!({"type": "session/titleChanged", "title": "renamed"})),
         ("a read mark", SESSION, json!({"type": "session/isReadChanged", "isRead": true})),
         ("an archived mark", SESSION, json!({"type": "session/isArchivedChanged", "isArchived": true})),
-        ("an action no client may send", CHAT, json!({"type": "chat/truncated"})),
+        ("an action no client may send", CHAT, json!({"type": "chat/turnComplete", "turnId": "t1", "duration": 0})),
+        ("a chat's read mark", CHAT, json!({"type": "chat/isReadChanged", "isRead": true})),
     ] {
         let mut h = restarted();
         dispatch(&mut h, channel, action);

@@ -277,6 +277,18 @@ impl Backend {
                 }
                 self.done(cx, chat, op, Outcome::Ok, latency);
             }
+            BackendCmd::Forget { conversation_id, turn_ids } => {
+                // A rewind: the transcript forgets the turns (the write
+                // fails as a send may, and the host must ask again).
+                if cx.faults_rng.chance(cx.faults.send_fail) {
+                    self.done(cx, chat, op, Outcome::Failed { message: "the transcript could not be rewritten".to_owned() }, latency);
+                    return;
+                }
+                if let Some(turns) = self.conversations.get_mut(&conversation_id) {
+                    turns.retain(|t| !turn_ids.contains(&t.id));
+                }
+                self.done(cx, chat, op, Outcome::Ok, latency);
+            }
             BackendCmd::Delete { conversation_id } => {
                 if let Some(agent) = self.agents.get_mut(chat) {
                     Self::stop(agent);

@@ -450,6 +450,7 @@ impl Client {
             2,                                   // 15 disposeChat
             if ctx.awareness.enabled { 2 } else { 0 }, // 16 ahpd/listPeers
             if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
+            4,                                   // 18 a chat's shape (`chat_shape.rs`)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -621,6 +622,7 @@ impl Client {
                 out.push(self.send_request("ahpd/listPeers", json!({"channel": session}), ReqKind::Peers));
             }
             17 => out.extend(self.git_action(rng, &session)),
+            18 => out.extend(crate::chat_shape::think(self, rng, &session, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

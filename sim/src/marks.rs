@@ -27,6 +27,24 @@ pub const EXPECTED: &[&str] = &[
     "handshake_waits_for_wake",
     "handshake_answered_early",
     "create_chat_wakes_session",
+    // A chat's shape (issue 23, part B): a chat's own read and archived
+    // bits, and rewinds.
+    "chat_archive_default_refused",
+    "chat_flag_applied_held",
+    "chat_flag_applied_without_wake",
+    "rewind_applied",
+    "rewind_forget_asked_again",
+    "rewind_forget_failed",
+    "rewind_forgotten",
+    "rewind_refused_cannot_forget",
+    "rewind_refused_turn_running",
+    "rewind_refused_unknown_turn",
+    "fork_made",
+    "fork_refused_source_elsewhere",
+    "fork_refused_turn_not_ended",
+    "side_chat_from_running_turn",
+    "side_chat_made",
+    "side_chat_refused_unknown_turn",
     // Typed continuations and git decisions in core (issue 20).
     "queued_command_runs",
     "tree_base_from_folder_facts",
@@ -103,6 +121,9 @@ pub const EXPECTED: &[&str] = &[
 /// a range run, not required by the test (moved to [`EXPECTED`] as the
 /// options that reach them land).
 pub const EXPECTED_PENDING: &[&str] = &[
+    // A source on an agent that makes no forks: the sim's one agent that
+    // makes none (oneshot) seldom holds a second chat.
+    "fork_refused_agent",
     // Two checkpoints answered out of order (rare).
     // Sleep and wake: no sim client moves a session's first folder yet.
     // Finding one: external sessions, paging refusals, owners.

@@ -268,6 +268,8 @@ impl Options {
                 can_resume: false,
                 multiple_chats: false,
                 peer_directories: false,
+                forgets: false,
+                forks: false,
             });
         }
         Config {

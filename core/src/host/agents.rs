@@ -43,6 +43,9 @@ impl Host {
     /// ([`Session::start_answered`](crate::session::Session::start_answered)), and the host does what reaches past it.
     pub(crate) fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
         let Some(next) = self.in_session(session_uri, |s, sh| s.start_answered(sh, chat, op, outcome)) else { return };
+        // A rewind whose forget the backend never confirmed: asked again
+        // now its agent answered (issue 23, `session/rewind.rs`).
+        self.in_session(session_uri, |s, sh| s.forget_owed(sh, chat));
         match next {
             StartNext::Nothing => {}
             StartNext::CreateRefused { conn, id, message, logged } => {

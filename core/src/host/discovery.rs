@@ -516,6 +516,9 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     written: Default::default(),
     kept: Vec::new(),
     draft: None,
+    forgetting: Vec::new(),
+    origin: None,
+    seed: Vec::new(),
     }
 }
 

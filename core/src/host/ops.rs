@@ -32,6 +32,17 @@ pub enum Op {
     /// Letting a chat's agent go, cancelling or confirming: nothing waits on
     /// the answer.
     Fire,
+    /// A chat's backend forgetting turns a rewind took away
+    /// (`session/rewind.rs`): the record stops listing them once it
+    /// answers.
+    Forget {
+        /// The session.
+        session: Uri,
+        /// The chat.
+        chat: Uri,
+        /// The turns it was asked to forget.
+        turn_ids: Vec<String>,
+    },
     /// Deleting a chat's conversation for `disposeSession`.
     Delete {
         /// The session.

@@ -501,8 +501,8 @@ impl Host {
         if let Some(e) = self.create_chat_refusal(&params.channel) {
             return self.shared.reply_error(conn, id, e);
         }
-        if params.source.is_some() {
-            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "forks and side chats are not offered by this agent"));
+        if let Some(e) = params.source.as_ref().and_then(|source| self.source_refusal(&params.channel, source)) {
+            return self.shared.reply_error(conn, id, e);
         }
         let chat_id = match ResourceId::parse(&params.chat) {
             Ok(r) => r,
@@ -521,6 +521,7 @@ impl Host {
             chat: chat_id,
             working_directories: params.working_directories,
             initial_message: params.initial_message,
+            source: params.source,
         };
         self.create_chat_checked(conn, id, request);
     }
@@ -559,6 +560,25 @@ impl Host {
         None
     }
 
+    /// Why a `createChat` in `session_uri` may not have `source` (before
+    /// its state is read): its agent makes no forks or side chats, or the
+    /// source chat is another session's (`session/fork.rs`).
+    fn source_refusal(&self, session_uri: &Uri, source: &ahp_types::commands::ChatSource) -> Option<ahp_types::messages::JsonRpcError> {
+        let session = self.sessions.get(session_uri)?;
+        if !self.shared.agent_forks(&session.record.provider) {
+            crate::mark!("fork_refused_agent");
+            return Some(error(INVALID_PARAMS, "forks and side chats are not offered by this agent"));
+        }
+        let Some(chat) = crate::session::fork::source_chat(source) else {
+            return Some(error(INVALID_PARAMS, crate::session::fork::UNKNOWN_KIND));
+        };
+        if self.shared.chats.get(chat) != Some(session_uri) {
+            crate::mark!("fork_refused_source_elsewhere");
+            return Some(error(INVALID_PARAMS, "the source chat must be a chat of this session"));
+        }
+        None
+    }
+
     /// Why chat `chat_uri` in `dirs` may not be made in `session_uri` now:
     /// the URI is taken, or a folder is not one of the session's.
     fn new_chat_refusal(&self, session_uri: &Uri, chat_uri: &Uri, dirs: Option<&[Uri]>) -> Option<ahp_types::messages::JsonRpcError> {
@@ -589,7 +609,20 @@ impl Host {
             return self.wake(&session_uri);
         }
         let chat_uri = request.chat.uri();
-        let record = ChatRecord::new_chat(chat_uri.clone(), request.chat.store_key(), self.shared.now.wall);
+        let mut record = ChatRecord::new_chat(chat_uri.clone(), request.chat.store_key(), self.shared.now.wall);
+        if let Some(source) = &request.source {
+            // Resolved against the state as it is now (a side chat of a
+            // running turn names it as it stands), and written with the
+            // chat (`session/fork.rs`).
+            match self.sessions.get(&session_uri).map(|s| s.resolve_source(source)) {
+                Some(Ok(resolved)) => {
+                    record.origin = Some(Box::new(resolved.origin));
+                    record.seed = resolved.seed;
+                }
+                Some(Err(reason)) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason)),
+                None => return,
+            }
+        }
         let work = ParkedWork::CreateChat { conn, id, chat: Box::new(record), initial_message: request.initial_message.map(Box::new) };
         self.in_session(&session_uri, |s, sh| s.park(sh, work, None));
     }
@@ -711,6 +744,12 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // A draft is written ahead like a title: kept across sleep,
         // eviction and restart, and taken without a wake.
         ChatDraftChanged(_) => Some(Kind::Durable),
+        // A chat's own read and archived bits: written ahead, without a
+        // wake, as the session's (`session/chat_flags.rs`).
+        ChatIsReadChanged(_) | ChatIsArchivedChanged(_) => Some(Kind::Durable),
+        // A rewind: the turns it takes away are written ahead, then the
+        // backend forgets them (`session/rewind.rs`).
+        ChatTruncated(_) => Some(Kind::Durable),
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
         _ => None,
     }
@@ -833,6 +872,7 @@ impl Host {
             let rules = ActionRules {
                 takes_peers: self.shared.agent_takes_peers(&session.record.provider),
                 stopping: self.stopping(),
+                forgets: self.shared.agent_forgets(&session.record.provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 trusted: &trusted,
             };

@@ -172,7 +172,19 @@ impl Shared {
         }
     }
 
-    /// Whether the provider's agent can take peer working directories.
+    /// Whether the provider's agent makes forks and side chats
+    /// (`AgentSpec::forks`).
+    pub(crate) fn agent_forks(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.forks)
+    }
+
+    /// Whether the provider's agent can forget turns (a rewind,
+    /// `AgentSpec::forgets`).
+    pub(crate) fn agent_forgets(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.forgets)
+    }
+
+    /// Whether `provider`'s agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)
     }

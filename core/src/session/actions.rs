@@ -51,6 +51,9 @@ pub struct ActionRules<'a> {
     pub takes_peers: bool,
     /// Whether the host is stopping (a new turn is refused then).
     pub stopping: bool,
+    /// Whether the session's agent can forget turns (`chat/truncated`,
+    /// `AgentSpec::forgets`).
+    pub forgets: bool,
     /// The largest message or draft text taken, in bytes
     /// (`Limits::message_text_max_bytes`).
     pub message_text_max_bytes: usize,
@@ -121,6 +124,7 @@ impl Session {
                 }
                 Ok(())
             }
+            action if crate::session::chat_flags::is_chat_flag_action(action) => self.check_chat_flag(&q.channel, action),
             StateAction::ChatDraftChanged(d) => {
                 if on_session {
                     return Err("a chat action must be dispatched on a chat channel".into());
@@ -163,11 +167,18 @@ impl Session {
                         if chat.turns.iter().any(|t| t.id == a.turn_id) {
                             return Err("that turn id was already used in this chat".into());
                         }
+                        // A rewound turn's id, while its forget is owed
+                        // (`session/rewind.rs`): a new turn under it would
+                        // be left out with it.
+                        if session.record.chats.iter().any(|c| c.resource == q.channel && c.forgetting.contains(&a.turn_id)) {
+                            return Err("that turn id was already used in this chat".into());
+                        }
                         if a.queued_message_id.is_some() {
                             return Err("queued messages are not supported by this host".into());
                         }
                         Ok(())
                     }
+                    StateAction::ChatTruncated(a) => session.check_truncate(&q.channel, a, rules.forgets),
                     StateAction::ChatTurnCancelled(a) => match &chat.active_turn {
                         Some(t) if t.id == a.turn_id => Ok(()),
                         _ => Err("no such turn is running".into()),
@@ -228,6 +239,14 @@ impl Session {
                 Some(ActionNext::TurnStarted { turn_id, message: Box::new(message) })
             }
             StateAction::ChatTurnCancelled(a) => self.cancel_turn(sh, channel, a, origin).then_some(ActionNext::TurnCancelled),
+            action if crate::session::chat_flags::is_chat_flag_action(&action) => {
+                self.apply_chat_flag(sh, channel, action, origin);
+                None
+            }
+            StateAction::ChatTruncated(a) => {
+                self.apply_truncate(sh, channel, a, origin);
+                None
+            }
             StateAction::ChatToolCallConfirmed(a) => {
                 let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
                 if !self.emit(sh, channel, StateAction::ChatToolCallConfirmed(a), origin) {
@@ -307,6 +326,10 @@ impl Session {
     pub fn write_ahead(&mut self, q: &QueuedAction, sender: Option<String>) {
         let after = self.last_turn(&q.channel);
         apply_to_record(&mut self.record, q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
+        if let StateAction::ChatTruncated(a) = &q.action {
+            let dropped = self.truncated_away(&q.channel, a.turn_id.as_deref());
+            crate::session::rewind::record_truncation(&mut self.record, &q.channel, &dropped);
+        }
     }
 
     /// The id of `chat`'s last ended turn and how many it has, as the
@@ -327,6 +350,9 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
         action if crate::folders::is_folder_action(action) => {
             crate::folders::apply(&mut record.working_directories, action);
             root_moved(record);
+        }
+        action if crate::session::chat_flags::is_chat_flag_action(action) => {
+            crate::session::chat_flags::record_chat_flag(record, &q.channel, action)
         }
         StateAction::ChatDraftChanged(d) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
@@ -386,6 +412,9 @@ fn needs_state(action: &StateAction) -> bool {
             | StateAction::SessionIsArchivedChanged(_)
             // "A config change and a draft are kept without a wake."
             | StateAction::ChatDraftChanged(_)
+            // A chat's own read and archived bits, as the session's.
+            | StateAction::ChatIsReadChanged(_)
+            | StateAction::ChatIsArchivedChanged(_)
     )
 }
 

@@ -117,6 +117,9 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            forgetting: Vec::new(),
+            origin: None,
+            seed: Vec::new(),
         };
         SessionRecord {
             format: RECORD_FORMAT,

@@ -76,6 +76,14 @@ impl Session {
         if let Outcome::Started { conversation_id, .. } = &outcome {
             self.name_conversation(chat, conversation_id);
         }
+        // What the backend gave back, less the turns a rewind took away
+        // (`session/rewind.rs`): a wake keeps it until its last start
+        // answers, by when the forget may have been confirmed and the
+        // record no longer list them.
+        let mut outcome = outcome;
+        if let (Outcome::Started { history, .. }, Some(rec)) = (&mut outcome, self.record.chats.iter().find(|c| c.resource == *chat)) {
+            *history = crate::session::rewind::without_forgotten(rec, std::mem::take(history));
+        }
         match &mut self.phase {
             Phase::Starting { conn, id, .. } => {
                 let (conn, id) = (*conn, *id);

@@ -84,7 +84,8 @@ pub fn offer_from_git(record: &SessionRecord) -> Option<crate::session_config::C
 /// handed back (oldest first), with the turns the host holds put back in
 /// place ([`crate::kept_turns::merge`]).
 pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
-    let (turns, _) = crate::kept_turns::merge(chat, turns);
+    let (turns, _) = crate::kept_turns::merge(chat, crate::session::fork::with_seed(chat, turns));
+    let turns = crate::session::rewind::without_forgotten(chat, turns);
     ChatState {
         resource: chat.resource.clone(),
         title: chat.title.clone(),
@@ -92,7 +93,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         activity: None,
         modified_at: chat.modified_at.to_string(),
         changes: chat.changes.as_deref().cloned(),
-        origin: None,
+        origin: chat.origin.as_deref().cloned(),
         movable: None,
         interactivity: None,
         working_directories: None,

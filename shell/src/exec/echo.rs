@@ -260,6 +260,7 @@ impl Actor {
                 self.agent = None;
                 Outcome::Ok
             }
+            BackendCmd::Forget { conversation_id, turn_ids } => self.forget(conversation_id, turn_ids).await,
             BackendCmd::Delete { conversation_id } => {
                 self.stop_turn(false).await;
                 self.agent = None;
@@ -275,6 +276,33 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// A rewind (`BackendCmd::Forget`): the conversation's transcript no
+    /// longer holds turns `turn_ids`, rewritten whole and durably, so a
+    /// resume or a restart shows the rewound history. The running agent's
+    /// copy is the one rewritten when it holds the conversation; otherwise
+    /// the file is read first. Nothing to forget (no such turn, no file)
+    /// is done at once.
+    async fn forget(&mut self, conversation_id: String, turn_ids: Vec<String>) -> Outcome {
+        if !fsutil::is_safe_component(&conversation_id) {
+            return failed(format!("echo: refused conversation id {conversation_id:?}"));
+        }
+        if let Some(agent) = self.agent.as_mut().filter(|a| a.conversation_id == conversation_id) {
+            let before = agent.transcript.len();
+            agent.transcript.retain(|t| !turn_ids.contains(&t.id));
+            if agent.transcript.len() == before {
+                return Outcome::Ok;
+            }
+            agent.header.modified_at = WallTime(wall_ms()).to_iso();
+            let written = write_transcript(&self.dir, &conversation_id, &agent.header, &agent.transcript).await;
+            agent.appendable = written.is_ok();
+            return match written {
+                Ok(()) => Outcome::Ok,
+                Err(message) => failed(message),
+            };
+        }
+        forget_in_file(&self.dir, &self.chat, &conversation_id, &turn_ids).await
     }
 
     fn send(&mut self, turn_id: String, message: Message) -> Outcome {
@@ -751,6 +779,39 @@ fn scratch_chat(chat: &Uri) -> ChatState {
     }
 }
 
+/// A rewind's forget with no agent holding the conversation: its
+/// transcript in `dir` is read, and written again whole and durably without
+/// turns `turn_ids` (the header as the file says, `chat` when it names
+/// none). No file, or no such turn, is nothing to forget.
+async fn forget_in_file(dir: &Path, chat: &Uri, conversation_id: &str, turn_ids: &[String]) -> Outcome {
+    if !dir.join(file_name(conversation_id)).exists() {
+        return Outcome::Ok;
+    }
+    let stored = match read_transcript(dir, conversation_id).await {
+        Ok(stored) => stored,
+        Err(message) => return failed(message),
+    };
+    let mut turns = stored.turns;
+    let before = turns.len();
+    turns.retain(|t| !turn_ids.contains(&t.id));
+    if turns.len() == before {
+        return Outcome::Ok;
+    }
+    let now = WallTime(wall_ms()).to_iso();
+    let header = Header {
+        session: stored.session.unwrap_or_default(),
+        chat: stored.chat.unwrap_or_else(|| chat.clone()),
+        title: stored.title,
+        working_directory: stored.working_directory,
+        created_at: stored.created_at.unwrap_or_else(|| now.clone()),
+        modified_at: now,
+    };
+    match write_transcript(dir, conversation_id, &header, &turns).await {
+        Ok(()) => Outcome::Ok,
+        Err(message) => failed(message),
+    }
+}
+
 /// Reads a conversation's transcript: its header fields and its turns.
 ///
 /// Errors: missing, unreadable or unparsable, as a message a person can act
@@ -875,6 +936,23 @@ mod tests {
             created_at: "2026-01-01T00:00:00.000Z".to_owned(),
             modified_at: "2026-01-02T00:00:00.000Z".to_owned(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_forget_with_no_agent_rewrites_the_transcript_without_those_turns() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let h = header("ahp-session:/s1", "ahp-chat:/ahp-session@s1");
+        let t = |id: &str| crate::exec::echo_transcript::test_support::turn(id, id);
+        write_transcript(dir.path(), "ahp-session@s1", &h, &[t("a"), t("b"), t("c")]).await.expect("write");
+        let chat = "ahp-chat:/ahp-session@s1".to_owned();
+        let outcome = forget_in_file(dir.path(), &chat, "ahp-session@s1", &["b".to_owned(), "c".to_owned()]).await;
+        assert_eq!(outcome, Outcome::Ok);
+        let back = read_transcript(dir.path(), "ahp-session@s1").await.expect("read");
+        assert_eq!(back.turns, vec![t("a")]);
+        assert_eq!(back.session.as_deref(), Some("ahp-session:/s1"), "the header is kept");
+        // Again, and for a conversation with no file: nothing to forget.
+        assert_eq!(forget_in_file(dir.path(), &chat, "ahp-session@s1", &["b".to_owned()]).await, Outcome::Ok);
+        assert_eq!(forget_in_file(dir.path(), &chat, "ahp-session@none", &["b".to_owned()]).await, Outcome::Ok);
     }
 
     #[tokio::test]

@@ -93,6 +93,8 @@ impl Frame {
                 "session/titleChanged" | "session/isReadChanged" | "session/isArchivedChanged" | "session/configChanged"
                 | "chat/turnStarted" | "chat/turnCancelled" | "chat/toolCallConfirmed" | "chat/draftChanged"
                 | "session/workingDirectorySet" | "session/workingDirectoryRemoved" | "session/workingDirectoryReplaced" => Some(true),
+                // A chat's shape (issue 23, part B): `session:mark`.
+                "chat/isReadChanged" | "chat/isArchivedChanged" | "chat/truncated" => Some(true),
                 // Not an action clients may send: the host reads it as
                 // needing the session's state.
                 "session/ready" => Some(false),

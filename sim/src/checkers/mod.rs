@@ -54,6 +54,10 @@ pub struct History {
     /// session and chat, while the session exists (a URI made anew starts
     /// empty).
     echoed: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
+    /// The turns a rewind (`chat/truncated`) took away, by session and
+    /// chat (issue 23): never shown again, across sleep, eviction and
+    /// restarts.
+    rewound: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
     removed_this_step: BTreeSet<Uri>,
     ready_unannounced: Vec<Uri>,
 }
@@ -195,6 +199,10 @@ impl History {
         for chats in self.echoed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
+        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        for chats in self.rewound.values_mut() {
+            chats.retain(|chat, _| view.chats.contains_key(chat));
+        }
         // A session no input touched shows what it showed when last checked.
         let touched = view.sessions.touched();
         let sessions: Box<dyn Iterator<Item = (&Uri, &ahpd_core::session::Session)>> = match touched {
@@ -204,10 +212,28 @@ impl History {
         for (uri, s) in sessions {
             // An agent that cannot resume starts every wake afresh: its
             // history is its own to lose (Sessions page, "Waking").
+            // A turn a rewind took away (its record owes the backend its
+            // forget from the rewind's write on, which is the input that
+            // applies it, whether or not the state is still held after it)
+            // is not lost: it is one the chat must never show again (issue
+            // 23).
+            for rec in s.record.chats.iter().filter(|c| !c.forgetting.is_empty()) {
+                let Some(seen) = self.echoed.get_mut(uri).and_then(|m| m.get_mut(&rec.resource)) else { continue };
+                let gone = self.rewound.entry(uri.clone()).or_default().entry(rec.resource.clone()).or_default();
+                for id in &rec.forgetting {
+                    if seen.remove(id) {
+                        gone.insert(id.clone());
+                    }
+                }
+            }
             let Some(r) = s.resident.as_ref().filter(|_| s.can_resume) else { continue };
             for (chat, state) in &r.chats {
                 let shown: BTreeSet<&str> = state.turns.iter().map(|t| t.id.as_str()).chain(state.active_turn.as_ref().map(|t| t.id.as_str())).collect();
                 let seen = self.echoed.entry(uri.clone()).or_default().entry(chat.clone()).or_default();
+                let gone = self.rewound.entry(uri.clone()).or_default().entry(chat.clone()).or_default();
+                if let Some(back) = shown.iter().find(|id| gone.contains(**id)) {
+                    return Err(breach("rewound_turn_stays_gone", format!("{chat} shows turn {back} again after a rewind took it away")));
+                }
                 if let Some(lost) = seen.iter().find(|id| !shown.contains(id.as_str())) {
                     return Err(breach("echoed_turn_kept", format!("{chat} no longer shows turn {lost} (shows {shown:?})")));
                 }
@@ -573,6 +599,7 @@ pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Resu
         if s.record.title != record.title || s.record.is_read != record.is_read || s.record.is_archived != record.is_archived {
             return Err(breach("rule5_restart_keeps_acked", format!("{key} restored with other bits than the store holds")));
         }
+        check_restart_chat_flags(key, record, &s.record)?;
         if let Some((read, archived)) = pre.bits.get(key) {
             let unacked = pre.unacked.get(key).map(Vec::as_slice).unwrap_or(&[]);
             let read_ok = record.is_read == *read || unacked.iter().flatten().any(|r| r.is_read == record.is_read);
@@ -591,6 +618,22 @@ pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Resu
             if !store.durable.contains_key(key) && !deleted_in_flight {
                 return Err(breach("rule5_restart_keeps_acked", format!("acknowledged record {key} is not durable")));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Rule 5 for a chat's own read and archived bits (issue 23, part B): a
+/// restart reads back each chat's bits as the store holds them.
+fn check_restart_chat_flags(key: &str, durable: &SessionRecord, restored: &SessionRecord) -> Result<(), Violation> {
+    use ahpd_core::session::state::{IS_ARCHIVED, IS_READ};
+    for chat in &durable.chats {
+        let Some(back) = restored.chats.iter().find(|c| c.resource == chat.resource) else { continue };
+        if back.status & (IS_READ | IS_ARCHIVED) != chat.status & (IS_READ | IS_ARCHIVED) {
+            return Err(breach("rule5_restart_keeps_acked", format!(
+                "{key}: chat {} came back with flags {} where the store holds {}",
+                chat.resource, back.status & (IS_READ | IS_ARCHIVED), chat.status & (IS_READ | IS_ARCHIVED)
+            )));
         }
     }
     Ok(())

@@ -183,6 +183,10 @@ impl ChatActor {
                 self.stop().await;
                 Outcome::Ok
             }
+            // Never sent: an ACP agent does not forget (`AgentSpec::forgets`
+            // is false), so the host refuses a rewind first. Said plainly if
+            // it ever came.
+            BackendCmd::Forget { .. } => Outcome::Failed { message: "acp: the agent cannot forget turns (ACP v1 has no such request)".to_owned() },
             BackendCmd::Delete { conversation_id } => {
                 self.stop().await;
                 tracing::info!(chat = %self.chat, agent = %self.agent.name, conversation = %conversation_id, "acp: the agent keeps its own copy of the conversation (ACP v1 cannot delete it)");

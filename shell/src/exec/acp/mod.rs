@@ -71,6 +71,8 @@ impl AgentConfig {
             multiple_chats: true,
             // ACP `session/new` takes one working directory: no peers.
             peer_directories: false,
+            forgets: false,
+            forks: false,
         }
     }
 

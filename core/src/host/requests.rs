@@ -572,7 +572,7 @@ impl Host {
         let Some(chat) = crate::session::fork::source_chat(source) else {
             return Some(error(INVALID_PARAMS, crate::session::fork::UNKNOWN_KIND));
         };
-        if self.shared.chats.get(chat) != Some(session_uri) {
+        if self.shared.chats.get(chat).map(|u| &**u) != Some(session_uri.as_str()) {
             crate::mark!("fork_refused_source_elsewhere");
             return Some(error(INVALID_PARAMS, "the source chat must be a chat of this session"));
         }

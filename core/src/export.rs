@@ -231,6 +231,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
         });
         turns.insert(uri, chat_turns);
     }
@@ -303,6 +304,7 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
             }],
             changes: None,
             external: false,

@@ -179,6 +179,7 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
         }
     }
 

@@ -191,6 +191,29 @@ pub struct ChatRecord {
     /// wake": "A config change and a draft are kept without a wake").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft: Option<Box<ahp_types::state::Message>>,
+    /// The chat's queued messages (`chat/pendingMessageSet` of kind
+    /// `queued`), in the order they run, each with who queued it: written
+    /// ahead of their echo like a turn's sender (docs/DECISIONS.md, 2), so
+    /// an acknowledged queued message is never lost across a restart, and
+    /// taken off in the same write that records the turn it became, so it
+    /// never runs twice (`crate::session::pending`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
+    pub queued: Vec<QueuedMessage>,
+}
+
+/// One queued message of a chat ([`ChatRecord::queued`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessage {
+    /// The client's id for it (`PendingMessage.id`).
+    pub id: String,
+    /// The message the turn it becomes starts with.
+    pub message: ahp_types::state::Message,
+    /// Who queued it (as a turn's sender: the principal, or the client id
+    /// on a host with no users directory): the turn it becomes is recorded
+    /// as sent by them.
+    #[serde(default)]
+    pub sender: String,
 }
 
 /// A list read with no spare room, for a record's lists: parsing grows a
@@ -232,6 +255,7 @@ impl ChatRecord {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
         }
     }
 }
@@ -247,6 +271,7 @@ impl SessionRecord {
         self.shared_trees.shrink_to_fit();
         for chat in &mut self.chats {
             chat.kept.shrink_to_fit();
+            chat.queued.shrink_to_fit();
         }
     }
 

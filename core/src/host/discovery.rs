@@ -515,6 +515,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     written: Default::default(),
     kept: Vec::new(),
     draft: None,
+    queued: Vec::new(),
     }
 }
 

@@ -117,6 +117,7 @@ mod tests {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
         };
         SessionRecord {
             format: RECORD_FORMAT,

@@ -103,7 +103,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         turns_next_cursor: None,
         active_turn: None,
         steering_message: None,
-        queued_messages: None,
+        queued_messages: crate::session::pending::queued_state(chat),
         draft: chat.draft.as_deref().cloned(),
         meta: None,
     }

@@ -441,6 +441,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             written: Default::default(),
             kept: Vec::new(),
             draft: None,
+            queued: Vec::new(),
         }],
         changes: None,
         external: false,

@@ -92,6 +92,7 @@ impl Frame {
             ("dispatchAction", Some(t)) => match t {
                 "session/titleChanged" | "session/isReadChanged" | "session/isArchivedChanged" | "session/configChanged"
                 | "chat/turnStarted" | "chat/turnCancelled" | "chat/toolCallConfirmed" | "chat/draftChanged"
+                | "chat/pendingMessageSet" | "chat/pendingMessageRemoved" | "chat/queuedMessagesReordered"
                 | "session/workingDirectorySet" | "session/workingDirectoryRemoved" | "session/workingDirectoryReplaced" => Some(true),
                 // Not an action clients may send: the host reads it as
                 // needing the session's state.

@@ -232,6 +232,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
         });
         turns.insert(uri, chat_turns);
     }
@@ -305,6 +306,7 @@ mod tests {
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
             }],
             changes: None,
             external: false,

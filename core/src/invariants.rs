@@ -251,6 +251,14 @@ pub fn inv_queue_matches_record(uri: &Uri, s: &Session) -> Result<(), Violation>
         let Some(state) = resident.chats.get(&chat.resource) else { continue };
         let shown = state.queued_messages.as_deref().unwrap_or_default();
         let same = shown.len() == chat.queued.len() && shown.iter().zip(&chat.queued).all(|(a, b)| a.id == b.id && a.message == b.message);
+        let steering_same = match (&state.steering_message, &chat.steering) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.id == b.id && a.message == b.message,
+            _ => false,
+        };
+        if !steering_same {
+            return fail("inv_queue_matches_record", format!("{uri} chat {} shows another steering message than its record holds", chat.resource));
+        }
         if !same {
             let ids = |v: Vec<&str>| v.join(",");
             return fail("inv_queue_matches_record", format!(

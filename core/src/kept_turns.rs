@@ -180,6 +180,7 @@ mod tests {
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
         }
     }
 

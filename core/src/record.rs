@@ -199,6 +199,13 @@ pub struct ChatRecord {
     /// never runs twice (`crate::session::pending`).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
     pub queued: Vec<QueuedMessage>,
+    /// The chat's steering message (`chat/pendingMessageSet` of kind
+    /// `steering`), with who sent it, kept like a queued message. No
+    /// backend takes one into its running turn yet: it is held and runs as
+    /// the chat's next turn, before the queued ones
+    /// (`crate::session::pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<Box<QueuedMessage>>,
 }
 
 /// One queued message of a chat ([`ChatRecord::queued`]).
@@ -256,6 +263,7 @@ impl ChatRecord {
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
         }
     }
 }

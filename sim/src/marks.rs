@@ -103,6 +103,7 @@ pub const EXPECTED: &[&str] = &[
     "queued_start_not_saved",
     "queue_full_refused",
     "sleep_refused_pending_message",
+    "steering_held_as_next_turn",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

@@ -15,7 +15,7 @@ impl Client {
     /// One pending-message action on a chat this client mirrors (else on
     /// `fallback`, its pick of a chat it may not watch).
     pub(crate) fn pending_action(&mut self, rng: &mut SimRng, fallback: &Uri) -> Option<ClientOut> {
-        let mirrored: Vec<(Uri, bool, Vec<String>)> = self
+        let mirrored: Vec<(Uri, bool, Vec<String>, Option<String>)> = self
             .mirrors
             .iter()
             .filter_map(|(u, m)| match &m.state {
@@ -23,16 +23,17 @@ impl Client {
                     u.clone(),
                     c.active_turn.is_some(),
                     c.queued_messages.as_deref().unwrap_or_default().iter().map(|p| p.id.clone()).collect(),
+                    c.steering_message.as_ref().map(|s| s.id.clone()),
                 )),
                 _ => None,
             })
             .collect();
-        let running: Vec<&(Uri, bool, Vec<String>)> = mirrored.iter().filter(|(_, r, _)| *r).collect();
-        let (chat, queue) = match rng.pick(&running) {
-            Some((u, _, q)) if rng.chance(0.8) => (u.clone(), q.clone()),
+        let running: Vec<&(Uri, bool, Vec<String>, Option<String>)> = mirrored.iter().filter(|(_, r, _, _)| *r).collect();
+        let (chat, queue, steering) = match rng.pick(&running) {
+            Some((u, _, q, s)) if rng.chance(0.8) => (u.clone(), q.clone(), s.clone()),
             _ => match rng.pick(&mirrored) {
-                Some((u, _, q)) => (u.clone(), q.clone()),
-                None => (fallback.clone(), Vec::new()),
+                Some((u, _, q, s)) => (u.clone(), q.clone(), s.clone()),
+                None => (fallback.clone(), Vec::new(), None),
             },
         };
         let action = match rng.below(10) {
@@ -44,7 +45,12 @@ impl Client {
                     Some(existing) if rng.chance(0.1) => existing.clone(),
                     _ => id,
                 };
-                json!({"type": "chat/pendingMessageSet", "kind": "queued", "id": id, "message": {"text": format!("queued {id}"), "origin": {"kind": "user"}}})
+                // One in five steers (held as the next turn, before the queue).
+                let kind = if rng.chance(0.2) { "steering" } else { "queued" };
+                json!({"type": "chat/pendingMessageSet", "kind": kind, "id": id, "message": {"text": format!("{kind} {id}"), "origin": {"kind": "user"}}})
+            }
+            6 if steering.is_some() && rng.chance(0.5) => {
+                json!({"type": "chat/pendingMessageRemoved", "kind": "steering", "id": steering})
             }
             6 | 7 => {
                 let id = match rng.pick(&queue) {

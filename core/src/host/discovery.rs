@@ -516,6 +516,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     kept: Vec::new(),
     draft: None,
     queued: Vec::new(),
+    steering: None,
     }
 }
 

@@ -52,6 +52,12 @@ pub fn queued_state(chat: &ChatRecord) -> Option<Vec<PendingMessage>> {
     (!chat.queued.is_empty()).then(|| chat.queued.iter().map(|q| PendingMessage { id: q.id.clone(), message: q.message.clone() }).collect())
 }
 
+/// A chat's steering message as its state shows it (`steeringMessage`),
+/// from its record.
+pub fn steering_state(chat: &ChatRecord) -> Option<PendingMessage> {
+    chat.steering.as_ref().map(|s| PendingMessage { id: s.id.clone(), message: s.message.clone() })
+}
+
 /// The checks a client's pending-message action must pass against `chat`'s
 /// state (the chat exists and the session's state is held: the caller
 /// checked). `Err` is the `rejectionReason` the client reads.
@@ -59,9 +65,6 @@ pub fn check(action: &StateAction, chat: &ChatState, rules: &ActionRules<'_>) ->
     let queued = chat.queued_messages.as_deref().unwrap_or_default();
     match action {
         StateAction::ChatPendingMessageSet(a) => {
-            if a.kind == PendingMessageKind::Steering {
-                return Err("steering messages are not supported by this host".into());
-            }
             if a.id.is_empty() || a.id.len() > PENDING_ID_MAX_BYTES {
                 return Err(format!("a pending message id must be 1 to {PENDING_ID_MAX_BYTES} bytes"));
             }
@@ -72,7 +75,18 @@ pub fn check(action: &StateAction, chat: &ChatState, rules: &ActionRules<'_>) ->
             if a.message.origin.kind != MessageKind::User {
                 return Err("a pending message from a client must carry a user message".into());
             }
-            let replaces = queued.iter().any(|m| m.id == a.id);
+            // One id names one pending message: the reducer starts a turn
+            // from an id by taking it off the queue and the steering slot
+            // alike.
+            let other_kind = match a.kind {
+                PendingMessageKind::Queued => chat.steering_message.as_ref().is_some_and(|s| s.id == a.id),
+                PendingMessageKind::Steering => queued.iter().any(|m| m.id == a.id),
+            };
+            if other_kind {
+                return Err("that id already names another pending message of this chat".into());
+            }
+            // A steering message replaces the one before: never more than one.
+            let replaces = a.kind == PendingMessageKind::Steering || queued.iter().any(|m| m.id == a.id);
             if !replaces && queued.len() >= rules.queued_messages_per_chat {
                 crate::mark!("queue_full_refused");
                 return Err(format!("this chat already holds {} queued messages, the limit", rules.queued_messages_per_chat));
@@ -117,7 +131,15 @@ pub fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Opt
                 None => chat.queued.push(entry),
             }
         }
+        StateAction::ChatPendingMessageSet(a) => {
+            chat.steering = Some(Box::new(QueuedMessage { id: a.id.clone(), message: a.message.clone(), sender: sender.unwrap_or_default() }));
+        }
         StateAction::ChatPendingMessageRemoved(a) if a.kind == PendingMessageKind::Queued => chat.queued.retain(|m| m.id != a.id),
+        StateAction::ChatPendingMessageRemoved(a) => {
+            if chat.steering.as_ref().is_some_and(|s| s.id == a.id) {
+                chat.steering = None;
+            }
+        }
         StateAction::ChatQueuedMessagesReordered(a) => {
             let mut left = std::mem::take(&mut chat.queued);
             for id in &a.order {
@@ -173,18 +195,19 @@ impl Session {
         self.record.chats.iter().find_map(|c| {
             let state = resident.chats.get(&c.resource)?;
             let idle = state.active_turn.is_none() && !self.work.pending_sends.iter().any(|(chat, _, _)| *chat == c.resource);
-            (idle && !c.queued.is_empty()).then(|| c.resource.clone())
+            (idle && (c.steering.is_some() || !c.queued.is_empty())).then(|| c.resource.clone())
         })
     }
 
-    /// Takes `chat`'s first queued message off and records it as a turn
+    /// Takes `chat`'s steering message (held: no backend takes one into its
+    /// running turn yet), else its first queued message, off and records it as a turn
     /// (its sender the client who queued it, the turn kept until the
     /// backend has it: `crate::kept_turns`) in one record write, and parks
     /// the start until that write is durable ([`Session::start_queued`]).
     /// Does nothing when the chat has no queued message.
     pub(crate) fn park_queued_start(&mut self, sh: &mut Shared, chat: &Uri) {
         let Some(record) = self.record.chats.iter().find(|c| c.resource == *chat) else { return };
-        let Some(first) = record.queued.first() else { return };
+        let Some(first) = record.steering.as_deref().or(record.queued.first()) else { return };
         let Some(state) = self.resident.as_ref().and_then(|r| r.chats.get(chat)) else { return };
         let turn_id = turn_id_for(state, record, &first.id);
         let queued_id = first.id.clone();
@@ -202,11 +225,21 @@ impl Session {
     /// turn `turn_id` of `chat` at `started_at` changes: the message off
     /// the queue, its sender as the turn's, the turn kept. Returns the
     /// message, or `None` when the queue no longer holds it.
-    fn take_queued_into_record(&mut self, chat: &Uri, turn_id: &str, queued_id: &str, started_at: &str) -> Option<QueuedMessage> {
+    fn take_queued_into_record(&mut self, chat: &Uri, turn_id: &str, queued_id: &str, started_at: &str) -> Option<(QueuedMessage, PendingMessageKind)> {
         let after = self.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.turns.last().map(|t| (t.id.clone(), c.turns.len())));
         let record = self.record.chats.iter_mut().find(|c| c.resource == *chat)?;
-        let i = record.queued.iter().position(|m| m.id == queued_id)?;
-        let taken = record.queued.remove(i);
+        let (taken, kind) = if record.steering.as_ref().is_some_and(|s| s.id == queued_id) {
+            (*record.steering.take()?, PendingMessageKind::Steering)
+        } else {
+            let i = record.queued.iter().position(|m| m.id == queued_id)?;
+            (record.queued.remove(i), PendingMessageKind::Queued)
+        };
+        // As the reducer's `chat/turnStarted` with this `queuedMessageId`
+        // does: whatever else the id names goes too.
+        record.queued.retain(|m| m.id != queued_id);
+        if record.steering.as_ref().is_some_and(|s| s.id == queued_id) {
+            record.steering = None;
+        }
         record.senders.insert(turn_id.to_owned(), taken.sender.clone());
         crate::kept_turns::hold(record, crate::kept_turns::KeptTurn {
             id: turn_id.to_owned(),
@@ -216,7 +249,7 @@ impl Session {
             index: after.map_or(0, |(_, n)| n),
             ended: None,
         });
-        Some(taken)
+        Some((taken, kind))
     }
 
     /// The write taking queued message `queued_id` off `chat`'s queue as
@@ -231,9 +264,12 @@ impl Session {
             return None;
         }
         let started_at = sh.now.wall.to_iso();
-        let taken = self.take_queued_into_record(chat, &turn_id, &queued_id, &started_at)?;
-        crate::mark!("queued_message_started");
-        let removed = ChatPendingMessageRemovedAction { kind: PendingMessageKind::Queued, id: queued_id.clone() };
+        let (taken, kind) = self.take_queued_into_record(chat, &turn_id, &queued_id, &started_at)?;
+        match kind {
+            PendingMessageKind::Steering => crate::mark!("steering_held_as_next_turn"),
+            PendingMessageKind::Queued => crate::mark!("queued_message_started"),
+        }
+        let removed = ChatPendingMessageRemovedAction { kind, id: queued_id.clone() };
         self.emit(sh, chat, StateAction::ChatPendingMessageRemoved(removed), None);
         let start = ChatTurnStartedAction { turn_id, started_at, message: taken.message, queued_message_id: Some(queued_id), meta: None };
         self.apply_client_action(sh, chat, StateAction::ChatTurnStarted(start), None)

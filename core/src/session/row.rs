@@ -118,6 +118,7 @@ mod tests {
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
         };
         SessionRecord {
             format: RECORD_FORMAT,

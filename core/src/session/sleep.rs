@@ -69,7 +69,7 @@ impl Session {
     pub fn has_pending_messages(&self) -> bool {
         match self.resident.as_ref() {
             Some(r) => r.chats.values().any(|c| c.steering_message.is_some() || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())),
-            None => self.record.chats.iter().any(|c| !c.queued.is_empty()),
+            None => self.record.chats.iter().any(|c| c.steering.is_some() || !c.queued.is_empty()),
         }
     }
 

@@ -102,7 +102,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         turns,
         turns_next_cursor: None,
         active_turn: None,
-        steering_message: None,
+        steering_message: crate::session::pending::steering_state(chat),
         queued_messages: crate::session::pending::queued_state(chat),
         draft: chat.draft.as_deref().cloned(),
         meta: None,

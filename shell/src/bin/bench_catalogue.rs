@@ -442,6 +442,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             kept: Vec::new(),
             draft: None,
             queued: Vec::new(),
+            steering: None,
         }],
         changes: None,
         external: false,

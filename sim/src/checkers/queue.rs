@@ -36,6 +36,9 @@ enum Fate {
 #[derive(Debug, Clone, Default)]
 pub struct QueueHistory {
     fates: BTreeMap<(Uri, String), Fate>,
+    /// Each chat's steering message as last seen set: a new one replaces
+    /// it, which removes it with no removal of its own.
+    steering: BTreeMap<Uri, String>,
     /// The last `serverSeq` read: an envelope goes to each subscriber as an
     /// effect of its own, and is read once.
     last_seq: u64,
@@ -56,12 +59,19 @@ impl QueueHistory {
         self.last_seq = envelope.server_seq;
         let chat = &envelope.channel;
         match &envelope.action {
-            StateAction::ChatPendingMessageSet(a) if a.kind == PendingMessageKind::Queued => {
+            StateAction::ChatPendingMessageSet(a) => {
+                if a.kind == PendingMessageKind::Steering {
+                    if let Some(before) = self.steering.insert(chat.clone(), a.id.clone()) {
+                        if let Some(fate @ Fate::Queued) = self.fates.get_mut(&(chat.clone(), before)) {
+                            *fate = Fate::Removed;
+                        }
+                    }
+                }
                 self.fates.insert((chat.clone(), a.id.clone()), Fate::Queued);
             }
             // A client's removal; the host's own (no origin) is followed by
             // the turn the message becomes.
-            StateAction::ChatPendingMessageRemoved(a) if a.kind == PendingMessageKind::Queued && envelope.origin.is_some() => {
+            StateAction::ChatPendingMessageRemoved(a) if envelope.origin.is_some() => {
                 if let Some(fate) = self.fates.get_mut(&(chat.clone(), a.id.clone())) {
                     *fate = Fate::Removed;
                 }
@@ -95,7 +105,7 @@ impl QueueHistory {
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
             let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
-            if record.queued.iter().any(|m| m.id == *id) {
+            if record.queued.iter().any(|m| m.id == *id) || record.steering.as_ref().is_some_and(|s| s.id == *id) {
                 continue;
             }
             if record.senders.get(id).is_some() || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some()) {

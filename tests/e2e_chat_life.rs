@@ -178,3 +178,32 @@ async fn a_queued_message_runs_once_after_a_restart() {
     assert_eq!(state.turns.first().map(|t| t.state.clone()), Some(TurnState::Cancelled), "the stop cancelled t1");
     c.shutdown().await;
 }
+
+/// A steering message sent while a turn runs is shown as the chat's
+/// `steeringMessage`; a second one replaces it. No agent takes one into its
+/// running turn yet (echo and ACP alike), so it is held and runs as the
+/// next turn, before the messages queued earlier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_message_is_held_and_runs_before_the_queue() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _, _) = connect_init(&daemon.url, "steer").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = new_session(&c).await;
+    send(&c, &chat, user_turn("t1", "/slow 600000")).await;
+    follow_chat(&mut sub, &mut state, "t1 runs", |_, s| s.active_turn.is_some()).await;
+    send(&c, &chat, queue("q1", "queued first")).await;
+    let steer = |id: &str, text: &str| {
+        StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction { kind: PendingMessageKind::Steering, id: id.to_owned(), message: user_message(text) })
+    };
+    send(&c, &chat, steer("s1", "go left")).await;
+    send(&c, &chat, steer("s2", "no, go right")).await;
+    follow_chat(&mut sub, &mut state, "s2 steers", |_, s| s.steering_message.as_ref().is_some_and(|m| m.id == "s2")).await;
+    assert_eq!(queued_ids(&state), ["q1"]);
+    send(&c, &chat, StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: "t1".into(), duration: 0, meta: None })).await;
+    let seen = until_queue_drained(&mut sub, &mut state, "q1").await;
+    let starts: Vec<String> = queued_starts(&seen).into_iter().map(|(_, id, _)| id).collect();
+    assert_eq!(starts, ["s2", "q1"], "the steering message first, then the queue");
+    assert!(state.steering_message.is_none());
+    assert!(!state.turns.iter().any(|t| t.message.text == "go left"), "the replaced steering message never ran");
+    c.shutdown().await;
+}

@@ -136,3 +136,24 @@ fn a_record_written_before_queues_loads_with_none() {
     let back: SessionRecord = serde_json::from_str(&serde_json::to_string(&record).expect("encode")).expect("decode");
     assert_eq!(back, record);
 }
+
+#[test]
+fn a_steering_message_is_kept_replaced_and_run_before_the_queue() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let chat = two_queued(&mut h, &mut disk);
+    for (seq, id) in [(4, "s1"), (5, "s2")] {
+        h.dispatch(1, &chat, seq, json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": id, "message": {"text": format!("steer {id}"), "origin": {"kind": "user"}}}));
+    }
+    // An id that names a queued message cannot also steer.
+    h.dispatch(1, &chat, 6, json!({"type": "chat/pendingMessageSet", "kind": "steering", "id": "q1", "message": {"text": "x", "origin": {"kind": "user"}}}));
+    h.durable(&mut disk);
+    let record = disk.values().next().expect("stored");
+    assert_eq!(record.chats[0].steering.as_ref().map(|s| s.id.as_str()), Some("s2"), "one steering message, the last");
+    agent_ends(&mut h, &chat, "t1");
+    h.durable(&mut disk);
+    assert_eq!(sends(&h.settle_backend()), [("s2".to_owned(), "steer s2".to_owned())], "held, then run first");
+    let record = disk.values().next().expect("stored");
+    assert!(record.chats[0].steering.is_none());
+    assert_eq!(record.chats[0].queued.len(), 2);
+}

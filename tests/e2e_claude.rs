@@ -416,3 +416,36 @@ async fn claude_code_refuses_a_rewind_clearly_and_keeps_its_turns() {
     assert!(markdown(state.turns.last().expect("a turn")).contains("Stub says: still there?"));
     c.shutdown().await;
 }
+
+/// A message queued while the real agent answers runs as its next turn
+/// (issue 23): the host takes it off the queue when the first turn ends and
+/// sends it to Claude Code as any turn, recorded with its `queuedMessageId`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_runs_a_queued_message_as_the_next_turn() {
+    use ahp::ahp_types::actions::ChatPendingMessageSetAction;
+    use ahp::ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-queue").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+
+    within("dispatch", c.dispatch(chat.clone(), user_turn("t1", "/long 40"))).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "the long reply streams", |env, _| matches!(env.action, StateAction::ChatDelta(_))).await;
+    let message = Message { text: "queued for claude".to_owned(), origin: MessageOrigin { kind: MessageKind::User }, attachments: None, model: None, agent: None, meta: None };
+    let queue = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction { kind: PendingMessageKind::Queued, id: "q1".to_owned(), message });
+    within("queue", c.dispatch(chat.clone(), queue)).await.expect("queue");
+    let seen = follow_chat(&mut sub, &mut state, "the queued message runs after t1", |_, s| {
+        s.active_turn.is_none() && s.queued_messages.is_none() && s.turns.iter().any(|t| t.id == "q1")
+    })
+    .await;
+    assert!(
+        seen.iter().any(|e| matches!(&e.action, StateAction::ChatTurnStarted(a) if a.queued_message_id.as_deref() == Some("q1"))),
+        "the turn names the queued message"
+    );
+    let states: Vec<(&str, TurnState)> = state.turns.iter().map(|t| (t.id.as_str(), t.state)).collect();
+    assert_eq!(states, [("t1", TurnState::Complete), ("q1", TurnState::Complete)], "{:?}", state.turns);
+    let reply = markdown(state.turns.last().expect("q1"));
+    assert!(reply.contains("Stub says: queued for claude"), "the real agent answered the queued message: {reply:?}");
+    c.shutdown().await;
+}

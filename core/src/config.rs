@@ -153,6 +153,19 @@ pub struct Limits {
     /// `Input::Disconnected`.
     #[serde(default = "default_outgoing_buffer_max_bytes")]
     pub outgoing_buffer_max_bytes: usize,
+    /// Most queued messages one chat holds at once (`chat/pendingMessageSet`
+    /// of kind `queued`), in messages. One more is refused unapplied with a
+    /// reason that says so; replacing a queued message in place is not
+    /// counted again. Each is kept in the session's record until it runs.
+    #[serde(default = "default_queued_messages_per_chat")]
+    pub queued_messages_per_chat: usize,
+}
+
+/// The default `queued_messages_per_chat`: 32 messages.
+pub const QUEUED_MESSAGES_PER_CHAT: usize = 32;
+
+fn default_queued_messages_per_chat() -> usize {
+    QUEUED_MESSAGES_PER_CHAT
 }
 
 /// The default grace running turns get after a stop is asked, in ms
@@ -194,6 +207,7 @@ impl Default for Limits {
             pending_requests_per_conn: 256,
             connections_max: CONNECTIONS_MAX,
             outgoing_buffer_max_bytes: OUTGOING_BUFFER_MAX_BYTES,
+            queued_messages_per_chat: QUEUED_MESSAGES_PER_CHAT,
         }
     }
 }

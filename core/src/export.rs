@@ -234,6 +234,8 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
         });
         turns.insert(uri, chat_turns);
     }
@@ -309,6 +311,8 @@ mod tests {
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
             }],
             changes: None,
             external: false,

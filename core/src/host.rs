@@ -40,6 +40,7 @@ mod detached;
 mod discovery;
 mod git;
 mod ops;
+mod pending;
 mod requests;
 mod shared;
 
@@ -328,6 +329,11 @@ pub struct HostView<'a> {
 }
 
 impl HostView<'_> {
+    /// Whether a graceful stop was asked (no new turn starts then).
+    pub fn stopping(&self) -> bool {
+        self.host.stopping()
+    }
+
     /// Whether a pass over a backend's transcripts is being merged (its
     /// slices may list sessions again, asleep, in any input).
     pub fn merging_scan(&self) -> bool {

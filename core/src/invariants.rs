@@ -42,6 +42,7 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_conversation_index_consistent", inv_conversation_index_consistent),
     ("inv_tombstone_index_consistent", inv_tombstone_index_consistent),
     ("inv_replay_buffer_window", inv_replay_buffer_window),
+    ("inv_queue_never_stalls", inv_queue_never_stalls),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -59,6 +60,7 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_settled_row_not_resident", inv_settled_row_not_resident),
     ("inv_chat_flags_in_step", inv_chat_flags_in_step),
     ("inv_fork_starts_with_its_source", inv_fork_starts_with_its_source),
+    ("inv_queue_matches_record", inv_queue_matches_record),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -233,6 +235,61 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
 pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
     if matches!(s.announcement, crate::session::Announcement::Settled) && s.resident.is_some() {
         return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
+    }
+    Ok(())
+}
+
+/// Issue 23, "a queued message is never lost across a restart nor run
+/// twice": what a chat's state shows queued (`queuedMessages`, advanced by
+/// the `ahp` reducer over what was echoed) is exactly its record's queue,
+/// the same ids and messages in the same order, after every input. Every
+/// queue change is echoed only once written ahead into the record, and a
+/// message leaves the queue in the same durable write that records the
+/// turn it became (`crate::session::pending`), so what a client was shown
+/// queued is what a restart reads back.
+pub fn inv_queue_matches_record(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    let Some(resident) = s.resident.as_ref() else { return Ok(()) };
+    for chat in &s.record.chats {
+        let Some(state) = resident.chats.get(&chat.resource) else { continue };
+        let shown = state.queued_messages.as_deref().unwrap_or_default();
+        let same = shown.len() == chat.queued.len() && shown.iter().zip(&chat.queued).all(|(a, b)| a.id == b.id && a.message == b.message);
+        let steering_same = match (&state.steering_message, &chat.steering) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.id == b.id && a.message == b.message,
+            _ => false,
+        };
+        if !steering_same {
+            return fail("inv_queue_matches_record", format!("{uri} chat {} shows another steering message than its record holds", chat.resource));
+        }
+        if !same {
+            let ids = |v: Vec<&str>| v.join(",");
+            return fail("inv_queue_matches_record", format!(
+                "{uri} chat {} shows queued [{}] but its record holds [{}]",
+                chat.resource,
+                ids(shown.iter().map(|m| m.id.as_str()).collect()),
+                ids(chat.queued.iter().map(|m| m.id.as_str()).collect())
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Issue 23, "when the turn ends the host removes the first and starts it
+/// as the next turn, in order": after every input, no live session (not
+/// stopping) leaves a queued message waiting in a chat that runs no turn
+/// and has no send waiting, with no write of its own in flight or queued
+/// (one start is parked at a time: `Session::queue_due` is what the host
+/// asks). A queue waits only while its session sleeps ("wakes nothing by
+/// itself") or the host stops.
+pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
+    if view.stopping() {
+        return Ok(());
+    }
+    for uri in view.held {
+        let Some(s) = view.sessions.get(uri) else { continue };
+        if let Some(chat) = s.queue_due(false) {
+            return fail("inv_queue_never_stalls", format!("{uri} chat {chat} holds a queued message with no turn running, and none starts"));
+        }
     }
     Ok(())
 }

@@ -182,6 +182,8 @@ mod tests {
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
         }
     }
 

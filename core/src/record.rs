@@ -277,6 +277,36 @@ pub struct ChatRecord {
     /// wherever it is read (`session::fork::with_seed`).
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
     pub seed: Vec<ahp_types::state::Turn>,
+    /// The chat's queued messages (`chat/pendingMessageSet` of kind
+    /// `queued`), in the order they run, each with who queued it: written
+    /// ahead of their echo like a turn's sender (docs/DECISIONS.md, 2), so
+    /// an acknowledged queued message is never lost across a restart, and
+    /// taken off in the same write that records the turn it became, so it
+    /// never runs twice (`crate::session::pending`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
+    pub queued: Vec<QueuedMessage>,
+    /// The chat's steering message (`chat/pendingMessageSet` of kind
+    /// `steering`), with who sent it, kept like a queued message. No
+    /// backend takes one into its running turn yet: it is held and runs as
+    /// the chat's next turn, before the queued ones
+    /// (`crate::session::pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steering: Option<Box<QueuedMessage>>,
+}
+
+/// One queued message of a chat ([`ChatRecord::queued`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedMessage {
+    /// The client's id for it (`PendingMessage.id`).
+    pub id: String,
+    /// The message the turn it becomes starts with.
+    pub message: ahp_types::state::Message,
+    /// Who queued it (as a turn's sender: the principal, or the client id
+    /// on a host with no users directory): the turn it becomes is recorded
+    /// as sent by them.
+    #[serde(default)]
+    pub sender: String,
 }
 
 /// A list read with no spare room, for a record's lists: parsing grows a
@@ -321,6 +351,8 @@ impl ChatRecord {
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
         }
     }
 }
@@ -336,6 +368,7 @@ impl SessionRecord {
         self.shared_trees.shrink_to_fit();
         for chat in &mut self.chats {
             chat.kept.shrink_to_fit();
+            chat.queued.shrink_to_fit();
         }
     }
 

@@ -185,6 +185,10 @@ struct ServeArgs {
     /// it is dropped [default: 8388608].
     #[arg(long, env = "AHPD_LIMIT_OUTGOING_BUFFER_MAX_BYTES", value_name = "BYTES")]
     limit_outgoing_buffer_max_bytes: Option<usize>,
+    /// Most queued messages one chat holds at once; one more is refused
+    /// [default: 32].
+    #[arg(long, env = "AHPD_LIMIT_QUEUED_MESSAGES_PER_CHAT", value_name = "N")]
+    limit_queued_messages_per_chat: Option<usize>,
 }
 
 impl ServeArgs {
@@ -227,6 +231,7 @@ impl ServeArgs {
                 pending_requests_per_conn: self.limit_pending_requests_per_conn,
                 connections_max: self.limit_connections_max,
                 outgoing_buffer_max_bytes: self.limit_outgoing_buffer_max_bytes,
+                queued_messages_per_chat: self.limit_queued_messages_per_chat,
             },
         }
     }

@@ -186,7 +186,7 @@ pub struct Client {
     watermark: u64,
     conn_last_seq: u64,
     client_seq: i64,
-    turns: u64,
+    pub(crate) turns: u64,
     /// The `listSessions` walk in progress.
     pub walk: Option<Walk>,
     /// Sessions this client has heard of.
@@ -451,6 +451,7 @@ impl Client {
             if ctx.awareness.enabled { 2 } else { 0 }, // 16 ahpd/listPeers
             if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
             4,                                   // 18 a chat's shape (`chat_shape.rs`)
+            8,                                   // 19 queue, remove, reorder (pending.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -623,6 +624,7 @@ impl Client {
             }
             17 => out.extend(self.git_action(rng, &session)),
             18 => out.extend(crate::chat_shape::think(self, rng, &session, &chat)),
+            19 => out.extend(self.pending_action(rng, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

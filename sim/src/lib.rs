@@ -22,6 +22,7 @@ pub mod clients;
 pub mod marks;
 pub mod git;
 pub mod options;
+pub mod pending;
 pub mod queue;
 pub mod range;
 pub mod registry;

@@ -115,6 +115,13 @@ pub const EXPECTED: &[&str] = &[
     // Reconnect: the replay buffer, or snapshots past its window.
     "reconnect_replayed",
     "reconnect_answered_with_snapshots",
+    // A chat's queued messages (issue 23).
+    "queued_start_parked",
+    "queued_message_started",
+    "queued_start_not_saved",
+    "queue_full_refused",
+    "sleep_refused_pending_message",
+    "steering_held_as_next_turn",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

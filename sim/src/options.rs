@@ -292,6 +292,8 @@ impl Options {
                 Some(list) => ahpd_core::trust::Trust::of(list),
                 None => ahpd_core::trust::Trust::default(),
             },
+            // Small, so a client's queue reaches the limit (issue 23).
+            limits: ahpd_core::config::Limits { queued_messages_per_chat: 4, ..Default::default() },
             ..Config::default()
         }
     }

@@ -241,7 +241,7 @@ impl World {
         };
         world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.rows_agreed = vec![None; world.clients.len()];
-        world.history.on_host_start(&world.host.view());
+        let _ = world.history.on_host_start(&world.host.view());
         world.grants.on_host_start(&world.host.view());
         world.residency.on_host_start(&world.host.view());
         for client in 0..world.clients.len() {
@@ -912,7 +912,7 @@ impl World {
         // A new process: no mirror has been compared with its state yet.
         self.stale.iter_mut().for_each(checkers::Stale::all);
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));
-        self.history.on_host_start(&self.host.view());
+        self.history.on_host_start(&self.host.view()).map_err(|v| self.violation(v))?;
         self.grants.on_host_start(&self.host.view());
         self.residency.on_host_start(&self.host.view());
         checkers::check_restart(&pre, &self.store, &self.host.view()).map_err(|v| self.violation(v))?;

@@ -272,6 +272,8 @@ impl Host {
         if checkpoint {
             self.checkpoint_turn(session_uri);
         }
+        // The chat's next queued message, if one is due.
+        self.start_queued_if_due(session_uri, false);
     }
 
     /// Sends `session/ready` once the session's first turn went to its
@@ -299,6 +301,7 @@ impl Host {
                 (true, _) => crate::mark!("sleep_refused_waking"),
                 (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
                 (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
+                (_, Some(SleepRefusal::WorkInHand)) if s.has_pending_messages() => crate::mark!("sleep_refused_pending_message"),
                 (_, Some(SleepRefusal::WorkInHand)) => crate::mark!("sleep_refused_work_in_hand"),
                 (_, Some(SleepRefusal::Watched)) => crate::mark!("sleep_refused_watched"),
                 _ => {}
@@ -512,6 +515,9 @@ impl Host {
                         }
                     }
                 }
+                // A queue that waited in the record (a restart, an agent
+                // that exited) goes on now that the session is live.
+                self.start_queued_if_due(uri, false);
             }
         }
     }

@@ -519,6 +519,8 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     forgetting: Vec::new(),
     origin: None,
     seed: Vec::new(),
+    queued: Vec::new(),
+    steering: None,
     }
 }
 

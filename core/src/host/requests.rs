@@ -750,6 +750,9 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // A rewind: the turns it takes away are written ahead, then the
         // backend forgets them (`session/rewind.rs`).
         ChatTruncated(_) => Some(Kind::Durable),
+        // A chat's queue is the host's own, like a turn's sender
+        // (`crate::session::pending`).
+        ChatPendingMessageSet(_) | ChatPendingMessageRemoved(_) | ChatQueuedMessagesReordered(_) => Some(Kind::Durable),
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
         _ => None,
     }
@@ -874,6 +877,7 @@ impl Host {
                 stopping: self.stopping(),
                 forgets: self.shared.agent_forgets(&session.record.provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
+                queued_messages_per_chat: self.shared.config.limits.queued_messages_per_chat,
                 trusted: &trusted,
             };
             session.check_client_action(&q, &rules)
@@ -933,11 +937,13 @@ impl Host {
                 self.finish_create_chat(session_uri, conn, id, *chat, initial_message.map(|m| *m), failure)
             }
             (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
+            (ParkedWork::StartQueued { chat, turn_id, queued_id }, failure) => self.finish_queued_start(session_uri, chat, turn_id, queued_id, failure),
         }
         if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.work.put_owed)) {
             self.store_put(session_uri);
         }
         self.drain_inbox(session_uri);
+        self.start_queued_if_due(session_uri, false);
     }
 
     /// Takes queued actions in order until one parks again.
@@ -1008,6 +1014,9 @@ impl Host {
                     // Before the residency check: a live session archived now
                     // lets its agents go there, which takes its trees then.
                     Some(ActionNext::Archived(archived)) => self.trees_follow_archive(session_uri, archived),
+                    // A message queued in an idle chat starts at once, and
+                    // its start wakes a sleeping session as any send does.
+                    Some(ActionNext::QueueChanged(_)) => self.start_queued_if_due(session_uri, true),
                 }
             }
         }

@@ -30,6 +30,9 @@ pub enum ActionNext {
     TurnCancelled,
     /// The session's archived bit is now this: its trees follow.
     Archived(bool),
+    /// This chat's queue changed (`crate::session::pending`): a queued
+    /// message may be due now.
+    QueueChanged(Uri),
 }
 
 /// Whether a session takes a client action now ([`Session::admit_action`]).
@@ -57,6 +60,8 @@ pub struct ActionRules<'a> {
     /// The largest message or draft text taken, in bytes
     /// (`Limits::message_text_max_bytes`).
     pub message_text_max_bytes: usize,
+    /// Most queued messages one chat holds (`Limits::queued_messages_per_chat`).
+    pub queued_messages_per_chat: usize,
     /// Whether agents may run in a folder a client adds (Sessions page,
     /// "Isolation and worktrees"); `Err` is the reason a client reads.
     pub trusted: &'a dyn Fn(&Uri) -> Result<(), String>,
@@ -146,6 +151,9 @@ impl Session {
                 }
                 let resident = session.resident.as_ref().ok_or("the session's state is not loaded")?;
                 let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
+                if crate::session::pending::is_pending_action(action) {
+                    return crate::session::pending::check(action, chat, rules);
+                }
                 match action {
                     StateAction::ChatTurnStarted(a) => {
                         if rules.stopping {
@@ -247,6 +255,7 @@ impl Session {
                 self.apply_truncate(sh, channel, a, origin);
                 None
             }
+            action if crate::session::pending::is_pending_action(&action) => self.apply_pending_action(sh, channel, action, origin),
             StateAction::ChatToolCallConfirmed(a) => {
                 let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
                 if !self.emit(sh, channel, StateAction::ChatToolCallConfirmed(a), origin) {
@@ -311,6 +320,8 @@ impl Session {
             ParkedWork::Action(q) => self.write_ahead(q, sender),
             ParkedWork::CreateChat { chat, .. } => self.record.chats.push((**chat).clone()),
             ParkedWork::DisposeChat { chat, .. } => self.record.chats.retain(|c| c.resource != *chat),
+            // Parked by `Session::park_queued_start`, never here.
+            ParkedWork::StartQueued { .. } => {}
         }
         let op = self.store_put(sh);
         self.record = saved;
@@ -359,6 +370,7 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
                 chat.draft = d.draft.clone().map(Box::new);
             }
         }
+        action if crate::session::pending::is_pending_action(action) => crate::session::pending::apply_to_record(record, q, sender),
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
                 chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());

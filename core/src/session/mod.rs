@@ -14,6 +14,7 @@ pub mod git;
 pub mod lifecycle;
 pub mod mirror;
 pub mod rewind;
+pub mod pending;
 pub mod row;
 pub mod sleep;
 pub mod starts;
@@ -119,6 +120,17 @@ pub enum ParkedWork {
         chat: Box<crate::record::ChatRecord>,
         /// A first message to start the chat with.
         initial_message: Option<Box<Message>>,
+    },
+    /// Start `chat`'s queued message `queued_id` as turn `turn_id`
+    /// (`crate::session::pending`): the record already takes it off the
+    /// queue and names the turn's sender.
+    StartQueued {
+        /// The chat.
+        chat: Uri,
+        /// The turn it runs as.
+        turn_id: String,
+        /// The queued message's id.
+        queued_id: String,
     },
     /// Remove a chat (`disposeChat`) and answer request `id` on `conn`.
     DisposeChat {

@@ -120,6 +120,8 @@ mod tests {
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
         };
         SessionRecord {
             format: RECORD_FORMAT,

@@ -64,6 +64,15 @@ impl Session {
             && !watched()
     }
 
+    /// Whether a chat of the session holds a message pending, queued or
+    /// steering, in its state or (while the state is not held) its record.
+    pub fn has_pending_messages(&self) -> bool {
+        match self.resident.as_ref() {
+            Some(r) => r.chats.values().any(|c| c.steering_message.is_some() || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())),
+            None => self.record.chats.iter().any(|c| c.steering.is_some() || !c.queued.is_empty()),
+        }
+    }
+
     /// Whether the session has work in hand: a turn running, a message
     /// pending or queued or steering, a tool call or question waiting, a
     /// send not yet acknowledged, a store write parked, background work, or

@@ -103,8 +103,8 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         turns,
         turns_next_cursor: None,
         active_turn: None,
-        steering_message: None,
-        queued_messages: None,
+        steering_message: crate::session::pending::steering_state(chat),
+        queued_messages: crate::session::pending::queued_state(chat),
         draft: chat.draft.as_deref().cloned(),
         meta: None,
     }

@@ -444,6 +444,8 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             forgetting: Vec::new(),
             origin: None,
             seed: Vec::new(),
+            queued: Vec::new(),
+            steering: None,
         }],
         changes: None,
         external: false,

@@ -92,6 +92,7 @@ impl Frame {
             ("dispatchAction", Some(t)) => match t {
                 "session/titleChanged" | "session/isReadChanged" | "session/isArchivedChanged" | "session/configChanged"
                 | "chat/turnStarted" | "chat/turnCancelled" | "chat/toolCallConfirmed" | "chat/draftChanged"
+                | "chat/pendingMessageSet" | "chat/pendingMessageRemoved" | "chat/queuedMessagesReordered"
                 | "session/workingDirectorySet" | "session/workingDirectoryRemoved" | "session/workingDirectoryReplaced" => Some(true),
                 // A chat's shape (issue 23, part B): `session:mark`.
                 "chat/isReadChanged" | "chat/isArchivedChanged" | "chat/truncated" => Some(true),

@@ -21,6 +21,7 @@ pub mod grants;
 pub mod residency;
 pub mod awareness;
 pub mod trees;
+pub mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +61,8 @@ pub struct History {
     rewound: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
     removed_this_step: BTreeSet<Uri>,
     ready_unannounced: Vec<Uri>,
+    /// Every acknowledged queued message's fate (`queued_message_once`).
+    queued: queue::QueueHistory,
 }
 
 /// What the checker needs from before a step.
@@ -79,9 +82,11 @@ fn root_subscribers(view: &HostView<'_>) -> BTreeSet<ConnId> {
 
 impl History {
     /// A host (re)started: restored sessions count as announced.
-    pub fn on_host_start(&mut self, view: &HostView<'_>) {
+    pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
+        self.queued.on_host_start(view)?;
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
+        Ok(())
     }
 
     /// Notes what the step's checks compare against.
@@ -94,6 +99,7 @@ impl History {
 
     /// Rule 4, on each effect in the order the host returned them.
     pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
+        self.queued.on_effect(effect)?;
         let Effect::Send { message, .. } = effect else { return Ok(()) };
         match message {
             Outbound::Notification { method: "root/sessionAdded", params } => {
@@ -188,6 +194,7 @@ impl History {
                 return Err(breach("rule4_announce_order", format!("session/ready for {uri} before root/sessionAdded")));
             }
         }
+        self.queued.forget_gone(view);
         self.check_echoed_turns(view)
     }
 

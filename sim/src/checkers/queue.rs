@@ -1,0 +1,125 @@
+//! `queued_message_once` (issue 23): "a queued message starts exactly once,
+//! in order, after the turn before it ends", and "a queued message is never
+//! lost across a restart nor run twice".
+//!
+//! Seen from what the host sends: every queued message the host
+//! acknowledged (`chat/pendingMessageSet` echoed, which it does only once
+//! durable) is, from then on, still queued, or became exactly one turn
+//! (`chat/turnStarted` naming it as its `queuedMessageId`, once), or was
+//! removed by a client's echoed `chat/pendingMessageRemoved`. After a
+//! restart each one still queued is in its chat's record again: in its
+//! queue, or, when the write that started it was durable but its echo was
+//! lost in the crash, as the turn it became (a sender recorded under its
+//! id). The order within a queue is the core's
+//! `inv_queue_matches_record` with the `ahp` reducer's.
+
+use std::collections::BTreeMap;
+
+use ahp_types::actions::StateAction;
+use ahp_types::state::PendingMessageKind;
+use ahp_types::Uri;
+use ahpd_core::invariants::Violation;
+use ahpd_core::{Effect, HostView, Outbound};
+
+/// Where one acknowledged queued message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Still queued.
+    Queued,
+    /// Became a turn.
+    Started,
+    /// A client removed it.
+    Removed,
+}
+
+/// Every queued message the host acknowledged, by chat and id.
+#[derive(Debug, Clone, Default)]
+pub struct QueueHistory {
+    fates: BTreeMap<(Uri, String), Fate>,
+    /// Each chat's steering message as last seen set: a new one replaces
+    /// it, which removes it with no removal of its own.
+    steering: BTreeMap<Uri, String>,
+    /// The last `serverSeq` read: an envelope goes to each subscriber as an
+    /// effect of its own, and is read once.
+    last_seq: u64,
+}
+
+fn breach(detail: String) -> Violation {
+    Violation { rule: "queued_message_once", detail }
+}
+
+impl QueueHistory {
+    /// One effect of the host, in order.
+    pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
+        let Effect::Send { message: Outbound::Action(broadcast), .. } = effect else { return Ok(()) };
+        let envelope = broadcast.envelope();
+        if envelope.rejection_reason.is_some() || envelope.server_seq <= self.last_seq {
+            return Ok(());
+        }
+        self.last_seq = envelope.server_seq;
+        let chat = &envelope.channel;
+        match &envelope.action {
+            StateAction::ChatPendingMessageSet(a) => {
+                if a.kind == PendingMessageKind::Steering {
+                    if let Some(before) = self.steering.insert(chat.clone(), a.id.clone()) {
+                        if let Some(fate @ Fate::Queued) = self.fates.get_mut(&(chat.clone(), before)) {
+                            *fate = Fate::Removed;
+                        }
+                    }
+                }
+                self.fates.insert((chat.clone(), a.id.clone()), Fate::Queued);
+            }
+            // A client's removal; the host's own (no origin) is followed by
+            // the turn the message becomes.
+            StateAction::ChatPendingMessageRemoved(a) if envelope.origin.is_some() => {
+                if let Some(fate) = self.fates.get_mut(&(chat.clone(), a.id.clone())) {
+                    *fate = Fate::Removed;
+                }
+            }
+            StateAction::ChatTurnStarted(a) => {
+                let Some(id) = &a.queued_message_id else { return Ok(()) };
+                match self.fates.get_mut(&(chat.clone(), id.clone())) {
+                    Some(fate @ Fate::Queued) => *fate = Fate::Started,
+                    Some(Fate::Started) => return Err(breach(format!("{chat}: queued message {id} started a second turn ({})", a.turn_id))),
+                    Some(Fate::Removed) => return Err(breach(format!("{chat}: queued message {id} started after a client removed it"))),
+                    // Its echo reached no subscriber (a client may queue on
+                    // a chat it does not watch): nothing was seen of it.
+                    None => {
+                        self.fates.insert((chat.clone(), id.clone()), Fate::Started);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A host (re)started from the store: every acknowledged message still
+    /// queued whose chat the host still knows is in that chat's record,
+    /// queued or as the turn it became.
+    pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
+        self.last_seq = 0;
+        for ((chat, id), fate) in self.fates.iter_mut() {
+            if *fate != Fate::Queued {
+                continue;
+            }
+            let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
+            let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
+            if record.queued.iter().any(|m| m.id == *id) || record.steering.as_ref().is_some_and(|s| s.id == *id) {
+                continue;
+            }
+            if record.senders.get(id).is_some() || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some()) {
+                *fate = Fate::Started;
+                continue;
+            }
+            return Err(breach(format!("{chat}: acknowledged queued message {id} is gone after the restart")));
+        }
+        Ok(())
+    }
+
+    /// Forgets the messages of chats that are gone (disposed with their
+    /// queue): a chat made again under the URI starts with none.
+    pub fn forget_gone(&mut self, view: &HostView<'_>) {
+        self.fates.retain(|(chat, _), _| view.chats.contains_key(chat));
+    }
+}

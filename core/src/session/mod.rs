@@ -5,6 +5,7 @@ pub mod actions;
 pub mod agents;
 pub mod activity;
 pub mod changes;
+pub mod chat_index;
 pub mod chats;
 pub mod dispose;
 pub mod effects;

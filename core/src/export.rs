@@ -229,7 +229,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             senders: senders.into_iter().collect(),
             changes: None,
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
         });
         turns.insert(uri, chat_turns);
@@ -301,7 +301,7 @@ mod tests {
                 senders: [("t1".to_owned(), "alice".to_owned())].into_iter().collect(),
             changes: None,
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
             }],
             changes: None,

@@ -102,7 +102,7 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         chats: record
             .chats
             .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Vec::new(), draft: None, ..c.clone() })
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Default::default(), draft: None, ..c.clone() })
             .collect(),
         ..record.clone()
     }

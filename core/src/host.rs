@@ -276,7 +276,7 @@ pub(crate) struct Shared {
     pub(crate) conns: BTreeMap<ConnId, Conn>,
     /// Chat URI to its session's URI (the session table's own, shared,
     /// where the chat was listed with its session).
-    pub(crate) chats: BTreeMap<Uri, crate::session::table::SharedUri>,
+    pub(crate) chats: crate::session::chat_index::ChatIndex,
     /// The catalogue's order over announced sessions.
     pub(crate) catalogue: crate::catalogue::Index,
     /// Channels whose state this process ended (a session disposed or
@@ -317,7 +317,7 @@ pub struct HostView<'a> {
     /// Every connection, by id.
     pub conns: &'a BTreeMap<ConnId, Conn>,
     /// Chat URI to session URI.
-    pub chats: &'a BTreeMap<Uri, crate::session::table::SharedUri>,
+    pub chats: &'a crate::session::chat_index::ChatIndex,
     /// The catalogue's order.
     pub catalogue: &'a crate::catalogue::Index,
     /// Counters.
@@ -446,7 +446,7 @@ impl Host {
                 lru_clock: 0,
                 root,
                 conns: BTreeMap::new(),
-                chats: BTreeMap::new(),
+                chats: crate::session::chat_index::ChatIndex::new(),
                 catalogue: crate::catalogue::Index::default(),
                 retired: BTreeSet::new(),
                 ops: BTreeMap::new(),

@@ -177,7 +177,7 @@ mod tests {
             senders: Default::default(),
             changes: None,
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
             forgetting: Vec::new(),
             origin: None,

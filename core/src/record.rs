@@ -134,6 +134,115 @@ impl<'de> Deserialize<'de> for Settings {
     }
 }
 
+/// A chat record's rarely used list (`ChatRecord::written`, `kept`), held
+/// out of line: a `Vec` or a `BTreeSet` is 24 bytes inline, and most chats
+/// of a catalogue row have neither, so a chat pays one pointer until it
+/// has some (issue 21: memory per catalogue row). Reads through it see the
+/// list (an empty one when none is held); a write (`&mut` use) allocates
+/// it. Serialized, parsed and compared as the list.
+#[derive(Clone, Default)]
+pub struct Rare<T>(Option<Box<T>>);
+
+/// What [`Rare`] can hold: a list with an empty value every `Rare` of none
+/// reads as.
+pub trait RareList: Default + PartialEq + 'static {
+    /// Whether it holds nothing (then a `Rare` keeps none).
+    fn is_empty_list(&self) -> bool;
+    /// The empty list.
+    fn empty() -> &'static Self;
+}
+
+impl RareList for Vec<crate::kept_turns::KeptTurn> {
+    fn is_empty_list(&self) -> bool {
+        self.is_empty()
+    }
+
+    fn empty() -> &'static Self {
+        static EMPTY: Vec<crate::kept_turns::KeptTurn> = Vec::new();
+        &EMPTY
+    }
+}
+
+impl RareList for std::collections::BTreeSet<String> {
+    fn is_empty_list(&self) -> bool {
+        self.is_empty()
+    }
+
+    fn empty() -> &'static Self {
+        static EMPTY: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        &EMPTY
+    }
+}
+
+impl<T: RareList> Rare<T> {
+    /// Whether the list is empty (for `skip_serializing_if`).
+    pub fn is_empty(&self) -> bool {
+        self.0.as_deref().is_none_or(T::is_empty_list)
+    }
+}
+
+impl<T: RareList> From<T> for Rare<T> {
+    fn from(list: T) -> Rare<T> {
+        Rare((!list.is_empty_list()).then(|| Box::new(list)))
+    }
+}
+
+impl<T: RareList> std::ops::Deref for Rare<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.0.as_deref().unwrap_or_else(|| T::empty())
+    }
+}
+
+impl<T: RareList> std::ops::DerefMut for Rare<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.get_or_insert_with(Default::default)
+    }
+}
+
+impl<'a, T: RareList> IntoIterator for &'a Rare<T>
+where
+    &'a T: IntoIterator,
+{
+    type Item = <&'a T as IntoIterator>::Item;
+    type IntoIter = <&'a T as IntoIterator>::IntoIter;
+
+    fn into_iter(self) -> Self::IntoIter {
+        (**self).into_iter()
+    }
+}
+
+impl<T: RareList> PartialEq for Rare<T> {
+    fn eq(&self, other: &Rare<T>) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: RareList + std::fmt::Debug> std::fmt::Debug for Rare<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<T: RareList + Serialize> Serialize for Rare<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rare<Vec<crate::kept_turns::KeptTurn>> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<Vec<crate::kept_turns::KeptTurn>>, D::Error> {
+        exact_vec(deserializer).map(Rare::from)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rare<std::collections::BTreeSet<String>> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<std::collections::BTreeSet<String>>, D::Error> {
+        std::collections::BTreeSet::deserialize(deserializer).map(Rare::from)
+    }
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -249,13 +358,13 @@ pub struct ChatRecord {
     /// The files this chat's own tools were seen to write, across turns
     /// (absolute paths, at most `session::changes::WRITTEN_MAX`); the count of a
     /// chat that is not the default one.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
-    pub written: std::collections::BTreeSet<String>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub written: Rare<std::collections::BTreeSet<String>>,
     /// Turns the host keeps until the backend's history has them: echoed
     /// turns still running, and turns the host ended itself
     /// ([`crate::kept_turns`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub kept: Vec<crate::kept_turns::KeptTurn>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub kept: Rare<Vec<crate::kept_turns::KeptTurn>>,
     /// The chat's draft (`chat/draftChanged`), kept across sleep, eviction
     /// and restart; written without a wake (Sessions page, "Sleep and
     /// wake": "A config change and a draft are kept without a wake").
@@ -346,7 +455,7 @@ impl ChatRecord {
             senders: Senders::default(),
             changes: None,
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
             forgetting: Vec::new(),
             origin: None,
@@ -367,7 +476,9 @@ impl SessionRecord {
         self.working_directories.shrink_to_fit();
         self.shared_trees.shrink_to_fit();
         for chat in &mut self.chats {
-            chat.kept.shrink_to_fit();
+            if !chat.kept.is_empty() {
+                chat.kept.shrink_to_fit();
+            }
             chat.queued.shrink_to_fit();
         }
     }
@@ -443,6 +554,27 @@ mod tests {
             assert_eq!(record.config.is_empty(), config == "{}");
             assert_eq!(record.provider.as_str(), provider);
         }
+    }
+
+    /// A chat's `written` and `kept` come back byte for byte whether it has
+    /// them or not, and a chat without them holds none (each one pointer).
+    #[test]
+    fn a_chats_rare_lists_are_written_back_byte_for_byte() {
+        let kept = r#"[{"id":"t1","startedAt":"2026-12-01T00:00:00.000Z","message":{"text":"hi","origin":{"kind":"user"}},"index":0}]"#;
+        for extra in [String::new(), r#","written":["/w/a","/w/b"]"#.to_owned(), format!(r#","kept":{kept}"#), format!(r#","written":["/w/a"],"kept":{kept}"#)] {
+            let text = format!(r#"{{"resource":"ahp-chat:/x","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}{extra}}}"#);
+            let chat: ChatRecord = serde_json::from_str(&text).expect("the chat parses");
+            assert_eq!(serde_json::to_string(&chat).expect("encodes"), text);
+            assert_eq!(chat.written.0.is_some(), extra.contains("written"), "held only when there is some: {extra}");
+            assert_eq!(chat.kept.0.is_some(), extra.contains("kept"), "held only when there is some: {extra}");
+            assert_eq!(chat.kept.len(), usize::from(extra.contains("kept")));
+        }
+        let mut chat = ChatRecord::new_chat("ahp-chat:/x".to_owned(), "c".to_owned(), crate::time::WallTime(0));
+        assert!(chat.written.is_empty() && chat.kept.is_empty());
+        assert_eq!(chat, ChatRecord { written: Rare(Some(Box::default())), ..chat.clone() }, "an empty list held equals none");
+        chat.written.insert("/w/a".to_owned());
+        assert!(chat.written.contains("/w/a"));
+        assert!(serde_json::to_string(&chat).expect("encodes").contains(r#""written":["/w/a"]"#));
     }
 
     /// Settings read the same whether held or not; a write allocates them,

@@ -514,7 +514,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
         senders: Default::default(),
     changes: None,
     written: Default::default(),
-    kept: Vec::new(),
+    kept: Default::default(),
     draft: None,
     forgetting: Vec::new(),
     origin: None,

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod activity;
 pub mod changes;
 pub mod chat_flags;
+pub mod chat_index;
 pub mod chats;
 pub mod dispose;
 pub mod effects;

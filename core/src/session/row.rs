@@ -115,7 +115,7 @@ mod tests {
             senders: Default::default(),
             changes: (i == 1 && changes).then(|| Box::new(ChangesSummary { additions: None, deletions: None, files: Some(4) })),
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
             forgetting: Vec::new(),
             origin: None,

@@ -439,7 +439,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             senders: Default::default(),
             changes: None,
             written: Default::default(),
-            kept: Vec::new(),
+            kept: Default::default(),
             draft: None,
             forgetting: Vec::new(),
             origin: None,

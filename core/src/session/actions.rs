@@ -172,13 +172,7 @@ impl Session {
                         if chat.active_turn.is_some() || session.work.pending_sends.iter().any(|(c, _, _)| *c == q.channel) {
                             return Err("a turn is already running in this chat".into());
                         }
-                        if chat.turns.iter().any(|t| t.id == a.turn_id) {
-                            return Err("that turn id was already used in this chat".into());
-                        }
-                        // A rewound turn's id, while its forget is owed
-                        // (`session/rewind.rs`): a new turn under it would
-                        // be left out with it.
-                        if session.record.chats.iter().any(|c| c.resource == q.channel && c.forgetting.contains(&a.turn_id)) {
+                        if session.turn_id_taken(&q.channel, chat, &a.turn_id) {
                             return Err("that turn id was already used in this chat".into());
                         }
                         if a.queued_message_id.is_some() {
@@ -343,9 +337,20 @@ impl Session {
         }
     }
 
+    /// Whether `id` may not name a new turn of chat `channel` (held state
+    /// `chat`): a turn of the chat has it, the running one included, or a
+    /// rewound turn whose forget is still owed (`session/rewind.rs`: a new
+    /// turn under it would be left out with it). The one rule for a
+    /// client's turn and a queued message's (`crate::session::pending`).
+    pub(crate) fn turn_id_taken(&self, channel: &Uri, chat: &ahp_types::state::ChatState, id: &str) -> bool {
+        chat.turns.iter().any(|t| t.id == id)
+            || chat.active_turn.as_ref().is_some_and(|t| t.id == id)
+            || self.record.chats.iter().any(|c| c.resource == *channel && c.forgetting.iter().any(|f| f == id))
+    }
+
     /// The id of `chat`'s last ended turn and how many it has, as the
     /// session's state holds them (a started turn's place).
-    fn last_turn(&self, chat: &Uri) -> Option<(String, usize)> {
+    pub(crate) fn last_turn(&self, chat: &Uri) -> Option<(String, usize)> {
         let turns = &self.resident.as_ref()?.chats.get(chat)?.turns;
         turns.last().map(|t| (t.id.clone(), turns.len()))
     }
@@ -373,21 +378,28 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
         action if crate::session::pending::is_pending_action(action) => crate::session::pending::apply_to_record(record, q, sender),
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
-                chat.senders.insert(a.turn_id.clone(), sender.unwrap_or_default());
-                // Durable history from its echo on: kept until the backend
-                // has it (`crate::kept_turns`).
-                crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
-                    id: a.turn_id.clone(),
-                    started_at: a.started_at.clone(),
-                    message: a.message.clone(),
-                    after: after.map(|(id, _)| id.to_owned()),
-                    index: after.map_or(0, |(_, n)| n),
-                    ended: None,
-                });
+                record_turn_start(chat, &a.turn_id, &a.started_at, &a.message, sender.unwrap_or_default(), after);
             }
         }
         _ => {}
     }
+}
+
+/// Writes a started turn into `chat`'s record, the one way for a client's
+/// turn and a queued message's alike (`crate::session::pending`): who sent
+/// it, and the turn kept from its echo on until the backend has it
+/// (`crate::kept_turns`). `after` is the chat's last turn id and turn
+/// count (the turn's place).
+pub(crate) fn record_turn_start(chat: &mut crate::record::ChatRecord, turn_id: &str, started_at: &str, message: &Message, sender: String, after: Option<(&str, usize)>) {
+    chat.senders.insert(turn_id.to_owned(), sender);
+    crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
+        id: turn_id.to_owned(),
+        started_at: started_at.to_owned(),
+        message: message.clone(),
+        after: after.map(|(id, _)| id.to_owned()),
+        index: after.map_or(0, |(_, n)| n),
+        ended: None,
+    });
 }
 
 /// A client moved the session's root to another folder (`record` already

@@ -156,17 +156,18 @@ pub fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Opt
     }
 }
 
-/// The turn id a queued message runs as: its own id when no turn of the
-/// chat has it, else the first of `<id>.2`, `<id>.3`, ... that is free.
-fn turn_id_for(chat: &ChatState, record: &ChatRecord, id: &str) -> String {
-    let taken = |t: &str| chat.turns.iter().any(|x| x.id == t) || chat.active_turn.as_ref().is_some_and(|a| a.id == t) || record.senders.get(t).is_some();
-    if !taken(id) {
-        return id.to_owned();
-    }
-    (2..).map(|n| format!("{id}.{n}")).find(|t| !taken(t)).unwrap_or_default()
-}
 
 impl Session {
+    /// The turn id a queued message runs as: its own id when it may name a
+    /// new turn of `chat` ([`Session::turn_id_taken`], the rule a client's
+    /// turn is held to), else the first of `<id>.2`, `<id>.3`, ... that may.
+    fn turn_id_for(&self, chat: &Uri, state: &ChatState, id: &str) -> String {
+        if !self.turn_id_taken(chat, state, id) {
+            return id.to_owned();
+        }
+        (2..).map(|n| format!("{id}.{n}")).find(|t| !self.turn_id_taken(chat, state, t)).unwrap_or_default()
+    }
+
     /// Applies a checked and durable pending-message action from a client
     /// on `channel` (the reducer, the echo with `origin`, the chat
     /// mirrored). `Some(ActionNext::QueueChanged)` tells the host to see
@@ -209,7 +210,7 @@ impl Session {
         let Some(record) = self.record.chats.iter().find(|c| c.resource == *chat) else { return };
         let Some(first) = record.steering.as_deref().or(record.queued.first()) else { return };
         let Some(state) = self.resident.as_ref().and_then(|r| r.chats.get(chat)) else { return };
-        let turn_id = turn_id_for(state, record, &first.id);
+        let turn_id = self.turn_id_for(chat, state, &first.id);
         let queued_id = first.id.clone();
         let saved = self.record.clone();
         self.take_queued_into_record(chat, &turn_id, &queued_id, &sh.now.wall.to_iso());
@@ -226,7 +227,7 @@ impl Session {
     /// the queue, its sender as the turn's, the turn kept. Returns the
     /// message, or `None` when the queue no longer holds it.
     fn take_queued_into_record(&mut self, chat: &Uri, turn_id: &str, queued_id: &str, started_at: &str) -> Option<(QueuedMessage, PendingMessageKind)> {
-        let after = self.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.turns.last().map(|t| (t.id.clone(), c.turns.len())));
+        let after = self.last_turn(chat);
         let record = self.record.chats.iter_mut().find(|c| c.resource == *chat)?;
         let (taken, kind) = if record.steering.as_ref().is_some_and(|s| s.id == queued_id) {
             (*record.steering.take()?, PendingMessageKind::Steering)
@@ -240,15 +241,8 @@ impl Session {
         if record.steering.as_ref().is_some_and(|s| s.id == queued_id) {
             record.steering = None;
         }
-        record.senders.insert(turn_id.to_owned(), taken.sender.clone());
-        crate::kept_turns::hold(record, crate::kept_turns::KeptTurn {
-            id: turn_id.to_owned(),
-            started_at: started_at.to_owned(),
-            message: taken.message.clone(),
-            after: after.as_ref().map(|(id, _)| id.clone()),
-            index: after.map_or(0, |(_, n)| n),
-            ended: None,
-        });
+        let after = after.as_ref().map(|(id, n)| (id.as_str(), *n));
+        crate::session::actions::record_turn_start(record, turn_id, started_at, &taken.message, taken.sender.clone(), after);
         Some((taken, kind))
     }
 

@@ -70,13 +70,12 @@ pub fn record_truncation(record: &mut SessionRecord, chat: &Uri, dropped: &[Stri
 }
 
 impl Session {
-    /// The checks a `chat/truncated` must pass (module docs): on a chat
-    /// channel, a backend that forgets, no turn running or waiting to be
+    /// The checks a `chat/truncated` on chat `channel` must pass (module
+    /// docs): a backend that forgets, no turn running or waiting to be
     /// sent in the chat, and a kept turn that the chat holds.
     pub fn check_truncate(&self, channel: &Uri, action: &ChatTruncatedAction, forgets: bool) -> Result<(), String> {
-        if *channel == self.record.resource {
-            return Err("a chat action must be dispatched on a chat channel".into());
-        }
+        // On a chat channel: `check_client_action` refused a session channel
+        // before it reached here.
         if !forgets {
             crate::mark!("rewind_refused_cannot_forget");
             return Err(CANNOT_FORGET.into());

@@ -290,6 +290,11 @@ pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
         if let Some(chat) = s.queue_due(false) {
             return fail("inv_queue_never_stalls", format!("{uri} chat {chat} holds a queued message with no turn running, and none starts"));
         }
+        // A start the store refused waits for its retry, which fires once
+        // due (`Host::retry_queued_starts`): never left overdue.
+        if let Some(at) = s.work.queue_retry_at.filter(|at| *at <= view.now.mono) {
+            return fail("inv_queue_never_stalls", format!("{uri}'s refused queued start was due at {} and was not tried again", at.0));
+        }
     }
     Ok(())
 }

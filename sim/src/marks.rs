@@ -119,6 +119,7 @@ pub const EXPECTED: &[&str] = &[
     "queued_start_parked",
     "queued_message_started",
     "queued_start_not_saved",
+    "queued_start_retried",
     "queue_full_refused",
     "sleep_refused_pending_message",
     "steering_held_as_next_turn",

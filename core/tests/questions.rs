@@ -132,8 +132,9 @@ fn a_wrong_question_or_chat_is_refused_with_a_reason() {
     );
     // Another chat of the session, which asked nothing.
     let other = "ahp-chat:/other";
-    h.request(1, "createChat", json!({"channel": uri, "chat": other}));
+    let id = h.send_request(1, "createChat", json!({"channel": uri, "chat": other}));
     h.settle();
+    assert!(h.take_reply(1, id).is_some_and(|r| r.get("error").is_none()), "the chat is made");
     h.frames(1);
     h.dispatch(1, other, 5, json!({"type": "chat/inputCompleted", "requestId": "q1", "response": "accept"}));
     assert_eq!(rejections(&mut h, 1), ["no such question is waiting for an answer in this chat"]);
@@ -223,21 +224,37 @@ fn answering_needs_the_chat_answer_grant() {
 fn a_restart_takes_the_question_with_the_interrupted_turn() {
     let mut h = Harness::new(Config::default());
     let mut disk = BTreeMap::new();
-    let (uri, chat) = asked(&mut h);
+    h.connect(1, "c1");
+    let id = h.send_request(1, "createSession", json!({"channel": "ahp-session:/k1", "provider": "echo"}));
     h.durable(&mut disk);
+    h.settle_backend();
+    h.durable(&mut disk);
+    assert!(h.take_reply(1, id).is_some(), "created");
+    let chat = "ahp-chat:/ahp-session@k1".to_owned();
+    h.dispatch(1, &chat, 1, json!({
+        "type": "chat/turnStarted", "turnId": "t1", "startedAt": "2000-01-01T00:00:00Z",
+        "message": {"text": "hello", "origin": {"kind": "user"}}
+    }));
+    h.durable(&mut disk);
+    h.settle_backend();
+    h.durable(&mut disk);
+    agent_asks(&mut h, &chat, "q1");
+    h.durable(&mut disk);
+    assert!(!disk.is_empty(), "the session and its turn are stored");
     let stored = serde_json::to_string(&disk).expect("json");
     assert!(!stored.contains("which colour"), "a question is never written to the record");
     // kill -9 while the question waits.
     let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
     h.connect(1, "c1");
-    h.request(1, "subscribe", json!({"channel": chat}));
+    let id = h.send_request(1, "subscribe", json!({"channel": chat}));
     for _ in 0..4 {
         h.durable(&mut disk);
         h.settle_backend();
     }
-    let state = chat_state(&h, &uri, &chat);
-    assert!(state.active_turn.is_none());
-    let last = serde_json::to_value(state.turns.last().expect("the interrupted turn")).expect("json");
+    let reply = h.take_reply(1, id).expect("subscribe answered");
+    let state = &reply["result"]["snapshot"]["state"];
+    assert!(state["activeTurn"].is_null(), "{state}");
+    let last = state["turns"].as_array().and_then(|t| t.last()).cloned().unwrap_or_else(|| panic!("the interrupted turn: {reply}"));
     assert_eq!(last["id"], "t1");
     assert_eq!(last["state"], "error", "{last}");
     assert!(!last.to_string().contains("inputRequest"), "the question went with the turn: {last}");

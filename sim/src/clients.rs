@@ -452,6 +452,7 @@ impl Client {
             if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
             4,                                   // 18 a chat's shape (`chat_shape.rs`)
             8,                                   // 19 queue, remove, reorder (pending.rs)
+            8,                                   // 20 draft, answer a question (questions.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -625,6 +626,7 @@ impl Client {
             17 => out.extend(self.git_action(rng, &session)),
             18 => out.extend(crate::chat_shape::think(self, rng, &session, &chat)),
             19 => out.extend(self.pending_action(rng, &chat)),
+            20 => out.extend(self.question_action(rng, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

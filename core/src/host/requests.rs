@@ -754,6 +754,9 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // (`crate::session::pending`).
         ChatPendingMessageSet(_) | ChatPendingMessageRemoved(_) | ChatQueuedMessagesReordered(_) => Some(Kind::Durable),
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
+        // A question lives and dies with its turn, which the record does
+        // not hold while it runs (`session/questions.rs`).
+        ChatInputAnswerChanged(_) | ChatInputCompleted(_) => Some(Kind::Volatile),
         _ => None,
     }
 }

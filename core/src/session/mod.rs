@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod mirror;
 pub mod rewind;
 pub mod pending;
+pub mod questions;
 pub mod row;
 pub mod sleep;
 pub mod starts;

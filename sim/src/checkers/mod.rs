@@ -200,6 +200,7 @@ impl History {
             }
         }
         self.queued.forget_gone(view);
+        self.queued.after_step(view);
         self.check_echoed_turns(view)
     }
 

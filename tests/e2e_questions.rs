@@ -63,7 +63,9 @@ async fn an_accepted_answer_reaches_the_agent_and_every_client_sees_it() {
     let (sid, chat, _ssub, mut state, mut sub) = new_session(&c).await;
 
     send(&c, &chat, user_turn("t1", "/ask what colour?")).await;
-    follow_chat(&mut sub, &mut state, "the question", |_, s| open_question(s).is_some()).await;
+    // The host says the activity in an envelope of its own right after the
+    // agent's question: follow until both have arrived.
+    follow_chat(&mut sub, &mut state, "the question and its activity", |_, s| open_question(s).is_some() && s.activity.is_some()).await;
     let request_id = open_question(&state).expect("asked");
     assert_eq!(state.status & ACTIVITY, 24, "InputNeeded");
     assert_eq!(state.activity.as_deref(), Some("Question: what colour?"));

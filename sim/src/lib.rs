@@ -25,6 +25,7 @@ pub mod options;
 pub mod pending;
 pub mod queue;
 pub mod range;
+pub mod resume_move;
 pub mod registry;
 pub mod rng;
 pub mod store;

@@ -22,6 +22,7 @@ pub mod residency;
 pub mod awareness;
 pub mod trees;
 pub mod queue;
+pub mod resume;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -63,6 +64,7 @@ pub struct History {
     ready_unannounced: Vec<Uri>,
     /// Every acknowledged queued message's fate (`queued_message_once`).
     queued: queue::QueueHistory,
+    resumed: resume::ResumeHistory,
 }
 
 /// What the checker needs from before a step.
@@ -84,6 +86,7 @@ impl History {
     /// A host (re)started: restored sessions count as announced.
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.queued.on_host_start(view)?;
+        self.resumed.on_host_start();
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
         Ok(())
@@ -100,6 +103,7 @@ impl History {
     /// Rule 4, on each effect in the order the host returned them.
     pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
         self.queued.on_effect(effect)?;
+        self.resumed.on_effect(effect)?;
         let Effect::Send { message, .. } = effect else { return Ok(()) };
         match message {
             Outbound::Notification { method: "root/sessionAdded", params } => {
@@ -139,6 +143,7 @@ impl History {
     pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
         // Per-session rules on the sessions the input touched: the others
         // passed before and did not change (`--verify-touched` checks that).
+        self.resumed.after_step()?;
         ahpd_core::invariants::check_touched(view)?;
         // "createdAt ... never moves", "modifiedAt ... moves forward only"
         // (a wall clock that jumps backwards never moves it back: the

@@ -143,7 +143,7 @@ impl History {
     pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
         // Per-session rules on the sessions the input touched: the others
         // passed before and did not change (`--verify-touched` checks that).
-        self.resumed.after_step()?;
+        self.resumed.after_step(view)?;
         ahpd_core::invariants::check_touched(view)?;
         // "createdAt ... never moves", "modifiedAt ... moves forward only"
         // (a wall clock that jumps backwards never moves it back: the

@@ -128,9 +128,12 @@ fn a_refused_resume_ends_the_turn_in_an_error_that_is_not_resumable() {
 }
 
 #[test]
-fn an_asleep_session_wakes_for_a_resume_and_the_turn_comes_back_from_the_backend() {
+fn after_a_restart_the_turn_comes_back_resumable_from_the_backend_and_is_resumed() {
     let (mut h, uri, chat) = errored(true);
     let mut disk = BTreeMap::new();
+    h.durable(&mut disk);
+    // One more write carries the whole record to the disk.
+    h.dispatch(1, &uri, 2, json!({"type": "session/titleChanged", "title": "kept"}));
     h.durable(&mut disk);
     // A restart: the backend's history holds t2, ended resumably.
     let history: Vec<Value> = vec![
@@ -141,17 +144,20 @@ fn an_asleep_session_wakes_for_a_resume_and_the_turn_comes_back_from_the_backend
     let history: Vec<ahp_types::state::Turn> = history.into_iter().map(|t| serde_json::from_value(t).expect("turn")).collect();
     let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
     h.connect(1, "c1");
-    h.dispatch(1, &chat, 1, json!({"type": "chat/turnResume", "turnId": "t2"}));
-    // The resume waits for the wake: the agent starts with the history.
+    h.send_request(1, "subscribe", json!({"channel": chat}));
+    // The wake: the agent starts with the backend's history.
     let starts: Vec<_> = h.take(|e| match e {
         ahpd_core::Effect::Backend { op, command: BackendCmd::Start { conversation_id, .. }, .. } => Some((*op, conversation_id.clone())),
         _ => None,
     });
-    assert!(!starts.is_empty(), "the resume wakes it");
+    assert!(!starts.is_empty(), "the subscribe wakes it");
     for (op, conversation_id) in starts {
         h.done(op, Outcome::Started { conversation_id, history: history.clone() });
     }
+    h.settle();
+    h.dispatch(1, &chat, 1, json!({"type": "chat/turnResume", "turnId": "t2"}));
     let cmds = h.settle();
-    assert_eq!(resumes(&cmds), vec!["t2".to_owned()]);
+    let frames = h.frames(1);
+    assert_eq!(resumes(&cmds), vec!["t2".to_owned()], "{frames:?}");
     let _ = uri;
 }

@@ -137,6 +137,19 @@ pub enum BackendCmd {
         /// Whether the call may run.
         approved: bool,
     },
+    /// A client answered a question the agent asked in turn `turn_id`
+    /// (`chat/inputCompleted`, issue 23 "Questions",
+    /// `session/questions.rs`). Sent once per question.
+    Answer {
+        /// The turn that asked.
+        turn_id: String,
+        /// The request as the chat now holds it: its id, its questions and
+        /// the answers (the client's drafts with its final answers merged
+        /// over them, as the `ahp` reducer merges them).
+        request: Box<ahp_types::state::ChatInputRequest>,
+        /// What the client chose: accept, decline or cancel.
+        response: ahp_types::state::ChatInputResponseKind,
+    },
     /// Let the agent go and keep its conversation (a sleep or an eviction).
     Close,
     /// Tear the agent down and delete the backend's own copy of the

@@ -627,6 +627,7 @@ impl Host {
         }
         self.merge_if_due(tick);
         self.drain_due();
+        self.retry_queued_starts();
         self.fire_due();
         self.aware().tick();
         // The index a checker reads is the sessions' as this input left
@@ -646,7 +647,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono)].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

@@ -61,6 +61,7 @@ pub const SESSION: &[(&str, SessionCheck)] = &[
     ("inv_chat_flags_in_step", inv_chat_flags_in_step),
     ("inv_fork_starts_with_its_source", inv_fork_starts_with_its_source),
     ("inv_queue_matches_record", inv_queue_matches_record),
+    ("inv_questions_in_running_turn", inv_questions_in_running_turn),
 ];
 
 /// Runs every rule on every session; the first violation wins.
@@ -214,6 +215,35 @@ pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> 
     Ok(())
 }
 
+/// Questions (issue 23; Sessions page, "Sleep and wake": "A session does
+/// not sleep while any of its chats has ... a question waiting for an
+/// answer"; "The state a session reports": InputNeeded while any chat waits
+/// on somebody): a question waits only in its chat's running turn (a
+/// turn's end cancels the ones left, `session/questions.rs`), and a chat
+/// with one reads InputNeeded, as does its session, which is not asleep.
+pub fn inv_questions_in_running_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
+    let Some(resident) = &s.resident else { return Ok(()) };
+    for (chat_uri, chat) in &resident.chats {
+        if let Some(left) = crate::session::questions::open_in_ended_turn(chat) {
+            return fail("inv_questions_in_running_turn", format!("{chat_uri}: an ended turn holds an open question ({left})"));
+        }
+        if crate::session::questions::open(chat).is_empty() {
+            continue;
+        }
+        if s.phase == Phase::Asleep {
+            return fail("inv_questions_in_running_turn", format!("{uri} asleep with a question open in {chat_uri}"));
+        }
+        if chat.status & ACTIVITY_MASK != INPUT_NEEDED {
+            return fail("inv_questions_in_running_turn", format!("{chat_uri} has a question open but reads {}", chat.status & ACTIVITY_MASK));
+        }
+        let row = s.summary().status & ACTIVITY_MASK;
+        if row != INPUT_NEEDED {
+            return fail("inv_questions_in_running_turn", format!("{uri} has a question open in {chat_uri} but its row reads {row}"));
+        }
+    }
+    Ok(())
+}
+
 /// "nothing announces it or lists it until its first turn": a session not
 /// announced is still `creating`.
 pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(), Violation> {
@@ -289,6 +319,11 @@ pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
         let Some(s) = view.sessions.get(uri) else { continue };
         if let Some(chat) = s.queue_due(false) {
             return fail("inv_queue_never_stalls", format!("{uri} chat {chat} holds a queued message with no turn running, and none starts"));
+        }
+        // A start the store refused waits for its retry, which fires once
+        // due (`Host::retry_queued_starts`): never left overdue.
+        if let Some(at) = s.work.queue_retry_at.filter(|at| *at <= view.now.mono) {
+            return fail("inv_queue_never_stalls", format!("{uri}'s refused queued start was due at {} and was not tried again", at.0));
         }
     }
     Ok(())

@@ -39,6 +39,9 @@ enum Step {
     Wrote(Vec<String>),
     /// The confirmed tool call finished.
     ToolDone(String),
+    /// The agent asks a question (`chat/inputRequested`, this request id)
+    /// and waits for its answer (`BackendCmd::Answer`).
+    Ask(String),
     /// The turn completes.
     Complete,
     /// The turn ends in an error; `true`: one the client may resume
@@ -293,6 +296,20 @@ impl Backend {
                     self.schedule_step(cx, chat);
                 }
             }
+            BackendCmd::Answer { turn_id, request, response: _ } => {
+                // The question answered: the turn goes on.
+                let mut resume = false;
+                if let Some(turn) = self.agents.get_mut(chat).and_then(|a| a.turn.as_mut()).filter(|t| t.turn_id == turn_id) {
+                    if turn.waiting.as_deref() == Some(request.id.as_str()) {
+                        turn.waiting = None;
+                        resume = true;
+                    }
+                }
+                self.done(cx, chat, op, Outcome::Ok, latency);
+                if resume {
+                    self.schedule_step(cx, chat);
+                }
+            }
             BackendCmd::Close => {
                 if let Some(agent) = self.agents.get_mut(chat) {
                     let turn = agent.turn.take();
@@ -402,6 +419,10 @@ impl Backend {
             } else {
                 steps.push(Step::ToolReady(id));
             }
+        }
+        if cx.world.chance(0.2) {
+            self.parts += 1;
+            steps.push(Step::Ask(format!("ask-{}", self.parts)));
         }
         for i in 0..cx.world.below(2) {
             steps.push(Step::Delta(format!("more {i}. ")));
@@ -531,6 +552,13 @@ impl Backend {
                         }))))
                     }
                     Step::Wrote(paths) => Some(BackendEvent::Wrote { paths }),
+                    Step::Ask(id) => {
+                        turn.waiting = Some(id.clone());
+                        Some(BackendEvent::Action(action(json!({
+                            "type": "chat/inputRequested",
+                            "request": {"id": id, "message": "which one?", "questions": [{"kind": "text", "id": "answer", "message": "which one?"}]}
+                        }))))
+                    }
                     Step::ToolDone(id) => Some(BackendEvent::Action(action(json!({
                         "type": "chat/toolCallComplete", "turnId": turn_id, "toolCallId": id,
                         "result": {"success": true, "pastTenseMessage": "ran the tests"}

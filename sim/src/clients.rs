@@ -452,7 +452,7 @@ impl Client {
             if ctx.git.repos { 8 } else { 2 },   // 17 git, trees and trust
             4,                                   // 18 a chat's shape (`chat_shape.rs`)
             8,                                   // 19 queue, remove, reorder (pending.rs)
-            0,                                   // 20 (another branch's move)
+            8,                                   // 20 draft, answer a question (questions.rs)
             6,                                   // 21 resume, steer, move (resume_move.rs)
         ];
         // Picked from borrows: only the one picked is copied.
@@ -627,6 +627,7 @@ impl Client {
             17 => out.extend(self.git_action(rng, &session)),
             18 => out.extend(crate::chat_shape::think(self, rng, &session, &chat)),
             19 => out.extend(self.pending_action(rng, &chat)),
+            20 => out.extend(self.question_action(rng, &chat)),
             21 => out.extend(self.resume_or_move(rng, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {

@@ -24,6 +24,7 @@ pub mod git;
 pub mod options;
 pub mod pending;
 pub mod queue;
+pub mod questions;
 pub mod range;
 pub mod resume_move;
 pub mod registry;

@@ -124,9 +124,16 @@ pub const EXPECTED: &[&str] = &[
     "queued_start_parked",
     "queued_message_started",
     "queued_start_not_saved",
+    "queued_start_retried",
     "queue_full_refused",
     "sleep_refused_pending_message",
     "steering_held_as_next_turn",
+    // An agent's questions (issue 23).
+    "question_drafted",
+    "question_answered",
+    "question_refused",
+    "question_cancelled_with_turn",
+    "sleep_refused_question",
 ];
 
 /// Marks in the core whose areas the swarm does not reach yet; reported by

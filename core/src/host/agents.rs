@@ -301,6 +301,7 @@ impl Host {
                 (true, _) => crate::mark!("sleep_refused_waking"),
                 (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
                 (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
+                (_, Some(SleepRefusal::WorkInHand)) if s.has_open_question() => crate::mark!("sleep_refused_question"),
                 (_, Some(SleepRefusal::WorkInHand)) if s.has_pending_messages() => crate::mark!("sleep_refused_pending_message"),
                 (_, Some(SleepRefusal::WorkInHand)) => crate::mark!("sleep_refused_work_in_hand"),
                 (_, Some(SleepRefusal::Watched)) => crate::mark!("sleep_refused_watched"),

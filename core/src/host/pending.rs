@@ -28,18 +28,46 @@ impl Host {
     /// The write starting `chat`'s queued message `queued_id` as turn
     /// `turn_id` settled: durable, it starts (echoed, recounted, handed to
     /// the agent as any turn); refused by the store, the message stays
-    /// queued and the failure is logged (the next turn's end, wake or queue
-    /// change tries again).
+    /// queued, the failure is logged and the start is tried again after a
+    /// wait that doubles with each refusal in a row
+    /// (`session::queue_retry_wait_ms`: 1 s up to a minute;
+    /// [`Host::retry_queued_starts`]).
     pub(crate) fn finish_queued_start(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, queued_id: String, failure: Option<String>) {
+        let now = self.shared.now.mono;
+        let Some(session) = self.sessions.get_mut(session_uri) else { return };
         if let Some(message) = failure {
             crate::mark!("queued_start_not_saved");
-            self.shared.log(LogLevel::Warn, "queue.start_not_saved", Some(session_uri.clone()), message);
+            session.work.queue_refusals = session.work.queue_refusals.saturating_add(1);
+            let wait = crate::session::queue_retry_wait_ms(session.work.queue_refusals);
+            session.work.queue_retry_at = Some(now.plus_ms(wait));
+            self.shared.log(LogLevel::Warn, "queue.start_not_saved", Some(session_uri.clone()), format!("{message}; tried again in {wait} ms"));
             return;
         }
+        session.work.queue_refusals = 0;
         let next = self.in_session(session_uri, |s, sh| s.start_queued(sh, &chat, turn_id, queued_id)).flatten();
         if let Some(ActionNext::TurnStarted { turn_id, message }) = next {
             self.recount_active();
             self.send_turn(session_uri, chat, turn_id, *message);
         }
+    }
+
+    /// Tries again the queued starts the store refused whose wait is over
+    /// (`Work::queue_retry_at`); the host's deadline includes the earliest
+    /// ([`Host::queue_retry_deadline`]).
+    pub(crate) fn retry_queued_starts(&mut self) {
+        let now = self.shared.now.mono;
+        let due: Vec<Uri> = self.held_sessions().filter(|(_, s)| s.work.queue_retry_at.is_some_and(|t| t <= now)).map(|(uri, _)| uri.clone()).collect();
+        for uri in due {
+            crate::mark!("queued_start_retried");
+            if let Some(s) = self.sessions.get_mut(&uri) {
+                s.work.queue_retry_at = None;
+            }
+            self.start_queued_if_due(&uri, false);
+        }
+    }
+
+    /// The earliest refused queued start's retry, if any.
+    pub(crate) fn queue_retry_deadline(&self) -> Option<crate::time::MonoTime> {
+        self.held_sessions().filter_map(|(_, s)| s.work.queue_retry_at).min()
     }
 }

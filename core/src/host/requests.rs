@@ -756,6 +756,9 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // A resume writes nothing the host owns: the turn is the backend's
         // (`session/resume.rs`).
         ChatTurnCancelled(_) | ChatToolCallConfirmed(_) | ChatTurnResume(_) => Some(Kind::Volatile),
+        // A question lives and dies with its turn, which the record does
+        // not hold while it runs (`session/questions.rs`).
+        ChatInputAnswerChanged(_) | ChatInputCompleted(_) => Some(Kind::Volatile),
         _ => None,
     }
 }

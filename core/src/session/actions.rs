@@ -88,7 +88,10 @@ impl Session {
             _ => {}
         }
         let idle_asleep = self.phase == Phase::Asleep && self.work.pending_sends.is_empty() && self.work.git_begin.is_none();
-        if idle_asleep && matches!(action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_)) {
+        if idle_asleep
+            && (matches!(action, StateAction::ChatTurnCancelled(_) | StateAction::ChatToolCallConfirmed(_))
+                || crate::session::questions::is_question_action(action))
+        {
             crate::mark!("turn_action_refused_asleep");
             return Admission::Refused("the session is asleep: no turn is running");
         }
@@ -162,6 +165,9 @@ impl Session {
                 let chat = resident.chats.get(&q.channel).ok_or("no such chat")?;
                 if crate::session::pending::is_pending_action(action) {
                     return crate::session::pending::check(action, chat, rules);
+                }
+                if crate::session::questions::is_question_action(action) {
+                    return crate::session::questions::check(action, chat, rules.message_text_max_bytes);
                 }
                 match action {
                     StateAction::ChatTurnStarted(a) => {
@@ -261,6 +267,10 @@ impl Session {
                 None
             }
             action if crate::session::pending::is_pending_action(&action) => self.apply_pending_action(sh, channel, action, origin),
+            action if crate::session::questions::is_question_action(&action) => {
+                self.apply_question_action(sh, channel, action, origin);
+                None
+            }
             StateAction::ChatToolCallConfirmed(a) => {
                 let (turn_id, tool_call_id, approved) = (a.turn_id.clone(), a.tool_call_id.clone(), a.approved);
                 if !self.emit(sh, channel, StateAction::ChatToolCallConfirmed(a), origin) {

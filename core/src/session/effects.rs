@@ -17,11 +17,19 @@ use crate::time::WallTime;
 impl Session {
     /// Applies an accepted action to this session's state on `channel`
     /// (the session's channel or one of its chats') with the protocol's own
-    /// reducer, then stamps, keeps and sends it ([`Shared::fan_out`]).
+    /// reducer, then stamps, keeps and sends it ([`Shared::fan_out`]). An
+    /// action that ends a chat's running turn is preceded by the host's
+    /// cancel of each question still open in it
+    /// ([`Session::close_questions`]).
     /// Returns false (and sends nothing) when the reducer finds the action
     /// invalid or out of its channel's scope. With no state held, the
     /// action is sent as it is.
     pub(crate) fn emit(&mut self, sh: &mut Shared, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> bool {
+        // A turn's end cancels the questions still open in it first
+        // (`session/questions.rs`).
+        if *channel != self.record.resource {
+            self.close_questions(sh, channel, &action);
+        }
         let outcome = self.resident.as_mut().and_then(|r| {
             if *channel == self.record.resource {
                 Some(apply_action_to_session(&mut r.session, &action))

@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod rewind;
 pub mod resume;
 pub mod pending;
+pub mod questions;
 pub mod row;
 pub mod sleep;
 pub mod starts;
@@ -227,6 +228,19 @@ pub struct Work {
     /// whose change counts were applied last in this process: one issued
     /// earlier and answered later is not applied.
     pub counted_checkpoint: Option<OpId>,
+    /// A queued start the store refused (issue 23): tried again at this
+    /// time, not at once, so a store that keeps failing (a full disk) is
+    /// not written without end (`Host::finish_queued_start`).
+    pub queue_retry_at: Option<crate::time::MonoTime>,
+    /// Queued starts the store refused in a row: the wait before the next
+    /// try doubles with each ([`queue_retry_wait_ms`]).
+    pub queue_refusals: u32,
+}
+
+/// The wait (ms) before a queued start is tried again after the store
+/// refused `refusals` in a row: 1 s, doubling, at most a minute.
+pub fn queue_retry_wait_ms(refusals: u32) -> u64 {
+    1_000u64.saturating_mul(1u64 << refusals.saturating_sub(1).min(6)).min(60_000)
 }
 
 impl Work {
@@ -244,6 +258,8 @@ impl Work {
         git_ops: BTreeSet::new(),
         git_begin: None,
         counted_checkpoint: None,
+        queue_retry_at: None,
+        queue_refusals: 0,
     };
 }
 

@@ -189,7 +189,8 @@ impl Session {
     /// The host adds that it is not stopping.
     pub fn queue_due(&self, or_asleep: bool) -> Option<Uri> {
         let phase_ok = self.phase.is_live() || (or_asleep && self.phase == crate::session::Phase::Asleep);
-        if !phase_ok || self.start_owed || self.work.parked.is_some() || !self.work.inbox.is_empty() {
+        // A refused start waits for its retry (`Work::queue_retry_at`).
+        if !phase_ok || self.start_owed || self.work.parked.is_some() || !self.work.inbox.is_empty() || self.work.queue_retry_at.is_some() {
             return None;
         }
         let resident = self.resident.as_ref()?;

@@ -64,6 +64,13 @@ impl Session {
             && !watched()
     }
 
+    /// Whether a chat of the session has a question waiting for an answer
+    /// ("a question waiting for an answer" keeps a session awake;
+    /// `session/questions.rs`). Only held state has questions.
+    pub fn has_open_question(&self) -> bool {
+        self.resident.as_ref().is_some_and(|r| r.chats.values().any(|c| !crate::session::questions::open(c).is_empty()))
+    }
+
     /// Whether a chat of the session holds a message pending, queued or
     /// steering, in its state or (while the state is not held) its record.
     pub fn has_pending_messages(&self) -> bool {
@@ -82,6 +89,9 @@ impl Session {
         let chat_work = self.resident.as_ref().is_some_and(|r| {
             r.chats.values().any(|c| {
                 c.active_turn.is_some()
+                    // "... or a question waiting for an answer" (one only
+                    // lives in a running turn: `session/questions.rs`).
+                    || !crate::session::questions::open(c).is_empty()
                     || c.steering_message.is_some()
                     || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty())
             }) || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())

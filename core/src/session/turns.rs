@@ -57,6 +57,8 @@ impl Session {
             ChatToolCallReady(a) => (a.turn_id.clone(), false),
             ChatToolCallComplete(a) => (a.turn_id.clone(), false),
             ChatActivityChanged(_) => (active.unwrap_or_default().to_owned(), false),
+            // A question is asked in the running turn (`session/questions.rs`).
+            ChatInputRequested(_) => (active.unwrap_or_default().to_owned(), false),
             ChatTurnComplete(a) => {
                 a.duration = duration;
                 (a.turn_id.clone(), true)

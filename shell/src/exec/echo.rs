@@ -23,6 +23,11 @@
 //! - `/slow <ms>`: the reply is spread over that long.
 //! - `/approve`: a tool call waits for confirmation; approved, it completes
 //!   and the reply follows; denied, the reply is `Echo: tool denied`.
+//! - `/ask <question>`: the agent asks `<question>` (`chat/inputRequested`,
+//!   one text question with id `answer`) and waits for the host's word
+//!   (`BackendCmd::Answer`): accepted, the reply is `Echo: <the answer>`;
+//!   declined, `Echo: you declined to answer`; cancelled, `Echo: you
+//!   cancelled the question`. A cancelled turn takes its question with it.
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
@@ -42,12 +47,12 @@ use std::time::{Duration, Instant};
 
 use ahp::reducers::apply_action_to_chat;
 use ahp_types::actions::{
-    ChatDeltaAction, ChatErrorAction, ChatResponsePartAction, ChatToolCallCompleteAction, ChatToolCallReadyAction,
+    ChatDeltaAction, ChatErrorAction, ChatInputCompletedAction, ChatInputRequestedAction, ChatResponsePartAction, ChatToolCallCompleteAction, ChatToolCallReadyAction,
     ChatToolCallStartAction, ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, StateAction,
 };
 use ahp_types::common::StringOrMarkdown;
 use ahp_types::state::{
-    ChatState, ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message, ResponsePart, ToolCallResult, Turn,
+    ChatInputAnswer, ChatInputAnswerValue, ChatInputRequest, ChatInputResponseKind, ChatState, ErrorInfo, ErrorResponsePart, MarkdownResponsePart, Message, ResponsePart, ToolCallResult, Turn,
 };
 use ahp_types::Uri;
 use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, ScannedRow, WallTime};
@@ -64,6 +69,8 @@ const CHUNK_DELAY_MS: u64 = 20;
 const MAX_CHUNKS: usize = 4;
 /// Longest delay a directive may ask for, in ms (10 minutes).
 const MAX_DIRECTIVE_MS: u64 = 600_000;
+/// The id of the one question the `/ask` directive asks.
+const ASK_QUESTION_ID: &str = "answer";
 /// The tool the `/approve` directive calls.
 const TOOL_NAME: &str = "echo_tool";
 
@@ -129,8 +136,14 @@ struct Running {
     task: JoinHandle<()>,
     scratch: Arc<Mutex<ChatState>>,
     confirm: Option<oneshot::Sender<bool>>,
+    /// Where the answer to the turn's question goes (`/ask`).
+    answer: Option<oneshot::Sender<Answer>>,
     started: Instant,
 }
+
+/// A client's answer to the question of an `/ask` turn: the request as the
+/// host holds it (answers merged) and what the client chose.
+type Answer = (Box<ChatInputRequest>, ChatInputResponseKind);
 
 struct Actor {
     chat: Uri,
@@ -259,6 +272,14 @@ impl Actor {
                 }
                 Outcome::Ok
             }
+            BackendCmd::Answer { turn_id, request, response } => {
+                if let Some(running) = self.agent.as_mut().and_then(|a| a.running.as_mut()).filter(|r| r.turn_id == turn_id) {
+                    if let Some(answer) = running.answer.take() {
+                        let _ = answer.send((request, response));
+                    }
+                }
+                Outcome::Ok
+            }
             BackendCmd::Close => {
                 self.stop_turn(true).await;
                 self.agent = None;
@@ -337,6 +358,7 @@ impl Actor {
             }),
         );
         let (confirm_tx, confirm_rx) = oneshot::channel();
+        let (answer_tx, answer_rx) = oneshot::channel();
         let started = Instant::now();
         let ctx = TurnCtx {
             chat: self.chat.clone(),
@@ -348,8 +370,8 @@ impl Actor {
             started,
             workdir: agent.header.working_directory.as_deref().and_then(ahpd_core::awareness::uri_to_path).map(PathBuf::from),
         };
-        let task = tokio::spawn(ctx.run(directive, confirm_rx));
-        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
+        let task = tokio::spawn(ctx.run(directive, confirm_rx, answer_rx));
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
         Outcome::Ok
     }
 
@@ -383,6 +405,7 @@ impl Actor {
         let scratch = Arc::new(Mutex::new(chat));
         apply(&scratch, &StateAction::ChatTurnResume(ahp_types::actions::ChatTurnResumeAction { turn_id: turn_id.clone() }));
         let (confirm_tx, confirm_rx) = oneshot::channel();
+        let (answer_tx, answer_rx) = oneshot::channel();
         let started = Instant::now();
         let ctx = TurnCtx {
             chat: self.chat.clone(),
@@ -394,8 +417,8 @@ impl Actor {
             started,
             workdir: None,
         };
-        let task = tokio::spawn(ctx.run(Directive::Resumed, confirm_rx));
-        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), started });
+        let task = tokio::spawn(ctx.run(Directive::Resumed, confirm_rx, answer_rx));
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
         Outcome::Ok
     }
 
@@ -409,6 +432,11 @@ impl Actor {
             return;
         }
         let duration = elapsed_ms(running.started);
+        // Its open question is cancelled with it, as the host cancels it.
+        let cancels = ahpd_core::session::questions::cancel_actions(&lock(&running.scratch));
+        for cancel in &cancels {
+            apply(&running.scratch, cancel);
+        }
         apply(
             &running.scratch,
             &StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: running.turn_id.clone(), duration, meta: None }),
@@ -478,7 +506,7 @@ struct TurnCtx {
 }
 
 impl TurnCtx {
-    async fn run(self, directive: Directive, confirm: oneshot::Receiver<bool>) {
+    async fn run(self, directive: Directive, confirm: oneshot::Receiver<bool>, answer: oneshot::Receiver<Answer>) {
         let reply = format!("Echo: {}", self.text);
         match directive {
             Directive::Plain | Directive::Fail => {
@@ -527,6 +555,7 @@ impl TurnCtx {
                 self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
             }
             Directive::Write => self.write_file(confirm).await,
+            Directive::Ask => self.ask(answer).await,
             Directive::Approve => {
                 let tool_call_id = format!("{}.tool", self.turn_id);
                 self.emit(StateAction::ChatToolCallStart(ChatToolCallStartAction {
@@ -577,6 +606,52 @@ impl TurnCtx {
                 self.complete().await;
             }
         }
+    }
+
+    /// `/ask <question>`: asks it as one text question and waits for the
+    /// answer, then says what it was. The answer is applied to the turn's
+    /// own copy as the host applied it, so the transcript keeps the
+    /// question answered.
+    async fn ask(&self, answer: oneshot::Receiver<Answer>) {
+        let question = self.text.trim_start().strip_prefix("/ask").unwrap_or_default().trim();
+        let question = if question.is_empty() { "What should I echo?" } else { question };
+        let request: ChatInputRequest = match serde_json::from_value(serde_json::json!({
+            "id": format!("{}.ask", self.turn_id),
+            "message": question,
+            "questions": [{"kind": "text", "id": ASK_QUESTION_ID, "message": question}],
+        })) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stream(&format!("Echo: cannot ask: {e}"), CHUNK_DELAY_MS).await;
+                return self.complete().await;
+            }
+        };
+        self.emit(StateAction::ChatInputRequested(ChatInputRequestedAction { request }));
+        // A cancelled or closed turn drops the sender: end quietly.
+        let Ok((request, response)) = answer.await else { return };
+        apply(
+            &self.scratch,
+            &StateAction::ChatInputCompleted(ChatInputCompletedAction { request_id: request.id.clone(), response, answers: request.answers.clone() }),
+        );
+        let reply = match response {
+            ChatInputResponseKind::Accept => {
+                let text = request.answers.as_ref().and_then(|a| a.get(ASK_QUESTION_ID)).and_then(|a| match a {
+                    ChatInputAnswer::Submitted(v) | ChatInputAnswer::Draft(v) => match &v.value {
+                        ChatInputAnswerValue::Text(t) => Some(t.value.clone()),
+                        other => serde_json::to_value(other).ok().and_then(|v| v.get("value").map(|x| x.to_string())),
+                    },
+                    ChatInputAnswer::Skipped(_) => None,
+                });
+                match text {
+                    Some(text) => format!("Echo: {text}"),
+                    None => "Echo: you accepted without an answer".to_owned(),
+                }
+            }
+            ChatInputResponseKind::Decline => "Echo: you declined to answer".to_owned(),
+            ChatInputResponseKind::Cancel => "Echo: you cancelled the question".to_owned(),
+        };
+        self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+        self.complete().await;
     }
 
     /// `/write <path> [text]`: a declared write that waits for the host's
@@ -736,6 +811,7 @@ enum Directive {
     Write,
     /// Not a message's: a resumed turn goes on (`BackendCmd::Resume`).
     Resumed,
+    Ask,
 }
 
 impl Directive {
@@ -747,6 +823,7 @@ impl Directive {
             Some("/error") => Directive::Error,
             Some("/approve") => Directive::Approve,
             Some("/write") => Directive::Write,
+            Some("/ask") => Directive::Ask,
             Some("/crash") => Directive::Crash,
             Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
             Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
@@ -984,6 +1061,7 @@ mod tests {
         assert_eq!(Directive::parse("/slow"), Directive::Slow(2_000));
         assert_eq!(Directive::parse("/busy 99999999999"), Directive::Busy(MAX_DIRECTIVE_MS));
         assert_eq!(Directive::parse("/approve"), Directive::Approve);
+        assert_eq!(Directive::parse("/ask what colour?"), Directive::Ask);
         assert_eq!(Directive::parse("/failing"), Directive::Plain);
     }
 

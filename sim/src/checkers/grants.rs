@@ -98,6 +98,8 @@ impl Frame {
                 "chat/isReadChanged" | "chat/isArchivedChanged" | "chat/truncated" => Some(true),
                 // A resume sends (issue 23): `chat:send`.
                 "chat/turnResume" => Some(true),
+                // An agent's questions (issue 23): `chat:answer`.
+                "chat/inputAnswerChanged" | "chat/inputCompleted" => Some(true),
                 // Not an action clients may send: the host reads it as
                 // needing the session's state.
                 "session/ready" => Some(false),

@@ -23,6 +23,7 @@ pub mod awareness;
 pub mod trees;
 pub mod queue;
 pub mod resume;
+pub mod questions;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -65,6 +66,8 @@ pub struct History {
     /// Every acknowledged queued message's fate (`queued_message_once`).
     queued: queue::QueueHistory,
     resumed: resume::ResumeHistory,
+    /// Every question completed and answered (`question_answered_once`).
+    questions: questions::QuestionHistory,
 }
 
 /// What the checker needs from before a step.
@@ -87,6 +90,7 @@ impl History {
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.queued.on_host_start(view)?;
         self.resumed.on_host_start();
+        self.questions.on_host_start();
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
         Ok(())
@@ -104,6 +108,7 @@ impl History {
     pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
         self.queued.on_effect(effect)?;
         self.resumed.on_effect(effect)?;
+        self.questions.on_effect(effect)?;
         let Effect::Send { message, .. } = effect else { return Ok(()) };
         match message {
             Outbound::Notification { method: "root/sessionAdded", params } => {
@@ -200,6 +205,7 @@ impl History {
             }
         }
         self.queued.forget_gone(view);
+        self.queued.after_step(view);
         self.check_echoed_turns(view)
     }
 

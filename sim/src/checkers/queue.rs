@@ -6,7 +6,8 @@
 //! acknowledged (`chat/pendingMessageSet` echoed, which it does only once
 //! durable) is, from then on, still queued, or became exactly one turn
 //! (`chat/turnStarted` naming it as its `queuedMessageId`, once), or was
-//! removed by a client's echoed `chat/pendingMessageRemoved`. After a
+//! removed by a client's `chat/pendingMessageRemoved`, echoed or, when no
+//! subscriber heard the echo, seen gone from its chat's record. After a
 //! restart each one still queued is in its chat's record again: in its
 //! queue, or, when the write that started it was durable but its echo was
 //! lost in the crash, as the turn it became (a sender recorded under its
@@ -30,6 +31,12 @@ enum Fate {
     Started,
     /// A client removed it.
     Removed,
+    /// Gone from its chat's record with no removal or turn heard: a
+    /// client's removal whose echo reached no subscriber (one may remove a
+    /// message on a chat it does not watch, or drop before the echo). The
+    /// write may not be durable yet, so after a restart it may be queued
+    /// again ([`QueueHistory::on_host_start`] decides), or start.
+    RemovedUnheard,
 }
 
 /// Every queued message the host acknowledged, by chat and id.
@@ -79,7 +86,7 @@ impl QueueHistory {
             StateAction::ChatTurnStarted(a) => {
                 let Some(id) = &a.queued_message_id else { return Ok(()) };
                 match self.fates.get_mut(&(chat.clone(), id.clone())) {
-                    Some(fate @ Fate::Queued) => *fate = Fate::Started,
+                    Some(fate @ (Fate::Queued | Fate::RemovedUnheard)) => *fate = Fate::Started,
                     Some(Fate::Started) => return Err(breach(format!("{chat}: queued message {id} started a second turn ({})", a.turn_id))),
                     Some(Fate::Removed) => return Err(breach(format!("{chat}: queued message {id} started after a client removed it"))),
                     // Its echo reached no subscriber (a client may queue on
@@ -100,12 +107,18 @@ impl QueueHistory {
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.last_seq = 0;
         for ((chat, id), fate) in self.fates.iter_mut() {
-            if *fate != Fate::Queued {
+            if !matches!(fate, Fate::Queued | Fate::RemovedUnheard) {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
             let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
             if record.queued.iter().any(|m| m.id == *id) || record.steering.as_ref().is_some_and(|s| s.id == *id) {
+                // The unheard removal was not durable: queued again.
+                *fate = Fate::Queued;
+                continue;
+            }
+            if *fate == Fate::RemovedUnheard {
+                *fate = Fate::Removed;
                 continue;
             }
             if record.senders.get(id).is_some() || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some()) {
@@ -115,6 +128,27 @@ impl QueueHistory {
             return Err(breach(format!("{chat}: acknowledged queued message {id} is gone after the restart")));
         }
         Ok(())
+    }
+
+    /// After a step: a message still taken as queued that its chat's record
+    /// (the host's own, written ahead) no longer holds, neither queued nor
+    /// as the turn it became, was removed by a client whose echo no
+    /// subscriber heard.
+    pub fn after_step(&mut self, view: &HostView<'_>) {
+        for ((chat, id), fate) in self.fates.iter_mut() {
+            if *fate != Fate::Queued {
+                continue;
+            }
+            let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
+            let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
+            let held = record.queued.iter().any(|m| m.id == *id)
+                || record.steering.as_ref().is_some_and(|s| s.id == *id)
+                || record.senders.get(id).is_some()
+                || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some());
+            if !held {
+                *fate = Fate::RemovedUnheard;
+            }
+        }
     }
 
     /// Forgets the messages of chats that are gone (disposed with their

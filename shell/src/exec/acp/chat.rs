@@ -186,6 +186,9 @@ impl ChatActor {
             // Never sent: an ACP agent does not forget (`AgentSpec::forgets`
             // is false), so the host refuses a rewind first. Said plainly if
             // it ever came.
+            // Never sent: an ACP agent asks nothing the host maps to a
+            // question (docs/USER-GUIDE.md, "What each agent supports").
+            BackendCmd::Answer { .. } => Outcome::Ok,
             BackendCmd::Forget { .. } => Outcome::Failed { message: "acp: the agent cannot forget turns (ACP v1 has no such request)".to_owned() },
             // Never sent either: an ACP agent does not resume a turn
             // (`AgentSpec::resumes_turns` is false; ACP v1 has no request

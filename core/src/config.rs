@@ -38,6 +38,13 @@ pub struct AgentSpec {
     /// echo agent does; an ACP agent does not (ACP v1 has no fork).
     #[serde(default)]
     pub forks: bool,
+    /// Whether the backend can resume a turn that ended in an error it
+    /// marked resumable (`chat/turnResume`, issue 23;
+    /// `session/resume.rs`): the echo agent continues the reply; an ACP
+    /// agent has no such request in the protocol version we speak, so a
+    /// resume there is refused with a reason and no change.
+    #[serde(default)]
+    pub resumes_turns: bool,
 }
 
 impl AgentSpec {
@@ -52,6 +59,7 @@ impl AgentSpec {
             peer_directories: true,
             forgets: true,
             forks: true,
+            resumes_turns: true,
         }
     }
 }

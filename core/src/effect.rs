@@ -169,6 +169,17 @@ pub enum BackendCmd {
         /// The turns to forget, oldest first.
         turn_ids: Vec<String>,
     },
+    /// Resume turn `turn_id`, the chat's last, which the backend ended in
+    /// an error it marked resumable (`chat/turnResume`, issue 23): the
+    /// turn runs again under the same id, its progress coming back as
+    /// `Input::Backend` events like a send's; `Done` only acknowledges
+    /// receipt, and `Failed` ends the turn in a (not resumable) error.
+    /// Only sent to a backend that resumes turns
+    /// (`AgentSpec::resumes_turns`).
+    Resume {
+        /// The errored turn.
+        turn_id: String,
+    },
 }
 
 /// A command for the session store.

@@ -133,6 +133,9 @@ fn actions_follow_the_grants_table() {
             (chat.to_owned(), json!({"type": "chat/isReadChanged", "isRead": true})),
             (chat.to_owned(), json!({"type": "chat/turnStarted", "turnId": "t9", "startedAt": "2026-01-01T00:00:00Z",
                 "message": {"text": "x", "origin": {"kind": "user"}}})),
+            // A resume sends: `chat:send` (issue 23). Taken past the grant,
+            // it is refused for its turn, not for the caller.
+            (chat.to_owned(), json!({"type": "chat/turnResume", "turnId": "t1"})),
         ]
     };
     for caller in [NoUsersDir, Owner, OtherMember, Guest, Administrator, Unauthenticated] {

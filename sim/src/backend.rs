@@ -44,8 +44,9 @@ enum Step {
     Ask(String),
     /// The turn completes.
     Complete,
-    /// The turn ends in an error.
-    Error,
+    /// The turn ends in an error; `true`: one the client may resume
+    /// (`chat/turnResume`).
+    Error(bool),
     /// The agent process exits.
     Crash,
     /// Background work starts or stops.
@@ -97,6 +98,8 @@ pub struct BackendStats {
     pub resumes: u64,
     /// `Done` replies sent twice.
     pub duplicates: u64,
+    /// Turns resumed (`BackendCmd::Resume` taken).
+    pub resumed_turns: u64,
 }
 
 /// What the backend writes down about one conversation besides its turns
@@ -221,6 +224,30 @@ impl Backend {
                 agent.script.retain(|s| !s.is_turn());
                 agent.script.extend(script);
                 agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new() });
+                self.done(cx, chat, op, Outcome::Ok, latency);
+                self.schedule_step(cx, chat);
+            }
+            BackendCmd::Resume { turn_id } => {
+                // The conversation's last turn, ended in a resumable error,
+                // runs again (its history keeps it until it ends again).
+                let agent = self.agents.get(chat);
+                let running = agent.is_some_and(|a| a.running && a.turn.is_none());
+                let conversation = agent.map(|a| a.conversation.clone()).unwrap_or_default();
+                let resumable = self.conversations.get(&conversation).and_then(|turns| turns.last()).is_some_and(|t| {
+                    t.id == turn_id && matches!(t.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true))
+                });
+                if !running || !resumable || cx.faults_rng.chance(cx.faults.send_fail) {
+                    let message = if !running { "no agent is free for this chat" } else { "the turn could not be resumed" };
+                    self.done(cx, chat, op, Outcome::Failed { message: message.to_owned() }, latency);
+                    return;
+                }
+                let Some(turn) = self.conversations.get_mut(&conversation).and_then(Vec::pop) else { return };
+                let script = self.script(cx);
+                let agent = self.agents.entry(chat.clone()).or_default();
+                agent.script.retain(|s| !s.is_turn());
+                agent.script.extend(script);
+                agent.turn = Some(TurnRun { turn_id, message: turn.message, parts: turn.response_parts, open_part: None, waiting: None, writes: Vec::new() });
+                self.stats.resumed_turns += 1;
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
             }
@@ -361,7 +388,7 @@ impl Backend {
             response_parts: run
                 .parts
                 .into_iter()
-                .filter(|p| matches!(p, ResponsePart::Markdown(_)))
+                .filter(|p| matches!(p, ResponsePart::Markdown(_) | ResponsePart::Error(_)))
                 .collect(),
             usage: None,
             state,
@@ -400,7 +427,7 @@ impl Backend {
         for i in 0..cx.world.below(2) {
             steps.push(Step::Delta(format!("more {i}. ")));
         }
-        steps.push(if cx.world.chance(0.85) { Step::Complete } else { Step::Error });
+        steps.push(if cx.world.chance(0.85) { Step::Complete } else { Step::Error(cx.world.chance(0.5)) });
         for i in 0..steps.len() {
             if cx.faults_rng.chance(cx.faults.crash_mid_turn) {
                 steps.truncate(i);
@@ -536,9 +563,13 @@ impl Backend {
                         "type": "chat/toolCallComplete", "turnId": turn_id, "toolCallId": id,
                         "result": {"success": true, "pastTenseMessage": "ran the tests"}
                     })))),
-                    Step::Complete | Step::Error => {
+                    Step::Complete | Step::Error(_) => {
                         let ok = step == Step::Complete;
-                        let run = agent.turn.take()?;
+                        let resumable = step == Step::Error(true);
+                        let mut run = agent.turn.take()?;
+                        if !ok {
+                            run.parts.push(error_part(resumable));
+                        }
                         let conversation = agent.conversation.clone();
                         agent.script.retain(|s| !s.is_turn());
                         self.record(&conversation, run, if ok { TurnState::Complete } else { TurnState::Error });
@@ -549,7 +580,7 @@ impl Backend {
                             self.stats.turns_failed += 1;
                             Some(BackendEvent::Action(action(json!({
                                 "type": "chat/error", "turnId": turn_id, "duration": 0,
-                                "part": {"kind": "error", "error": {"errorType": "agentError", "message": "simulated model failure"}}
+                                "part": {"kind": "error", "error": {"errorType": "agentError", "message": "simulated model failure"}, "resumable": resumable}
                             }))))
                         }
                     }
@@ -614,6 +645,14 @@ impl Backend {
             })
             .collect()
     }
+}
+
+/// The error part a scripted turn ends with.
+fn error_part(resumable: bool) -> ResponsePart {
+    ResponsePart::Error(ahp_types::state::ErrorResponsePart {
+        error: ahp_types::state::ErrorInfo { error_type: "agentError".to_owned(), message: "simulated model failure".to_owned(), stack: None, meta: None },
+        resumable: Some(resumable),
+    })
 }
 
 /// A short name for an outcome, for labels.

@@ -453,6 +453,7 @@ impl Client {
             4,                                   // 18 a chat's shape (`chat_shape.rs`)
             8,                                   // 19 queue, remove, reorder (pending.rs)
             8,                                   // 20 draft, answer a question (questions.rs)
+            6,                                   // 21 resume, steer, move (resume_move.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -627,6 +628,7 @@ impl Client {
             18 => out.extend(crate::chat_shape::think(self, rng, &session, &chat)),
             19 => out.extend(self.pending_action(rng, &chat)),
             20 => out.extend(self.question_action(rng, &chat)),
+            21 => out.extend(self.resume_or_move(rng, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

@@ -26,6 +26,7 @@ pub mod pending;
 pub mod queue;
 pub mod questions;
 pub mod range;
+pub mod resume_move;
 pub mod registry;
 pub mod rng;
 pub mod store;

@@ -45,6 +45,11 @@ pub const EXPECTED: &[&str] = &[
     "side_chat_from_running_turn",
     "side_chat_made",
     "side_chat_refused_unknown_turn",
+    // Resuming an errored turn (issue 23).
+    "turn_resumed",
+    "resume_refused_turn_running",
+    "resume_refused_not_resumable",
+    "resume_refused_cannot_resume",
     // Typed continuations and git decisions in core (issue 20).
     "queued_command_runs",
     "tree_base_from_folder_facts",

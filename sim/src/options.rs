@@ -270,6 +270,7 @@ impl Options {
                 peer_directories: false,
                 forgets: false,
                 forks: false,
+                resumes_turns: false,
             });
         }
         Config {

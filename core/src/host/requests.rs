@@ -753,7 +753,9 @@ fn kind_of(action: &StateAction) -> Option<Kind> {
         // A chat's queue is the host's own, like a turn's sender
         // (`crate::session::pending`).
         ChatPendingMessageSet(_) | ChatPendingMessageRemoved(_) | ChatQueuedMessagesReordered(_) => Some(Kind::Durable),
-        ChatTurnCancelled(_) | ChatToolCallConfirmed(_) => Some(Kind::Volatile),
+        // A resume writes nothing the host owns: the turn is the backend's
+        // (`session/resume.rs`).
+        ChatTurnCancelled(_) | ChatToolCallConfirmed(_) | ChatTurnResume(_) => Some(Kind::Volatile),
         // A question lives and dies with its turn, which the record does
         // not hold while it runs (`session/questions.rs`).
         ChatInputAnswerChanged(_) | ChatInputCompleted(_) => Some(Kind::Volatile),
@@ -879,6 +881,7 @@ impl Host {
                 takes_peers: self.shared.agent_takes_peers(&session.record.provider),
                 stopping: self.stopping(),
                 forgets: self.shared.agent_forgets(&session.record.provider),
+                resumes: self.shared.agent_resumes(&session.record.provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 queued_messages_per_chat: self.shared.config.limits.queued_messages_per_chat,
                 trusted: &trusted,
@@ -1014,6 +1017,7 @@ impl Host {
                         self.send_turn(session_uri, q.channel, turn_id, *message);
                     }
                     Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false),
+                    Some(ActionNext::TurnResumed) => self.recount_active(),
                     // Before the residency check: a live session archived now
                     // lets its agents go there, which takes its trees then.
                     Some(ActionNext::Archived(archived)) => self.trees_follow_archive(session_uri, archived),

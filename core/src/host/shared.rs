@@ -184,6 +184,12 @@ impl Shared {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.forgets)
     }
 
+    /// Whether the provider's agent can resume a turn that ended in a
+    /// resumable error (`chat/turnResume`, `AgentSpec::resumes_turns`).
+    pub(crate) fn agent_resumes(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.resumes_turns)
+    }
+
     /// Whether `provider`'s agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)

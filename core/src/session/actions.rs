@@ -28,6 +28,9 @@ pub enum ActionNext {
     },
     /// The chat's running turn was cancelled: what every turn's end does.
     TurnCancelled,
+    /// The chat's last turn was resumed (`session/resume.rs`) and handed
+    /// to its agent: recount `activeSessions`.
+    TurnResumed,
     /// The session's archived bit is now this: its trees follow.
     Archived(bool),
     /// This chat's queue changed (`crate::session::pending`): a queued
@@ -57,6 +60,9 @@ pub struct ActionRules<'a> {
     /// Whether the session's agent can forget turns (`chat/truncated`,
     /// `AgentSpec::forgets`).
     pub forgets: bool,
+    /// Whether the session's agent can resume a turn that ended in a
+    /// resumable error (`chat/turnResume`, `AgentSpec::resumes_turns`).
+    pub resumes: bool,
     /// The largest message or draft text taken, in bytes
     /// (`Limits::message_text_max_bytes`).
     pub message_text_max_bytes: usize,
@@ -89,7 +95,10 @@ impl Session {
             crate::mark!("turn_action_refused_asleep");
             return Admission::Refused("the session is asleep: no turn is running");
         }
-        if needs_state(action) && self.resident.is_none() {
+        // A resume goes to the chat's running agent: an asleep (or waking)
+        // session wakes first, as a turn's send does (`session/resume.rs`).
+        let asleep = matches!(self.phase, Phase::Asleep | Phase::Waking(_));
+        if (needs_state(action) && self.resident.is_none()) || (asleep && matches!(action, StateAction::ChatTurnResume(_))) {
             crate::mark!("action_waits_for_wake");
             return Admission::AfterWake;
         }
@@ -187,6 +196,7 @@ impl Session {
                         Ok(())
                     }
                     StateAction::ChatTruncated(a) => session.check_truncate(&q.channel, a, rules.forgets),
+                    StateAction::ChatTurnResume(a) => session.check_resume(&q.channel, chat, a, rules.resumes, rules.stopping),
                     StateAction::ChatTurnCancelled(a) => match &chat.active_turn {
                         Some(t) if t.id == a.turn_id => Ok(()),
                         _ => Err("no such turn is running".into()),
@@ -247,6 +257,7 @@ impl Session {
                 Some(ActionNext::TurnStarted { turn_id, message: Box::new(message) })
             }
             StateAction::ChatTurnCancelled(a) => self.cancel_turn(sh, channel, a, origin).then_some(ActionNext::TurnCancelled),
+            StateAction::ChatTurnResume(a) => self.apply_resume(sh, channel, a, origin).then_some(ActionNext::TurnResumed),
             action if crate::session::chat_flags::is_chat_flag_action(&action) => {
                 self.apply_chat_flag(sh, channel, action, origin);
                 None

@@ -15,6 +15,7 @@ pub mod git;
 pub mod lifecycle;
 pub mod mirror;
 pub mod rewind;
+pub mod resume;
 pub mod pending;
 pub mod questions;
 pub mod row;

@@ -15,7 +15,11 @@
 //! Directives at the start of a message drive every status, for tests and
 //! demos (times in ms, capped at 10 minutes):
 //! - `/fail`: the agent refuses the turn (`Send` answers `Failed`).
-//! - `/error`: the reply streams, then the turn ends with `chat/error`.
+//! - `/error`: the reply streams, then the turn ends with `chat/error`,
+//!   marked resumable: `chat/turnResume` (`BackendCmd::Resume`) reopens it
+//!   and the reply goes on (`Echo (resumed): <message>` in a part of its
+//!   own), then the turn completes. The transcript keeps the errored turn
+//!   until the resumed one ends, then holds the turn as it ended instead.
 //! - `/slow <ms>`: the reply is spread over that long.
 //! - `/approve`: a tool call waits for confirmation; approved, it completes
 //!   and the reply follows; denied, the reply is `Echo: tool denied`.
@@ -282,6 +286,7 @@ impl Actor {
                 Outcome::Ok
             }
             BackendCmd::Forget { conversation_id, turn_ids } => self.forget(conversation_id, turn_ids).await,
+            BackendCmd::Resume { turn_id } => self.resume(turn_id),
             BackendCmd::Delete { conversation_id } => {
                 self.stop_turn(false).await;
                 self.agent = None;
@@ -366,6 +371,53 @@ impl Actor {
             workdir: agent.header.working_directory.as_deref().and_then(ahpd_core::awareness::uri_to_path).map(PathBuf::from),
         };
         let task = tokio::spawn(ctx.run(directive, confirm_rx, answer_rx));
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
+        Outcome::Ok
+    }
+
+    /// Resumes turn `turn_id` (`chat/turnResume`): it must be the
+    /// conversation's last turn, ended in a resumable error, with nothing
+    /// running. The turn leaves the in-memory transcript (the file keeps
+    /// it as errored until the resumed turn ends, and the next save
+    /// rewrites the file whole, so the turn is never there twice) and runs
+    /// again from its own reopened copy.
+    fn resume(&mut self, turn_id: String) -> Outcome {
+        let Some(agent) = self.agent.as_mut() else {
+            return failed("echo: the agent for this chat is not running".to_owned());
+        };
+        if agent.running.is_some() {
+            return failed("echo: a turn is already running in this chat".to_owned());
+        }
+        let resumable = agent.transcript.last().is_some_and(|t| {
+            t.id == turn_id && matches!(t.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true))
+        });
+        if !resumable {
+            return failed(format!("echo: turn {turn_id} is not the last turn ended in a resumable error"));
+        }
+        let Some(me) = self.me.upgrade() else {
+            return failed("echo: the agent is shutting down".to_owned());
+        };
+        let Some(turn) = agent.transcript.pop() else { return failed("echo: no turn to resume".to_owned()) };
+        agent.appendable = false;
+        let text = turn.message.text.clone();
+        let mut chat = scratch_chat(&self.chat);
+        chat.turns.push(turn);
+        let scratch = Arc::new(Mutex::new(chat));
+        apply(&scratch, &StateAction::ChatTurnResume(ahp_types::actions::ChatTurnResumeAction { turn_id: turn_id.clone() }));
+        let (confirm_tx, confirm_rx) = oneshot::channel();
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let started = Instant::now();
+        let ctx = TurnCtx {
+            chat: self.chat.clone(),
+            turn_id: turn_id.clone(),
+            text,
+            events: self.events.clone(),
+            actor: me,
+            scratch: scratch.clone(),
+            started,
+            workdir: None,
+        };
+        let task = tokio::spawn(ctx.run(Directive::Resumed, confirm_rx, answer_rx));
         agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
         Outcome::Ok
     }
@@ -472,6 +524,11 @@ impl TurnCtx {
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
                 self.complete().await;
             }
+            Directive::Resumed => {
+                let part_id = format!("{}.resumed", self.turn_id);
+                self.stream_in(&part_id, &format!("Echo (resumed): {}", self.text), CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                self.complete().await;
+            }
             Directive::Error => {
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
                 let action = StateAction::ChatError(ChatErrorAction {
@@ -484,7 +541,7 @@ impl TurnCtx {
                             stack: None,
                             meta: None,
                         },
-                        resumable: Some(false),
+                        resumable: Some(true),
                     },
                     meta: None,
                 });
@@ -686,7 +743,13 @@ impl TurnCtx {
     /// A markdown part, then `text` in up to four deltas spread over
     /// `over_ms`.
     async fn stream(&self, text: &str, over_ms: u64) {
-        let part_id = format!("{}.md", self.turn_id);
+        self.stream_in(&format!("{}.md", self.turn_id), text, over_ms).await;
+    }
+
+    /// A markdown part `part_id`, then `text` in up to four deltas spread
+    /// over `over_ms`.
+    async fn stream_in(&self, part_id: &str, text: &str, over_ms: u64) {
+        let part_id = part_id.to_owned();
         self.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
             turn_id: self.turn_id.clone(),
             part: ResponsePart::Markdown(MarkdownResponsePart { id: part_id.clone(), content: String::new() }),
@@ -746,6 +809,8 @@ enum Directive {
     Crash,
     Busy(u64),
     Write,
+    /// Not a message's: a resumed turn goes on (`BackendCmd::Resume`).
+    Resumed,
     Ask,
 }
 

@@ -96,6 +96,8 @@ impl Frame {
                 | "session/workingDirectorySet" | "session/workingDirectoryRemoved" | "session/workingDirectoryReplaced" => Some(true),
                 // A chat's shape (issue 23, part B): `session:mark`.
                 "chat/isReadChanged" | "chat/isArchivedChanged" | "chat/truncated" => Some(true),
+                // A resume sends (issue 23): `chat:send`.
+                "chat/turnResume" => Some(true),
                 // An agent's questions (issue 23): `chat:answer`.
                 "chat/inputAnswerChanged" | "chat/inputCompleted" => Some(true),
                 // Not an action clients may send: the host reads it as

@@ -22,6 +22,7 @@ pub mod residency;
 pub mod awareness;
 pub mod trees;
 pub mod queue;
+pub mod resume;
 pub mod questions;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,6 +65,7 @@ pub struct History {
     ready_unannounced: Vec<Uri>,
     /// Every acknowledged queued message's fate (`queued_message_once`).
     queued: queue::QueueHistory,
+    resumed: resume::ResumeHistory,
     /// Every question completed and answered (`question_answered_once`).
     questions: questions::QuestionHistory,
 }
@@ -87,6 +89,7 @@ impl History {
     /// A host (re)started: restored sessions count as announced.
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.queued.on_host_start(view)?;
+        self.resumed.on_host_start();
         self.questions.on_host_start();
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
         self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
@@ -104,6 +107,7 @@ impl History {
     /// Rule 4, on each effect in the order the host returned them.
     pub fn on_effect(&mut self, effect: &Effect) -> Result<(), Violation> {
         self.queued.on_effect(effect)?;
+        self.resumed.on_effect(effect)?;
         self.questions.on_effect(effect)?;
         let Effect::Send { message, .. } = effect else { return Ok(()) };
         match message {
@@ -144,6 +148,7 @@ impl History {
     pub fn after_step(&mut self, view: &HostView<'_>, before: &Before) -> Result<(), Violation> {
         // Per-session rules on the sessions the input touched: the others
         // passed before and did not change (`--verify-touched` checks that).
+        self.resumed.after_step(view)?;
         ahpd_core::invariants::check_touched(view)?;
         // "createdAt ... never moves", "modifiedAt ... moves forward only"
         // (a wall clock that jumps backwards never moves it back: the

@@ -190,6 +190,11 @@ impl ChatActor {
             // question (docs/USER-GUIDE.md, "What each agent supports").
             BackendCmd::Answer { .. } => Outcome::Ok,
             BackendCmd::Forget { .. } => Outcome::Failed { message: "acp: the agent cannot forget turns (ACP v1 has no such request)".to_owned() },
+            // Never sent either: an ACP agent does not resume a turn
+            // (`AgentSpec::resumes_turns` is false; ACP v1 has no request
+            // to continue a prompt that ended), so the host refuses
+            // `chat/turnResume` first.
+            BackendCmd::Resume { .. } => Outcome::Failed { message: "acp: the agent cannot resume a turn (ACP v1 has no such request)".to_owned() },
             BackendCmd::Delete { conversation_id } => {
                 self.stop().await;
                 tracing::info!(chat = %self.chat, agent = %self.agent.name, conversation = %conversation_id, "acp: the agent keeps its own copy of the conversation (ACP v1 cannot delete it)");

@@ -73,6 +73,7 @@ impl AgentConfig {
             peer_directories: false,
             forgets: false,
             forks: false,
+            resumes_turns: false,
         }
     }
 

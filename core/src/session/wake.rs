@@ -116,7 +116,7 @@ impl Session {
                 }
             }
             let chats: Vec<_> =
-                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default())).collect();
+                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), c.resource == self.record.default_chat)).collect();
             let lifecycle = if self.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
             let state = session_state(&self.record, lifecycle, chats.iter().map(chat_summary).collect());
             self.resident = Some(Box::new(Resident {
@@ -144,7 +144,7 @@ impl Session {
     /// lifecycle `creating`, the reply to request `id` of `conn` owed until
     /// its agent starts.
     pub(crate) fn provisional(record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
-        let chat = chat_state(&record.chats[0], Vec::new());
+        let chat = chat_state(&record.chats[0], Vec::new(), true);
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
             session: state,

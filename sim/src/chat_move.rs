@@ -26,13 +26,22 @@ impl Client {
                 _ => Vec::new(),
             }
         };
-        let here = listed(self, session);
-        // A chat other than the default one, mostly.
-        let movable: Vec<Uri> = here.iter().filter(|c| **c != crate::clients::default_chat_of(session)).cloned().collect();
-        let source = match rng.pick(&movable) {
+        // A chat other than a default one, of any session this client
+        // watches, mostly.
+        let movable: Vec<(Uri, Uri)> = self
+            .mirrors
+            .iter()
+            .filter_map(|(s, m)| match &m.state {
+                MirrorState::Session(state) => Some(state.chats.iter().filter(|c| c.movable == Some(true)).map(|c| (s.clone(), c.resource.clone())).collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let (session, source) = match rng.pick(&movable) {
             Some(c) if rng.chance(0.9) => c.clone(),
-            _ => chat.clone(),
+            _ => (session.clone(), chat.clone()),
         };
+        let session = &session;
         if rng.chance(0.05) {
             return Some(self.send_request("moveChat", json!({"channel": source, "destination": {"kind": "newSession"}}), ReqKind::Plain));
         }

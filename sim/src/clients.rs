@@ -454,7 +454,7 @@ impl Client {
             8,                                   // 19 queue, remove, reorder (pending.rs)
             8,                                   // 20 draft, answer a question (questions.rs)
             6,                                   // 21 resume, steer, move (resume_move.rs)
-            6,                                   // 22 moveChat (chat_move.rs)
+            4,                                   // 22 moveChat (chat_move.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();

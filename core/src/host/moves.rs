@@ -132,6 +132,12 @@ impl Host {
             crate::mark!("move_refused_agent");
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "this session's agent cannot move a conversation to another session"));
         }
+        if destination.start_owed {
+            // Its next wake starts every chat afresh (its creation failed):
+            // the moved conversation would be lost there.
+            crate::mark!("move_refused_destination_start_owed");
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the destination session failed to start: send it a message first"));
+        }
         if destination.phase.is_waking() {
             crate::mark!("move_refused_destination_waking");
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the destination session is waking: try again"));

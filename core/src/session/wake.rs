@@ -52,8 +52,14 @@ impl Session {
         let can_resume = self.can_resume;
         let working_directory = self.record.working_directories.first().cloned();
         let peer_directories = sh.peers_for(&self.record);
-        let chats: Vec<(Uri, String, bool)> =
-            self.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && !owed && !c.fresh)).collect();
+        // A chat moved in (`moveChat`) brought a conversation of its own,
+        // which a start owed by the session does not undo.
+        let chats: Vec<(Uri, String, bool)> = self
+            .record
+            .chats
+            .iter()
+            .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && (!owed || c.moved.is_some()) && !c.fresh))
+            .collect();
         if can_resume {
             crate::mark!("wake_resumes");
         } else {

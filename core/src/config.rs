@@ -45,6 +45,16 @@ pub struct AgentSpec {
     /// resume there is refused with a reason and no change.
     #[serde(default)]
     pub resumes_turns: bool,
+    /// Whether a chat's conversation may be moved to another session
+    /// (`moveChat` to another session, issue 23; docs/DECISIONS.md, 17): the
+    /// backend resumes the conversation under the new session and in its
+    /// folder. The echo agent does (its transcript is the conversation); an
+    /// ACP agent does not: ACP v1 has no way to hand a conversation from one
+    /// agent process to another in a different working directory, so such a
+    /// move is refused with a reason and no change. A reorder within one
+    /// session needs nothing of the backend and is offered on every agent.
+    #[serde(default)]
+    pub moves_chats: bool,
 }
 
 impl AgentSpec {
@@ -60,6 +70,7 @@ impl AgentSpec {
             forgets: true,
             forks: true,
             resumes_turns: true,
+            moves_chats: true,
         }
     }
 }

@@ -31,6 +31,8 @@ pub enum WaitingRequest {
     /// `createChat` in a session whose state is not held (boxed: it may
     /// carry a first message).
     CreateChat(Box<CreateChatReq>),
+    /// `moveChat` of a chat of a session whose state is not held.
+    MoveChat(MoveChatReq),
 }
 
 /// A command kept behind a session's parked store write, run in arrival
@@ -42,6 +44,8 @@ pub enum QueuedCommand {
     CreateChat(Box<CreateChatReq>),
     /// `disposeChat`.
     DisposeChat(DisposeChatReq),
+    /// `moveChat`.
+    MoveChat(MoveChatReq),
 }
 
 /// A decoded `subscribe` (docs/REFERENCE-NOTES.md, AHP 2-4: the channel's
@@ -90,6 +94,18 @@ pub struct CreateChatReq {
 pub struct DisposeChatReq {
     /// The chat channel.
     pub chat: Uri,
+}
+
+/// A decoded `moveChat` to a session (ahp-types `MoveChatParams` with a
+/// `ChatMoveToSessionDestination`; docs/DECISIONS.md, 17).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoveChatReq {
+    /// The chat moved.
+    pub chat: Uri,
+    /// The session it goes to (its own for a reorder).
+    pub destination: Uri,
+    /// The destination's chat it goes after; first when `None`.
+    pub after: Option<Uri>,
 }
 
 /// A `createSession` whose params passed every check that reads only them

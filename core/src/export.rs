@@ -236,6 +236,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
         });
         turns.insert(uri, chat_turns);
     }
@@ -313,6 +314,7 @@ mod tests {
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
             }],
             changes: None,
             external: false,

@@ -39,6 +39,7 @@ mod connections;
 mod detached;
 mod discovery;
 mod git;
+mod moves;
 mod ops;
 mod pending;
 mod requests;
@@ -507,12 +508,16 @@ impl Host {
             self.tombstones.insert(uri, Tombstone::after(record, OpId(0)));
             return;
         }
+        let mut record = record;
+        // A chat in two records: a crash between a move's two writes
+        // (docs/DECISIONS.md, 17). The record with the higher generation
+        // keeps it; the other drops it and is written again.
+        let rewrite = !self.sessions.contains_key(&uri) && self.settle_moved_chats(&uri, &mut record);
         let chat_clash = record.chats.iter().any(|c| self.shared.chats.contains_key(&c.resource));
         if self.sessions.contains_key(&uri) || chat_clash || record.chats.is_empty() {
             self.shared.log(LogLevel::Warn, "store.record_skipped", Some(uri), "duplicate or chat-less record skipped".to_owned());
             return;
         }
-        let mut record = record;
         let (values, dropped) =
             crate::session_config::restore_values(&record.config);
         if !dropped.is_empty() {
@@ -550,9 +555,54 @@ impl Host {
         for chat in chats {
             self.index_chat(chat, &uri);
         }
+        if rewrite {
+            self.store_put(&uri);
+        }
         // The catalogue's order shares the table's one copy of the URI.
         let shared = self.sessions.shared_uri(&uri).unwrap_or_else(|| uri.as_str().into());
         self.shared.catalogue.insert(modified_at.0, shared, slot, external);
+    }
+
+    /// A record read back (session `uri`) that names a chat a session
+    /// restored before it holds: a crash between a move's two writes
+    /// (`moveChat`, docs/DECISIONS.md, 17) left the chat in both. The
+    /// record whose copy of the chat has the higher move generation
+    /// (`ChatRecord::moves`) keeps it; the other drops it and its record is
+    /// written again (the one restored before now, this one by the caller
+    /// when this returns true). A default chat of either is never dropped:
+    /// a record whose default chat another session holds is skipped, as
+    /// before. So the chat is in exactly one session, whatever order the
+    /// store reads the two records in.
+    fn settle_moved_chats(&mut self, uri: &Uri, record: &mut SessionRecord) -> bool {
+        let mut rewrite_self = false;
+        let clashes: Vec<(Uri, String)> = record
+            .chats
+            .iter()
+            .filter(|c| c.resource != record.default_chat)
+            .filter_map(|c| self.shared.chats.get(&c.resource).map(|holder| (c.resource.clone(), holder.to_string())))
+            .collect();
+        for (chat, holder) in clashes {
+            let mine = record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
+            let Some(other) = self.sessions.get(&holder) else { continue };
+            if other.record.default_chat == chat {
+                continue;
+            }
+            let theirs = other.record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
+            crate::mark!("restore_moved_chat_settled");
+            if mine > theirs {
+                if let Some(other) = self.sessions.get_mut(&holder) {
+                    other.record.chats.retain(|c| c.resource != chat);
+                }
+                self.shared.chats.remove(&chat);
+                self.store_put(&holder);
+                self.shared.log(LogLevel::Info, "store.moved_chat_settled", Some(uri.clone()), format!("{chat} stays here (move {mine}); dropped from {holder}"));
+            } else {
+                record.chats.retain(|c| c.resource != chat);
+                rewrite_self = true;
+                self.shared.log(LogLevel::Info, "store.moved_chat_settled", Some(holder.clone()), format!("{chat} stays here (move {theirs}); dropped from {uri}"));
+            }
+        }
+        rewrite_self
     }
 
     /// Indexes `chat` to the session at `session_uri` in the chat →
@@ -757,7 +807,7 @@ impl Host {
         let initialized = self.shared.conns.get(&conn).is_some_and(|c| c.initialized);
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
-            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "resolveSessionConfig",
+            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "moveChat", "resolveSessionConfig",
             "sessionConfigCompletions", "ahpd/listPeers",
         ];
         if method == "dispatchAction" {
@@ -782,6 +832,7 @@ impl Host {
             "fetchTurns" => self.on_fetch_turns(conn, id, params),
             "createChat" => self.on_create_chat(conn, id, params),
             "disposeChat" => self.on_dispose_chat(conn, id, params),
+            "moveChat" => self.on_move_chat(conn, id, params),
             "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
             "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
             "ahpd/listPeers" => self.aware().on_list_peers(conn, id, params),

@@ -184,6 +184,7 @@ mod tests {
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
         }
     }
 

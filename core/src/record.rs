@@ -401,6 +401,41 @@ pub struct ChatRecord {
     /// (`crate::session::pending`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steering: Option<Box<QueuedMessage>>,
+    /// Set once the chat was moved to another session (`moveChat`, issue
+    /// 23; docs/DECISIONS.md, 17): its move generation and the settings it
+    /// ran on, its own from then on. `None` for a chat never moved (and in
+    /// every record stored before moves were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved: Option<Box<Moved>>,
+}
+
+/// What a chat moved between sessions carries ([`ChatRecord::moved`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Moved {
+    /// How many times the chat moved to another session (1 after its first
+    /// move). A move writes the destination's record with the chat under
+    /// the next generation before the source's record without it; a crash
+    /// between the two leaves the chat in both records, and at restore the
+    /// record with the higher generation keeps it (`Host::restore`).
+    pub moves: u64,
+    /// The settings (the config values) of the session the chat ran in
+    /// before its first move: the chat keeps them as its own (Sessions
+    /// page: a chat moved to another session starts "with what it ran
+    /// on"). Kept in the record only: ahp-types 1.0.0 has no action that
+    /// changes a chat's `_meta` or config, so a chat's subscribers, who
+    /// keep their copy across the move, could not be told of it
+    /// (docs/DECISIONS.md, 17).
+    #[serde(default)]
+    pub config: Settings,
+}
+
+impl ChatRecord {
+    /// The chat's move generation: 0 for a chat never moved
+    /// ([`Moved::moves`]).
+    pub fn moves(&self) -> u64 {
+        self.moved.as_ref().map_or(0, |m| m.moves)
+    }
 }
 
 /// One queued message of a chat ([`ChatRecord::queued`]).
@@ -462,6 +497,7 @@ impl ChatRecord {
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
         }
     }
 }

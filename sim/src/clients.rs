@@ -454,6 +454,7 @@ impl Client {
             8,                                   // 19 queue, remove, reorder (pending.rs)
             8,                                   // 20 draft, answer a question (questions.rs)
             6,                                   // 21 resume, steer, move (resume_move.rs)
+            4,                                   // 22 moveChat (chat_move.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -629,6 +630,7 @@ impl Client {
             19 => out.extend(self.pending_action(rng, &chat)),
             20 => out.extend(self.question_action(rng, &chat)),
             21 => out.extend(self.resume_or_move(rng, &chat)),
+            22 => out.extend(self.move_chat(rng, &session, &chat)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod chat_move;
 pub mod chat_shape;
 pub mod checkers;
 pub mod clients;

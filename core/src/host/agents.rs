@@ -529,6 +529,7 @@ impl Host {
             WaitingRequest::Subscribe(request) => self.subscribe(conn, id, request),
             WaitingRequest::FetchTurns(request) => self.fetch_turns(conn, id, request),
             WaitingRequest::CreateChat(request) => self.create_chat(conn, id, *request),
+            WaitingRequest::MoveChat(request) => self.move_chat(conn, id, request),
         }
     }
 

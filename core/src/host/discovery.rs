@@ -521,6 +521,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     seed: Vec::new(),
     queued: Vec::new(),
     steering: None,
+    moved: None,
     }
 }
 

@@ -210,6 +210,11 @@ impl Host {
                 return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
             }
         }
+        if self.moving(&uri) {
+            crate::mark!("dispose_refused_moving");
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("a chat is moving into or out of session {uri}: dispose it once moveChat has answered")));
+        }
+        let Some(session) = self.sessions.get(&uri) else { return };
         match session.phase {
             Phase::Disposing { .. } => {
                 return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
@@ -480,6 +485,7 @@ impl Host {
         match command {
             QueuedCommand::CreateChat(request) => self.create_chat(conn, id, *request),
             QueuedCommand::DisposeChat(request) => self.dispose_chat(conn, id, request),
+            QueuedCommand::MoveChat(request) => self.move_chat(conn, id, request),
         }
     }
 
@@ -863,6 +869,17 @@ impl Host {
     /// rejects it, parks it behind its store write, queues it behind a wake,
     /// or applies it.
     pub(crate) fn process_action(&mut self, session_uri: &Uri, q: QueuedAction) {
+        // A chat moved to another session while its action waited here
+        // (`moveChat`): the action goes on in the chat's session now.
+        if let Some(owner) = self.session_of(&q.channel).filter(|owner| owner != session_uri) {
+            crate::mark!("action_follows_moved_chat");
+            let Some(session) = self.sessions.get_mut(&owner) else { return };
+            if session.work.parked.is_some() || !session.work.inbox.is_empty() {
+                session.work.inbox.push_back(Queued::Action(q));
+                return;
+            }
+            return self.process_action(&owner, q);
+        }
         let origin = self.shared.origin_of(q.conn, q.client_seq);
         let Some(session) = self.sessions.get(session_uri) else { return };
         match session.admit_action(&q.action) {
@@ -944,6 +961,11 @@ impl Host {
             }
             (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
             (ParkedWork::StartQueued { chat, turn_id, queued_id }, failure) => self.finish_queued_start(session_uri, chat, turn_id, queued_id, failure),
+            (ParkedWork::Reorder { conn, id, chat, after }, failure) => self.finish_reorder(session_uri, conn, id, chat, after, failure),
+            (ParkedWork::MoveIn(work), failure) => self.move_in_written(work, failure),
+            (ParkedWork::MoveOut(work), failure) => self.finish_move(work, failure),
+            // A hold's op is another session's write: never this one's.
+            (ParkedWork::MoveHold, _) => {}
         }
         if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.work.put_owed)) {
             self.store_put(session_uri);

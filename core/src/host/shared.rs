@@ -190,6 +190,12 @@ impl Shared {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.resumes_turns)
     }
 
+    /// Whether the provider's agent can take a chat moved from another
+    /// session (`moveChat`, `AgentSpec::moves_chats`).
+    pub(crate) fn agent_moves_chats(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.moves_chats)
+    }
+
     /// Whether `provider`'s agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)

@@ -335,8 +335,12 @@ impl Session {
             ParkedWork::Action(q) => self.write_ahead(q, sender),
             ParkedWork::CreateChat { chat, .. } => self.record.chats.push((**chat).clone()),
             ParkedWork::DisposeChat { chat, .. } => self.record.chats.retain(|c| c.resource != *chat),
-            // Parked by `Session::park_queued_start`, never here.
-            ParkedWork::StartQueued { .. } => {}
+            ParkedWork::Reorder { chat, after, .. } => crate::session::moves::reorder(&mut self.record.chats, chat, after.as_ref()),
+            ParkedWork::MoveIn(w) => crate::session::moves::place(&mut self.record.chats, w.chat.clone(), w.after.as_ref()),
+            ParkedWork::MoveOut(w) => self.record.chats.retain(|c| c.resource != w.chat.resource),
+            // Parked by `Session::park_queued_start`, never here; a hold
+            // is set by the host with the other session's write.
+            ParkedWork::StartQueued { .. } | ParkedWork::MoveHold => {}
         }
         let op = self.store_put(sh);
         self.record = saved;

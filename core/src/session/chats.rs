@@ -22,7 +22,7 @@ impl Session {
     pub(crate) fn add_chat(&mut self, sh: &mut Shared, record: ChatRecord) -> bool {
         let chat_uri = record.resource.clone();
         let session_uri = self.record.resource.clone();
-        let state = chat_state(&record, Vec::new());
+        let state = chat_state(&record, Vec::new(), false);
         let summary = chat_summary(&state);
         let conversation_id = record.conversation_id.clone();
         self.record.chats.push(record);

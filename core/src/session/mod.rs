@@ -13,6 +13,7 @@ pub mod effects;
 pub mod fork;
 pub mod git;
 pub mod lifecycle;
+pub mod moves;
 pub mod mirror;
 pub mod rewind;
 pub mod resume;
@@ -144,6 +145,49 @@ pub enum ParkedWork {
         /// The chat's URI.
         chat: Uri,
     },
+    /// Put `chat` of this session after `after` (first when `None`) in
+    /// its order (`moveChat` within one session, `session/moves.rs`) and
+    /// answer request `id` on `conn`.
+    Reorder {
+        /// The connection.
+        conn: ConnId,
+        /// The request id.
+        id: u64,
+        /// The chat moved.
+        chat: Uri,
+        /// The chat it goes after, if any.
+        after: Option<Uri>,
+    },
+    /// The first of a move's two writes (`moveChat` to another session,
+    /// docs/DECISIONS.md, 17): this session's record with chat `chat`
+    /// (under its next move generation), from session `source`.
+    MoveIn(Box<MoveWork>),
+    /// The second of a move's two writes: this session's record without
+    /// the chat, once the destination's record holds it.
+    MoveOut(Box<MoveWork>),
+    /// A session a move holds while the other session's write is in flight:
+    /// nothing it queues runs, it does not sleep, and it is not disposed,
+    /// until the move ends. Its `op` is the other session's write, never
+    /// this session's, so no completion of this session's matches it.
+    MoveHold,
+}
+
+/// A cross-session move in flight ([`ParkedWork::MoveIn`],
+/// [`ParkedWork::MoveOut`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoveWork {
+    /// The connection that asked.
+    pub conn: ConnId,
+    /// Its request id.
+    pub id: u64,
+    /// The chat's record as the destination's write carries it.
+    pub chat: crate::record::ChatRecord,
+    /// The destination's chat it goes after, if any.
+    pub after: Option<Uri>,
+    /// The session it leaves.
+    pub source: Uri,
+    /// The session it goes to.
+    pub destination: Uri,
 }
 
 /// Work queued on a session behind a parked write, in arrival order.

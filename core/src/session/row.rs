@@ -122,6 +122,7 @@ mod tests {
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
         };
         SessionRecord {
             format: RECORD_FORMAT,
@@ -151,7 +152,7 @@ mod tests {
 
     fn session(record: SessionRecord, resident: bool) -> Session {
         let resident = resident.then(|| {
-            let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new())).collect();
+            let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new(), c.resource == record.default_chat)).collect();
             Resident {
                 session: session_state(&record, SessionLifecycle::Ready, chats.iter().map(chat_summary).collect()),
                 chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),

@@ -82,8 +82,11 @@ pub fn offer_from_git(record: &SessionRecord) -> Option<crate::session_config::C
 
 /// A chat channel's state from its record and the turns the backend
 /// handed back (oldest first), with the turns the host holds put back in
-/// place ([`crate::kept_turns::merge`]).
-pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
+/// place ([`crate::kept_turns::merge`]). `default` says whether it is its
+/// session's default chat, the one chat that is never `movable` (ahp-types
+/// `ChatState.movable`: "A chat referenced by its owning session's
+/// `defaultChat` MUST NOT be movable"; every other chat is, `moveChat`).
+pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>, default: bool) -> ChatState {
     let (turns, _) = crate::kept_turns::merge(chat, crate::session::fork::with_seed(chat, turns));
     let turns = crate::session::rewind::without_forgotten(chat, turns);
     ChatState {
@@ -94,7 +97,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>) -> ChatState {
         modified_at: chat.modified_at.to_string(),
         changes: chat.changes.as_deref().cloned(),
         origin: chat.origin.as_deref().cloned(),
-        movable: None,
+        movable: Some(!default),
         interactivity: None,
         working_directories: None,
         changesets: None,

@@ -52,8 +52,14 @@ impl Session {
         let can_resume = self.can_resume;
         let working_directory = self.record.working_directories.first().cloned();
         let peer_directories = sh.peers_for(&self.record);
-        let chats: Vec<(Uri, String, bool)> =
-            self.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && !owed && !c.fresh)).collect();
+        // A chat moved in (`moveChat`) brought a conversation of its own,
+        // which a start owed by the session does not undo.
+        let chats: Vec<(Uri, String, bool)> = self
+            .record
+            .chats
+            .iter()
+            .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && (!owed || c.moved.is_some()) && !c.fresh))
+            .collect();
         if can_resume {
             crate::mark!("wake_resumes");
         } else {
@@ -116,7 +122,7 @@ impl Session {
                 }
             }
             let chats: Vec<_> =
-                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default())).collect();
+                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), c.resource == self.record.default_chat)).collect();
             let lifecycle = if self.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
             let state = session_state(&self.record, lifecycle, chats.iter().map(chat_summary).collect());
             self.resident = Some(Box::new(Resident {
@@ -144,7 +150,7 @@ impl Session {
     /// lifecycle `creating`, the reply to request `id` of `conn` owed until
     /// its agent starts.
     pub(crate) fn provisional(record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
-        let chat = chat_state(&record.chats[0], Vec::new());
+        let chat = chat_state(&record.chats[0], Vec::new(), true);
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
             session: state,

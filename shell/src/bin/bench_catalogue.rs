@@ -446,6 +446,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             seed: Vec::new(),
             queued: Vec::new(),
             steering: None,
+            moved: None,
         }],
         changes: None,
         external: false,

@@ -87,6 +87,8 @@ impl Frame {
         match (self.method.as_str(), self.action.as_deref()) {
             ("subscribe" | "listSessions" | "fetchTurns" | "ahpd/listPeers", _) => Some(false),
             ("createSession" | "disposeSession" | "createChat" | "disposeChat" | "resolveSessionConfig" | "sessionConfigCompletions", _) => Some(true),
+            // `moveChat` (issue 23): `chat:dispose` and `chat:create`.
+            ("moveChat", _) => Some(true),
             // The window's detached-tree requests (`session:worktree`).
             (m, _) if m.starts_with("vscode/") && m.contains("DetachedWorktree") => Some(true),
             ("dispatchAction", Some(t)) => match t {

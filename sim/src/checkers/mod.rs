@@ -221,6 +221,10 @@ impl History {
         for chats in self.rewound.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
+        // A chat moved to another session (`moveChat`, issue 23) takes what
+        // it showed with it: its turns must still be shown there.
+        follow_moved_chats(&mut self.echoed, view);
+        follow_moved_chats(&mut self.rewound, view);
         // A session no input touched shows what it showed when last checked.
         let touched = view.sessions.touched();
         let sessions: Box<dyn Iterator<Item = (&Uri, &ahpd_core::session::Session)>> = match touched {
@@ -259,6 +263,24 @@ impl History {
             }
         }
         Ok(())
+    }
+}
+
+/// Re-files each chat of `by_session` (turn ids by session, then chat)
+/// under the session the host's chat index names for it now, merging with
+/// what is there: a chat moved (`moveChat`) keeps its history.
+fn follow_moved_chats(by_session: &mut BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>, view: &HostView<'_>) {
+    let mut moved = Vec::new();
+    for (uri, chats) in by_session.iter_mut() {
+        let away: Vec<Uri> = chats.keys().filter(|c| view.chats.get(c.as_str()).is_some_and(|owner| &**owner != uri.as_str())).cloned().collect();
+        for chat in away {
+            if let (Some(seen), Some(owner)) = (chats.remove(&chat), view.chats.get(chat.as_str())) {
+                moved.push((owner.to_string(), chat, seen));
+            }
+        }
+    }
+    for (owner, chat, seen) in moved {
+        by_session.entry(owner).or_default().entry(chat).or_default().extend(seen);
     }
 }
 

@@ -1,0 +1,70 @@
+//! What a simulated client does to move a chat (issue 23 "Move", client
+//! move 22; docs/DECISIONS.md, 17): `moveChat` of a chat it saw listed (now
+//! and then a default chat, which the host refuses) to another session it
+//! knows or within its own session, after a chat the destination lists or
+//! first, and now and then a move the host must refuse (an anchor that is
+//! the chat itself or no chat of the destination, a new session). Checked by
+//! the state rule `inv_chat_index_consistent` (every chat in exactly one
+//! session's record, the host's chat index agreeing), the history rule
+//! `echoed_turn_kept` (a moved chat shows every turn it showed), the grants
+//! checker and the mirrors (`rule3_mirror_matches_host`: `session/chatRemoved`,
+//! `session/chatAdded`, `session/chatsReordered`).
+
+use ahp_types::Uri;
+use serde_json::json;
+
+use crate::clients::{session_uri, Client, ClientOut, MirrorState, ReqKind};
+use crate::rng::SimRng;
+
+impl Client {
+    /// One `moveChat`: of a chat listed in `session` (else `chat`) to a
+    /// session this client knows (else `session` itself).
+    pub(crate) fn move_chat(&mut self, rng: &mut SimRng, session: &Uri, chat: &Uri) -> Option<ClientOut> {
+        let listed = |client: &Client, s: &Uri| -> Vec<Uri> {
+            match client.mirrors.get(s).map(|m| &m.state) {
+                Some(MirrorState::Session(state)) => state.chats.iter().map(|c| c.resource.clone()).collect(),
+                _ => Vec::new(),
+            }
+        };
+        // A chat other than a default one, of any session this client
+        // watches, mostly.
+        let movable: Vec<(Uri, Uri)> = self
+            .mirrors
+            .iter()
+            .filter_map(|(s, m)| match &m.state {
+                MirrorState::Session(state) => Some(state.chats.iter().filter(|c| c.movable == Some(true)).map(|c| (s.clone(), c.resource.clone())).collect::<Vec<_>>()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let (session, source) = match rng.pick(&movable) {
+            Some(c) if rng.chance(0.9) => c.clone(),
+            _ => (session.clone(), chat.clone()),
+        };
+        let session = &session;
+        if rng.chance(0.05) {
+            return Some(self.send_request("moveChat", json!({"channel": source, "destination": {"kind": "newSession"}}), ReqKind::Plain));
+        }
+        let known: Vec<Uri> = self.known.iter().cloned().collect();
+        let destination = if rng.chance(0.3) {
+            session.clone()
+        } else {
+            match rng.pick(&known) {
+                Some(s) => s.clone(),
+                None => session_uri(rng.below(4)),
+            }
+        };
+        let there = listed(self, &destination);
+        let after = match rng.below(10) {
+            0 => Some(source.clone()),
+            1 => Some("ahp-chat:/no-such-chat".to_owned()),
+            2..=5 => rng.pick(&there).cloned(),
+            _ => None,
+        };
+        let mut dest = json!({"kind": "session", "session": destination});
+        if let Some(after) = after {
+            dest["after"] = json!(after);
+        }
+        Some(self.send_request("moveChat", json!({"channel": source, "destination": dest}), ReqKind::Plain))
+    }
+}

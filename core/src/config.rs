@@ -45,6 +45,14 @@ pub struct AgentSpec {
     /// resume there is refused with a reason and no change.
     #[serde(default)]
     pub resumes_turns: bool,
+    /// Whether the backend can take a steering message into its running
+    /// turn at a safe point (`BackendCmd::Steer`, issue 23;
+    /// `session/steering.rs`): the echo agent does, between the chunks of
+    /// its reply; an ACP agent cannot (ACP v1 takes no message while a
+    /// prompt runs), so its steering message is held and runs as the next
+    /// turn.
+    #[serde(default)]
+    pub steers: bool,
 }
 
 impl AgentSpec {
@@ -60,6 +68,7 @@ impl AgentSpec {
             forgets: true,
             forks: true,
             resumes_turns: true,
+            steers: true,
         }
     }
 }

@@ -271,6 +271,7 @@ impl Options {
                 forgets: false,
                 forks: false,
                 resumes_turns: false,
+                steers: false,
             });
         }
         Config {

@@ -74,6 +74,7 @@ impl AgentConfig {
             forgets: false,
             forks: false,
             resumes_turns: false,
+            steers: false,
         }
     }
 

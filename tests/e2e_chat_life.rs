@@ -180,9 +180,11 @@ async fn a_queued_message_runs_once_after_a_restart() {
 }
 
 /// A steering message sent while a turn runs is shown as the chat's
-/// `steeringMessage`; a second one replaces it. No agent takes one into its
-/// running turn yet (echo and ACP alike), so it is held and runs as the
-/// next turn, before the messages queued earlier.
+/// `steeringMessage`; a second one replaces it. The echo agent takes one
+/// only between two chunks of its reply, and a `/slow 600000` turn reaches
+/// none before it is cancelled here, so the message is held and runs as the
+/// next turn, before the messages queued earlier (as on an ACP agent, which
+/// never takes one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_steering_message_is_held_and_runs_before_the_queue() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -206,4 +208,43 @@ async fn a_steering_message_is_held_and_runs_before_the_queue() {
     assert!(state.steering_message.is_none());
     assert!(!state.turns.iter().any(|t| t.message.text == "go left"), "the replaced steering message never ran");
     c.shutdown().await;
+}
+
+/// A steering message sent while the echo agent streams its reply is taken
+/// into the running turn at the next chunk: the host removes it (no origin,
+/// no turn started from it), the turn answers it in a part of its own and
+/// completes, and a second client watching the chat sees the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_message_is_taken_into_the_running_turn() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _, _) = connect_init(&daemon.url, "steer-live").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = new_session(&c).await;
+    // Four chunks, 2 s apart: the steering message lands between two.
+    send(&c, &chat, user_turn("t1", "/slow 8000 the plan")).await;
+    follow_chat(&mut sub, &mut state, "t1 runs", |_, s| s.active_turn.is_some()).await;
+    let (other, _, _) = connect_init(&daemon.url, "steer-watch").await;
+    let (mut seen, mut osub) = subscribe_chat(&other, &chat).await;
+    let steering = ChatPendingMessageSetAction { kind: PendingMessageKind::Steering, id: "s1".to_owned(), message: user_message("go left") };
+    send(&c, &chat, StateAction::ChatPendingMessageSet(steering)).await;
+    let events = follow_chat(&mut sub, &mut state, "t1 ends", |_, s| s.active_turn.is_none() && s.turns.iter().any(|t| t.id == "t1")).await;
+    let removed: Vec<&ActionEnvelope> = events
+        .iter()
+        .filter(|e| matches!(&e.action, StateAction::ChatPendingMessageRemoved(a) if a.id == "s1" && a.kind == PendingMessageKind::Steering))
+        .collect();
+    assert_eq!(removed.len(), 1, "the host removed it once");
+    assert!(removed[0].origin.is_none(), "the host's removal, not a client's");
+    assert!(queued_starts(&events).is_empty(), "no turn started from it");
+    assert!(state.steering_message.is_none());
+    let t1 = state.turns.iter().find(|t| t.id == "t1").expect("t1 kept");
+    assert_eq!(t1.state, TurnState::Complete);
+    let text = markdown(t1);
+    assert!(text.contains("Echo (steered): go left"), "the turn answered it: {text}");
+    assert!(text.contains("Echo: /slow 8000 the plan"), "and finished its own reply: {text}");
+    follow_chat(&mut osub, &mut seen, "t1 ends, seen", |_, s| s.active_turn.is_none() && s.turns.iter().any(|t| t.id == "t1")).await;
+    assert!(seen.steering_message.is_none());
+    assert!(markdown(seen.turns.iter().find(|t| t.id == "t1").expect("t1 seen")).contains("Echo (steered): go left"));
+    assert_eq!(state.turns.len(), 1, "nothing else ran");
+    c.shutdown().await;
+    other.shutdown().await;
 }

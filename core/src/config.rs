@@ -55,6 +55,14 @@ pub struct AgentSpec {
     /// session needs nothing of the backend and is offered on every agent.
     #[serde(default)]
     pub moves_chats: bool,
+    /// Whether the backend can take a steering message into its running
+    /// turn at a safe point (`BackendCmd::Steer`, issue 23;
+    /// `session/steering.rs`): the echo agent does, between the chunks of
+    /// its reply; an ACP agent cannot (ACP v1 takes no message while a
+    /// prompt runs), so its steering message is held and runs as the next
+    /// turn.
+    #[serde(default)]
+    pub steers: bool,
 }
 
 impl AgentSpec {
@@ -71,6 +79,7 @@ impl AgentSpec {
             forks: true,
             resumes_turns: true,
             moves_chats: true,
+            steers: true,
         }
     }
 }

@@ -150,6 +150,19 @@ pub enum BackendCmd {
         /// What the client chose: accept, decline or cancel.
         response: ahp_types::state::ChatInputResponseKind,
     },
+    /// Hand steering message `id` to running turn `turn_id`, to be taken
+    /// at the agent's next safe point (issue 23, `session/steering.rs`);
+    /// it says so with `BackendEvent::SteeringTaken`. A newer one replaces
+    /// one not taken yet; a turn that ends first takes none. Only sent to
+    /// a backend that steers (`AgentSpec::steers`).
+    Steer {
+        /// The running turn.
+        turn_id: String,
+        /// The steering message's id.
+        id: String,
+        /// The message.
+        message: Message,
+    },
     /// Let the agent go and keep its conversation (a sleep or an eviction).
     Close,
     /// Tear the agent down and delete the backend's own copy of the

@@ -132,6 +132,15 @@ pub enum BackendEvent {
         /// The paths written.
         paths: Vec<String>,
     },
+    /// The running turn `turn_id` took steering message `id` at a safe
+    /// point (`BackendCmd::Steer`, issue 23): the host takes it off the
+    /// chat's record and says `chat/pendingMessageRemoved`.
+    SteeringTaken {
+        /// The turn that took it.
+        turn_id: String,
+        /// The steering message's id.
+        id: String,
+    },
     /// The chat's agent process ended on its own; `message` says why (exit
     /// status, stderr tail). A running turn ends in a `chat/error`.
     Exited {

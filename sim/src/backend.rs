@@ -70,6 +70,10 @@ struct TurnRun {
     waiting: Option<String>,
     /// The paths the waiting tool call writes once confirmed.
     writes: Vec<String>,
+    /// A steering message handed to the turn and not taken yet
+    /// (`BackendCmd::Steer`): taken at a later step, or never when the
+    /// turn ends first.
+    steer: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -100,6 +104,8 @@ pub struct BackendStats {
     pub duplicates: u64,
     /// Turns resumed (`BackendCmd::Resume` taken).
     pub resumed_turns: u64,
+    /// Steering messages taken into a running turn.
+    pub steered: u64,
 }
 
 /// What the backend writes down about one conversation besides its turns
@@ -223,9 +229,22 @@ impl Backend {
                 let agent = self.agents.entry(chat.clone()).or_default();
                 agent.script.retain(|s| !s.is_turn());
                 agent.script.extend(script);
-                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new() });
+                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new(), steer: None });
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
+            }
+            BackendCmd::Steer { turn_id, id, message: _ } => {
+                // Held for the turn's next safe point; the newest replaces
+                // one not taken yet.
+                let turn = self.agents.get_mut(chat).filter(|a| a.running).and_then(|a| a.turn.as_mut()).filter(|t| t.turn_id == turn_id);
+                let outcome = match turn {
+                    Some(turn) => {
+                        turn.steer = Some(id);
+                        Outcome::Ok
+                    }
+                    None => Outcome::Failed { message: "no such turn is running".to_owned() },
+                };
+                self.done(cx, chat, op, outcome, latency);
             }
             BackendCmd::Resume { turn_id } => {
                 // The conversation's last turn, ended in a resumable error,
@@ -246,7 +265,7 @@ impl Backend {
                 let agent = self.agents.entry(chat.clone()).or_default();
                 agent.script.retain(|s| !s.is_turn());
                 agent.script.extend(script);
-                agent.turn = Some(TurnRun { turn_id, message: turn.message, parts: turn.response_parts, open_part: None, waiting: None, writes: Vec::new() });
+                agent.turn = Some(TurnRun { turn_id, message: turn.message, parts: turn.response_parts, open_part: None, waiting: None, writes: Vec::new(), steer: None });
                 self.stats.resumed_turns += 1;
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
@@ -483,6 +502,18 @@ impl Backend {
             return None;
         }
         agent.step_scheduled = false;
+        // A safe point: a steering message handed over may be taken here
+        // (not while a tool call or a question waits), before the next step.
+        let steer = agent.turn.as_ref().filter(|t| t.waiting.is_none() && t.steer.is_some()).map(|t| t.turn_id.clone());
+        if let Some(turn_id) = steer {
+            if cx.world.chance(0.5) {
+                let id = agent.turn.as_mut().and_then(|t| t.steer.take()).unwrap_or_default();
+                self.stats.steered += 1;
+                self.schedule_step(cx, chat);
+                return Some((Input::Backend { chat: chat.clone(), event: BackendEvent::SteeringTaken { turn_id, id } }, "agent took steering".to_owned()));
+            }
+        }
+        let agent = self.agents.get_mut(chat)?;
         let step = agent.script.pop_front()?;
         let turn_id = agent.turn.as_ref().map(|t| t.turn_id.clone());
         let event = match step {
@@ -595,6 +626,7 @@ impl Backend {
             BackendEvent::Busy(b) => format!("agent busy={b}"),
             BackendEvent::Exited { .. } => "agent exited".to_owned(),
             BackendEvent::Wrote { .. } => "agent wrote".to_owned(),
+            BackendEvent::SteeringTaken { .. } => "agent took steering".to_owned(),
         };
         Some((Input::Backend { chat: chat.clone(), event }, label))
     }

@@ -140,6 +140,8 @@ pub const EXPECTED: &[&str] = &[
     "queue_full_refused",
     "sleep_refused_pending_message",
     "steering_held_as_next_turn",
+    "steering_handed",
+    "steering_taken_by_turn",
     // An agent's questions (issue 23).
     "question_drafted",
     "question_answered",

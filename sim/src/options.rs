@@ -272,6 +272,7 @@ impl Options {
                 forks: false,
                 resumes_turns: false,
                 moves_chats: false,
+                steers: false,
             });
         }
         Config {

@@ -143,6 +143,11 @@ impl Host {
                 self.aware().on_wrote(&session_uri, paths);
             }
             BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
+            BackendEvent::SteeringTaken { turn_id, id } => {
+                if self.in_session(&session_uri, |s, sh| s.steering_taken(sh, chat, &turn_id, &id)).unwrap_or(false) {
+                    self.summary_changed(&session_uri);
+                }
+            }
         }
     }
 
@@ -234,6 +239,8 @@ impl Host {
         if let Some(s) = self.sessions.get_mut(session_uri) {
             s.conversation_exists(chat);
         }
+        // A steering message set while the turn waited to be sent.
+        self.in_session(session_uri, |s, sh| s.hand_steering(sh, chat));
         self.mark_ready(session_uri);
     }
 

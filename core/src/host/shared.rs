@@ -196,6 +196,12 @@ impl Shared {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.moves_chats)
     }
 
+    /// Whether the provider's agent takes a steering message into its
+    /// running turn (`AgentSpec::steers`).
+    pub(crate) fn agent_steers(&self, provider: &str) -> bool {
+        self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.steers)
+    }
+
     /// Whether `provider`'s agent can take peer working directories.
     pub(crate) fn agent_takes_peers(&self, provider: &str) -> bool {
         self.config.agents.iter().find(|a| a.provider == provider).is_some_and(|a| a.peer_directories)

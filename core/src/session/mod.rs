@@ -21,6 +21,7 @@ pub mod pending;
 pub mod questions;
 pub mod row;
 pub mod sleep;
+pub mod steering;
 pub mod starts;
 pub mod state;
 pub mod table;

@@ -174,11 +174,15 @@ impl Session {
     /// whether a queued message is due now; `None` when the reducer
     /// refused it.
     pub(crate) fn apply_pending_action(&mut self, sh: &mut Shared, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) -> Option<ActionNext> {
+        let steers = matches!(&action, StateAction::ChatPendingMessageSet(a) if a.kind == PendingMessageKind::Steering);
         if !self.emit(sh, channel, action, origin) {
             return None;
         }
         self.mark_activity(sh);
         self.after_chat_change(sh, channel);
+        if steers {
+            self.hand_steering(sh, channel);
+        }
         Some(ActionNext::QueueChanged(channel.clone()))
     }
 
@@ -201,8 +205,9 @@ impl Session {
         })
     }
 
-    /// Takes `chat`'s steering message (held: no backend takes one into its
-    /// running turn yet), else its first queued message, off and records it as a turn
+    /// Takes `chat`'s steering message (held: its agent does not steer, or
+    /// the turn before ended without taking it: `session/steering.rs`),
+    /// else its first queued message, off and records it as a turn
     /// (its sender the client who queued it, the turn kept until the
     /// backend has it: `crate::kept_turns`) in one record write, and parks
     /// the start until that write is durable ([`Session::start_queued`]).

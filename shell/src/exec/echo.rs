@@ -28,6 +28,11 @@
 //!   (`BackendCmd::Answer`): accepted, the reply is `Echo: <the answer>`;
 //!   declined, `Echo: you declined to answer`; cancelled, `Echo: you
 //!   cancelled the question`. A cancelled turn takes its question with it.
+//! - steering: a steering message handed to a running turn
+//!   (`BackendCmd::Steer`) is taken between two chunks of its reply
+//!   (`BackendEvent::SteeringTaken`) and answered in a part of its own,
+//!   `Echo (steered): <message>`; try it with a `/slow` turn. A turn that
+//!   ends first takes none, and the host runs it as the next turn.
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
@@ -138,7 +143,18 @@ struct Running {
     confirm: Option<oneshot::Sender<bool>>,
     /// Where the answer to the turn's question goes (`/ask`).
     answer: Option<oneshot::Sender<Answer>>,
+    /// The steering message handed to the turn, taken at its next safe
+    /// point (`BackendCmd::Steer`).
+    steer: Arc<Mutex<Steer>>,
     started: Instant,
+}
+
+/// A running turn's steering slot: the newest message handed to it and
+/// not taken yet, and how many it took (each gets a part of its own).
+#[derive(Default)]
+struct Steer {
+    pending: Option<(String, ahp_types::state::Message)>,
+    taken: u32,
 }
 
 /// A client's answer to the question of an `/ask` turn: the request as the
@@ -280,6 +296,17 @@ impl Actor {
                 }
                 Outcome::Ok
             }
+            BackendCmd::Steer { turn_id, id, message } => {
+                // Held for the turn's next safe point; the newest replaces
+                // one not taken yet. A turn that ended takes none.
+                match self.agent.as_mut().and_then(|a| a.running.as_mut()).filter(|r| r.turn_id == turn_id) {
+                    Some(running) => {
+                        lock(&running.steer).pending = Some((id, message));
+                        Outcome::Ok
+                    }
+                    None => failed(format!("echo: turn {turn_id} is not running")),
+                }
+            }
             BackendCmd::Close => {
                 self.stop_turn(true).await;
                 self.agent = None;
@@ -359,6 +386,7 @@ impl Actor {
         );
         let (confirm_tx, confirm_rx) = oneshot::channel();
         let (answer_tx, answer_rx) = oneshot::channel();
+        let steer = Arc::new(Mutex::new(Steer::default()));
         let started = Instant::now();
         let ctx = TurnCtx {
             chat: self.chat.clone(),
@@ -367,11 +395,12 @@ impl Actor {
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
+            steer: steer.clone(),
             started,
             workdir: agent.header.working_directory.as_deref().and_then(ahpd_core::awareness::uri_to_path).map(PathBuf::from),
         };
         let task = tokio::spawn(ctx.run(directive, confirm_rx, answer_rx));
-        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), steer, started });
         Outcome::Ok
     }
 
@@ -406,6 +435,7 @@ impl Actor {
         apply(&scratch, &StateAction::ChatTurnResume(ahp_types::actions::ChatTurnResumeAction { turn_id: turn_id.clone() }));
         let (confirm_tx, confirm_rx) = oneshot::channel();
         let (answer_tx, answer_rx) = oneshot::channel();
+        let steer = Arc::new(Mutex::new(Steer::default()));
         let started = Instant::now();
         let ctx = TurnCtx {
             chat: self.chat.clone(),
@@ -414,11 +444,12 @@ impl Actor {
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
+            steer: steer.clone(),
             started,
             workdir: None,
         };
         let task = tokio::spawn(ctx.run(Directive::Resumed, confirm_rx, answer_rx));
-        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), started });
+        agent.running = Some(Running { turn_id, task, scratch, confirm: Some(confirm_tx), answer: Some(answer_tx), steer, started });
         Outcome::Ok
     }
 
@@ -500,6 +531,8 @@ struct TurnCtx {
     events: EventSink,
     actor: mpsc::UnboundedSender<ChatMsg>,
     scratch: Arc<Mutex<ChatState>>,
+    /// The turn's steering slot, shared with the actor.
+    steer: Arc<Mutex<Steer>>,
     started: Instant,
     /// The chat's working directory, if any (for `/write`).
     workdir: Option<PathBuf>,
@@ -766,6 +799,7 @@ impl TurnCtx {
             } else {
                 tokio::task::yield_now().await;
             }
+            self.take_steering();
             self.emit(StateAction::ChatDelta(ChatDeltaAction {
                 turn_id: self.turn_id.clone(),
                 part_id: part_id.clone(),
@@ -773,6 +807,32 @@ impl TurnCtx {
                 meta: None,
             }));
         }
+    }
+
+    /// A safe point between two chunks of a reply: a steering message
+    /// handed to the turn is taken here (`BackendEvent::SteeringTaken`,
+    /// before anything it causes) and answered in a part of its own,
+    /// `Echo (steered): <message>`.
+    fn take_steering(&self) {
+        let (id, message, n) = {
+            let mut slot = lock(&self.steer);
+            let Some((id, message)) = slot.pending.take() else { return };
+            slot.taken += 1;
+            (id, message, slot.taken)
+        };
+        self.event(BackendEvent::SteeringTaken { turn_id: self.turn_id.clone(), id });
+        let part_id = format!("{}.steered.{n}", self.turn_id);
+        self.emit(StateAction::ChatResponsePart(ChatResponsePartAction {
+            turn_id: self.turn_id.clone(),
+            part: ResponsePart::Markdown(MarkdownResponsePart { id: part_id.clone(), content: String::new() }),
+            meta: None,
+        }));
+        self.emit(StateAction::ChatDelta(ChatDeltaAction {
+            turn_id: self.turn_id.clone(),
+            part_id,
+            content: format!("Echo (steered): {}", message.text),
+            meta: None,
+        }));
     }
 
     async fn complete(&self) {
@@ -872,7 +932,7 @@ fn failed(message: String) -> Outcome {
     Outcome::Failed { message }
 }
 
-fn lock(m: &Mutex<ChatState>) -> MutexGuard<'_, ChatState> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

@@ -37,6 +37,11 @@ enum Fate {
     /// write may not be durable yet, so after a restart it may be queued
     /// again ([`QueueHistory::on_host_start`] decides), or start.
     RemovedUnheard,
+    /// A steering message the running turn took (the host's own
+    /// `chat/pendingMessageRemoved` with no turn started from it). Its
+    /// write is not waited for: after a crash before it landed it is held
+    /// again and may run as a turn (docs/DECISIONS.md, 18).
+    Steered,
 }
 
 /// Every queued message the host acknowledged, by chat and id.
@@ -49,6 +54,10 @@ pub struct QueueHistory {
     /// The last `serverSeq` read: an envelope goes to each subscriber as an
     /// effect of its own, and is read once.
     last_seq: u64,
+    /// The host's own steering removals of this step: the one before a
+    /// turn started from the message (`Session::start_queued`), or a
+    /// running turn took it.
+    host_removed: Vec<(Uri, String)>,
 }
 
 fn breach(detail: String) -> Violation {
@@ -76,17 +85,29 @@ impl QueueHistory {
                 }
                 self.fates.insert((chat.clone(), a.id.clone()), Fate::Queued);
             }
-            // A client's removal; the host's own (no origin) is followed by
-            // the turn the message becomes.
+            // A client's removal.
             StateAction::ChatPendingMessageRemoved(a) if envelope.origin.is_some() => {
                 if let Some(fate) = self.fates.get_mut(&(chat.clone(), a.id.clone())) {
                     *fate = Fate::Removed;
                 }
             }
+            // The host's own: followed in the same step by the turn the
+            // message becomes, else a running turn took a steering message.
+            StateAction::ChatPendingMessageRemoved(a) => {
+                if let Some(fate @ Fate::Queued) = self.fates.get_mut(&(chat.clone(), a.id.clone())) {
+                    if a.kind == PendingMessageKind::Steering {
+                        *fate = Fate::Steered;
+                    }
+                }
+                self.host_removed.push((chat.clone(), a.id.clone()));
+            }
             StateAction::ChatTurnStarted(a) => {
                 let Some(id) = &a.queued_message_id else { return Ok(()) };
                 match self.fates.get_mut(&(chat.clone(), id.clone())) {
                     Some(fate @ (Fate::Queued | Fate::RemovedUnheard)) => *fate = Fate::Started,
+                    // Taken off by the host just now to become this turn.
+                    Some(fate @ Fate::Steered) if self.host_removed.iter().any(|(c, i)| c == chat && i == id) => *fate = Fate::Started,
+                    Some(Fate::Steered) => return Err(breach(format!("{chat}: steering message {id}, taken by a running turn, started a turn of its own ({})", a.turn_id))),
                     Some(Fate::Started) => return Err(breach(format!("{chat}: queued message {id} started a second turn ({})", a.turn_id))),
                     Some(Fate::Removed) => return Err(breach(format!("{chat}: queued message {id} started after a client removed it"))),
                     // Its echo reached no subscriber (a client may queue on
@@ -107,17 +128,17 @@ impl QueueHistory {
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.last_seq = 0;
         for ((chat, id), fate) in self.fates.iter_mut() {
-            if !matches!(fate, Fate::Queued | Fate::RemovedUnheard) {
+            if !matches!(fate, Fate::Queued | Fate::RemovedUnheard | Fate::Steered) {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
             let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
             if record.queued.iter().any(|m| m.id == *id) || record.steering.as_ref().is_some_and(|s| s.id == *id) {
-                // The unheard removal was not durable: queued again.
+                // The unheard removal, or the taking by a turn, was not durable: held again.
                 *fate = Fate::Queued;
                 continue;
             }
-            if *fate == Fate::RemovedUnheard {
+            if matches!(fate, Fate::RemovedUnheard | Fate::Steered) {
                 *fate = Fate::Removed;
                 continue;
             }
@@ -135,6 +156,7 @@ impl QueueHistory {
     /// as the turn it became, was removed by a client whose echo no
     /// subscriber heard.
     pub fn after_step(&mut self, view: &HostView<'_>) {
+        self.host_removed.clear();
         for ((chat, id), fate) in self.fates.iter_mut() {
             if *fate != Fate::Queued {
                 continue;

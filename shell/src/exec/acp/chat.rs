@@ -194,6 +194,10 @@ impl ChatActor {
             // (`AgentSpec::resumes_turns` is false; ACP v1 has no request
             // to continue a prompt that ended), so the host refuses
             // `chat/turnResume` first.
+            // Never sent: an ACP agent takes no message while a prompt runs
+            // (`AgentSpec::steers` is false), so a steering message is held
+            // and runs as the next turn.
+            BackendCmd::Steer { .. } => Outcome::Failed { message: "acp: the agent cannot take a message into a running prompt (ACP v1)".to_owned() },
             BackendCmd::Resume { .. } => Outcome::Failed { message: "acp: the agent cannot resume a turn (ACP v1 has no such request)".to_owned() },
             BackendCmd::Delete { conversation_id } => {
                 self.stop().await;

@@ -75,6 +75,7 @@ impl AgentConfig {
             forks: false,
             resumes_turns: false,
             moves_chats: false,
+            steers: false,
         }
     }
 

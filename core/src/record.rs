@@ -243,6 +243,115 @@ impl<'de> Deserialize<'de> for Rare<std::collections::BTreeSet<String>> {
     }
 }
 
+/// A session's working directories (`SessionRecord::working_directories`),
+/// shared between the records that list the same folders: a catalogue's
+/// rows share a few folders, and a list of its own cost every row a `Vec`
+/// and a copy of each URI (~100 bytes; issue 21: memory per catalogue
+/// row). The session table hands each record it takes the one copy of its
+/// list ([`Folders::intern`]). Reads see the list (an empty one when none
+/// is held); a write (`&mut` use) copies it first when it is shared, so no
+/// other record sees the change. Serialized, parsed and compared as the
+/// list.
+#[derive(Clone, Default)]
+pub struct Folders(Option<std::sync::Arc<Vec<Uri>>>);
+
+/// The lists [`Folders::intern`] shares, each once, in a fixed order.
+pub type FolderPool = std::collections::BTreeSet<std::sync::Arc<Vec<Uri>>>;
+
+impl Folders {
+    /// Makes this list the pool's copy of the same folders, adding it to
+    /// `pool` when it has none: equal lists interned in one pool share one
+    /// allocation. An empty list holds none.
+    pub fn intern(&mut self, pool: &mut FolderPool) {
+        let Some(list) = &self.0 else { return };
+        if list.is_empty() {
+            self.0 = None;
+            return;
+        }
+        match pool.get(&**list) {
+            Some(shared) => {
+                if !std::sync::Arc::ptr_eq(shared, list) {
+                    self.0 = Some(shared.clone());
+                }
+            }
+            None => {
+                pool.insert(list.clone());
+            }
+        }
+    }
+
+    /// Takes this list's copy out of `pool` when this record was its last
+    /// holder besides the pool (the session is leaving the table), so the
+    /// pool holds only lists some record still lists.
+    pub fn release(&self, pool: &mut FolderPool) {
+        if let Some(list) = &self.0 {
+            if std::sync::Arc::strong_count(list) == 2 && pool.get(&**list).is_some_and(|p| std::sync::Arc::ptr_eq(p, list)) {
+                pool.remove(&**list);
+            }
+        }
+    }
+}
+
+impl From<Vec<Uri>> for Folders {
+    fn from(list: Vec<Uri>) -> Folders {
+        Folders((!list.is_empty()).then(|| std::sync::Arc::new(list)))
+    }
+}
+
+impl FromIterator<Uri> for Folders {
+    fn from_iter<I: IntoIterator<Item = Uri>>(list: I) -> Folders {
+        Folders::from(list.into_iter().collect::<Vec<Uri>>())
+    }
+}
+
+impl std::ops::Deref for Folders {
+    type Target = Vec<Uri>;
+
+    fn deref(&self) -> &Vec<Uri> {
+        static EMPTY: Vec<Uri> = Vec::new();
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
+impl std::ops::DerefMut for Folders {
+    fn deref_mut(&mut self) -> &mut Vec<Uri> {
+        std::sync::Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+}
+
+impl<'a> IntoIterator for &'a Folders {
+    type Item = &'a Uri;
+    type IntoIter = std::slice::Iter<'a, Uri>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl PartialEq for Folders {
+    fn eq(&self, other: &Folders) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Folders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for Folders {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Folders {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Folders, D::Error> {
+        exact_vec(deserializer).map(Folders::from)
+    }
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
@@ -270,9 +379,9 @@ pub struct SessionRecord {
     pub is_read: bool,
     /// The host's own archived bit (status bit 64).
     pub is_archived: bool,
-    /// The directories the agent may touch; the first is the process root.
-    #[serde(deserialize_with = "exact_vec")]
-    pub working_directories: Vec<Uri>,
+    /// The directories the agent may touch; the first is the process root
+    /// (shared with other records listing the same: [`Folders`]).
+    pub working_directories: Folders,
     /// The settings chosen.
     #[serde(default)]
     pub config: Settings,
@@ -473,7 +582,6 @@ impl SessionRecord {
     /// the daemon's life (issue 21: memory per catalogue row).
     pub fn compact(&mut self) {
         self.chats.shrink_to_fit();
-        self.working_directories.shrink_to_fit();
         self.shared_trees.shrink_to_fit();
         for chat in &mut self.chats {
             if !chat.kept.is_empty() {
@@ -511,7 +619,7 @@ impl SessionRecord {
             modified_at: now.to_iso_text(),
             is_read: false,
             is_archived: false,
-            working_directories,
+            working_directories: working_directories.into(),
             config: config.into(),
             owner,
             scope,

@@ -52,6 +52,9 @@ pub struct SessionTable {
     touched: Touched,
     /// Which sessions hold which conversations.
     conversations: Conversations,
+    /// The working-directory lists the sessions share, each once (a
+    /// catalogue's rows list a few folders: [`crate::record::Folders`]).
+    folders: crate::record::FolderPool,
 }
 
 /// The sessions holding each conversation, by a hash of the provider and
@@ -174,11 +177,14 @@ impl SessionTable {
 
     /// Adds or replaces the session at `uri` (its `record.resource`) and
     /// returns its slot; a replaced session's slot is kept.
-    pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
+    pub fn insert(&mut self, uri: Uri, mut session: Session) -> Slot {
+        session.record.working_directories.intern(&mut self.folders);
         if let Some(&slot) = self.keys.get(uri.as_str()) {
             self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-                *entry = Some(session);
+                if let Some(old) = entry.replace(session) {
+                    old.record.working_directories.release(&mut self.folders);
+                }
             }
             return slot;
         }
@@ -211,6 +217,7 @@ impl SessionTable {
         self.free.push(slot);
         self.conversations.mark(slot);
         taken.map(|mut s| {
+            s.record.working_directories.release(&mut self.folders);
             self.touched.removed.push(uri.to_string());
             // Handed out whole, to change or put back.
             s.unsettle();
@@ -495,7 +502,7 @@ mod tests {
             modified_at: "2026-01-01T00:00:00.000Z".into(),
             is_read: false,
             is_archived: false,
-            working_directories: Vec::new(),
+            working_directories: Default::default(),
             config: Default::default(),
             owner: None,
             scope: None,

@@ -424,7 +424,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         modified_at: modified.as_str().into(),
         is_read: i.is_multiple_of(3),
         is_archived: i.is_multiple_of(7),
-        working_directories: vec![format!("file:///home/dev/projects/app_{}", i % 300)],
+        working_directories: vec![format!("file:///home/dev/projects/app_{}", i % 300)].into(),
         config: Default::default(),
         owner: None,
         scope: None,

@@ -134,8 +134,9 @@ impl<'de> Deserialize<'de> for Settings {
     }
 }
 
-/// A chat record's rarely used list (`ChatRecord::written`, `kept`), held
-/// out of line: a `Vec` or a `BTreeSet` is 24 bytes inline, and most chats
+/// A chat record's rarely used list (`ChatRecord::written`, `kept`,
+/// `forgetting`, `seed`, `queued`), held out of line: a `Vec` or a
+/// `BTreeSet` is 24 bytes inline, and most chats
 /// of a catalogue row have neither, so a chat pays one pointer until it
 /// has some (issue 21: memory per catalogue row). Reads through it see the
 /// list (an empty one when none is held); a write (`&mut` use) allocates
@@ -152,16 +153,30 @@ pub trait RareList: Default + PartialEq + 'static {
     fn empty() -> &'static Self;
 }
 
-impl RareList for Vec<crate::kept_turns::KeptTurn> {
-    fn is_empty_list(&self) -> bool {
-        self.is_empty()
-    }
+/// [`RareList`] and parsing (at its exact size, as [`exact_vec`]) for a
+/// `Rare` list of each of these item types.
+macro_rules! rare_vec {
+    ($($item:ty),*) => {$(
+        impl RareList for Vec<$item> {
+            fn is_empty_list(&self) -> bool {
+                self.is_empty()
+            }
 
-    fn empty() -> &'static Self {
-        static EMPTY: Vec<crate::kept_turns::KeptTurn> = Vec::new();
-        &EMPTY
-    }
+            fn empty() -> &'static Self {
+                static EMPTY: Vec<$item> = Vec::new();
+                &EMPTY
+            }
+        }
+
+        impl<'de> Deserialize<'de> for Rare<Vec<$item>> {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<Vec<$item>>, D::Error> {
+                exact_vec(deserializer).map(Rare::from)
+            }
+        }
+    )*};
 }
+
+rare_vec!(crate::kept_turns::KeptTurn, String, ahp_types::state::Turn, QueuedMessage);
 
 impl RareList for std::collections::BTreeSet<String> {
     fn is_empty_list(&self) -> bool {
@@ -228,12 +243,6 @@ impl<T: RareList + std::fmt::Debug> std::fmt::Debug for Rare<T> {
 impl<T: RareList + Serialize> Serialize for Rare<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         (**self).serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for Rare<Vec<crate::kept_turns::KeptTurn>> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<Vec<crate::kept_turns::KeptTurn>>, D::Error> {
-        exact_vec(deserializer).map(Rare::from)
     }
 }
 
@@ -484,8 +493,8 @@ pub struct ChatRecord {
     /// of the echo, left out of every history read back from the backend
     /// while listed, sent to the backend again whenever the chat's agent
     /// starts, and cleared once the backend says it forgot them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub forgetting: Vec<String>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub forgetting: Rare<Vec<String>>,
     /// How the chat came to be, when it is a fork or a side chat
     /// (`session/fork.rs`); `None` for a chat a client made plainly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -493,16 +502,16 @@ pub struct ChatRecord {
     /// The turns a fork was made with (its source's, through the turn it
     /// names), the host's own: put in front of the chat's backend history
     /// wherever it is read (`session::fork::with_seed`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub seed: Vec<ahp_types::state::Turn>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub seed: Rare<Vec<ahp_types::state::Turn>>,
     /// The chat's queued messages (`chat/pendingMessageSet` of kind
     /// `queued`), in the order they run, each with who queued it: written
     /// ahead of their echo like a turn's sender (docs/DECISIONS.md, 2), so
     /// an acknowledged queued message is never lost across a restart, and
     /// taken off in the same write that records the turn it became, so it
     /// never runs twice (`crate::session::pending`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub queued: Vec<QueuedMessage>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub queued: Rare<Vec<QueuedMessage>>,
     /// The chat's steering message (`chat/pendingMessageSet` of kind
     /// `steering`), with who sent it, kept like a queued message. No
     /// backend takes one into its running turn yet: it is held and runs as
@@ -566,10 +575,10 @@ impl ChatRecord {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
         }
     }
@@ -587,7 +596,9 @@ impl SessionRecord {
             if !chat.kept.is_empty() {
                 chat.kept.shrink_to_fit();
             }
-            chat.queued.shrink_to_fit();
+            if !chat.queued.is_empty() {
+                chat.queued.shrink_to_fit();
+            }
         }
     }
 
@@ -664,18 +675,30 @@ mod tests {
         }
     }
 
-    /// A chat's `written` and `kept` come back byte for byte whether it has
-    /// them or not, and a chat without them holds none (each one pointer).
+    /// A chat's `written`, `kept`, `forgetting` and `queued` come back byte
+    /// for byte whether it has them or not, and a chat without them holds
+    /// none (each one pointer).
     #[test]
     fn a_chats_rare_lists_are_written_back_byte_for_byte() {
         let kept = r#"[{"id":"t1","startedAt":"2026-12-01T00:00:00.000Z","message":{"text":"hi","origin":{"kind":"user"}},"index":0}]"#;
-        for extra in [String::new(), r#","written":["/w/a","/w/b"]"#.to_owned(), format!(r#","kept":{kept}"#), format!(r#","written":["/w/a"],"kept":{kept}"#)] {
+        let queued = r#","queued":[{"id":"q1","message":{"text":"next","origin":{"kind":"user"}},"sender":"user:a"}]"#;
+        for extra in [
+            String::new(),
+            r#","written":["/w/a","/w/b"]"#.to_owned(),
+            format!(r#","kept":{kept}"#),
+            format!(r#","written":["/w/a"],"kept":{kept}"#),
+            r#","forgetting":["t1","t2"]"#.to_owned(),
+            queued.to_owned(),
+            format!(r#","kept":{kept},"forgetting":["t1"]{queued}"#),
+        ] {
             let text = format!(r#"{{"resource":"ahp-chat:/x","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}{extra}}}"#);
             let chat: ChatRecord = serde_json::from_str(&text).expect("the chat parses");
             assert_eq!(serde_json::to_string(&chat).expect("encodes"), text);
             assert_eq!(chat.written.0.is_some(), extra.contains("written"), "held only when there is some: {extra}");
             assert_eq!(chat.kept.0.is_some(), extra.contains("kept"), "held only when there is some: {extra}");
             assert_eq!(chat.kept.len(), usize::from(extra.contains("kept")));
+            assert_eq!(chat.forgetting.0.is_some(), extra.contains("forgetting"), "held only when there is some: {extra}");
+            assert_eq!(chat.queued.0.is_some(), extra.contains("queued"), "held only when there is some: {extra}");
         }
         let mut chat = ChatRecord::new_chat("ahp-chat:/x".to_owned(), "c".to_owned(), crate::time::WallTime(0));
         assert!(chat.written.is_empty() && chat.kept.is_empty());

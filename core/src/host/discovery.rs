@@ -516,10 +516,10 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     written: Default::default(),
     kept: Default::default(),
     draft: None,
-    forgetting: Vec::new(),
+    forgetting: Default::default(),
     origin: None,
-    seed: Vec::new(),
-    queued: Vec::new(),
+    seed: Default::default(),
+    queued: Default::default(),
     steering: None,
     }
 }

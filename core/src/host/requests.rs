@@ -617,7 +617,7 @@ impl Host {
             match self.sessions.get(&session_uri).map(|s| s.resolve_source(source)) {
                 Some(Ok(resolved)) => {
                     record.origin = Some(Box::new(resolved.origin));
-                    record.seed = resolved.seed;
+                    record.seed = resolved.seed.into();
                 }
                 Some(Err(reason)) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason)),
                 None => return,

@@ -102,7 +102,7 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         chats: record
             .chats
             .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Default::default(), draft: None, forgetting: Vec::new(), seed: Vec::new(), queued: Vec::new(), steering: None, ..c.clone() })
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Default::default(), draft: None, forgetting: Default::default(), seed: Default::default(), queued: Default::default(), steering: None, ..c.clone() })
             .collect(),
         ..record.clone()
     }

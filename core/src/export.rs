@@ -13,7 +13,7 @@ use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::ResourceId;
-use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::record::{ChatRecord, Derived, SessionRecord, RECORD_FORMAT};
 
 /// The `format` tag of this layout.
 pub const EXPORT_FORMAT: &str = "ahpd.session.v1";
@@ -139,7 +139,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
             messages: messages_of(c, &crate::session::rewind::without_forgotten(c, crate::kept_turns::merge(c, crate::session::fork::with_seed(c, turns.get(&c.resource).cloned().unwrap_or_default())).0)),
         })
         .collect();
-    chats.sort_by_key(|c| c.id != record.default_chat);
+    chats.sort_by_key(|c| !record.is_default_chat(&c.id));
     ExportedSession {
         format: EXPORT_FORMAT.to_owned(),
         id: record.resource.clone(),
@@ -241,7 +241,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
     }
     let record = SessionRecord {
         format: RECORD_FORMAT,
-        key: key.clone(),
+        key: Derived::held(key.clone()),
         resource: rid.uri(),
         provider: doc.provider.as_str().into(),
         title: doc.title.clone(),
@@ -253,7 +253,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         config: doc.config.clone().into(),
         owner: doc.owner.clone(),
         scope: None,
-        default_chat: format!("ahp-chat:/{key}"),
+        default_chat: Derived::held(format!("ahp-chat:/{key}")),
         chats,
         changes: None,
         external: false,
@@ -283,7 +283,7 @@ mod tests {
     fn record() -> SessionRecord {
         SessionRecord {
             format: RECORD_FORMAT,
-            key: "ahp-session@a".into(),
+            key: Derived::held("ahp-session@a"),
             resource: "ahp-session:/a".into(),
             provider: "echo".into(),
             title: "t".into(),
@@ -295,7 +295,7 @@ mod tests {
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: "ahp-chat:/ahp-session@a".into(),
+            default_chat: Derived::held("ahp-chat:/ahp-session@a"),
             chats: vec![ChatRecord {
                 resource: "ahp-chat:/ahp-session@a".into(),
                 title: String::new(),

@@ -492,12 +492,12 @@ impl Host {
 
     fn restore(&mut self, record: SessionRecord) {
         let id = match ResourceId::parse(&record.resource) {
-            Ok(id) if id.store_key() == record.key => id,
+            Ok(id) if id.store_key() == record.key() => id,
             Ok(_) | Err(_) => {
                 crate::mark!("restore_record_skipped");
                 self.shared.log(LogLevel::Warn, "store.record_skipped", None, format!(
                     "stored record {} does not name a valid session; left on disk, not listed",
-                    crate::ids::printable(&record.key)
+                    crate::ids::printable(&record.key())
                 ));
                 return;
             }

@@ -361,18 +361,81 @@ impl<'de> Deserialize<'de> for Folders {
     }
 }
 
+/// A record's text that, as a rule, follows from the session URI
+/// (`SessionRecord::key`, `SessionRecord::default_chat`): held only when it
+/// is not the text the URI gives (a record stored with another key, which
+/// the host refuses to restore, or a default chat of its own), and read
+/// back from the URI otherwise (issue 21: memory per catalogue row; the
+/// two were ~96 bytes of every row). A record parsed from the store holds
+/// none that it can derive ([`SessionRecord::compact`] drops one set in
+/// code). Serialized and parsed as the text, through the record.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Derived(Option<Box<str>>);
+
+impl Derived {
+    /// `text`, held as given (the record drops it if the URI gives it).
+    pub fn held(text: impl Into<Box<str>>) -> Derived {
+        Derived(Some(text.into()))
+    }
+
+    /// Whether text is held (rather than read from the URI).
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(text) => text.fmt(f),
+            None => f.write_str("(from the URI)"),
+        }
+    }
+}
+
+impl Serialize for Derived {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_deref().unwrap_or_default())
+    }
+}
+
+impl<'de> Deserialize<'de> for Derived {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Derived, D::Error> {
+        String::deserialize(deserializer).map(Derived::held)
+    }
+}
+
+/// The `(scheme, id)` of a session URI `<scheme>:/<id>`, split as
+/// `ids::ResourceId::parse` splits it (not validated).
+fn uri_parts(uri: &str) -> Option<(&str, &str)> {
+    uri.split_once(":/")
+}
+
+/// Whether `text` is `<prefix><scheme>@<id>` for the URI's parts.
+fn is_named(text: &str, prefix: &str, uri: &str) -> bool {
+    let Some((scheme, id)) = uri_parts(uri) else { return false };
+    text.len() == prefix.len() + scheme.len() + 1 + id.len()
+        && text.strip_prefix(prefix).and_then(|t| t.strip_prefix(scheme)).and_then(|t| t.strip_prefix('@')) == Some(id)
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
 /// One session's durable record. Written whole, atomically, by the store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// Its store key and default chat URI are kept only when the session URI
+/// does not give them ([`Derived`]); read them with
+/// [`SessionRecord::key`] and [`SessionRecord::default_chat`]. Compared by
+/// what it reads as, not by what it holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct SessionRecord {
     /// Layout version ([`RECORD_FORMAT`]).
     pub format: u32,
     /// The validated store key derived from the session URI
-    /// (`ids::SessionId::store_key`); names the file.
-    pub key: String,
+    /// (`ids::ResourceId::store_key`); names the file. Held only when it is
+    /// not the URI's ([`SessionRecord::key`] reads it).
+    #[serde(getter = "SessionRecord::key_text")]
+    pub key: Derived,
     /// The session URI the client chose.
     pub resource: Uri,
     /// The backend that runs it (inline: [`Text`]).
@@ -400,8 +463,11 @@ pub struct SessionRecord {
     /// The team/project it is charged to, if any.
     #[serde(default)]
     pub scope: Option<String>,
-    /// The default chat's URI.
-    pub default_chat: Uri,
+    /// The default chat's URI: `ahp-chat:/<store key>` as a rule
+    /// (`ids::ResourceId::default_chat_uri`); held only when it is another
+    /// ([`SessionRecord::default_chat`] reads it).
+    #[serde(getter = "SessionRecord::default_chat_text")]
+    pub default_chat: Derived,
     /// The chats, in the session's order.
     #[serde(deserialize_with = "exact_vec")]
     pub chats: Vec<ChatRecord>,
@@ -584,12 +650,138 @@ impl ChatRecord {
     }
 }
 
+impl Serialize for SessionRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SessionRecord::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SessionRecord, D::Error> {
+        let mut record = SessionRecord::deserialize(deserializer)?;
+        record.derive_names();
+        Ok(record)
+    }
+}
+
+impl PartialEq for SessionRecord {
+    fn eq(&self, other: &SessionRecord) -> bool {
+        // Every field named, so a field added is compared, not skipped.
+        let SessionRecord {
+            format,
+            key: _,
+            resource,
+            provider,
+            title,
+            created_at,
+            modified_at,
+            is_read,
+            is_archived,
+            working_directories,
+            config,
+            owner,
+            scope,
+            default_chat: _,
+            chats,
+            changes,
+            git,
+            external,
+            offer,
+            in_tree,
+            shared_trees,
+            deleted,
+        } = self;
+        *format == other.format
+            && self.key() == other.key()
+            && *resource == other.resource
+            && *provider == other.provider
+            && *title == other.title
+            && *created_at == other.created_at
+            && *modified_at == other.modified_at
+            && *is_read == other.is_read
+            && *is_archived == other.is_archived
+            && *working_directories == other.working_directories
+            && *config == other.config
+            && *owner == other.owner
+            && *scope == other.scope
+            && self.default_chat() == other.default_chat()
+            && *chats == other.chats
+            && *changes == other.changes
+            && *git == other.git
+            && *external == other.external
+            && *offer == other.offer
+            && *in_tree == other.in_tree
+            && *shared_trees == other.shared_trees
+            && *deleted == other.deleted
+    }
+}
+
 impl SessionRecord {
+    /// The store key: `<scheme>@<id>` of the session URI `<scheme>:/<id>`
+    /// (`ids::ResourceId::store_key`), or the one the record was stored
+    /// with when that is another. Names the record's file.
+    pub fn key(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.key.0, uri_parts(&self.resource)) {
+            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("{scheme}@{id}")),
+            (None, None) => std::borrow::Cow::Borrowed(""),
+        }
+    }
+
+    /// The default chat's URI: `ahp-chat:/<scheme>@<id>` of the session URI
+    /// (`ids::ResourceId::default_chat_uri`), or the record's own when that
+    /// is another.
+    pub fn default_chat(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.default_chat.0, uri_parts(&self.resource)) {
+            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("ahp-chat:/{scheme}@{id}")),
+            (None, None) => std::borrow::Cow::Borrowed(""),
+        }
+    }
+
+    /// Whether `chat` is the default chat's URI ([`SessionRecord::default_chat`],
+    /// compared without building it).
+    pub fn is_default_chat(&self, chat: &str) -> bool {
+        match &self.default_chat.0 {
+            Some(held) => **held == *chat,
+            None => is_named(chat, "ahp-chat:/", &self.resource),
+        }
+    }
+
+    /// Sets the default chat's URI (held only if the URI does not give it).
+    pub fn set_default_chat(&mut self, chat: Uri) {
+        self.default_chat = Derived::held(chat);
+        self.derive_names();
+    }
+
+    /// [`SessionRecord::key`] as the serializer writes it.
+    fn key_text(&self) -> Derived {
+        Derived::held(self.key())
+    }
+
+    /// [`SessionRecord::default_chat`] as the serializer writes it.
+    fn default_chat_text(&self) -> Derived {
+        Derived::held(self.default_chat())
+    }
+
+    /// Drops the key and default chat URI held when the session URI gives
+    /// the same text, so they are read from it.
+    fn derive_names(&mut self) {
+        if self.key.0.as_deref().is_some_and(|k| is_named(k, "", &self.resource)) {
+            self.key.0 = None;
+        }
+        if self.default_chat.0.as_deref().is_some_and(|c| is_named(c, "ahp-chat:/", &self.resource)) {
+            self.default_chat.0 = None;
+        }
+    }
+
     /// Gives back the spare capacity of its lists: a record read from the
     /// store grew them while parsing (a one-chat list holds room for four
     /// chats of ~300 bytes each), and a catalogue row keeps its record for
-    /// the daemon's life (issue 21: memory per catalogue row).
+    /// the daemon's life (issue 21: memory per catalogue row). Drops a key
+    /// or default chat URI held that the session URI gives ([`Derived`]).
     pub fn compact(&mut self) {
+        self.derive_names();
         self.chats.shrink_to_fit();
         self.shared_trees.shrink_to_fit();
         for chat in &mut self.chats {
@@ -619,10 +811,9 @@ impl SessionRecord {
         in_tree: Option<crate::git::TreeOrigin>,
         now: crate::time::WallTime,
     ) -> SessionRecord {
-        let default_chat = id.default_chat_uri();
         SessionRecord {
             format: RECORD_FORMAT,
-            key: id.store_key(),
+            key: Derived::default(),
             resource: id.uri(),
             provider,
             title: String::new(),
@@ -634,8 +825,8 @@ impl SessionRecord {
             config: config.into(),
             owner,
             scope,
-            default_chat: default_chat.clone(),
-            chats: vec![ChatRecord::new_chat(default_chat, id.store_key(), now)],
+            default_chat: Derived::default(),
+            chats: vec![ChatRecord::new_chat(id.default_chat_uri(), id.store_key(), now)],
             changes: None,
             external: false,
             offer: Some(Box::new(offer)),
@@ -706,6 +897,50 @@ mod tests {
         chat.written.insert("/w/a".to_owned());
         assert!(chat.written.contains("/w/a"));
         assert!(serde_json::to_string(&chat).expect("encodes").contains(r#""written":["/w/a"]"#));
+    }
+
+    /// A record whose key and default chat follow from its URI holds
+    /// neither, one stored with others holds them, and both are written
+    /// back byte for byte, compact and pretty; records compare by what
+    /// they read as, held or not.
+    #[test]
+    fn a_records_key_and_default_chat_are_derived_and_written_back_byte_for_byte() {
+        for (key, chat, derived) in [
+            ("ahp-session@k-1", "ahp-chat:/ahp-session@k-1", (true, true)),
+            ("ahp-session@other", "ahp-chat:/ahp-session@k-1", (false, true)),
+            ("ahp-session@k-1", "ahp-chat:/c", (true, false)),
+            ("x", "ahp-chat:/ahp-session@k-12", (false, false)),
+        ] {
+            let text = format!(
+                r#"{{"format":1,"key":"{key}","resource":"ahp-session:/k-1","provider":"echo","title":"","createdAt":"2026-12-03T18:31:39.123Z","modifiedAt":"2026-12-03T18:31:40.000Z","isRead":false,"isArchived":false,"workingDirectories":[],"config":{{}},"owner":null,"scope":null,"defaultChat":"{chat}","chats":[{{"resource":"{chat}","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}}}],"changes":null,"git":null,"external":false}}"#
+            );
+            let record: SessionRecord = serde_json::from_str(&text).expect("the record parses");
+            assert_eq!((!record.key.is_held(), !record.default_chat.is_held()), derived, "{key} {chat}");
+            assert_eq!((record.key().as_ref(), record.default_chat().as_ref()), (key, chat));
+            assert!(record.is_default_chat(chat) && !record.is_default_chat("ahp-chat:/ahp-session@k-"));
+            assert_eq!(serde_json::to_string(&record).expect("encodes"), text, "compact");
+            let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&text).expect("json")).expect("pretty");
+            assert_eq!(serde_json::to_string_pretty(&record).expect("encodes"), pretty, "pretty");
+            let held = SessionRecord { key: Derived::held(key), default_chat: Derived::held(chat), ..record.clone() };
+            assert_eq!(held, record, "held or derived, the same record");
+            let mut compacted = held.clone();
+            compacted.compact();
+            assert_eq!((!compacted.key.is_held(), !compacted.default_chat.is_held()), derived);
+        }
+        let made = SessionRecord::new_session(
+            &crate::ids::ResourceId::parse("ahp-session:/n").expect("id"),
+            "echo".into(),
+            Vec::new(),
+            serde_json::Map::new(),
+            Default::default(),
+            None,
+            None,
+            None,
+            crate::time::WallTime(0),
+        );
+        assert!(!made.key.is_held() && !made.default_chat.is_held());
+        assert_eq!((made.key().as_ref(), made.default_chat().as_ref()), ("ahp-session@n", "ahp-chat:/ahp-session@n"));
+        assert_eq!(made.chats[0].resource, "ahp-chat:/ahp-session@n");
     }
 
     /// Settings read the same whether held or not; a write allocates them,

@@ -88,7 +88,7 @@ fn a_chats_bits_are_durable_and_taken_without_a_wake() {
     let second = chat_row(&mut h, &uri, "ahp-chat:/second");
     assert_eq!(second["status"].as_u64().unwrap_or(0) & READ, READ, "{second}");
     // Archived while asleep: no wake, written, on the row.
-    let mut disk: BTreeMap<String, SessionRecord> = records.into_iter().map(|r| (r.key.clone(), r)).collect();
+    let mut disk: BTreeMap<String, SessionRecord> = records.into_iter().map(|r| (r.key().into_owned(), r)).collect();
     h.dispatch(1, "ahp-chat:/second", 2, json!({"type": "chat/isArchivedChanged", "isArchived": true}));
     h.durable(&mut disk);
     assert!(!h.backend_cmds().iter().any(|(_, _, c)| matches!(c, BackendCmd::Start { .. })), "no wake");

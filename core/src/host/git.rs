@@ -178,7 +178,7 @@ impl Host {
         let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
         let shared = session.record.shared_trees.clone();
         let git = session.record.git.clone();
-        let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        let refs_prefix = worktree::checkpoint_prefix(&session.record.key());
         let mut ops = Vec::new();
         let purpose = || Op::Git(GitOp::Dispose { session: session_uri.clone() });
         // Trees handed to it: passed on, or removed with their maker's refs.

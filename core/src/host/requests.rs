@@ -691,7 +691,7 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
         };
         let Some(session) = self.sessions.get(&session_uri) else { return };
-        if session.record.default_chat == request.chat {
+        if session.record.is_default_chat(&request.chat) {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the session's default chat is kept: dispose the session instead"));
         }
         if matches!(session.phase, Phase::Disposing { .. }) {

@@ -494,7 +494,7 @@ mod tests {
     fn session(key: &str) -> Session {
         let record = SessionRecord {
             format: RECORD_FORMAT,
-            key: format!("ahp-session@{key}"),
+            key: crate::record::Derived::held(format!("ahp-session@{key}")),
             resource: format!("ahp-session:/{key}"),
             provider: "echo".into(),
             title: key.into(),
@@ -506,7 +506,7 @@ mod tests {
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: format!("ahp-chat:/{key}"),
+            default_chat: crate::record::Derived::held(format!("ahp-chat:/{key}")),
             chats: Vec::new(),
             changes: None,
             git: None,

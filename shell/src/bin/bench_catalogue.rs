@@ -416,7 +416,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
     let modified = iso(base_ms + i as i64 * 1000 + (i as i64 % 97) * 60_000);
     SessionRecord {
         format: ahpd_core::record::RECORD_FORMAT,
-        key: key.clone(),
+        key: ahpd_core::record::Derived::held(key.clone()),
         resource: format!("ahp-session:/bench-{i:06}"),
         provider: "echo".into(),
         title: format!("Refactor the parser so errors carry line numbers ({i})"),
@@ -428,7 +428,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         config: Default::default(),
         owner: None,
         scope: None,
-        default_chat: format!("ahp-chat:/{key}"),
+        default_chat: ahpd_core::record::Derived::held(format!("ahp-chat:/{key}")),
         chats: vec![ChatRecord {
             resource: format!("ahp-chat:/{key}"),
             title: String::new(),
@@ -441,10 +441,10 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
         }],
         changes: None,

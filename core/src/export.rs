@@ -259,7 +259,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         external: false,
         offer: None,
         in_tree: None,
-        shared_trees: Vec::new(),
+        shared_trees: Default::default(),
         deleted: false,
         git: None,
     };
@@ -318,7 +318,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
             git: None,
         }

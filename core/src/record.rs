@@ -135,8 +135,8 @@ impl<'de> Deserialize<'de> for Settings {
 }
 
 /// A chat record's rarely used list (`ChatRecord::written`, `kept`,
-/// `forgetting`, `seed`, `queued`), held out of line: a `Vec` or a
-/// `BTreeSet` is 24 bytes inline, and most chats
+/// `forgetting`, `seed`, `queued`; and a record's `shared_trees`), held
+/// out of line: a `Vec` or a `BTreeSet` is 24 bytes inline, and most chats
 /// of a catalogue row have neither, so a chat pays one pointer until it
 /// has some (issue 21: memory per catalogue row). Reads through it see the
 /// list (an empty one when none is held); a write (`&mut` use) allocates
@@ -176,7 +176,7 @@ macro_rules! rare_vec {
     )*};
 }
 
-rare_vec!(crate::kept_turns::KeptTurn, String, ahp_types::state::Turn, QueuedMessage);
+rare_vec!(crate::kept_turns::KeptTurn, String, ahp_types::state::Turn, QueuedMessage, crate::git::SharedTree);
 
 impl RareList for std::collections::BTreeSet<String> {
     fn is_empty_list(&self) -> bool {
@@ -499,8 +499,8 @@ pub struct SessionRecord {
     /// their maker was disposed ([`crate::git::SharedTree`]). Never
     /// archived (they stay on disk while a holder exists); removed with
     /// the last session that works in them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub shared_trees: Vec<crate::git::SharedTree>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub shared_trees: Rare<Vec<crate::git::SharedTree>>,
     /// A tombstone: the session was disposed, and this record stays only
     /// so a backend's copy that outlives the dispose (a transcript its CLI
     /// keeps, or one put back from a backup) is not listed again after a
@@ -783,7 +783,9 @@ impl SessionRecord {
     pub fn compact(&mut self) {
         self.derive_names();
         self.chats.shrink_to_fit();
-        self.shared_trees.shrink_to_fit();
+        if !self.shared_trees.is_empty() {
+            self.shared_trees.shrink_to_fit();
+        }
         for chat in &mut self.chats {
             if !chat.kept.is_empty() {
                 chat.kept.shrink_to_fit();
@@ -831,7 +833,7 @@ impl SessionRecord {
             external: false,
             offer: Some(Box::new(offer)),
             in_tree: in_tree.map(Box::new),
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             git: None,
             deleted: false,
         }

@@ -365,7 +365,7 @@ impl Host {
             external,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
             git: None,
         }

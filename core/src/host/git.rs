@@ -176,7 +176,7 @@ impl Host {
     /// The commands [`Host::dispose_git`] waits for, trees handed over first.
     fn remove_or_hand_over_trees(&mut self, session_uri: &Uri) -> Vec<OpId> {
         let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
-        let shared = session.record.shared_trees.clone();
+        let shared = session.record.shared_trees.to_vec();
         let git = session.record.git.clone();
         let refs_prefix = worktree::checkpoint_prefix(&session.record.key());
         let mut ops = Vec::new();
@@ -213,7 +213,7 @@ impl Host {
     /// the trusted ones is (sim seeds 806, 6807).
     fn let_go_of_trees(&mut self, session_uri: &Uri) {
         let Some(record) = self.sessions.get_mut(session_uri).map(|s| &mut s.record) else { return };
-        record.shared_trees.clear();
+        record.shared_trees = Default::default();
         if let Some(git) = record.git.as_mut() {
             git.worktree = None;
             for former in &mut git.former {

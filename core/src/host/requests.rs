@@ -242,7 +242,7 @@ impl Host {
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
             if let Phase::Disposing { ops: awaited, .. } = &mut s.phase {
-                *awaited = ops;
+                **awaited = ops;
             }
         }
         if done {

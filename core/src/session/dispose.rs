@@ -96,7 +96,7 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         changes: None,
         offer: None,
         in_tree: None,
-        shared_trees: Vec::new(),
+        shared_trees: Default::default(),
         git: None,
         deleted: true,
         chats: record

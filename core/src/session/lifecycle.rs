@@ -27,7 +27,9 @@ pub struct Wake {
 
 /// A session's host-side phase. The protocol's own `lifecycle`
 /// (`creating`/`ready`/`failed`) lives in the session state; this is about
-/// its agents.
+/// its agents. The op sets are boxed: every catalogue row holds a phase,
+/// mostly `Asleep`, and inline a set made it 48 bytes (issue 21: memory
+/// per catalogue row).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
     /// `createSession` was accepted and the agent is starting; the reply to
@@ -38,15 +40,16 @@ pub enum Phase {
         conn: ConnId,
         /// Its request id.
         id: u64,
-        /// The default chat's agent start it waits for.
-        ops: BTreeSet<OpId>,
+        /// The default chat's agent start it waits for (boxed, as every
+        /// phase's set: [`Phase`]).
+        ops: Box<BTreeSet<OpId>>,
     },
     /// Its agents run.
     Live {
         /// Chat agents starting in it (a chat made while live, an agent
         /// owed a fresh start): their answers name the conversations a
         /// later wake resumes, so they are work in hand.
-        starting: BTreeSet<OpId>,
+        starting: Box<BTreeSet<OpId>>,
     },
     /// Its agents were let go; the conversation is kept (Sessions page,
     /// "Sleep and wake"). Its state may still be held, or evicted.
@@ -63,7 +66,7 @@ pub enum Phase {
         id: u64,
         /// The deletes (conversations, git refs and trees) it waits for,
         /// once its tombstone is durable: it ends when none is left.
-        ops: BTreeSet<OpId>,
+        ops: Box<BTreeSet<OpId>>,
     },
 }
 
@@ -75,19 +78,19 @@ impl Phase {
 
     /// Live with no chat's agent starting.
     pub fn live() -> Phase {
-        Phase::Live { starting: BTreeSet::new() }
+        Phase::Live { starting: Box::default() }
     }
 
     /// Creating, the reply to request `id` of `conn` owed, no start asked
     /// yet.
     pub fn starting(conn: ConnId, id: u64) -> Phase {
-        Phase::Starting { conn, id, ops: BTreeSet::new() }
+        Phase::Starting { conn, id, ops: Box::default() }
     }
 
     /// Disposing, the reply to request `id` of `conn` owed, no delete asked
     /// yet.
     pub fn disposing(conn: ConnId, id: u64) -> Phase {
-        Phase::Disposing { conn, id, ops: BTreeSet::new() }
+        Phase::Disposing { conn, id, ops: Box::default() }
     }
 
     /// Whether its agents run.
@@ -99,8 +102,8 @@ impl Phase {
     /// nothing): what a phase's completions are checked against.
     pub fn awaited(&self) -> Option<&BTreeSet<OpId>> {
         match self {
-            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
-            Phase::Live { starting } => Some(starting),
+            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(&**ops),
+            Phase::Live { starting } => Some(&**starting),
             Phase::Waking(wake) => Some(&wake.ops),
             Phase::Asleep => None,
         }
@@ -109,8 +112,8 @@ impl Phase {
     /// [`Phase::awaited`], to add or take an op.
     pub fn awaited_mut(&mut self) -> Option<&mut BTreeSet<OpId>> {
         match self {
-            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
-            Phase::Live { starting } => Some(starting),
+            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(&mut **ops),
+            Phase::Live { starting } => Some(&mut **starting),
             Phase::Waking(wake) => Some(&mut wake.ops),
             Phase::Asleep => None,
         }

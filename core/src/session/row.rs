@@ -144,7 +144,7 @@ mod tests {
             external,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
         }
     }

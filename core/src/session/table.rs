@@ -513,7 +513,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
         };
         Session::new(record, Phase::Asleep, None, true, MonoTime(0))

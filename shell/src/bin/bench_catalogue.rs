@@ -451,7 +451,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         external: false,
         offer: None,
         in_tree: None,
-        shared_trees: Vec::new(),
+        shared_trees: Default::default(),
         deleted: false,
         git: None,
     }

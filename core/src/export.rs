@@ -149,7 +149,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         created_at: record.created_at.to_string(),
         modified_at: record.modified_at.to_string(),
         config: (*record.config).clone(),
-        owner: record.owner.clone(),
+        owner: record.owner.as_deref().map(str::to_owned),
         messages: chats.first().map(|c| c.messages.clone()).unwrap_or_default(),
         chats,
     }
@@ -251,7 +251,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         is_archived: false,
         working_directories: doc.working_directory.iter().cloned().collect(),
         config: doc.config.clone().into(),
-        owner: doc.owner.clone(),
+        owner: doc.owner.as_deref().map(Box::from),
         scope: None,
         default_chat: Derived::held(format!("ahp-chat:/{key}")),
         chats,

@@ -457,12 +457,13 @@ pub struct SessionRecord {
     /// The settings chosen.
     #[serde(default)]
     pub config: Settings,
-    /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's.
+    /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's (a
+    /// boxed `str`: 16 bytes of every row, not a `String`'s 24; issue 21).
     #[serde(default)]
-    pub owner: Option<String>,
-    /// The team/project it is charged to, if any.
+    pub owner: Option<Box<str>>,
+    /// The team/project it is charged to, if any (boxed, as `owner`).
     #[serde(default)]
-    pub scope: Option<String>,
+    pub scope: Option<Box<str>>,
     /// The default chat's URI: `ahp-chat:/<store key>` as a rule
     /// (`ids::ResourceId::default_chat_uri`); held only when it is another
     /// ([`SessionRecord::default_chat`] reads it).
@@ -825,8 +826,8 @@ impl SessionRecord {
             is_archived: false,
             working_directories: working_directories.into(),
             config: config.into(),
-            owner,
-            scope,
+            owner: owner.map(String::into_boxed_str),
+            scope: scope.map(String::into_boxed_str),
             default_chat: Derived::default(),
             chats: vec![ChatRecord::new_chat(id.default_chat_uri(), id.store_key(), now)],
             changes: None,

@@ -204,7 +204,7 @@ impl Host {
         if self.shared.config.users.is_some() {
             let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref());
             let admin = principal.is_some_and(|p| p.is_administrator());
-            if !admin && session.record.owner != principal.map(|p| p.owner()) {
+            if !admin && session.record.owner.as_deref() != principal.map(|p| p.owner()).as_deref() {
                 crate::mark!("dispose_refused_not_owner");
                 self.shared.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));

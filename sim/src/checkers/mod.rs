@@ -310,12 +310,12 @@ impl ConfigCache {
     /// it leaves the state's own (no offer recorded).
     fn config_of(&mut self, record: &SessionRecord) -> Option<Option<&SessionConfigState>> {
         let fresh = match self.by_uri.get(&record.resource) {
-            Some((inputs, _)) => inputs.0 != record.offer || inputs.1 != record.scope || inputs.2 != record.provider || inputs.3 != *record.config,
+            Some((inputs, _)) => inputs.0 != record.offer || inputs.1.as_deref() != record.scope.as_deref() || inputs.2 != record.provider || inputs.3 != *record.config,
             None => true,
         };
         if fresh {
             let config = ahpd_core::session::state::session_config(record).map(|c| serde_json::from_value(c).ok());
-            let inputs = (record.offer.clone(), record.scope.clone(), record.provider.clone(), (*record.config).clone());
+            let inputs = (record.offer.clone(), record.scope.as_deref().map(str::to_owned), record.provider.clone(), (*record.config).clone());
             self.by_uri.insert(record.resource.clone(), (inputs, config));
         }
         self.by_uri.get(&record.resource).and_then(|(_, c)| c.as_ref().map(Option::as_ref))

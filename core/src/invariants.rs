@@ -201,7 +201,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
 
 /// A live session holds an agent, and its state with it.
 pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.phase, Phase::Live { .. } | Phase::Starting { .. }) && s.resident.is_none() {
+    if matches!(s.phase, Phase::Live { .. } | Phase::Starting(_)) && s.resident.is_none() {
         return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase.name()));
     }
     Ok(())

@@ -294,7 +294,7 @@ impl Host {
                 }
                 s.work.git_begin = None;
                 // Disposed meanwhile: no tree is cut for it.
-                if matches!(s.phase, Phase::Disposing { .. }) {
+                if matches!(s.phase, Phase::Disposing(_)) {
                     return;
                 }
                 settle_base(&mut plan, &new_branch, &facts);
@@ -537,7 +537,7 @@ impl Host {
 pub(crate) fn tree_users(sessions: &SessionTable, window: &crate::detached::Registry, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
     let users = sessions
         .iter()
-        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing { .. }))
+        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing(_)))
         .filter(|(_, s)| s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path))))
         .map(|(uri, _)| uri.clone())
         .collect();

@@ -149,7 +149,7 @@ impl Session {
             return BegunNext::Nothing;
         }
         self.work.git_begin = None;
-        if matches!(self.phase, Phase::Disposing { .. }) {
+        if matches!(self.phase, Phase::Disposing(_)) {
             sh.clean_up_begun(&self.record.key(), folder, outcome);
             return BegunNext::Nothing;
         }

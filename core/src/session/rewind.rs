@@ -128,7 +128,7 @@ impl Session {
     /// Asks `chat`'s backend to forget every turn its record still owes a
     /// forget, if any (a rewind's, or one a crash or a failure left owed).
     fn ask_forget(&mut self, sh: &mut Shared, chat: &Uri) {
-        if matches!(self.phase, Phase::Disposing { .. }) {
+        if matches!(self.phase, Phase::Disposing(_)) {
             return;
         }
         let Some(rec) = self.record.chats.iter().find(|c| c.resource == *chat) else { return };

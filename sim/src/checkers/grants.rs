@@ -305,7 +305,8 @@ impl Grants {
                 }
                 Some(_) => {}
                 None => {
-                    if let Phase::Starting { conn, id, .. } = &s.phase {
+                    if let Phase::Starting(owed) = &s.phase {
+                        let (conn, id) = (&owed.conn, &owed.id);
                         if let Some((owner, scope)) = self.creates.remove(&(*conn, *id)) {
                             self.creations_judged += 1;
                             if s.record.owner.as_deref() != owner.as_deref() {

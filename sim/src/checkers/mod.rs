@@ -161,7 +161,7 @@ impl History {
                 Some(s) if s.phase.shallow() != *prev && !lifecycle::is_legal(prev, &s.phase) => {
                     return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
                 }
-                None if !matches!(prev, Phase::Starting { .. } | Phase::Disposing { .. }) => {
+                None if !matches!(prev, Phase::Starting(_) | Phase::Disposing(_)) => {
                     return Err(breach("lifecycle_transition", format!("{uri} vanished from {}", prev.name())));
                 }
                 _ => {}
@@ -170,7 +170,7 @@ impl History {
         for uri in &scope {
             let Some(s) = view.sessions.get(uri) else { continue };
             let rediscovered = before.scan && s.phase == Phase::Asleep;
-            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting { .. }) && !rediscovered {
+            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting(_)) && !rediscovered {
                 return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase.name())));
             }
         }
@@ -208,11 +208,11 @@ impl History {
     /// chat's state, whenever the host holds it, shows every turn it ever
     /// showed, ended or running (for an agent that can resume).
     fn check_echoed_turns(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
-        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
         for chats in self.echoed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
-        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
         for chats in self.rewound.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }

@@ -103,7 +103,7 @@ impl TreesChecker {
         }
         for removed in &git.removed {
             for (uri, s) in view.sessions.iter() {
-                if matches!(s.phase, Phase::Disposing { .. }) {
+                if matches!(s.phase, Phase::Disposing(_)) {
                     continue;
                 }
                 let owns = s.record.git.as_ref().is_some_and(|g| {

@@ -488,6 +488,13 @@ impl Host {
     /// record are brought up to date.
     pub fn finish_restoring(&mut self) {
         self.sessions.sync_conversations();
+        // Built one row at a time, the ordered indexes' nodes are left ~60%
+        // full; rebuilt once from their sorted entries they are full
+        // (issue 21: ~60 bytes of a catalogue row). Later inserts split
+        // them as usual.
+        self.sessions.repack();
+        self.shared.catalogue.repack();
+        self.shared.chats.repack();
     }
 
     fn restore(&mut self, record: SessionRecord) {

@@ -203,6 +203,15 @@ impl SessionTable {
         slot
     }
 
+    /// Rebuilds the URI order and the conversation index from their sorted
+    /// entries, so their B-tree nodes are full (inserted one at a time,
+    /// nodes split half full: ~43 bytes an entry of the URI order, ~23
+    /// rebuilt). Same entries, same order; for after a restore.
+    pub fn repack(&mut self) {
+        self.keys = std::mem::take(&mut self.keys).into_iter().collect();
+        self.conversations.by_key = std::mem::take(&mut self.conversations.by_key).into_iter().collect();
+    }
+
     /// The URI of the session at `uri` as the table holds it, to share
     /// (a copy of the handle, not of the text): what the catalogue's order
     /// and the chat → session map keep.

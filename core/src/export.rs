@@ -291,7 +291,7 @@ mod tests {
             modified_at: "2026-01-01T00:00:01.000Z".into(),
             is_read: true,
             is_archived: false,
-            working_directories: vec!["file:///w".into()],
+            working_directories: vec!["file:///w".into()].into(),
             config: Default::default(),
             owner: None,
             scope: None,

@@ -133,7 +133,7 @@ mod tests {
             modified_at: "2026-01-03T00:00:00.250Z".into(),
             is_read: true,
             is_archived: external,
-            working_directories: vec!["file:///w/a b".into()],
+            working_directories: vec!["file:///w/a b".into()].into(),
             config: Default::default(),
             owner: None,
             scope: None,

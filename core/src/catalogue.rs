@@ -56,6 +56,13 @@ fn key(ms: i64, uri: &str) -> (Reverse<i64>, SharedUri) {
 }
 
 impl Index {
+    /// Rebuilds the order from its sorted entries, so its B-tree nodes are
+    /// full (see `SessionTable::repack`). Same rows, same order.
+    pub fn repack(&mut self) {
+        self.rows = std::mem::take(&mut self.rows).into_iter().collect();
+        self.externals = std::mem::take(&mut self.externals).into_iter().collect();
+    }
+
     /// Adds an announced session's row at `modified_ms`, kept beside the
     /// session's `slot` in the host's table; `uri` is the table's own
     /// ([`SessionTable::shared_uri`]); `external` marks a session a CLI

@@ -13,7 +13,7 @@ use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::ResourceId;
-use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
+use crate::record::{ChatRecord, Derived, SessionRecord, RECORD_FORMAT};
 
 /// The `format` tag of this layout.
 pub const EXPORT_FORMAT: &str = "ahpd.session.v1";
@@ -139,7 +139,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
             messages: messages_of(c, &crate::session::rewind::without_forgotten(c, crate::kept_turns::merge(c, crate::session::fork::with_seed(c, turns.get(&c.resource).cloned().unwrap_or_default())).0)),
         })
         .collect();
-    chats.sort_by_key(|c| c.id != record.default_chat);
+    chats.sort_by_key(|c| !record.is_default_chat(&c.id));
     ExportedSession {
         format: EXPORT_FORMAT.to_owned(),
         id: record.resource.clone(),
@@ -149,7 +149,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         created_at: record.created_at.to_string(),
         modified_at: record.modified_at.to_string(),
         config: (*record.config).clone(),
-        owner: record.owner.clone(),
+        owner: record.owner.as_deref().map(str::to_owned),
         messages: chats.first().map(|c| c.messages.clone()).unwrap_or_default(),
         chats,
     }
@@ -231,10 +231,10 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
             moved: None,
         });
@@ -242,7 +242,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
     }
     let record = SessionRecord {
         format: RECORD_FORMAT,
-        key: key.clone(),
+        key: Derived::held(key.clone()),
         resource: rid.uri(),
         provider: doc.provider.as_str().into(),
         title: doc.title.clone(),
@@ -252,15 +252,15 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         is_archived: false,
         working_directories: doc.working_directory.iter().cloned().collect(),
         config: doc.config.clone().into(),
-        owner: doc.owner.clone(),
+        owner: doc.owner.as_deref().map(Box::from),
         scope: None,
-        default_chat: format!("ahp-chat:/{key}"),
+        default_chat: Derived::held(format!("ahp-chat:/{key}")),
         chats,
         changes: None,
         external: false,
         offer: None,
         in_tree: None,
-        shared_trees: Vec::new(),
+        shared_trees: Default::default(),
         deleted: false,
         git: None,
     };
@@ -284,7 +284,7 @@ mod tests {
     fn record() -> SessionRecord {
         SessionRecord {
             format: RECORD_FORMAT,
-            key: "ahp-session@a".into(),
+            key: Derived::held("ahp-session@a"),
             resource: "ahp-session:/a".into(),
             provider: "echo".into(),
             title: "t".into(),
@@ -292,11 +292,11 @@ mod tests {
             modified_at: "2026-01-01T00:00:01.000Z".into(),
             is_read: true,
             is_archived: false,
-            working_directories: vec!["file:///w".into()],
+            working_directories: vec!["file:///w".into()].into(),
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: "ahp-chat:/ahp-session@a".into(),
+            default_chat: Derived::held("ahp-chat:/ahp-session@a"),
             chats: vec![ChatRecord {
                 resource: "ahp-chat:/ahp-session@a".into(),
                 title: String::new(),
@@ -309,10 +309,10 @@ mod tests {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
             moved: None,
             }],
@@ -320,7 +320,7 @@ mod tests {
             external: false,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
             git: None,
         }

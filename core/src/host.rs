@@ -489,16 +489,23 @@ impl Host {
     /// record are brought up to date.
     pub fn finish_restoring(&mut self) {
         self.sessions.sync_conversations();
+        // Built one row at a time, the ordered indexes' nodes are left ~60%
+        // full; rebuilt once from their sorted entries they are full
+        // (issue 21: ~60 bytes of a catalogue row). Later inserts split
+        // them as usual.
+        self.sessions.repack();
+        self.shared.catalogue.repack();
+        self.shared.chats.repack();
     }
 
     fn restore(&mut self, record: SessionRecord) {
         let id = match ResourceId::parse(&record.resource) {
-            Ok(id) if id.store_key() == record.key => id,
+            Ok(id) if id.store_key() == record.key() => id,
             Ok(_) | Err(_) => {
                 crate::mark!("restore_record_skipped");
                 self.shared.log(LogLevel::Warn, "store.record_skipped", None, format!(
                     "stored record {} does not name a valid session; left on disk, not listed",
-                    crate::ids::printable(&record.key)
+                    crate::ids::printable(&record.key())
                 ));
                 return;
             }
@@ -578,13 +585,13 @@ impl Host {
         let clashes: Vec<(Uri, String)> = record
             .chats
             .iter()
-            .filter(|c| c.resource != record.default_chat)
+            .filter(|c| !record.is_default_chat(&c.resource))
             .filter_map(|c| self.shared.chats.get(&c.resource).map(|holder| (c.resource.clone(), holder.to_string())))
             .collect();
         for (chat, holder) in clashes {
             let mine = record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
             let Some(other) = self.sessions.get(&holder) else { continue };
-            if other.record.default_chat == chat {
+            if other.record.is_default_chat(&chat) {
                 continue;
             }
             let theirs = other.record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());

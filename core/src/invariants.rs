@@ -201,7 +201,7 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
 
 /// A live session holds an agent, and its state with it.
 pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.phase, Phase::Live { .. } | Phase::Starting { .. }) && s.resident.is_none() {
+    if matches!(s.phase, Phase::Live { .. } | Phase::Starting(_)) && s.resident.is_none() {
         return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase.name()));
     }
     Ok(())
@@ -350,11 +350,11 @@ pub fn inv_active_sessions_counts_turns(view: &HostView<'_>) -> Result<(), Viola
 /// Every session has its default chat (Sessions page: "the session's
 /// default chat is kept").
 pub fn inv_default_chat_exists(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if !s.record.chats.iter().any(|c| c.resource == s.record.default_chat) {
+    if !s.record.chats.iter().any(|c| s.record.is_default_chat(&c.resource)) {
         return fail("inv_default_chat_exists", format!("{uri} lost its default chat"));
     }
     if let Some(r) = &s.resident {
-        if !r.chats.contains_key(&s.record.default_chat) {
+        if !r.chats.contains_key(s.record.default_chat().as_ref()) {
             return fail("inv_default_chat_exists", format!("{uri} state lost its default chat"));
         }
     }
@@ -374,7 +374,7 @@ pub fn inv_chat_flags_in_step(uri: &Uri, s: &Session) -> Result<(), Violation> {
     let row = s.summary();
     for rec in &s.record.chats {
         let stored = rec.status & FLAGS;
-        if rec.resource == s.record.default_chat && stored & IS_ARCHIVED != 0 {
+        if s.record.is_default_chat(&rec.resource) && stored & IS_ARCHIVED != 0 {
             return fail("inv_chat_flags_in_step", format!("{uri}: its default chat is archived on its own"));
         }
         let listed = row.chats.as_ref().and_then(|l| l.iter().find(|c| c.resource == rec.resource)).and_then(|c| c.status);
@@ -523,7 +523,7 @@ pub fn inv_row_aggregate(uri: &Uri, s: &Session) -> Result<(), Violation> {
     {
         let Some(resident) = &s.resident else { return Ok(()) };
         let bits: Vec<u32> = resident.chats.values().map(|c| c.status & ACTIVITY_MASK).collect();
-        let default = resident.chats.get(&s.record.default_chat).map_or(0, |c| c.status & ACTIVITY_MASK);
+        let default = resident.chats.get(s.record.default_chat().as_ref()).map_or(0, |c| c.status & ACTIVITY_MASK);
         // InputNeeded first: it carries the InProgress bit.
         let expected = if bits.contains(&INPUT_NEEDED) {
             INPUT_NEEDED

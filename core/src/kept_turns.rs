@@ -179,10 +179,10 @@ mod tests {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
             moved: None,
         }

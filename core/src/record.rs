@@ -134,7 +134,8 @@ impl<'de> Deserialize<'de> for Settings {
     }
 }
 
-/// A chat record's rarely used list (`ChatRecord::written`, `kept`), held
+/// A chat record's rarely used list (`ChatRecord::written`, `kept`,
+/// `forgetting`, `seed`, `queued`; and a record's `shared_trees`), held
 /// out of line: a `Vec` or a `BTreeSet` is 24 bytes inline, and most chats
 /// of a catalogue row have neither, so a chat pays one pointer until it
 /// has some (issue 21: memory per catalogue row). Reads through it see the
@@ -152,16 +153,30 @@ pub trait RareList: Default + PartialEq + 'static {
     fn empty() -> &'static Self;
 }
 
-impl RareList for Vec<crate::kept_turns::KeptTurn> {
-    fn is_empty_list(&self) -> bool {
-        self.is_empty()
-    }
+/// [`RareList`] and parsing (at its exact size, as [`exact_vec`]) for a
+/// `Rare` list of each of these item types.
+macro_rules! rare_vec {
+    ($($item:ty),*) => {$(
+        impl RareList for Vec<$item> {
+            fn is_empty_list(&self) -> bool {
+                self.is_empty()
+            }
 
-    fn empty() -> &'static Self {
-        static EMPTY: Vec<crate::kept_turns::KeptTurn> = Vec::new();
-        &EMPTY
-    }
+            fn empty() -> &'static Self {
+                static EMPTY: Vec<$item> = Vec::new();
+                &EMPTY
+            }
+        }
+
+        impl<'de> Deserialize<'de> for Rare<Vec<$item>> {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<Vec<$item>>, D::Error> {
+                exact_vec(deserializer).map(Rare::from)
+            }
+        }
+    )*};
 }
+
+rare_vec!(crate::kept_turns::KeptTurn, String, ahp_types::state::Turn, QueuedMessage, crate::git::SharedTree);
 
 impl RareList for std::collections::BTreeSet<String> {
     fn is_empty_list(&self) -> bool {
@@ -231,30 +246,196 @@ impl<T: RareList + Serialize> Serialize for Rare<T> {
     }
 }
 
-impl<'de> Deserialize<'de> for Rare<Vec<crate::kept_turns::KeptTurn>> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<Vec<crate::kept_turns::KeptTurn>>, D::Error> {
-        exact_vec(deserializer).map(Rare::from)
-    }
-}
-
 impl<'de> Deserialize<'de> for Rare<std::collections::BTreeSet<String>> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Rare<std::collections::BTreeSet<String>>, D::Error> {
         std::collections::BTreeSet::deserialize(deserializer).map(Rare::from)
     }
 }
 
+/// A session's working directories (`SessionRecord::working_directories`),
+/// shared between the records that list the same folders: a catalogue's
+/// rows share a few folders, and a list of its own cost every row a `Vec`
+/// and a copy of each URI (~100 bytes; issue 21: memory per catalogue
+/// row). The session table hands each record it takes the one copy of its
+/// list ([`Folders::intern`]). Reads see the list (an empty one when none
+/// is held); a write (`&mut` use) copies it first when it is shared, so no
+/// other record sees the change. Serialized, parsed and compared as the
+/// list.
+#[derive(Clone, Default)]
+pub struct Folders(Option<std::sync::Arc<Vec<Uri>>>);
+
+/// The lists [`Folders::intern`] shares, each once, in a fixed order.
+pub type FolderPool = std::collections::BTreeSet<std::sync::Arc<Vec<Uri>>>;
+
+impl Folders {
+    /// Makes this list the pool's copy of the same folders, adding it to
+    /// `pool` when it has none: equal lists interned in one pool share one
+    /// allocation. An empty list holds none.
+    pub fn intern(&mut self, pool: &mut FolderPool) {
+        let Some(list) = &self.0 else { return };
+        if list.is_empty() {
+            self.0 = None;
+            return;
+        }
+        match pool.get(&**list) {
+            Some(shared) => {
+                if !std::sync::Arc::ptr_eq(shared, list) {
+                    self.0 = Some(shared.clone());
+                }
+            }
+            None => {
+                pool.insert(list.clone());
+            }
+        }
+    }
+
+    /// Takes this list's copy out of `pool` when this record was its last
+    /// holder besides the pool (the session is leaving the table), so the
+    /// pool holds only lists some record still lists.
+    pub fn release(&self, pool: &mut FolderPool) {
+        if let Some(list) = &self.0 {
+            if std::sync::Arc::strong_count(list) == 2 && pool.get(&**list).is_some_and(|p| std::sync::Arc::ptr_eq(p, list)) {
+                pool.remove(&**list);
+            }
+        }
+    }
+}
+
+impl From<Vec<Uri>> for Folders {
+    fn from(list: Vec<Uri>) -> Folders {
+        Folders((!list.is_empty()).then(|| std::sync::Arc::new(list)))
+    }
+}
+
+impl FromIterator<Uri> for Folders {
+    fn from_iter<I: IntoIterator<Item = Uri>>(list: I) -> Folders {
+        Folders::from(list.into_iter().collect::<Vec<Uri>>())
+    }
+}
+
+impl std::ops::Deref for Folders {
+    type Target = Vec<Uri>;
+
+    fn deref(&self) -> &Vec<Uri> {
+        static EMPTY: Vec<Uri> = Vec::new();
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
+impl std::ops::DerefMut for Folders {
+    fn deref_mut(&mut self) -> &mut Vec<Uri> {
+        std::sync::Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+}
+
+impl<'a> IntoIterator for &'a Folders {
+    type Item = &'a Uri;
+    type IntoIter = std::slice::Iter<'a, Uri>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl PartialEq for Folders {
+    fn eq(&self, other: &Folders) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for Folders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl Serialize for Folders {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Folders {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Folders, D::Error> {
+        exact_vec(deserializer).map(Folders::from)
+    }
+}
+
+/// A record's text that, as a rule, follows from the session URI
+/// (`SessionRecord::key`, `SessionRecord::default_chat`): held only when it
+/// is not the text the URI gives (a record stored with another key, which
+/// the host refuses to restore, or a default chat of its own), and read
+/// back from the URI otherwise (issue 21: memory per catalogue row; the
+/// two were ~96 bytes of every row). A record parsed from the store holds
+/// none that it can derive ([`SessionRecord::compact`] drops one set in
+/// code). Serialized and parsed as the text, through the record.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Derived(Option<Box<str>>);
+
+impl Derived {
+    /// `text`, held as given (the record drops it if the URI gives it).
+    pub fn held(text: impl Into<Box<str>>) -> Derived {
+        Derived(Some(text.into()))
+    }
+
+    /// Whether text is held (rather than read from the URI).
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(text) => text.fmt(f),
+            None => f.write_str("(from the URI)"),
+        }
+    }
+}
+
+impl Serialize for Derived {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.as_deref().unwrap_or_default())
+    }
+}
+
+impl<'de> Deserialize<'de> for Derived {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Derived, D::Error> {
+        String::deserialize(deserializer).map(Derived::held)
+    }
+}
+
+/// The `(scheme, id)` of a session URI `<scheme>:/<id>`, split as
+/// `ids::ResourceId::parse` splits it (not validated).
+fn uri_parts(uri: &str) -> Option<(&str, &str)> {
+    uri.split_once(":/")
+}
+
+/// Whether `text` is `<prefix><scheme>@<id>` for the URI's parts.
+fn is_named(text: &str, prefix: &str, uri: &str) -> bool {
+    let Some((scheme, id)) = uri_parts(uri) else { return false };
+    text.len() == prefix.len() + scheme.len() + 1 + id.len()
+        && text.strip_prefix(prefix).and_then(|t| t.strip_prefix(scheme)).and_then(|t| t.strip_prefix('@')) == Some(id)
+}
+
 /// Version of the record layout written by this build.
 pub const RECORD_FORMAT: u32 = 1;
 
 /// One session's durable record. Written whole, atomically, by the store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// Its store key and default chat URI are kept only when the session URI
+/// does not give them ([`Derived`]); read them with
+/// [`SessionRecord::key`] and [`SessionRecord::default_chat`]. Compared by
+/// what it reads as, not by what it holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(remote = "Self", rename_all = "camelCase")]
 pub struct SessionRecord {
     /// Layout version ([`RECORD_FORMAT`]).
     pub format: u32,
     /// The validated store key derived from the session URI
-    /// (`ids::SessionId::store_key`); names the file.
-    pub key: String,
+    /// (`ids::ResourceId::store_key`); names the file. Held only when it is
+    /// not the URI's ([`SessionRecord::key`] reads it).
+    #[serde(getter = "SessionRecord::key_text")]
+    pub key: Derived,
     /// The session URI the client chose.
     pub resource: Uri,
     /// The backend that runs it (inline: [`Text`]).
@@ -270,20 +451,24 @@ pub struct SessionRecord {
     pub is_read: bool,
     /// The host's own archived bit (status bit 64).
     pub is_archived: bool,
-    /// The directories the agent may touch; the first is the process root.
-    #[serde(deserialize_with = "exact_vec")]
-    pub working_directories: Vec<Uri>,
+    /// The directories the agent may touch; the first is the process root
+    /// (shared with other records listing the same: [`Folders`]).
+    pub working_directories: Folders,
     /// The settings chosen.
     #[serde(default)]
     pub config: Settings,
-    /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's.
+    /// Whose work it is (`user:<id>`, `root:<host>`), if anybody's (a
+    /// boxed `str`: 16 bytes of every row, not a `String`'s 24; issue 21).
     #[serde(default)]
-    pub owner: Option<String>,
-    /// The team/project it is charged to, if any.
+    pub owner: Option<Box<str>>,
+    /// The team/project it is charged to, if any (boxed, as `owner`).
     #[serde(default)]
-    pub scope: Option<String>,
-    /// The default chat's URI.
-    pub default_chat: Uri,
+    pub scope: Option<Box<str>>,
+    /// The default chat's URI: `ahp-chat:/<store key>` as a rule
+    /// (`ids::ResourceId::default_chat_uri`); held only when it is another
+    /// ([`SessionRecord::default_chat`] reads it).
+    #[serde(getter = "SessionRecord::default_chat_text")]
+    pub default_chat: Derived,
     /// The chats, in the session's order.
     #[serde(deserialize_with = "exact_vec")]
     pub chats: Vec<ChatRecord>,
@@ -315,8 +500,8 @@ pub struct SessionRecord {
     /// their maker was disposed ([`crate::git::SharedTree`]). Never
     /// archived (they stay on disk while a holder exists); removed with
     /// the last session that works in them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub shared_trees: Vec<crate::git::SharedTree>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub shared_trees: Rare<Vec<crate::git::SharedTree>>,
     /// A tombstone: the session was disposed, and this record stays only
     /// so a backend's copy that outlives the dispose (a transcript its CLI
     /// keeps, or one put back from a backup) is not listed again after a
@@ -375,8 +560,8 @@ pub struct ChatRecord {
     /// of the echo, left out of every history read back from the backend
     /// while listed, sent to the backend again whenever the chat's agent
     /// starts, and cleared once the backend says it forgot them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub forgetting: Vec<String>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub forgetting: Rare<Vec<String>>,
     /// How the chat came to be, when it is a fork or a side chat
     /// (`session/fork.rs`); `None` for a chat a client made plainly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -384,16 +569,16 @@ pub struct ChatRecord {
     /// The turns a fork was made with (its source's, through the turn it
     /// names), the host's own: put in front of the chat's backend history
     /// wherever it is read (`session::fork::with_seed`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub seed: Vec<ahp_types::state::Turn>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub seed: Rare<Vec<ahp_types::state::Turn>>,
     /// The chat's queued messages (`chat/pendingMessageSet` of kind
     /// `queued`), in the order they run, each with who queued it: written
     /// ahead of their echo like a turn's sender (docs/DECISIONS.md, 2), so
     /// an acknowledged queued message is never lost across a restart, and
     /// taken off in the same write that records the turn it became, so it
     /// never runs twice (`crate::session::pending`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "exact_vec")]
-    pub queued: Vec<QueuedMessage>,
+    #[serde(default, skip_serializing_if = "Rare::is_empty")]
+    pub queued: Rare<Vec<QueuedMessage>>,
     /// The chat's steering message (`chat/pendingMessageSet` of kind
     /// `steering`), with who sent it, kept like a queued message. No
     /// backend takes one into its running turn yet: it is held and runs as
@@ -492,30 +677,159 @@ impl ChatRecord {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
             moved: None,
         }
     }
 }
 
+impl Serialize for SessionRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        SessionRecord::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SessionRecord, D::Error> {
+        let mut record = SessionRecord::deserialize(deserializer)?;
+        record.derive_names();
+        Ok(record)
+    }
+}
+
+impl PartialEq for SessionRecord {
+    fn eq(&self, other: &SessionRecord) -> bool {
+        // Every field named, so a field added is compared, not skipped.
+        let SessionRecord {
+            format,
+            key: _,
+            resource,
+            provider,
+            title,
+            created_at,
+            modified_at,
+            is_read,
+            is_archived,
+            working_directories,
+            config,
+            owner,
+            scope,
+            default_chat: _,
+            chats,
+            changes,
+            git,
+            external,
+            offer,
+            in_tree,
+            shared_trees,
+            deleted,
+        } = self;
+        *format == other.format
+            && self.key() == other.key()
+            && *resource == other.resource
+            && *provider == other.provider
+            && *title == other.title
+            && *created_at == other.created_at
+            && *modified_at == other.modified_at
+            && *is_read == other.is_read
+            && *is_archived == other.is_archived
+            && *working_directories == other.working_directories
+            && *config == other.config
+            && *owner == other.owner
+            && *scope == other.scope
+            && self.default_chat() == other.default_chat()
+            && *chats == other.chats
+            && *changes == other.changes
+            && *git == other.git
+            && *external == other.external
+            && *offer == other.offer
+            && *in_tree == other.in_tree
+            && *shared_trees == other.shared_trees
+            && *deleted == other.deleted
+    }
+}
+
 impl SessionRecord {
+    /// The store key: `<scheme>@<id>` of the session URI `<scheme>:/<id>`
+    /// (`ids::ResourceId::store_key`), or the one the record was stored
+    /// with when that is another. Names the record's file.
+    pub fn key(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.key.0, uri_parts(&self.resource)) {
+            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("{scheme}@{id}")),
+            (None, None) => std::borrow::Cow::Borrowed(""),
+        }
+    }
+
+    /// The default chat's URI: `ahp-chat:/<scheme>@<id>` of the session URI
+    /// (`ids::ResourceId::default_chat_uri`), or the record's own when that
+    /// is another.
+    pub fn default_chat(&self) -> std::borrow::Cow<'_, str> {
+        match (&self.default_chat.0, uri_parts(&self.resource)) {
+            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("ahp-chat:/{scheme}@{id}")),
+            (None, None) => std::borrow::Cow::Borrowed(""),
+        }
+    }
+
+    /// Whether `chat` is the default chat's URI ([`SessionRecord::default_chat`],
+    /// compared without building it).
+    pub fn is_default_chat(&self, chat: &str) -> bool {
+        match &self.default_chat.0 {
+            Some(held) => **held == *chat,
+            None => is_named(chat, "ahp-chat:/", &self.resource),
+        }
+    }
+
+    /// Sets the default chat's URI (held only if the URI does not give it).
+    pub fn set_default_chat(&mut self, chat: Uri) {
+        self.default_chat = Derived::held(chat);
+        self.derive_names();
+    }
+
+    /// [`SessionRecord::key`] as the serializer writes it.
+    fn key_text(&self) -> Derived {
+        Derived::held(self.key())
+    }
+
+    /// [`SessionRecord::default_chat`] as the serializer writes it.
+    fn default_chat_text(&self) -> Derived {
+        Derived::held(self.default_chat())
+    }
+
+    /// Drops the key and default chat URI held when the session URI gives
+    /// the same text, so they are read from it.
+    fn derive_names(&mut self) {
+        if self.key.0.as_deref().is_some_and(|k| is_named(k, "", &self.resource)) {
+            self.key.0 = None;
+        }
+        if self.default_chat.0.as_deref().is_some_and(|c| is_named(c, "ahp-chat:/", &self.resource)) {
+            self.default_chat.0 = None;
+        }
+    }
+
     /// Gives back the spare capacity of its lists: a record read from the
     /// store grew them while parsing (a one-chat list holds room for four
     /// chats of ~300 bytes each), and a catalogue row keeps its record for
-    /// the daemon's life (issue 21: memory per catalogue row).
+    /// the daemon's life (issue 21: memory per catalogue row). Drops a key
+    /// or default chat URI held that the session URI gives ([`Derived`]).
     pub fn compact(&mut self) {
+        self.derive_names();
         self.chats.shrink_to_fit();
-        self.working_directories.shrink_to_fit();
-        self.shared_trees.shrink_to_fit();
+        if !self.shared_trees.is_empty() {
+            self.shared_trees.shrink_to_fit();
+        }
         for chat in &mut self.chats {
             if !chat.kept.is_empty() {
                 chat.kept.shrink_to_fit();
             }
-            chat.queued.shrink_to_fit();
+            if !chat.queued.is_empty() {
+                chat.queued.shrink_to_fit();
+            }
         }
     }
 
@@ -536,10 +850,9 @@ impl SessionRecord {
         in_tree: Option<crate::git::TreeOrigin>,
         now: crate::time::WallTime,
     ) -> SessionRecord {
-        let default_chat = id.default_chat_uri();
         SessionRecord {
             format: RECORD_FORMAT,
-            key: id.store_key(),
+            key: Derived::default(),
             resource: id.uri(),
             provider,
             title: String::new(),
@@ -547,17 +860,17 @@ impl SessionRecord {
             modified_at: now.to_iso_text(),
             is_read: false,
             is_archived: false,
-            working_directories,
+            working_directories: working_directories.into(),
             config: config.into(),
-            owner,
-            scope,
-            default_chat: default_chat.clone(),
-            chats: vec![ChatRecord::new_chat(default_chat, id.store_key(), now)],
+            owner: owner.map(String::into_boxed_str),
+            scope: scope.map(String::into_boxed_str),
+            default_chat: Derived::default(),
+            chats: vec![ChatRecord::new_chat(id.default_chat_uri(), id.store_key(), now)],
             changes: None,
             external: false,
             offer: Some(Box::new(offer)),
             in_tree: in_tree.map(Box::new),
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             git: None,
             deleted: false,
         }
@@ -592,18 +905,30 @@ mod tests {
         }
     }
 
-    /// A chat's `written` and `kept` come back byte for byte whether it has
-    /// them or not, and a chat without them holds none (each one pointer).
+    /// A chat's `written`, `kept`, `forgetting` and `queued` come back byte
+    /// for byte whether it has them or not, and a chat without them holds
+    /// none (each one pointer).
     #[test]
     fn a_chats_rare_lists_are_written_back_byte_for_byte() {
         let kept = r#"[{"id":"t1","startedAt":"2026-12-01T00:00:00.000Z","message":{"text":"hi","origin":{"kind":"user"}},"index":0}]"#;
-        for extra in [String::new(), r#","written":["/w/a","/w/b"]"#.to_owned(), format!(r#","kept":{kept}"#), format!(r#","written":["/w/a"],"kept":{kept}"#)] {
+        let queued = r#","queued":[{"id":"q1","message":{"text":"next","origin":{"kind":"user"}},"sender":"user:a"}]"#;
+        for extra in [
+            String::new(),
+            r#","written":["/w/a","/w/b"]"#.to_owned(),
+            format!(r#","kept":{kept}"#),
+            format!(r#","written":["/w/a"],"kept":{kept}"#),
+            r#","forgetting":["t1","t2"]"#.to_owned(),
+            queued.to_owned(),
+            format!(r#","kept":{kept},"forgetting":["t1"]{queued}"#),
+        ] {
             let text = format!(r#"{{"resource":"ahp-chat:/x","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}{extra}}}"#);
             let chat: ChatRecord = serde_json::from_str(&text).expect("the chat parses");
             assert_eq!(serde_json::to_string(&chat).expect("encodes"), text);
             assert_eq!(chat.written.0.is_some(), extra.contains("written"), "held only when there is some: {extra}");
             assert_eq!(chat.kept.0.is_some(), extra.contains("kept"), "held only when there is some: {extra}");
             assert_eq!(chat.kept.len(), usize::from(extra.contains("kept")));
+            assert_eq!(chat.forgetting.0.is_some(), extra.contains("forgetting"), "held only when there is some: {extra}");
+            assert_eq!(chat.queued.0.is_some(), extra.contains("queued"), "held only when there is some: {extra}");
         }
         let mut chat = ChatRecord::new_chat("ahp-chat:/x".to_owned(), "c".to_owned(), crate::time::WallTime(0));
         assert!(chat.written.is_empty() && chat.kept.is_empty());
@@ -611,6 +936,50 @@ mod tests {
         chat.written.insert("/w/a".to_owned());
         assert!(chat.written.contains("/w/a"));
         assert!(serde_json::to_string(&chat).expect("encodes").contains(r#""written":["/w/a"]"#));
+    }
+
+    /// A record whose key and default chat follow from its URI holds
+    /// neither, one stored with others holds them, and both are written
+    /// back byte for byte, compact and pretty; records compare by what
+    /// they read as, held or not.
+    #[test]
+    fn a_records_key_and_default_chat_are_derived_and_written_back_byte_for_byte() {
+        for (key, chat, derived) in [
+            ("ahp-session@k-1", "ahp-chat:/ahp-session@k-1", (true, true)),
+            ("ahp-session@other", "ahp-chat:/ahp-session@k-1", (false, true)),
+            ("ahp-session@k-1", "ahp-chat:/c", (true, false)),
+            ("x", "ahp-chat:/ahp-session@k-12", (false, false)),
+        ] {
+            let text = format!(
+                r#"{{"format":1,"key":"{key}","resource":"ahp-session:/k-1","provider":"echo","title":"","createdAt":"2026-12-03T18:31:39.123Z","modifiedAt":"2026-12-03T18:31:40.000Z","isRead":false,"isArchived":false,"workingDirectories":[],"config":{{}},"owner":null,"scope":null,"defaultChat":"{chat}","chats":[{{"resource":"{chat}","title":"","conversationId":"c","modifiedAt":"2026-12-03T18:31:40.000Z","status":1,"fresh":false,"senders":{{}}}}],"changes":null,"git":null,"external":false}}"#
+            );
+            let record: SessionRecord = serde_json::from_str(&text).expect("the record parses");
+            assert_eq!((!record.key.is_held(), !record.default_chat.is_held()), derived, "{key} {chat}");
+            assert_eq!((record.key().as_ref(), record.default_chat().as_ref()), (key, chat));
+            assert!(record.is_default_chat(chat) && !record.is_default_chat("ahp-chat:/ahp-session@k-"));
+            assert_eq!(serde_json::to_string(&record).expect("encodes"), text, "compact");
+            let pretty = serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&text).expect("json")).expect("pretty");
+            assert_eq!(serde_json::to_string_pretty(&record).expect("encodes"), pretty, "pretty");
+            let held = SessionRecord { key: Derived::held(key), default_chat: Derived::held(chat), ..record.clone() };
+            assert_eq!(held, record, "held or derived, the same record");
+            let mut compacted = held.clone();
+            compacted.compact();
+            assert_eq!((!compacted.key.is_held(), !compacted.default_chat.is_held()), derived);
+        }
+        let made = SessionRecord::new_session(
+            &crate::ids::ResourceId::parse("ahp-session:/n").expect("id"),
+            "echo".into(),
+            Vec::new(),
+            serde_json::Map::new(),
+            Default::default(),
+            None,
+            None,
+            None,
+            crate::time::WallTime(0),
+        );
+        assert!(!made.key.is_held() && !made.default_chat.is_held());
+        assert_eq!((made.key().as_ref(), made.default_chat().as_ref()), ("ahp-session@n", "ahp-chat:/ahp-session@n"));
+        assert_eq!(made.chats[0].resource, "ahp-chat:/ahp-session@n");
     }
 
     /// Settings read the same whether held or not; a write allocates them,

@@ -351,7 +351,7 @@ impl Harness {
             }
             for (op, cmd) in ops {
                 if let StoreCmd::Put { record } = cmd {
-                    disk.insert(record.key.clone(), *record);
+                    disk.insert(record.key().into_owned(), *record);
                 }
                 self.done(op, Outcome::Ok);
             }

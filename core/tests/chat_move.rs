@@ -338,13 +338,13 @@ fn crashed_between_writes() -> (BTreeMap<String, SessionRecord>, String, String,
     h.durable(&mut disk);
     // Everything so far is on disk; a's record as it was lists the chat.
     for s in h.host.view().sessions.values() {
-        disk.insert(s.record.key.clone(), s.record.clone());
+        disk.insert(s.record.key().into_owned(), s.record.clone());
     }
     let _rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b}}));
     let first = h.store_ops();
     assert_eq!(first.len(), 1);
     if let StoreCmd::Put { record } = &first[0].1 {
-        disk.insert(record.key.clone(), (**record).clone());
+        disk.insert(record.key().into_owned(), (**record).clone());
     }
     // The process stops here: a's write never happens.
     (disk, a, b, side)
@@ -385,7 +385,7 @@ fn a_chat_moved_to_an_asleep_session_starts_there_at_its_next_wake() {
     let mut disk = BTreeMap::new();
     h.durable(&mut disk);
     for s in h.host.view().sessions.values() {
-        disk.insert(s.record.key.clone(), s.record.clone());
+        disk.insert(s.record.key().into_owned(), s.record.clone());
     }
     let mut h = Harness::with_records(config(), disk.into_values().collect());
     h.connect(1, "c1");

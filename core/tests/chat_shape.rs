@@ -88,7 +88,7 @@ fn a_chats_bits_are_durable_and_taken_without_a_wake() {
     let second = chat_row(&mut h, &uri, "ahp-chat:/second");
     assert_eq!(second["status"].as_u64().unwrap_or(0) & READ, READ, "{second}");
     // Archived while asleep: no wake, written, on the row.
-    let mut disk: BTreeMap<String, SessionRecord> = records.into_iter().map(|r| (r.key.clone(), r)).collect();
+    let mut disk: BTreeMap<String, SessionRecord> = records.into_iter().map(|r| (r.key().into_owned(), r)).collect();
     h.dispatch(1, "ahp-chat:/second", 2, json!({"type": "chat/isArchivedChanged", "isArchived": true}));
     h.durable(&mut disk);
     assert!(!h.backend_cmds().iter().any(|(_, _, c)| matches!(c, BackendCmd::Start { .. })), "no wake");
@@ -143,7 +143,7 @@ fn a_rewind_keeps_turns_up_to_the_one_named_and_asks_the_backend_to_forget_the_r
     let puts = h.store_ops();
     let written = puts.iter().find_map(|(_, c)| match c { ahpd_core::StoreCmd::Put { record } => Some(record.clone()), _ => None }).expect("a write");
     let rec = written.chats.iter().find(|c| c.resource == chat).expect("chat");
-    assert_eq!(rec.forgetting, vec!["t2".to_owned(), "t3".to_owned()]);
+    assert_eq!(*rec.forgetting, vec!["t2".to_owned(), "t3".to_owned()]);
     assert!(h.frames(1).iter().all(|f| f["params"]["action"]["type"] != "chat/truncated"), "no echo before the write is durable");
     for (op, _) in puts {
         h.done(op, ahpd_core::input::Outcome::Ok);

@@ -278,7 +278,7 @@ fn a_held_session_named_beside_sleeping_ones_is_kept_while_they_wake() {
     let reply = h.take_reply(2, rid).expect("answered");
     assert_eq!(resources(&reply, "snapshots"), [a.as_str(), b.as_str(), c.as_str()]);
     h.connect(3, "c3");
-    let c_chat = h.host.view().sessions.get(&c).map(|s| s.record.default_chat.clone()).expect("c");
+    let c_chat = h.host.view().sessions.get(&c).map(|s| s.record.default_chat().into_owned()).expect("c");
     h.start_turn(3, &c_chat, 1, "t9", "still there?");
     assert!(saw_envelope(&h.frames(2), &c), "the first client hears of the turn in c");
 }

@@ -229,7 +229,7 @@ fn stored_records(h: &mut Harness) -> Vec<ahpd_core::SessionRecord> {
         }
         for (op, cmd) in ops {
             if let ahpd_core::StoreCmd::Put { record } = cmd {
-                latest.insert(record.key.clone(), *record);
+                latest.insert(record.key().into_owned(), *record);
             }
             h.done(op, ahpd_core::Outcome::Ok);
         }

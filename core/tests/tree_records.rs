@@ -108,7 +108,7 @@ fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
     }).collect();
     // The first write after the move is the one a stopped process leaves.
     let record = puts.first().unwrap_or_else(|| panic!("the move is written: {:?} {:?}", h.frames(1), h.pending));
-    assert_eq!(record.working_directories, ["file:///src/other"]);
+    assert_eq!(*record.working_directories, ["file:///src/other"]);
     let git = record.git.as_ref().expect("git facts kept");
     assert!(git.moved && git.worktree.is_none(), "{git:?}");
     assert_eq!(git.former.iter().filter_map(|f| f.worktree.as_ref()).map(|w| w.path.as_str()).collect::<Vec<_>>(), ["/src/app.worktrees/m-1"]);

@@ -96,7 +96,7 @@ fn a_client_cannot_move_a_session_into_a_folder_that_is_not_trusted() {
     }
     assert!(echo(3)["params"].get("rejectionReason").is_none(), "{frames:?}");
     let dirs = h.host.view().sessions.get(uri).expect("session").record.working_directories.clone();
-    assert_eq!(dirs, ["file:///src/app", "file:///src/lib"]);
+    assert_eq!(*dirs, ["file:///src/app", "file:///src/lib"]);
 }
 
 /// Makes worktree session `w` in trusted `/src/app` and runs its first
@@ -124,7 +124,7 @@ fn worktree_session_w(h: &mut Harness) -> ahpd_core::SessionRecord {
     }
     h.settle();
     let record = h.host.view().sessions.get("ahp-session:/w").expect("session").record.clone();
-    assert_eq!(record.working_directories, ["file:///src/app.worktrees/agents-w"], "the session moved into its tree");
+    assert_eq!(*record.working_directories, ["file:///src/app.worktrees/agents-w"], "the session moved into its tree");
     record
 }
 
@@ -213,7 +213,7 @@ fn a_tree_cut_from_a_trusted_folder_of_a_repository_is_trusted_there_alone() {
         "the agent starts in the tree's pkg: {started:?}"
     );
     let record = h.host.view().sessions.get("ahp-session:/p").expect("session").record.clone();
-    assert_eq!(record.working_directories, ["file:///mono.worktrees/agents-p/pkg"]);
+    assert_eq!(*record.working_directories, ["file:///mono.worktrees/agents-p/pkg"]);
     assert_eq!(create(&mut h, "in-pkg", "file:///mono.worktrees/agents-p/pkg/src", json!({}), mono.clone())["result"], Value::Null);
     let message = refused(&create(&mut h, "top", "file:///mono.worktrees/agents-p", json!({}), mono));
     assert!(message.contains("not a trusted folder"), "{message}");

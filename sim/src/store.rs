@@ -70,7 +70,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     pub fn on_command(&mut self, q: &mut Queue, world: &mut SimRng, faults_rng: &mut SimRng, store_fail: f64, options: &Options, op: OpId, command: StoreCmd) {
         let (key, record) = match command {
-            StoreCmd::Put { record } => (record.key.clone(), Some(*record)),
+            StoreCmd::Put { record } => (record.key().into_owned(), Some(*record)),
             StoreCmd::Delete { key } => (key, None),
         };
         let fail = faults_rng.chance(store_fail);

@@ -713,7 +713,7 @@ impl World {
                     Effect::Store { op, command } => format!("  -> store op{} {}", op.0, match command {
                         StoreCmd::Put { record } => format!(
                             "put {} read={} archived={} title={:?} kept={:?}",
-                            record.key,
+                            record.key(),
                             record.is_read,
                             record.is_archived,
                             record.title,
@@ -881,7 +881,7 @@ impl World {
         let pre = {
             let view = self.host.view();
             PreCrash {
-                bits: view.sessions.values().map(|s| (s.record.key.clone(), (s.record.is_read, s.record.is_archived))).collect(),
+                bits: view.sessions.values().map(|s| (s.record.key().into_owned(), (s.record.is_read, s.record.is_archived))).collect(),
                 unacked: self.store.unacked_by_key(),
             }
         };

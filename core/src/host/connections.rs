@@ -412,7 +412,7 @@ impl Host {
             Some(s) => (s.phase.clone(), s.resident.is_some()),
             None => return,
         };
-        if matches!(phase, Phase::Disposing { .. }) {
+        if matches!(phase, Phase::Disposing(_)) {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         self.touch(&session_uri);

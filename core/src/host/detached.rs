@@ -112,7 +112,7 @@ impl Window<'_> {
         let Some(session) = self.sessions.get(&p.session) else {
             return self.shared.reply_error(conn, id, refuse("no such session"));
         };
-        if matches!(session.phase, Phase::Starting { .. } | Phase::Disposing { .. }) {
+        if matches!(session.phase, Phase::Starting(_) | Phase::Disposing(_)) {
             return self.shared.reply_error(conn, id, refuse("the session is being created or disposed"));
         }
         if session.is_announced() || session.record.git.is_some() || session.work.git_begin.is_some() {

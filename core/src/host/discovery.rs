@@ -312,7 +312,7 @@ impl Host {
             let Some(t) = self.tombstones.remove(&uri) else { continue };
             crate::mark!("tombstone_spent");
             let op = self.shared.new_op(Op::StoreForget { session: uri.clone() });
-            self.shared.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.record.key } });
+            self.shared.effects.push(Effect::Store { op, command: crate::effect::StoreCmd::Delete { key: t.record.key().into_owned() } });
         }
     }
 
@@ -347,7 +347,7 @@ impl Host {
         let created = row.created_at.min(row.modified_at);
         SessionRecord {
             format: RECORD_FORMAT,
-            key: id.store_key(),
+            key: crate::record::Derived::default(),
             resource: id.uri(),
             provider: provider.into(),
             title: row.title.clone(),
@@ -359,13 +359,13 @@ impl Host {
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: chat.clone(),
+            default_chat: crate::record::Derived::held(chat.clone()),
             chats: vec![chat_from_row(chat, row)],
             changes: None,
             external,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
             git: None,
         }
@@ -516,10 +516,10 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     written: Default::default(),
     kept: Default::default(),
     draft: None,
-    forgetting: Vec::new(),
+    forgetting: Default::default(),
     origin: None,
-    seed: Vec::new(),
-    queued: Vec::new(),
+    seed: Default::default(),
+    queued: Default::default(),
     steering: None,
     moved: None,
     }

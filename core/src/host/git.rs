@@ -176,9 +176,9 @@ impl Host {
     /// The commands [`Host::dispose_git`] waits for, trees handed over first.
     fn remove_or_hand_over_trees(&mut self, session_uri: &Uri) -> Vec<OpId> {
         let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
-        let shared = session.record.shared_trees.clone();
+        let shared = session.record.shared_trees.to_vec();
         let git = session.record.git.clone();
-        let refs_prefix = worktree::checkpoint_prefix(&session.record.key);
+        let refs_prefix = worktree::checkpoint_prefix(&session.record.key());
         let mut ops = Vec::new();
         let purpose = || Op::Git(GitOp::Dispose { session: session_uri.clone() });
         // Trees handed to it: passed on, or removed with their maker's refs.
@@ -213,7 +213,7 @@ impl Host {
     /// the trusted ones is (sim seeds 806, 6807).
     fn let_go_of_trees(&mut self, session_uri: &Uri) {
         let Some(record) = self.sessions.get_mut(session_uri).map(|s| &mut s.record) else { return };
-        record.shared_trees.clear();
+        record.shared_trees = Default::default();
         if let Some(git) = record.git.as_mut() {
             git.worktree = None;
             for former in &mut git.former {
@@ -294,7 +294,7 @@ impl Host {
                 }
                 s.work.git_begin = None;
                 // Disposed meanwhile: no tree is cut for it.
-                if matches!(s.phase, Phase::Disposing { .. }) {
+                if matches!(s.phase, Phase::Disposing(_)) {
                     return;
                 }
                 settle_base(&mut plan, &new_branch, &facts);
@@ -537,7 +537,7 @@ impl Host {
 pub(crate) fn tree_users(sessions: &SessionTable, window: &crate::detached::Registry, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
     let users = sessions
         .iter()
-        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing { .. }))
+        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing(_)))
         .filter(|(_, s)| s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path))))
         .map(|(uri, _)| uri.clone())
         .collect();

@@ -86,7 +86,7 @@ impl Host {
         let Some(source) = self.sessions.get(&source_uri) else {
             return Err(error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(chat))));
         };
-        if source.record.default_chat == *chat {
+        if source.record.is_default_chat(chat) {
             crate::mark!("move_refused_default_chat");
             return Err(error(INVALID_PARAMS, "the session's default chat is not movable (movable: false)"));
         }

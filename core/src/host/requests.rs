@@ -204,7 +204,7 @@ impl Host {
         if self.shared.config.users.is_some() {
             let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref());
             let admin = principal.is_some_and(|p| p.is_administrator());
-            if !admin && session.record.owner != principal.map(|p| p.owner()) {
+            if !admin && session.record.owner.as_deref() != principal.map(|p| p.owner()).as_deref() {
                 crate::mark!("dispose_refused_not_owner");
                 self.shared.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
@@ -216,10 +216,10 @@ impl Host {
         }
         let Some(session) = self.sessions.get(&uri) else { return };
         match session.phase {
-            Phase::Disposing { .. } => {
+            Phase::Disposing(_) => {
                 return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
             }
-            Phase::Starting { .. } => {
+            Phase::Starting(_) => {
                 return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("session {uri} is still being created; dispose it once createSession has answered")))
             }
             _ => {}
@@ -236,7 +236,7 @@ impl Host {
     /// session kept.
     pub(crate) fn dispose_stored(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        if !matches!(session.phase, Phase::Disposing { .. }) {
+        if !matches!(session.phase, Phase::Disposing(_)) {
             return;
         }
         if store_error.is_some() {
@@ -246,8 +246,8 @@ impl Host {
         ops.extend(self.dispose_git(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
-            if let Phase::Disposing { ops: awaited, .. } = &mut s.phase {
-                *awaited = ops;
+            if let Phase::Disposing(owed) = &mut s.phase {
+                owed.ops = ops;
             }
         }
         if done {
@@ -260,7 +260,10 @@ impl Host {
     /// when the store refused the tombstone, keep it and say so.
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        let Phase::Disposing { conn, id, .. } = session.phase else { return };
+        let (conn, id) = match &session.phase {
+            Phase::Disposing(owed) => (owed.conn, owed.id),
+            _ => return,
+        };
         if let Some(message) = store_error {
             let running = self.in_session(uri, |s, sh| s.dispose_refused_by_store(sh, &message)).unwrap_or_default();
             for (chat, turn_id) in running {
@@ -384,7 +387,7 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        if matches!(session.phase, Phase::Disposing { .. }) {
+        if matches!(session.phase, Phase::Disposing(_)) {
             // Nothing would wake it to answer a waiter: refuse now, as
             // `subscribe` does.
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
@@ -555,8 +558,8 @@ impl Host {
             return Some(error(SESSION_NOT_FOUND, format!("no session {}", crate::ids::printable(session_uri))));
         };
         match session.phase {
-            Phase::Disposing { .. } => return Some(error(SESSION_NOT_FOUND, "the session is being disposed")),
-            Phase::Starting { .. } => return Some(error(INVALID_PARAMS, "the session is still being created")),
+            Phase::Disposing(_) => return Some(error(SESSION_NOT_FOUND, "the session is being disposed")),
+            Phase::Starting(_) => return Some(error(INVALID_PARAMS, "the session is still being created")),
             _ => {}
         }
         let multiple = self.shared.config.agents.iter().any(|a| a.provider == session.record.provider && a.multiple_chats);
@@ -623,7 +626,7 @@ impl Host {
             match self.sessions.get(&session_uri).map(|s| s.resolve_source(source)) {
                 Some(Ok(resolved)) => {
                     record.origin = Some(Box::new(resolved.origin));
-                    record.seed = resolved.seed;
+                    record.seed = resolved.seed.into();
                 }
                 Some(Err(reason)) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason)),
                 None => return,
@@ -697,10 +700,10 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
         };
         let Some(session) = self.sessions.get(&session_uri) else { return };
-        if session.record.default_chat == request.chat {
+        if session.record.is_default_chat(&request.chat) {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the session's default chat is kept: dispose the session instead"));
         }
-        if matches!(session.phase, Phase::Disposing { .. }) {
+        if matches!(session.phase, Phase::Disposing(_)) {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         if self.busy_with_writes(&session_uri) {

@@ -83,8 +83,8 @@ impl Session {
     /// only once a wake brought it back.
     pub fn admit_action(&self, action: &StateAction) -> Admission {
         match self.phase {
-            Phase::Disposing { .. } => return Admission::Refused("the session is being disposed"),
-            Phase::Starting { .. } => return Admission::Refused("the session is still being created"),
+            Phase::Disposing(_) => return Admission::Refused("the session is being disposed"),
+            Phase::Starting(_) => return Admission::Refused("the session is still being created"),
             _ => {}
         }
         let idle_asleep = self.phase == Phase::Asleep && self.work.pending_sends.is_empty() && self.work.git_begin.is_none();
@@ -318,7 +318,7 @@ impl Session {
         // work still in hand.
         let before = self.work.pending_sends.len();
         self.work.pending_sends.retain(|(c, t, _)| !(c == chat && *t == turn_id));
-        if self.work.pending_sends.len() == before && matches!(self.phase, Phase::Live { .. } | Phase::Disposing { .. }) {
+        if self.work.pending_sends.len() == before && matches!(self.phase, Phase::Live { .. } | Phase::Disposing(_)) {
             self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Cancel { turn_id });
         }
         true

@@ -77,7 +77,7 @@ impl Session {
     pub(crate) fn count_chat_writes(&mut self, sh: &mut Shared, chat: &Uri, paths: &[String]) {
         self.count_session_writes(sh, paths);
         let session = &mut *self;
-        if session.record.default_chat == *chat {
+        if session.record.is_default_chat(chat) {
             return;
         }
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
@@ -96,7 +96,7 @@ impl Session {
             return;
         }
         let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
-        let default_chat = session.record.default_chat.clone();
+        let default_chat = session.record.default_chat().into_owned();
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == default_chat) else { return };
         let changes = note_written(&mut record.written, base.as_deref(), paths);
         if session.record.changes.as_deref() == changes.as_ref() {
@@ -110,7 +110,7 @@ impl Session {
 
     /// The session's Session Changes moved: its default chat carries them.
     pub(crate) fn default_chat_follows_session(&mut self, sh: &mut Shared) {
-        let (chat, changes) = (self.record.default_chat.clone(), self.record.changes.as_deref().cloned());
+        let (chat, changes) = (self.record.default_chat().into_owned(), self.record.changes.as_deref().cloned());
         self.set_chat_changes(sh, &chat, changes);
     }
 

@@ -65,7 +65,7 @@ impl Session {
         if !self.record.chats.iter().any(|c| c.resource == *channel) {
             return Err("no such chat".into());
         }
-        if matches!(action, StateAction::ChatIsArchivedChanged(_)) && *channel == self.record.default_chat {
+        if matches!(action, StateAction::ChatIsArchivedChanged(_)) && self.record.is_default_chat(channel) {
             crate::mark!("chat_archive_default_refused");
             return Err("the default chat is archived with its session: dispatch session/isArchivedChanged on the session".into());
         }

@@ -52,6 +52,13 @@ impl ChatIndex {
         ChatIndex::default()
     }
 
+    /// Rebuilds both maps from their sorted entries, so their B-tree nodes
+    /// are full (see `SessionTable::repack`). Same pairs.
+    pub fn repack(&mut self) {
+        self.listed = std::mem::take(&mut self.listed).into_iter().collect();
+        self.named = std::mem::take(&mut self.named).into_iter().collect();
+    }
+
     /// The session holding `chat`, as the index keeps its URI.
     pub fn get(&self, chat: &str) -> Option<&SharedUri> {
         if let Some(session) = self.listed.get(chat) {

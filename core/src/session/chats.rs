@@ -51,7 +51,7 @@ impl Session {
                 false
             }
             Phase::Asleep => true,
-            Phase::Starting { .. } | Phase::Disposing { .. } => false,
+            Phase::Starting(_) | Phase::Disposing(_) => false,
         }
     }
 

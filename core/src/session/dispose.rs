@@ -52,7 +52,10 @@ impl Session {
     /// hand. Returns its running turns, which end in an error kept in its
     /// history. Nothing is done unless it is disposing.
     pub(crate) fn dispose_refused_by_store(&mut self, sh: &mut Shared, message: &str) -> Vec<(Uri, String)> {
-        let Phase::Disposing { conn, id, .. } = self.phase else { return Vec::new() };
+        let (conn, id) = match &self.phase {
+            Phase::Disposing(owed) => (owed.conn, owed.id),
+            _ => return Vec::new(),
+        };
         crate::mark!("dispose_store_failed_session_stays");
         sh.reply_error(conn, id, error(INTERNAL_ERROR, format!("the session store could not delete {}: {message}", self.record.resource)));
         let chats: Vec<Uri> = self.record.chats.iter().map(|c| c.resource.clone()).collect();
@@ -73,9 +76,9 @@ impl Session {
     /// the last the dispose waited for, and the dispose ends.
     pub(crate) fn dispose_step_done(&mut self, op: OpId) -> bool {
         match &mut self.phase {
-            Phase::Disposing { ops, .. } => {
-                ops.remove(&op);
-                ops.is_empty()
+            Phase::Disposing(owed) => {
+                owed.ops.remove(&op);
+                owed.ops.is_empty()
             }
             _ => false,
         }
@@ -96,13 +99,13 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         changes: None,
         offer: None,
         in_tree: None,
-        shared_trees: Vec::new(),
+        shared_trees: Default::default(),
         git: None,
         deleted: true,
         chats: record
             .chats
             .iter()
-            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Default::default(), draft: None, forgetting: Vec::new(), seed: Vec::new(), queued: Vec::new(), steering: None, ..c.clone() })
+            .map(|c| crate::record::ChatRecord { senders: Default::default(), changes: None, written: Default::default(), kept: Default::default(), draft: None, forgetting: Default::default(), seed: Default::default(), queued: Default::default(), steering: None, ..c.clone() })
             .collect(),
         ..record.clone()
     }

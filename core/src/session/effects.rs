@@ -59,7 +59,7 @@ impl Session {
     /// deletes: issue 19, sim seed 17), or a parked write is in flight (the
     /// write is owed until it settles: see [`crate::session::Work::put_owed`]).
     pub(crate) fn store_put(&mut self, sh: &mut Shared) -> Option<OpId> {
-        if matches!(self.phase, Phase::Disposing { .. }) {
+        if matches!(self.phase, Phase::Disposing(_)) {
             return None;
         }
         if self.work.parked.is_some() {

@@ -77,7 +77,7 @@ impl Session {
             return GitHold::Held;
         }
         let session_uri = self.record.resource.clone();
-        let key = self.record.key.clone();
+        let key = self.record.key().into_owned();
         let values = &self.record.config;
         let moved = self.record.git.as_ref().is_some_and(|g| g.moved);
         let worktree = if table::worktree_asked(values) && !moved {
@@ -113,6 +113,7 @@ impl Session {
     /// and read the session's changes. A session in no repository, or one
     /// that has not asked git yet, or one a client moved, has none.
     pub(crate) fn checkpoint_turn(&mut self, sh: &mut Shared) {
+        let key = self.record.key().into_owned();
         let Some(git) = self.record.git.as_mut() else { return };
         if git.repo_root.is_none() || git.moved {
             return;
@@ -120,7 +121,6 @@ impl Session {
         crate::mark!("checkpoint_written_at_turn_end");
         git.checkpoints += 1;
         let n = git.checkpoints;
-        let key = self.record.key.clone();
         let (workdir, base, exclude) = match &git.worktree {
             Some(w) => (w.path.clone(), w.base_commit.clone(), w.placed.clone()),
             None => (git.folder.clone(), worktree::checkpoint_ref(&key, 0), Vec::new()),
@@ -149,8 +149,8 @@ impl Session {
             return BegunNext::Nothing;
         }
         self.work.git_begin = None;
-        if matches!(self.phase, Phase::Disposing { .. }) {
-            sh.clean_up_begun(&self.record.key, folder, outcome);
+        if matches!(self.phase, Phase::Disposing(_)) {
+            sh.clean_up_begun(&self.record.key(), folder, outcome);
             return BegunNext::Nothing;
         }
         let mut git_warning = None;

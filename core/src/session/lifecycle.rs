@@ -27,26 +27,22 @@ pub struct Wake {
 
 /// A session's host-side phase. The protocol's own `lifecycle`
 /// (`creating`/`ready`/`failed`) lives in the session state; this is about
-/// its agents.
+/// its agents. What a phase holds is boxed: every catalogue row holds a
+/// phase, mostly `Asleep`, and inline its sets and owed reply made it 48
+/// bytes (issue 21: memory per catalogue row).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Phase {
     /// `createSession` was accepted and the agent is starting; the reply to
-    /// request `id` on `conn` is owed (Sessions page, "The life of a
-    /// session": a refusal here is a session that never existed).
-    Starting {
-        /// The creating connection.
-        conn: ConnId,
-        /// Its request id.
-        id: u64,
-        /// The default chat's agent start it waits for.
-        ops: BTreeSet<OpId>,
-    },
+    /// the request [`Owed`] names is owed (Sessions page, "The life of a
+    /// session": a refusal here is a session that never existed), and
+    /// [`Owed::ops`] holds the default chat's agent start it waits for.
+    Starting(Box<Owed>),
     /// Its agents run.
     Live {
         /// Chat agents starting in it (a chat made while live, an agent
         /// owed a fresh start): their answers name the conversations a
         /// later wake resumes, so they are work in hand.
-        starting: BTreeSet<OpId>,
+        starting: Box<BTreeSet<OpId>>,
     },
     /// Its agents were let go; the conversation is kept (Sessions page,
     /// "Sleep and wake"). Its state may still be held, or evicted.
@@ -55,16 +51,23 @@ pub enum Phase {
     /// may come before the wake can start: an archived tree restoring), and
     /// what the resumes answered gathers here.
     Waking(Box<Wake>),
-    /// `disposeSession` runs; the reply to request `id` on `conn` is owed.
-    Disposing {
-        /// The disposing connection.
-        conn: ConnId,
-        /// Its request id.
-        id: u64,
-        /// The deletes (conversations, git refs and trees) it waits for,
-        /// once its tombstone is durable: it ends when none is left.
-        ops: BTreeSet<OpId>,
-    },
+    /// `disposeSession` runs; the reply to the request [`Owed`] names is
+    /// owed, and [`Owed::ops`] holds the deletes (conversations, git refs and trees)
+    /// it waits for, once its tombstone is durable: it ends when none is
+    /// left.
+    Disposing(Box<Owed>),
+}
+
+/// The reply a phase owes and what it waits for ([`Phase::Starting`],
+/// [`Phase::Disposing`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owed {
+    /// The creating or disposing connection.
+    pub conn: ConnId,
+    /// Its request id.
+    pub id: u64,
+    /// The ops it waits for.
+    pub ops: BTreeSet<OpId>,
 }
 
 impl Phase {
@@ -75,19 +78,19 @@ impl Phase {
 
     /// Live with no chat's agent starting.
     pub fn live() -> Phase {
-        Phase::Live { starting: BTreeSet::new() }
+        Phase::Live { starting: Box::default() }
     }
 
     /// Creating, the reply to request `id` of `conn` owed, no start asked
     /// yet.
     pub fn starting(conn: ConnId, id: u64) -> Phase {
-        Phase::Starting { conn, id, ops: BTreeSet::new() }
+        Phase::Starting(Box::new(Owed { conn, id, ops: BTreeSet::new() }))
     }
 
     /// Disposing, the reply to request `id` of `conn` owed, no delete asked
     /// yet.
     pub fn disposing(conn: ConnId, id: u64) -> Phase {
-        Phase::Disposing { conn, id, ops: BTreeSet::new() }
+        Phase::Disposing(Box::new(Owed { conn, id, ops: BTreeSet::new() }))
     }
 
     /// Whether its agents run.
@@ -99,8 +102,8 @@ impl Phase {
     /// nothing): what a phase's completions are checked against.
     pub fn awaited(&self) -> Option<&BTreeSet<OpId>> {
         match self {
-            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
-            Phase::Live { starting } => Some(starting),
+            Phase::Starting(owed) | Phase::Disposing(owed) => Some(&owed.ops),
+            Phase::Live { starting } => Some(&**starting),
             Phase::Waking(wake) => Some(&wake.ops),
             Phase::Asleep => None,
         }
@@ -109,8 +112,8 @@ impl Phase {
     /// [`Phase::awaited`], to add or take an op.
     pub fn awaited_mut(&mut self) -> Option<&mut BTreeSet<OpId>> {
         match self {
-            Phase::Starting { ops, .. } | Phase::Disposing { ops, .. } => Some(ops),
-            Phase::Live { starting } => Some(starting),
+            Phase::Starting(owed) | Phase::Disposing(owed) => Some(&mut owed.ops),
+            Phase::Live { starting } => Some(&mut **starting),
             Phase::Waking(wake) => Some(&mut wake.ops),
             Phase::Asleep => None,
         }
@@ -121,11 +124,11 @@ impl Phase {
     /// the same phase (answers coming in do not move it).
     pub fn shallow(&self) -> Phase {
         match self {
-            Phase::Starting { conn, id, .. } => Phase::starting(*conn, *id),
+            Phase::Starting(owed) => Phase::starting(owed.conn, owed.id),
             Phase::Live { .. } => Phase::live(),
             Phase::Asleep => Phase::Asleep,
             Phase::Waking(_) => Phase::waking(),
-            Phase::Disposing { conn, id, .. } => Phase::disposing(*conn, *id),
+            Phase::Disposing(owed) => Phase::disposing(owed.conn, owed.id),
         }
     }
 
@@ -137,11 +140,11 @@ impl Phase {
     /// A short name for traces and logs.
     pub fn name(&self) -> &'static str {
         match self {
-            Phase::Starting { .. } => "starting",
+            Phase::Starting(_) => "starting",
             Phase::Live { .. } => "live",
             Phase::Asleep => "asleep",
             Phase::Waking(_) => "waking",
-            Phase::Disposing { .. } => "disposing",
+            Phase::Disposing(_) => "disposing",
         }
     }
 }

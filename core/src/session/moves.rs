@@ -59,7 +59,7 @@ impl Session {
     /// (each of those belongs to the agent it leaves behind).
     pub fn move_out_refusal(&self, chat: &Uri) -> Option<&'static str> {
         let record = self.record.chats.iter().find(|c| c.resource == *chat)?;
-        if *chat == self.record.default_chat {
+        if self.record.is_default_chat(chat) {
             return Some("the session's default chat is not movable");
         }
         let running = self.resident.as_ref().and_then(|r| r.chats.get(chat)).is_some_and(|c| c.active_turn.is_some());

@@ -141,7 +141,7 @@ pub fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Opt
             }
         }
         StateAction::ChatQueuedMessagesReordered(a) => {
-            let mut left = std::mem::take(&mut chat.queued);
+            let mut left = std::mem::take(&mut *chat.queued);
             for id in &a.order {
                 if let Some(i) = left.iter().position(|m| m.id == *id) {
                     chat.queued.push(left.remove(i));

@@ -128,14 +128,14 @@ impl Session {
     /// Asks `chat`'s backend to forget every turn its record still owes a
     /// forget, if any (a rewind's, or one a crash or a failure left owed).
     fn ask_forget(&mut self, sh: &mut Shared, chat: &Uri) {
-        if matches!(self.phase, Phase::Disposing { .. }) {
+        if matches!(self.phase, Phase::Disposing(_)) {
             return;
         }
         let Some(rec) = self.record.chats.iter().find(|c| c.resource == *chat) else { return };
         if rec.forgetting.is_empty() || rec.fresh {
             return;
         }
-        let (conversation_id, turn_ids) = (rec.conversation_id.clone(), rec.forgetting.clone());
+        let (conversation_id, turn_ids) = (rec.conversation_id.clone(), rec.forgetting.to_vec());
         let op = Op::Forget { session: self.record.resource.clone(), chat: chat.clone(), turn_ids: turn_ids.clone() };
         self.backend(sh, op, chat.clone(), BackendCmd::Forget { conversation_id, turn_ids });
     }

@@ -35,7 +35,7 @@ pub struct SummaryRow<'a> {
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     meta: Option<ExternalMark>,
     chats: Vec<ChatRow<'a>>,
-    default_chat: &'a str,
+    default_chat: std::borrow::Cow<'a, str>,
 }
 
 /// One chat of a row, borrowed (`SessionChatSummary`).
@@ -79,7 +79,7 @@ impl Session {
             changes: self.record.changes.as_deref(),
             meta: self.record.external.then_some(ExternalMark { external: true }),
             chats,
-            default_chat: &self.record.default_chat,
+            default_chat: self.record.default_chat(),
         }
     }
 }
@@ -117,16 +117,16 @@ mod tests {
             written: Default::default(),
             kept: Default::default(),
             draft: None,
-            forgetting: Vec::new(),
+            forgetting: Default::default(),
             origin: None,
-            seed: Vec::new(),
-            queued: Vec::new(),
+            seed: Default::default(),
+            queued: Default::default(),
             steering: None,
             moved: None,
         };
         SessionRecord {
             format: RECORD_FORMAT,
-            key: "ahp-session@s".into(),
+            key: crate::record::Derived::held("ahp-session@s"),
             resource: "ahp-session:/s".into(),
             provider: "echo".into(),
             title: "A title with \u{2028} and \"quotes\"".into(),
@@ -134,25 +134,25 @@ mod tests {
             modified_at: "2026-01-03T00:00:00.250Z".into(),
             is_read: true,
             is_archived: external,
-            working_directories: vec!["file:///w/a b".into()],
+            working_directories: vec!["file:///w/a b".into()].into(),
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: "ahp-chat:/c0".into(),
+            default_chat: crate::record::Derived::held("ahp-chat:/c0"),
             chats: (0..chats).map(chat).collect(),
             changes: changes.then(|| Box::new(ChangesSummary { additions: Some(3), deletions: Some(1), files: Some(2) })),
             git: None,
             external,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
         }
     }
 
     fn session(record: SessionRecord, resident: bool) -> Session {
         let resident = resident.then(|| {
-            let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new(), c.resource == record.default_chat)).collect();
+            let chats: Vec<_> = record.chats.iter().map(|c| chat_state(c, Vec::new(), record.is_default_chat(&c.resource))).collect();
             Resident {
                 session: session_state(&record, SessionLifecycle::Ready, chats.iter().map(chat_summary).collect()),
                 chats: chats.into_iter().map(|c| (c.resource.clone(), c)).collect(),
@@ -187,7 +187,8 @@ mod tests {
         let mut r = record(false, false, 3);
         // The record's order is not the URI order.
         r.chats.reverse();
-        r.default_chat = r.chats[0].resource.clone();
+        let first = r.chats[0].resource.clone();
+        r.set_default_chat(first);
         let order = |s: &Session| s.summary().chats.unwrap_or_default().into_iter().map(|c| c.resource).collect::<Vec<_>>();
         let want: Vec<String> = r.chats.iter().map(|c| c.resource.clone()).collect();
         assert_eq!(order(&session(r.clone(), true)), want);

@@ -55,7 +55,7 @@ impl Session {
         // session's chat start left behind is still listed after the
         // session slept, until a wake replaces the list (seed 1095 again,
         // with another schedule: the answer came while asleep).
-        let awaited = self.phase.awaited_mut().is_some_and(|ops| ops.remove(&op)) && matches!(self.phase, Phase::Starting { .. } | Phase::Waking(_) | Phase::Live { .. });
+        let awaited = self.phase.awaited_mut().is_some_and(|ops| ops.remove(&op)) && matches!(self.phase, Phase::Starting(_) | Phase::Waking(_) | Phase::Live { .. });
         if !awaited {
             sh.stats.stale_ops += 1;
             // Late for its phase (the agent exited, the session slept), but
@@ -85,8 +85,8 @@ impl Session {
             *history = crate::session::rewind::without_forgotten(rec, std::mem::take(history));
         }
         match &mut self.phase {
-            Phase::Starting { conn, id, .. } => {
-                let (conn, id) = (*conn, *id);
+            Phase::Starting(owed) => {
+                let (conn, id) = (owed.conn, owed.id);
                 match outcome {
                     Outcome::Started { .. } => {
                         self.set_phase(Phase::live());
@@ -140,7 +140,7 @@ impl Session {
                 }
             },
             // Not awaited: handled above.
-            Phase::Asleep | Phase::Disposing { .. } => StartNext::Nothing,
+            Phase::Asleep | Phase::Disposing(_) => StartNext::Nothing,
         }
     }
 

@@ -37,14 +37,14 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
         activity: None,
         origin: None,
         project: None,
-        working_directories: Some(record.working_directories.clone()),
+        working_directories: Some(record.working_directories.to_vec()),
         annotations: None,
         lifecycle,
         creation_error: None,
         server_tools: None,
         active_clients: Vec::new(),
         chats,
-        default_chat: Some(record.default_chat.clone()),
+        default_chat: Some(record.default_chat().into_owned()),
         config: None,
         customizations: None,
         changesets: None,
@@ -156,7 +156,7 @@ pub fn flags(record: &SessionRecord) -> u32 {
 /// `chats` is `(uri, status, activity)` for each chat; InputNeeded (24) is
 /// tested before InProgress (8) because it carries the InProgress bit.
 pub fn aggregate_activity<'a>(
-    default_chat: &str,
+    is_default_chat: impl Fn(&str) -> bool,
     chats: impl Iterator<Item = (&'a str, u32, Option<&'a String>)> + Clone,
 ) -> (u32, Option<String>) {
     let input_needed = SessionStatus::InputNeeded.0;
@@ -167,7 +167,7 @@ pub fn aggregate_activity<'a>(
     if let Some((_, _, activity)) = chats.clone().find(|(_, s, _)| s & ACTIVITY_MASK == in_progress) {
         return (in_progress, activity.cloned());
     }
-    match chats.clone().find(|(uri, _, _)| *uri == default_chat) {
+    match chats.clone().find(|(uri, _, _)| is_default_chat(uri)) {
         Some((_, status, activity)) => {
             let bits = status & ACTIVITY_MASK;
             (if bits == 0 { SessionStatus::Idle.0 } else { bits }, activity.cloned())
@@ -187,11 +187,11 @@ impl Session {
     pub fn status(&self) -> (u32, Option<String>) {
         let (activity, text) = match &self.resident {
             Some(resident) => aggregate_activity(
-                &self.record.default_chat,
+                |c| self.record.is_default_chat(c),
                 resident.chats.values().map(|c| (c.resource.as_str(), c.status, c.activity.as_ref())),
             ),
             None => aggregate_activity(
-                &self.record.default_chat,
+                |c| self.record.is_default_chat(c),
                 self.record.chats.iter().map(|c| (c.resource.as_str(), c.status, None)),
             ),
         };
@@ -220,7 +220,7 @@ impl Session {
             activity,
             origin: None,
             project: None,
-            working_directories: Some(self.record.working_directories.clone()),
+            working_directories: Some(self.record.working_directories.to_vec()),
             annotations: None,
             resource: self.record.resource.clone(),
             created_at: self.created_at.to_iso(),
@@ -228,7 +228,7 @@ impl Session {
             changes: self.record.changes.as_deref().cloned(),
             meta: self.record.external.then(external_meta),
             chats: Some(chats),
-            default_chat: Some(self.record.default_chat.clone()),
+            default_chat: Some(self.record.default_chat().into_owned()),
         }
     }
 

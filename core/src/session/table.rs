@@ -52,6 +52,9 @@ pub struct SessionTable {
     touched: Touched,
     /// Which sessions hold which conversations.
     conversations: Conversations,
+    /// The working-directory lists the sessions share, each once (a
+    /// catalogue's rows list a few folders: [`crate::record::Folders`]).
+    folders: crate::record::FolderPool,
 }
 
 /// The sessions holding each conversation, by a hash of the provider and
@@ -174,11 +177,14 @@ impl SessionTable {
 
     /// Adds or replaces the session at `uri` (its `record.resource`) and
     /// returns its slot; a replaced session's slot is kept.
-    pub fn insert(&mut self, uri: Uri, session: Session) -> Slot {
+    pub fn insert(&mut self, uri: Uri, mut session: Session) -> Slot {
+        session.record.working_directories.intern(&mut self.folders);
         if let Some(&slot) = self.keys.get(uri.as_str()) {
             self.touch(slot);
             if let Some(entry) = self.slab.get_mut(slot.0 as usize) {
-                *entry = Some(session);
+                if let Some(old) = entry.replace(session) {
+                    old.record.working_directories.release(&mut self.folders);
+                }
             }
             return slot;
         }
@@ -197,6 +203,15 @@ impl SessionTable {
         slot
     }
 
+    /// Rebuilds the URI order and the conversation index from their sorted
+    /// entries, so their B-tree nodes are full (inserted one at a time,
+    /// nodes split half full: ~43 bytes an entry of the URI order, ~23
+    /// rebuilt). Same entries, same order; for after a restore.
+    pub fn repack(&mut self) {
+        self.keys = std::mem::take(&mut self.keys).into_iter().collect();
+        self.conversations.by_key = std::mem::take(&mut self.conversations.by_key).into_iter().collect();
+    }
+
     /// The URI of the session at `uri` as the table holds it, to share
     /// (a copy of the handle, not of the text): what the catalogue's order
     /// and the chat → session map keep.
@@ -211,6 +226,7 @@ impl SessionTable {
         self.free.push(slot);
         self.conversations.mark(slot);
         taken.map(|mut s| {
+            s.record.working_directories.release(&mut self.folders);
             self.touched.removed.push(uri.to_string());
             // Handed out whole, to change or put back.
             s.unsettle();
@@ -487,7 +503,7 @@ mod tests {
     fn session(key: &str) -> Session {
         let record = SessionRecord {
             format: RECORD_FORMAT,
-            key: format!("ahp-session@{key}"),
+            key: crate::record::Derived::held(format!("ahp-session@{key}")),
             resource: format!("ahp-session:/{key}"),
             provider: "echo".into(),
             title: key.into(),
@@ -495,18 +511,18 @@ mod tests {
             modified_at: "2026-01-01T00:00:00.000Z".into(),
             is_read: false,
             is_archived: false,
-            working_directories: Vec::new(),
+            working_directories: Default::default(),
             config: Default::default(),
             owner: None,
             scope: None,
-            default_chat: format!("ahp-chat:/{key}"),
+            default_chat: crate::record::Derived::held(format!("ahp-chat:/{key}")),
             chats: Vec::new(),
             changes: None,
             git: None,
             external: false,
             offer: None,
             in_tree: None,
-            shared_trees: Vec::new(),
+            shared_trees: Default::default(),
             deleted: false,
         };
         Session::new(record, Phase::Asleep, None, true, MonoTime(0))

@@ -122,7 +122,7 @@ impl Session {
                 }
             }
             let chats: Vec<_> =
-                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), c.resource == self.record.default_chat)).collect();
+                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), self.record.is_default_chat(&c.resource))).collect();
             let lifecycle = if self.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
             let state = session_state(&self.record, lifecycle, chats.iter().map(chat_summary).collect());
             self.resident = Some(Box::new(Resident {
@@ -154,7 +154,7 @@ impl Session {
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
             session: state,
-            chats: [(record.default_chat.clone(), chat)].into_iter().collect(),
+            chats: [(record.default_chat().into_owned(), chat)].into_iter().collect(),
             turn_started_mono: Default::default(),
             born_seq: sh.server_seq,
         };
@@ -165,10 +165,10 @@ impl Session {
     /// process root with its peers: `createSession` answers when it did.
     pub(crate) fn start_default_agent(&mut self, sh: &mut Shared) {
         let session = self.record.resource.clone();
-        let chat = self.record.default_chat.clone();
+        let chat = self.record.default_chat().into_owned();
         let command = BackendCmd::Start {
             session: session.clone(),
-            conversation_id: self.record.key.clone(),
+            conversation_id: self.record.key().into_owned(),
             working_directory: self.record.working_directories.first().cloned(),
             peer_directories: crate::folders::peers(&self.record.working_directories),
             resume: false,

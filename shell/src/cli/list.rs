@@ -90,8 +90,8 @@ impl RecordSummary {
             resource: record.resource.clone(),
             provider: record.provider.to_string(),
             title: record.title.clone(),
-            owner: record.owner.clone(),
-            scope: record.scope.clone(),
+            owner: record.owner.as_deref().map(str::to_owned),
+            scope: record.scope.as_deref().map(str::to_owned),
             is_read: record.is_read,
             is_archived: record.is_archived,
             external: record.external,
@@ -149,11 +149,11 @@ pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
         match parsed {
             // A tombstone is a disposed session, not one to list.
             Ok(record) if record.deleted => {}
-            Ok(record) if record.key == stem => records.push(record),
+            Ok(record) if record.key() == stem => records.push(record),
             Ok(record) => note(&format!(
                 "skipped {}: it holds the record of {}",
                 path.display(),
-                ids::printable(&record.key)
+                ids::printable(&record.key())
             )),
             Err(e) => note(&format!(
                 "skipped {}: it does not parse ({e}); the daemon moves it aside when it next starts",
@@ -273,7 +273,7 @@ mod tests {
         let misnamed = serde_json::to_vec(&record("ahp-session@other", "t", "2026-01-01T00:00:00.000Z")).expect("encode");
         fs::write(d.join("ahp-session@mis.json"), misnamed).expect("write");
         let records = read_records(d).expect("read");
-        let keys: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
+        let keys: Vec<String> = records.iter().map(|r| r.key().into_owned()).collect();
         assert_eq!(keys, ["ahp-session@new", "ahp-session@old"]);
         assert!(d.join("broken.json").exists() && d.join(".ahp-session@x.json.tmp-1-2").exists());
         assert!(read_records(&d.join("missing")).is_err());
@@ -300,8 +300,8 @@ mod tests {
             .expect("append");
         let journal_len = fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len();
         let records = read_records(d).expect("read");
-        let seen: Vec<(&str, &str)> = records.iter().map(|r| (r.key.as_str(), r.title.as_str())).collect();
-        assert_eq!(seen, [("ahp-session@kept", "journaled"), ("ahp-session@fresh", "only in the journal")]);
+        let seen: Vec<(String, &str)> = records.iter().map(|r| (r.key().into_owned(), r.title.as_str())).collect();
+        assert_eq!(seen, [("ahp-session@kept".to_owned(), "journaled"), ("ahp-session@fresh".to_owned(), "only in the journal")]);
         assert!(d.join("ahp-session@gone.json").exists(), "a reader changes nothing");
         assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), journal_len);
     }

@@ -199,7 +199,7 @@ pub fn build_export(data_dir: &Path, id: &ResourceId) -> Result<ExportedSession,
             serde_json::from_slice(&bytes).map_err(|e| format!("the store record {} does not parse: {e}", path.display()))?
         }
     };
-    if record.key != key || record.resource != uri {
+    if record.key() != key || record.resource != uri {
         return Err(format!("the store record {} names another session ({})", path.display(), ids::printable(&record.resource)));
     }
     if record.deleted {

@@ -54,10 +54,10 @@ pub enum Entry {
 
 impl Entry {
     /// The store key this entry writes.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Entry::Put(record) => &record.key,
-            Entry::Delete(key) => key,
+            Entry::Put(record) => record.key(),
+            Entry::Delete(key) => std::borrow::Cow::Borrowed(key),
         }
     }
 }
@@ -142,7 +142,7 @@ impl Journal {
     /// restart never brings back a write the client was told failed.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), String> {
         write_file(&self.dir, entry, false)?;
-        self.dirty.insert(entry.key().to_owned());
+        self.dirty.insert(entry.key().into_owned());
         Ok(())
     }
 
@@ -197,11 +197,11 @@ fn file_name(key: &str) -> Result<String, String> {
 /// Writes (or removes) `entry`'s record file: atomically, and durably when
 /// `durable` (the file fsynced; the caller syncs the directory).
 fn write_file(dir: &Path, entry: &Entry, durable: bool) -> Result<(), String> {
-    let name = file_name(entry.key())?;
+    let name = file_name(&entry.key())?;
     match entry {
         Entry::Put(record) => {
             let bytes =
-                serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key))?;
+                serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key()))?;
             let written = if durable {
                 fsutil::write_replace(dir, &name, &bytes, None)
             } else {
@@ -282,7 +282,7 @@ pub fn last_words(dir: &Path) -> std::io::Result<BTreeMap<String, Option<Session
     let mut last = BTreeMap::new();
     for entry in read(dir)?.entries {
         match entry {
-            Entry::Put(record) => last.insert(record.key.clone(), Some(*record)),
+            Entry::Put(record) => last.insert(record.key().into_owned(), Some(*record)),
             Entry::Delete(key) => last.insert(key, None),
         };
     }
@@ -322,7 +322,7 @@ pub fn recover(dir: &Path, wall_ms: i64) -> Result<usize, String> {
     // The last word on each key, in key order.
     let mut last: BTreeMap<String, Entry> = BTreeMap::new();
     for entry in read.entries {
-        last.insert(entry.key().to_owned(), entry);
+        last.insert(entry.key().into_owned(), entry);
     }
     for entry in last.values() {
         write_file(dir, entry, true)?;

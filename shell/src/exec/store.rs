@@ -171,7 +171,7 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
             StoreCmd::Put { record } => Entry::Put(record),
             StoreCmd::Delete { key } => Entry::Delete(key),
         };
-        if file_name(entry.key()).is_none() {
+        if file_name(&entry.key()).is_none() {
             results.push((op, Err(format!("refused unsafe store key {:?}", entry.key()))));
             continue;
         }
@@ -253,8 +253,8 @@ pub fn write_record(dir: &Path, record: &SessionRecord) -> Result<(), String> {
 ///
 /// Errors: an unsafe key, encoding or IO, as a message naming the file.
 fn put(dir: &Path, record: &SessionRecord) -> Result<(), String> {
-    let name = file_name(&record.key).ok_or_else(|| format!("refused unsafe store key {:?}", record.key))?;
-    let bytes = serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key))?;
+    let name = file_name(&record.key()).ok_or_else(|| format!("refused unsafe store key {:?}", record.key()))?;
+    let bytes = serde_json::to_vec_pretty(record).map_err(|e| format!("could not encode record {}: {e}", record.key()))?;
     fsutil::write_replace(dir, &name, &bytes, None).map_err(|e| format!("could not write {}: {e}", dir.join(&name).display()))
 }
 
@@ -387,10 +387,10 @@ pub fn load_each(dir: &Path, wall_ms: i64, mut each: impl FnMut(Loaded)) -> std:
                 for (name, parsed) in batch {
                     let stem = name.strip_suffix(".json").unwrap_or(&name);
                     match parsed {
-                        Ok(record) if record.key == stem => records.push(record),
+                        Ok(record) if record.key() == stem => records.push(record),
                         Ok(record) => tracing::warn!(
                             file = %dir.join(&name).display(),
-                            key = %record.key,
+                            key = %record.key(),
                             "skipped a record whose key does not match its file name"
                         ),
                         Err(error) => quarantine(dir, &name, wall_ms, &error),
@@ -486,7 +486,7 @@ mod tests {
         fs::write(d.join(".x.json.tmp-999999999-2"), b"partial").expect("write");
         let loaded = load(d, 42).expect("load");
         assert_eq!(loaded.len(), 1);
-        assert_eq!(loaded[0].key, "ahp-session@abc");
+        assert_eq!(loaded[0].key(), "ahp-session@abc");
         assert!(d.join("broken.json.corrupt-42").exists());
         assert!(!d.join("broken.json").exists());
         assert!(!d.join(".x.json.tmp-999999999-2").exists());
@@ -509,7 +509,7 @@ mod tests {
         drop(journal);
         assert!(d.join("ahp-session@old.json").exists() && !d.join("ahp-session@new.json").exists());
         let loaded = load(d, 1).expect("load");
-        assert_eq!(loaded.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["ahp-session@new"]);
+        assert_eq!(loaded.iter().map(|r| r.key().into_owned()).collect::<Vec<_>>(), ["ahp-session@new"]);
         assert!(!d.join("ahp-session@old.json").exists() && d.join("ahp-session@new.json").exists());
         assert_eq!(fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len(), 0);
     }
@@ -531,7 +531,7 @@ mod tests {
             Loaded::Expect(count) => told.push(count),
             Loaded::Records(batch) => {
                 assert!(!told.is_empty(), "the count comes before any record");
-                keys.extend(batch.into_iter().map(|r| r.key));
+                keys.extend(batch.into_iter().map(|r| r.key().into_owned()));
             }
         })
         .expect("load");

@@ -251,7 +251,7 @@ impl Grants {
     /// (the store's copy is the durable one; a lost write may have been
     /// another incarnation of the URI).
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
-        self.owners = view.sessions.iter().map(|(u, s)| (u.clone(), s.record.owner.clone())).collect();
+        self.owners = view.sessions.iter().map(|(u, s)| (u.clone(), s.record.owner.as_deref().map(str::to_owned))).collect();
         self.creates.clear();
     }
 
@@ -304,21 +304,22 @@ impl Grants {
         self.owners.retain(|u, _| view.sessions.contains_key(u));
         for (uri, s) in view.sessions {
             match self.owners.get(uri) {
-                Some(owner) if *owner != s.record.owner => {
+                Some(owner) if owner.as_deref() != s.record.owner.as_deref() => {
                     return Err(breach("owner_never_changes", format!("{uri}: owner {owner:?} -> {:?}", s.record.owner)));
                 }
                 Some(_) => {}
                 None => {
-                    if let Phase::Starting { conn, id, .. } = &s.phase {
+                    if let Phase::Starting(owed) = &s.phase {
+                        let (conn, id) = (&owed.conn, &owed.id);
                         if let Some((owner, scope)) = self.creates.remove(&(*conn, *id)) {
                             self.creations_judged += 1;
-                            if s.record.owner != owner {
+                            if s.record.owner.as_deref() != owner.as_deref() {
                                 return Err(breach("owner_never_changes", format!(
                                     "{uri} was made by {owner:?} and records owner {:?}", s.record.owner
                                 )));
                             }
                             match scope {
-                                Ok(scope) if scope == s.record.scope => {}
+                                Ok(scope) if scope.as_deref() == s.record.scope.as_deref() => {}
                                 Ok(scope) => {
                                     return Err(breach("scope_follows_page", format!(
                                         "{uri} (by {owner:?}) records scope {:?}, the page says {scope:?}", s.record.scope
@@ -335,7 +336,7 @@ impl Grants {
                     if !self.users && s.record.owner.is_some() {
                         return Err(breach("owner_never_changes", format!("{uri}: a host with no users directory recorded owner {:?}", s.record.owner)));
                     }
-                    self.owners.insert(uri.clone(), s.record.owner.clone());
+                    self.owners.insert(uri.clone(), s.record.owner.as_deref().map(str::to_owned));
                 }
             }
         }

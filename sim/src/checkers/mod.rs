@@ -166,7 +166,7 @@ impl History {
                 Some(s) if s.phase.shallow() != *prev && !lifecycle::is_legal(prev, &s.phase) => {
                     return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
                 }
-                None if !matches!(prev, Phase::Starting { .. } | Phase::Disposing { .. }) => {
+                None if !matches!(prev, Phase::Starting(_) | Phase::Disposing(_)) => {
                     return Err(breach("lifecycle_transition", format!("{uri} vanished from {}", prev.name())));
                 }
                 _ => {}
@@ -175,7 +175,7 @@ impl History {
         for uri in &scope {
             let Some(s) = view.sessions.get(uri) else { continue };
             let rediscovered = before.scan && s.phase == Phase::Asleep;
-            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting { .. }) && !rediscovered {
+            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting(_)) && !rediscovered {
                 return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase.name())));
             }
         }
@@ -213,11 +213,11 @@ impl History {
     /// chat's state, whenever the host holds it, shows every turn it ever
     /// showed, ended or running (for an agent that can resume).
     fn check_echoed_turns(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
-        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
         for chats in self.echoed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
-        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting { .. })));
+        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
         for chats in self.rewound.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
@@ -337,12 +337,12 @@ impl ConfigCache {
     /// it leaves the state's own (no offer recorded).
     fn config_of(&mut self, record: &SessionRecord) -> Option<Option<&SessionConfigState>> {
         let fresh = match self.by_uri.get(&record.resource) {
-            Some((inputs, _)) => inputs.0 != record.offer || inputs.1 != record.scope || inputs.2 != record.provider || inputs.3 != *record.config,
+            Some((inputs, _)) => inputs.0 != record.offer || inputs.1.as_deref() != record.scope.as_deref() || inputs.2 != record.provider || inputs.3 != *record.config,
             None => true,
         };
         if fresh {
             let config = ahpd_core::session::state::session_config(record).map(|c| serde_json::from_value(c).ok());
-            let inputs = (record.offer.clone(), record.scope.clone(), record.provider.clone(), (*record.config).clone());
+            let inputs = (record.offer.clone(), record.scope.as_deref().map(str::to_owned), record.provider.clone(), (*record.config).clone());
             self.by_uri.insert(record.resource.clone(), (inputs, config));
         }
         self.by_uri.get(&record.resource).and_then(|(_, c)| c.as_ref().map(Option::as_ref))

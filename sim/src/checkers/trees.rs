@@ -84,7 +84,7 @@ impl TreesChecker {
         }
         if let GitCmd::Checkpoint { checkpoint_ref, base, .. } = command {
             let prefix = prefix_of(checkpoint_ref);
-            if !view.sessions.values().any(|s| checkpoint_prefix(&s.record.key) == prefix) {
+            if !view.sessions.values().any(|s| checkpoint_prefix(&s.record.key()) == prefix) {
                 return Err(breach("git_checkpoint_known", format!("checkpoint {checkpoint_ref} for no session the host holds")));
             }
             let own = base.starts_with(prefix) && base.ends_with("turn/0");
@@ -103,7 +103,7 @@ impl TreesChecker {
         }
         for removed in &git.removed {
             for (uri, s) in view.sessions.iter() {
-                if matches!(s.phase, Phase::Disposing { .. }) {
+                if matches!(s.phase, Phase::Disposing(_)) {
                     continue;
                 }
                 let owns = s.record.git.as_ref().is_some_and(|g| {
@@ -131,7 +131,7 @@ impl TreesChecker {
             *newest = (seq, changes);
         }
         let want = summary(&newest.1);
-        let Some((uri, s)) = view.sessions.iter().find(|(_, s)| checkpoint_prefix(&s.record.key) == prefix) else { return Ok(()) };
+        let Some((uri, s)) = view.sessions.iter().find(|(_, s)| checkpoint_prefix(&s.record.key()) == prefix) else { return Ok(()) };
         if s.record.changes.as_deref() != Some(&want) {
             return Err(breach("changes_match_git", format!(
                 "{uri} shows changes {:?} after git answered {want:?} for its newest checkpoint",

@@ -1,7 +1,8 @@
 //! What a simulated client does to move a chat (issue 23 "Move", client
 //! move 22; docs/DECISIONS.md, 17): `moveChat` of a chat it saw listed (now
 //! and then a default chat, which the host refuses) to another session it
-//! knows or within its own session, after a chat the destination lists or
+//! knows or within its own session (now and then a chat seen only in the
+//! catalogue's rows, whose session may be asleep), after a chat the destination lists or
 //! first, and now and then a move the host must refuse (an anchor that is
 //! the chat itself or no chat of the destination, a new session). Checked by
 //! the state rule `inv_chat_index_consistent` (every chat in exactly one
@@ -13,7 +14,7 @@
 use ahp_types::Uri;
 use serde_json::json;
 
-use crate::clients::{session_uri, Client, ClientOut, MirrorState, ReqKind};
+use crate::clients::{default_chat_of, session_uri, Client, ClientOut, MirrorState, ReqKind};
 use crate::rng::SimRng;
 
 impl Client {
@@ -37,7 +38,29 @@ impl Client {
             })
             .flatten()
             .collect();
+        // Now and then a chat seen only in the catalogue's rows: its
+        // session may be asleep, and the move wakes it first
+        // (`move_wakes_source`).
+        let from_rows: Vec<(Uri, Uri)> = self
+            .current_rows()
+            .map(|rows| {
+                rows.iter()
+                    .flat_map(|(s, row)| {
+                        let default = row["defaultChat"].as_str().map(str::to_owned).unwrap_or_else(|| default_chat_of(s));
+                        row["chats"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|c| c["resource"].as_str())
+                            .filter(|c| *c != default)
+                            .map(|c| (s.clone(), c.to_owned()))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let (session, source) = match rng.pick(&movable) {
+            _ if !from_rows.is_empty() && rng.chance(0.3) => rng.pick(&from_rows).cloned().unwrap_or_else(|| (session.clone(), chat.clone())),
             Some(c) if rng.chance(0.9) => c.clone(),
             _ => (session.clone(), chat.clone()),
         };

@@ -4,7 +4,8 @@
 //! knows or within its own session (now and then a chat seen only in the
 //! catalogue's rows, whose session may be asleep), after a chat the destination lists or
 //! first, and now and then a move the host must refuse (an anchor that is
-//! the chat itself or no chat of the destination, a new session). Checked by
+//! the chat itself or no chat of the destination, a new session), now and
+//! then with a `disposeSession` of either session right behind it. Checked by
 //! the state rule `inv_chat_index_consistent` (every chat in exactly one
 //! session's record, the host's chat index agreeing), the history rule
 //! `echoed_turn_kept` (a moved chat shows every turn it showed), the grants
@@ -20,7 +21,7 @@ use crate::rng::SimRng;
 impl Client {
     /// One `moveChat`: of a chat listed in `session` (else `chat`) to a
     /// session this client knows (else `session` itself).
-    pub(crate) fn move_chat(&mut self, rng: &mut SimRng, session: &Uri, chat: &Uri) -> Option<ClientOut> {
+    pub(crate) fn move_chat(&mut self, rng: &mut SimRng, session: &Uri, chat: &Uri) -> Vec<ClientOut> {
         let listed = |client: &Client, s: &Uri| -> Vec<Uri> {
             match client.mirrors.get(s).map(|m| &m.state) {
                 Some(MirrorState::Session(state)) => state.chats.iter().map(|c| c.resource.clone()).collect(),
@@ -60,13 +61,13 @@ impl Client {
             })
             .unwrap_or_default();
         let (session, source) = match rng.pick(&movable) {
-            _ if !from_rows.is_empty() && rng.chance(0.3) => rng.pick(&from_rows).cloned().unwrap_or_else(|| (session.clone(), chat.clone())),
+            _ if !from_rows.is_empty() && rng.chance(0.5) => rng.pick(&from_rows).cloned().unwrap_or_else(|| (session.clone(), chat.clone())),
             Some(c) if rng.chance(0.9) => c.clone(),
             _ => (session.clone(), chat.clone()),
         };
         let session = &session;
         if rng.chance(0.05) {
-            return Some(self.send_request("moveChat", json!({"channel": source, "destination": {"kind": "newSession"}}), ReqKind::Plain));
+            return vec![self.send_request("moveChat", json!({"channel": source, "destination": {"kind": "newSession"}}), ReqKind::Plain)];
         }
         let known: Vec<Uri> = self.known.iter().cloned().collect();
         let destination = if rng.chance(0.3) {
@@ -88,6 +89,15 @@ impl Client {
         if let Some(after) = after {
             dest["after"] = json!(after);
         }
-        Some(self.send_request("moveChat", json!({"channel": source, "destination": dest}), ReqKind::Plain))
+        let mut out = vec![self.send_request("moveChat", json!({"channel": source, "destination": dest}), ReqKind::Plain)];
+        // Now and then a `disposeSession` of either session right behind
+        // it, on the same connection: it arrives while the move is being
+        // written, and is refused until the move answers
+        // (`dispose_refused_moving`), or disposes once it has.
+        if rng.chance(0.1) {
+            let target = if rng.chance(0.5) { session.clone() } else { destination };
+            out.push(self.send_request("disposeSession", json!({"channel": target}), ReqKind::Plain));
+        }
+        out
     }
 }

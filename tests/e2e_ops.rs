@@ -131,47 +131,143 @@ fn config_check_accepts_a_good_file_and_names_bad_keys_and_values() {
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("trusted_folders = [\"/a\", \"/c\"]"), "{}", text(&out.stdout));
     let out = env_check("file:///tmp");
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), EX_CONFIG);
     assert!(text(&out.stderr).contains("AHPD_TRUSTED_FOLDERS") && text(&out.stderr).contains("is a URI"), "{}", text(&out.stderr));
     // A trusted folder is a path, not a URI.
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8"), "--trusted-folder", "file:///only/this"], tmp.path());
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), EX_CONFIG);
     assert!(text(&out.stderr).contains("is a URI"), "{}", text(&out.stderr));
 
-    // An unknown key: exit 1, the key and its line named.
+    // An unknown key: exit 78, the key and its line named.
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, "listen = \"127.0.0.1:0\"\n\n[limits]\nframes_burst = 5\nframe_burst = 6\n").expect("write");
     let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
     let stderr = text(&out.stderr);
-    assert_eq!(code(&out), 1, "{stderr}");
+    assert_eq!(code(&out), EX_CONFIG, "{stderr}");
     assert!(stderr.contains("frame_burst") && stderr.contains("line 5"), "{stderr}");
 
-    // A bad value: exit 1, with the line.
+    // A bad value: exit 78, with the line.
     std::fs::write(&bad, "residency_limit = 3\nsleep_after_minutes = -4\n").expect("write");
     let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
     let stderr = text(&out.stderr);
-    assert_eq!(code(&out), 1, "{stderr}");
+    assert_eq!(code(&out), EX_CONFIG, "{stderr}");
     assert!(stderr.contains("line 2") && stderr.contains("minutes"), "{stderr}");
     std::fs::write(&bad, "sessions = \"disk\"\n").expect("write");
     let out = ahpd(&["config", "check", "--config", bad.to_str().expect("utf-8")], tmp.path());
-    assert_eq!(code(&out), 1, "{}", text(&out.stderr));
+    assert_eq!(code(&out), EX_CONFIG, "{}", text(&out.stderr));
 
-    // A bad users directory: exit 1.
+    // A bad users directory: exit 78.
     std::fs::write(tmp.path().join("users.toml"), "[[users]]\nid = \"x\"\ntoken_sha256 = \"abc\"\nrole = \"member\"\n").expect("write");
     let out = ahpd(&["config", "check", "--config", good.to_str().expect("utf-8")], tmp.path());
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), EX_CONFIG);
     assert!(text(&out.stderr).contains("token_sha256"), "{}", text(&out.stderr));
     let _ = users;
 
-    // A missing named file: exit 1; a usage error: exit 2.
+    // A missing named file, an unknown flag: exit 78 as well.
     let out = ahpd(&["config", "check", "--config", "/nonexistent/ahpd.toml"], tmp.path());
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), EX_CONFIG);
     let out = ahpd(&["config", "check", "--no-such-flag"], tmp.path());
-    assert_eq!(code(&out), 2);
+    assert_eq!(code(&out), EX_CONFIG);
     // No file at the default place: the defaults, valid.
     let out = ahpd(&["config", "check"], tmp.path());
     assert_eq!(code(&out), 0, "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("listen = \"127.0.0.1:8765\""));
+}
+
+// ---------------------------------------------------------------------------
+// Exit codes and the command line (issue 25)
+// ---------------------------------------------------------------------------
+
+/// The one exit code of every configuration error (sysexits.h EX_CONFIG).
+const EX_CONFIG: i32 = 78;
+
+/// `ahpd serve` with `args` and `env` against a fresh data directory, run to
+/// its exit (every case here is refused before it listens).
+fn serve_refused(tmp: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let data = tmp.join("data");
+    let mut all = vec!["serve", "--data-dir", data.to_str().expect("utf-8")];
+    if !args.iter().any(|a| a.starts_with("--listen")) {
+        all.extend_from_slice(&["--listen", "127.0.0.1:0"]);
+    }
+    all.extend_from_slice(args);
+    let out = ahpd_with_env(&all, tmp, env);
+    (code(&out), text(&out.stderr))
+}
+
+#[test]
+fn every_config_error_exits_78_as_the_unit_expects() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bad = tmp.path().join("bad.toml");
+    let p = |f: &Path| f.to_str().expect("utf-8").to_owned();
+    // The file: missing, unknown key, wrong type.
+    let cases: Vec<(&str, String)> = vec![
+        ("missing file", "--config=/nonexistent/ahpd.toml".to_owned()),
+        ("unknown key", { std::fs::write(tmp.path().join("k.toml"), "lisen = 3\n").expect("write"); format!("--config={}", p(&tmp.path().join("k.toml"))) }),
+        ("wrong type", { std::fs::write(tmp.path().join("t.toml"), "residency_limit = \"ten\"\n").expect("write"); format!("--config={}", p(&tmp.path().join("t.toml"))) }),
+        ("bad users", { std::fs::write(&bad, "[[users]]\nid = \"x\"\n").expect("write"); format!("--users={}", p(&bad)) }),
+        ("bad policy", { std::fs::write(tmp.path().join("p.toml"), "[[rules]]\nwho = \"everyone\"\neffect = \"deny\"\n").expect("write"); format!("--policy={}", p(&tmp.path().join("p.toml"))) }),
+        ("bad flag value", "--residency-limit=abc".to_owned()),
+        ("unknown flag", "--no-such-flag".to_owned()),
+        ("unresolvable listen", "--listen=nowhere.invalid:1".to_owned()),
+    ];
+    for (what, arg) in &cases {
+        let (code, stderr) = serve_refused(tmp.path(), &[arg], &[]);
+        assert_eq!(code, EX_CONFIG, "{what}: {stderr}");
+        let out = ahpd(&["config", "check", arg], tmp.path());
+        assert_eq!(crate::code(&out), EX_CONFIG, "config check, {what}: {}", text(&out.stderr));
+    }
+
+    // A bad AHPD_* value is reported under the variable's name, not a flag
+    // the user never passed.
+    let (code, stderr) = serve_refused(tmp.path(), &[], &[("AHPD_RESIDENCY_LIMIT", "abc")]);
+    assert_eq!(code, EX_CONFIG, "{stderr}");
+    assert!(stderr.contains("AHPD_RESIDENCY_LIMIT") && !stderr.contains("--residency-limit"), "{stderr}");
+    // The flag given on the command line is named as the flag.
+    let (_, stderr) = serve_refused(tmp.path(), &["--residency-limit", "abc"], &[]);
+    assert!(stderr.contains("--residency-limit"), "{stderr}");
+
+    // An invalid RUST_LOG is a config error naming the variable.
+    let (code, stderr) = serve_refused(tmp.path(), &[], &[("RUST_LOG", "ahpd=loud")]);
+    assert_eq!(code, EX_CONFIG, "{stderr}");
+    assert!(stderr.contains("RUST_LOG"), "{stderr}");
+    let out = ahpd_with_env(&["config", "check"], tmp.path(), &[("RUST_LOG", "ahpd=loud")]);
+    assert_eq!(crate::code(&out), EX_CONFIG, "{}", text(&out.stderr));
+
+    // The unit stops restarting on that code, and its Documentation= is the
+    // file its own install steps put there.
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../contrib/ahpd.service")).expect("read the unit");
+    assert!(unit.lines().any(|l| l.starts_with("RestartPreventExitStatus=") && l.split(['=', ' ']).any(|c| c == "78")), "{unit}");
+    let doc = unit.lines().find_map(|l| l.strip_prefix("Documentation=file://%h/")).expect("a Documentation= file under %h");
+    assert!(unit.contains(&format!("install -Dm644 docs/USER-GUIDE.md ~/{doc}")), "the install steps put {doc} there");
+    assert!(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/USER-GUIDE.md")).exists());
+}
+
+#[test]
+fn version_flag_completions_and_host_names_in_listen() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let version = format!("ahpd {}", env!("CARGO_PKG_VERSION"));
+    for args in [&["--version"][..], &["version"][..]] {
+        let out = ahpd(args, tmp.path());
+        assert_eq!((code(&out), text(&out.stdout).trim()), (0, version.as_str()), "{args:?}");
+    }
+    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef ahpd"), ("fish", "complete -c ahpd")] {
+        let out = ahpd(&["completions", shell], tmp.path());
+        let script = text(&out.stdout);
+        assert_eq!(code(&out), 0, "{shell}: {}", text(&out.stderr));
+        assert!(script.contains(marker) && script.contains("serve") && script.contains("listen"), "{shell}:\n{script}");
+    }
+    let out = ahpd(&["completions", "cmd.exe"], tmp.path());
+    assert_eq!(code(&out), 2, "{}", text(&out.stderr));
+
+    // A host name resolves; the daemon listens and answers there.
+    let out = ahpd(&["config", "check", "--listen", "localhost:8765"], tmp.path());
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("listen = \"localhost:8765\""), "{}", text(&out.stdout));
+    let mut daemon = Daemon::start_at("localhost:0", &tmp.path().join("data"), &[], &[]);
+    let url = daemon.url.clone();
+    let status = http_get(&authority(&url), "/healthz").0;
+    let _ = daemon.terminate();
+    assert_eq!(status, 200, "{url}");
 }
 
 // ---------------------------------------------------------------------------
@@ -259,7 +355,7 @@ fn a_non_loopback_address_needs_a_users_directory() {
     let data = tmp.path().join("data");
     let out = ahpd(&["serve", "--listen", "0.0.0.0:0", "--data-dir", data.to_str().expect("utf-8")], tmp.path());
     let stderr = text(&out.stderr);
-    assert_eq!(code(&out), 2, "{stderr}");
+    assert_eq!(code(&out), EX_CONFIG, "{stderr}");
     assert!(stderr.contains("refusing to listen on 0.0.0.0:0") && stderr.contains("--users"), "{stderr}");
 
     // With a users directory it starts.

@@ -15,7 +15,6 @@ mod metrics;
 mod settings;
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -34,7 +33,16 @@ const CURSOR_SECRET_BYTES: usize = 32;
 /// How long a graceful shutdown may take to finish the store's writes.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Exit code of a usage error (including a refused listening address).
+/// Exit code of every configuration error `ahpd serve` and `ahpd config
+/// check` report: a config file missing, unreadable or invalid (unknown
+/// key, wrong type), a bad users directory or policy file, a bad flag or
+/// `AHPD_*` value, an invalid `RUST_LOG`, a refused listening address.
+/// sysexits.h's `EX_CONFIG`; contrib/ahpd.service names it in
+/// `RestartPreventExitStatus=` because restarting will not fix the file
+/// (docs/USER-GUIDE.md "Exit codes", DECISIONS 23).
+const EXIT_CONFIG: u8 = 78;
+
+/// Exit code of a usage error of the other subcommands (clap's own).
 const EXIT_USAGE: u8 = 2;
 
 /// Exit code after a second SIGINT/SIGTERM cut a shutdown short.
@@ -46,7 +54,7 @@ the config file (--config, else $XDG_CONFIG_HOME/ahpd/config.toml, else ~/.confi
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "ahpd", about = "Hosts AI-agent sessions over the Agent Host Protocol.")]
+#[command(name = "ahpd", version, about = "Hosts AI-agent sessions over the Agent Host Protocol.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,8 +72,15 @@ enum Command {
     Sessions(cli::SessionsArgs),
     /// Check the config file, users directory and policy file.
     Config(ConfigArgs),
-    /// Print the version and exit.
+    /// Print the version and exit (the same as `ahpd --version`).
     Version,
+    /// Print a shell completion script for SHELL on stdout, e.g.
+    /// `ahpd completions bash > ~/.local/share/bash-completion/completions/ahpd`.
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `ahpd config ...`.
@@ -80,7 +95,7 @@ struct ConfigArgs {
 enum ConfigCommand {
     /// Validate the config file, the users directory and the policy file,
     /// and print the settings `ahpd serve` would use with the same options
-    /// (token hashes elided). Exit 0 valid, 1 invalid, 2 usage error.
+    /// (token hashes elided). Exit 0 valid, 78 invalid (as `ahpd serve`).
     #[command(after_long_help = PRECEDENCE)]
     Check(ServeArgs),
 }
@@ -93,10 +108,12 @@ struct ServeArgs {
     /// ~/.config/ahpd/config.toml; a missing default file means defaults].
     #[arg(long, env = "AHPD_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address to listen on (`127.0.0.1:0` picks a free port) [default:
-    /// 127.0.0.1:8765]. A non-loopback address needs a users directory.
+    /// Address to listen on, `HOST:PORT` with an IP address or a host name
+    /// (`localhost:8765`: every address it resolves to); `127.0.0.1:0` picks
+    /// a free port [default: 127.0.0.1:8765]. A non-loopback address needs
+    /// a users directory.
     #[arg(long, env = "AHPD_LISTEN")]
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     /// Where sessions, transcripts and the cursor secret live
     /// [default: $XDG_DATA_HOME/ahpd, else $HOME/.local/share/ahpd].
     #[arg(long, env = "AHPD_DATA_DIR")]
@@ -301,7 +318,10 @@ pub fn trim_freed_memory() -> std::time::Duration {
 
 fn main() -> ExitCode {
     one_malloc_arena();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return refused_command_line(e),
+    };
     match cli.command {
         Command::Session(args) => cli::run_session(args),
         Command::Sessions(args) => cli::run_sessions(args),
@@ -309,38 +329,44 @@ fn main() -> ExitCode {
             println!("ahpd {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
-        Command::Config(ConfigArgs { command: ConfigCommand::Check(args) }) => match settings::resolve(args.given()) {
-            Ok(s) => {
-                print!("{}", s.render());
-                match loopback_refusal(&s) {
-                    Some(message) => {
-                        eprintln!("ahpd: invalid: {message}");
-                        ExitCode::from(1)
-                    }
-                    None => {
-                        eprintln!("ahpd: the configuration is valid");
-                        ExitCode::SUCCESS
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "ahpd", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Config(ConfigArgs { command: ConfigCommand::Check(args) }) => {
+            match settings::resolve(args.given()).and_then(|s| log_filter().map(|f| (s, f))) {
+                Ok((s, _)) => {
+                    print!("{}", s.render());
+                    match loopback_refusal(&s) {
+                        Some(message) => {
+                            eprintln!("ahpd: invalid: {message}");
+                            ExitCode::from(EXIT_CONFIG)
+                        }
+                        None => {
+                            eprintln!("ahpd: the configuration is valid");
+                            ExitCode::SUCCESS
+                        }
                     }
                 }
+                Err(message) => {
+                    eprintln!("ahpd: invalid: {message}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
             }
-            Err(message) => {
-                eprintln!("ahpd: invalid: {message}");
-                ExitCode::from(1)
-            }
-        },
+        }
         Command::Serve(args) => {
-            let settings = match settings::resolve(args.given()) {
+            let (settings, filter) = match settings::resolve(args.given()).and_then(|s| log_filter().map(|f| (s, f))) {
                 Ok(s) => s,
                 Err(message) => {
                     eprintln!("ahpd: {message}");
-                    return ExitCode::FAILURE;
+                    return ExitCode::from(EXIT_CONFIG);
                 }
             };
             if let Some(message) = loopback_refusal(&settings) {
                 eprintln!("ahpd: {message}");
-                return ExitCode::from(EXIT_USAGE);
+                return ExitCode::from(EXIT_CONFIG);
             }
-            init_tracing(settings.log_format);
+            init_tracing(settings.log_format, filter);
             let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -360,11 +386,74 @@ fn main() -> ExitCode {
     }
 }
 
+/// Reports a command line clap refused and returns the exit code: help
+/// and `--version` print on stdout and exit 0; an error under `serve` or
+/// `config` is a configuration error ([`EXIT_CONFIG`]), any other a usage
+/// error ([`EXIT_USAGE`]). A bad value that came from an `AHPD_*`
+/// variable, not from its flag, is reported under the variable's name.
+fn refused_command_line(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut text = e.render().to_string();
+    if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
+        if let Some(var) = env_var_of(arg, &args) {
+            text = text.replace(&format!("'{arg}'"), &format!("the environment variable {var}"));
+        }
+    }
+    eprint!("{text}");
+    let daemon = args.iter().find(|a| !a.starts_with('-')).is_some_and(|c| c == "serve" || c == "config");
+    ExitCode::from(if daemon { EXIT_CONFIG } else { EXIT_USAGE })
+}
+
+/// The environment variable an invalid value of `arg` (clap's rendering,
+/// `--long <VALUE>`) came from: the flag's `env`, when the flag is not on
+/// the command line `args` and the variable is set.
+fn env_var_of(arg: &str, args: &[String]) -> Option<String> {
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    let on_command_line = args.iter().any(|a| a == &format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if on_command_line {
+        return None;
+    }
+    let command = <Cli as clap::CommandFactory>::command();
+    let mut stack = vec![&command];
+    while let Some(c) = stack.pop() {
+        for a in c.get_arguments() {
+            if a.get_long() == Some(long) {
+                if let Some(var) = a.get_env().and_then(|v| v.to_str()) {
+                    if std::env::var_os(var).is_some() {
+                        return Some(var.to_owned());
+                    }
+                }
+            }
+        }
+        stack.extend(c.get_subcommands());
+    }
+    None
+}
+
+/// The log filter from `RUST_LOG` (default `info`).
+///
+/// Errors: `RUST_LOG` is set but is not a valid filter (a configuration
+/// error like any other bad setting, so a typo does not silently log at a
+/// level nobody asked for); the message names the variable.
+fn log_filter() -> Result<tracing_subscriber::EnvFilter, String> {
+    match std::env::var("RUST_LOG") {
+        Ok(value) if !value.trim().is_empty() => {
+            tracing_subscriber::EnvFilter::builder().parse(&value).map_err(|e| format!("RUST_LOG={value:?} is not a valid log filter: {e}"))
+        }
+        Err(std::env::VarError::NotUnicode(_)) => Err("RUST_LOG is not valid UTF-8".to_owned()),
+        _ => Ok(tracing_subscriber::EnvFilter::new("info")),
+    }
+}
+
 /// Why the daemon refuses to listen where it was told, if it does: a
 /// non-loopback address with no users directory would let any network
 /// peer run agents.
 fn loopback_refusal(s: &Settings) -> Option<String> {
-    (s.users.is_none() && !s.listen.ip().is_loopback()).then(|| {
+    (s.users.is_none() && !s.listen_addrs.iter().all(|a| a.ip().is_loopback())).then(|| {
         format!(
             "refusing to listen on {}: without a users directory (--users FILE) ahpd serves loopback addresses only, \
              because anybody who can connect could run agents as you. Pass --users, or listen on 127.0.0.1.",
@@ -373,10 +462,8 @@ fn loopback_refusal(s: &Settings) -> Option<String> {
     })
 }
 
-/// Logs to stderr as text or JSON lines, filtered by `RUST_LOG` (default
-/// `info`).
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Logs to stderr as text or JSON lines, filtered by `filter` ([`log_filter`]).
+fn init_tracing(format: LogFormat, filter: tracing_subscriber::EnvFilter) {
     use std::io::IsTerminal;
     match format {
         LogFormat::Text => {
@@ -513,10 +600,8 @@ async fn serve(settings: Settings) -> Result<(), String> {
     // Listening comes first (issue 21: "listening within 100 ms"): a
     // client that connects while the store is read waits for its answers
     // in the event queue, which the driver serves once the host is built.
-    let listener = tokio::net::TcpListener::bind(settings.listen)
-        .await
-        .map_err(|e| format!("could not listen on {}: {e}", settings.listen))?;
-    let local = listener.local_addr().map_err(|e| format!("could not read the listening address: {e}"))?;
+    let listeners = bind_all(&settings.listen, &settings.listen_addrs).await?;
+    let local = listeners[0].local_addr().map_err(|e| format!("could not read the listening address: {e}"))?;
 
     let (events, rx) = EventSink::channel();
     let store = match settings.sessions {
@@ -527,7 +612,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
         .with_acp_agents(settings.agents.clone(), acp_home);
-    let accept = tokio::spawn(exec::net::serve(listener, events.clone(), settings.limits.outgoing_buffer_max_bytes));
+    let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), settings.limits.outgoing_buffer_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     let driver_events = events.clone();
     drop(events);
@@ -606,6 +691,28 @@ async fn serve(settings: Settings) -> Result<(), String> {
         }
         Ended::StoreTimedOut => Err(format!("the store did not finish its writes within {}s of the shutdown signal", SHUTDOWN_GRACE.as_secs())),
     }
+}
+
+/// Binds every address `--listen` resolved to (`addrs`, in resolver
+/// order, never empty). The first must bind: it is the one printed on the
+/// listening line. The others are bound on the same port (so that port 0
+/// gives one port for all); one that cannot bind (e.g. `::1` on a host
+/// without IPv6) is logged and skipped.
+///
+/// Errors: the first address cannot be bound (in use, not this host's).
+async fn bind_all(listen: &str, addrs: &[std::net::SocketAddr]) -> Result<Vec<tokio::net::TcpListener>, String> {
+    let first = *addrs.first().ok_or_else(|| format!("{listen} resolves to no address"))?;
+    let listener = tokio::net::TcpListener::bind(first).await.map_err(|e| format!("could not listen on {first} ({listen}): {e}"))?;
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(first.port());
+    let mut listeners = vec![listener];
+    for addr in &addrs[1..] {
+        let addr = std::net::SocketAddr::new(addr.ip(), port);
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => listeners.push(l),
+            Err(e) => tracing::warn!(%addr, listen, error = %e, "could not listen on this address too; skipped"),
+        }
+    }
+    Ok(listeners)
 }
 
 /// Re-reads the policy file on every SIGHUP and hands it to the core; a file

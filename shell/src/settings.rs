@@ -75,7 +75,7 @@ pub struct FileLimits {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     data_dir: Option<PathBuf>,
     sessions: Option<FileStoreKind>,
     #[serde(default, deserialize_with = "de_minutes")]
@@ -363,8 +363,8 @@ pub fn load_policy(path: &Path) -> Result<Policy, String> {
 pub struct Given {
     /// `--config` / `AHPD_CONFIG`.
     pub config: Option<PathBuf>,
-    /// `--listen`.
-    pub listen: Option<SocketAddr>,
+    /// `--listen`, as given (`HOST:PORT`).
+    pub listen: Option<String>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
     /// `--sessions`.
@@ -413,8 +413,11 @@ pub struct TrustedGiven {
 pub struct Settings {
     /// The config file read, if any.
     pub config_file: Option<PathBuf>,
-    /// Where to listen.
-    pub listen: SocketAddr,
+    /// Where to listen, as given (`HOST:PORT`, a host name or an IP).
+    pub listen: String,
+    /// The addresses `listen` resolved to, in the resolver's order, no
+    /// duplicates, never empty; each is bound (`bind_all` in main.rs).
+    pub listen_addrs: Vec<SocketAddr>,
     /// The data directory, or the error saying why there is none.
     pub data_dir: Result<PathBuf, String>,
     /// Which session store.
@@ -466,10 +469,9 @@ pub struct Settings {
 /// the file and the line.
 pub fn resolve(given: Given) -> Result<Settings, String> {
     let (config_file, file) = load_config_file(given.config.as_deref())?;
-    let listen = match given.listen.or(file.listen) {
-        Some(l) => l,
-        None => DEFAULT_LISTEN.parse().map_err(|e| format!("built-in listen address: {e}"))?,
-    };
+    let listen_source = if given.listen.is_some() { "--listen" } else { "listen" };
+    let listen = given.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen_addrs = resolve_listen(&listen).map_err(|e| format!("{listen_source} {listen:?}: {e}"))?;
     let data_dir = match given.data_dir.or(file.data_dir) {
         Some(d) => Ok(d),
         None => crate::default_data_dir(),
@@ -503,6 +505,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
     Ok(Settings {
         config_file,
         listen,
+        listen_addrs,
         data_dir,
         sessions,
         sleep_after_minutes: given.sleep_after_minutes.or(file.sleep_after_minutes).unwrap_or(defaults.sleep_after_ms as f64 / 60_000.0),
@@ -532,6 +535,35 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
     })
 }
 
+/// Resolves a listening address `HOST:PORT`: an IP address (`[::1]:8765`
+/// for IPv6) or a host name looked up with the system resolver
+/// (`localhost:8765`). Returns every address, in the resolver's order,
+/// without duplicates.
+///
+/// Errors: no port, a port that is not a number, a name that does not
+/// resolve or resolves to nothing.
+pub fn resolve_listen(listen: &str) -> Result<Vec<SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let (host, port) = listen.rsplit_once(':').ok_or("not HOST:PORT (e.g. 127.0.0.1:8765 or localhost:8765)")?;
+    let port: u16 = port.parse().map_err(|_| format!("{port:?} is not a port number (0 to 65535)"))?;
+    if host.is_empty() {
+        return Err("no host before the port (e.g. 127.0.0.1:8765 or localhost:8765)".to_owned());
+    }
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    for addr in (host, port).to_socket_addrs().map_err(|e| format!("{host:?} does not resolve: {e}"))? {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!("{host:?} resolves to no address"));
+    }
+    Ok(addrs)
+}
+
 /// TOML string literal for `s` (for printing effective settings).
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"?\"".to_owned())
@@ -548,7 +580,11 @@ impl Settings {
         use std::fmt::Write;
         let mut o = String::new();
         let _ = writeln!(o, "# config file: {}", self.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "(none: built-in defaults)".to_owned()));
-        let _ = writeln!(o, "listen = {}", quoted(&self.listen.to_string()));
+        let _ = writeln!(o, "listen = {}", quoted(&self.listen));
+        if self.listen_addrs.len() != 1 || self.listen_addrs[0].to_string() != self.listen {
+            let addrs: Vec<String> = self.listen_addrs.iter().map(ToString::to_string).collect();
+            let _ = writeln!(o, "# listen resolves to {}", addrs.join(", "));
+        }
         match &self.data_dir {
             Ok(d) => { let _ = writeln!(o, "data_dir = {}", path_str(d)); }
             Err(e) => { let _ = writeln!(o, "# data_dir: {e}"); }
@@ -656,6 +692,8 @@ mod tests {
         let e = parse_toml::<FileConfig>(Path::new("c.toml"), "show_external_sessions = \"all\"\n").err().unwrap_or_default();
         assert!(e.contains("not one of"), "{e}");
         assert!(parse_toml::<FileConfig>(Path::new("c.toml"), "sessions = \"disk\"\n").is_err());
-        assert!(parse_toml::<FileConfig>(Path::new("c.toml"), "listen = \"nowhere\"\n").is_err());
+        assert!(resolve_listen("nowhere").is_err());
+        assert!(resolve_listen("localhost:http").is_err());
+        assert_eq!(resolve_listen("[::1]:80").map(|a| a.len()), Ok(1));
     }
 }

@@ -96,12 +96,19 @@ impl Writer {
     }
 }
 
-/// Accepts connections on `listener` forever, numbering them from 1; each
-/// connection may have at most `outgoing_max_bytes` of frames queued and
-/// unread. Accept errors (e.g. out of file descriptors) are logged and
-/// retried after a short pause; they never end the daemon.
-pub async fn serve(listener: TcpListener, events: EventSink, outgoing_max_bytes: usize) {
+/// Accepts connections on every one of `listeners` forever, numbering them
+/// from 1 across all of them; each connection may have at most
+/// `outgoing_max_bytes` of frames queued and unread. Accept errors (e.g.
+/// out of file descriptors) are logged and retried after a short pause;
+/// they never end the daemon.
+pub async fn serve(listeners: Vec<TcpListener>, events: EventSink, outgoing_max_bytes: usize) {
     let next_conn = Arc::new(AtomicU64::new(1));
+    let loops = listeners.into_iter().map(|l| accept_loop(l, events.clone(), outgoing_max_bytes, next_conn.clone()));
+    futures_util::future::join_all(loops).await;
+}
+
+/// One listener's accept loop of [`serve`]; `next_conn` is shared by all.
+async fn accept_loop(listener: TcpListener, events: EventSink, outgoing_max_bytes: usize, next_conn: Arc<AtomicU64>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

@@ -271,6 +271,67 @@ fn version_flag_completions_and_host_names_in_listen() {
 }
 
 // ---------------------------------------------------------------------------
+// WebSocket close codes (issue 25, RFC 6455 7.4.1)
+// ---------------------------------------------------------------------------
+
+/// Reads until a close frame and returns its code and reason; `None` when
+/// the connection ends without one.
+async fn close_code(rx: &mut futures_util::stream::SplitStream<Raw>, what: &str) -> Option<(u16, String)> {
+    within(what, async {
+        loop {
+            match rx.next().await {
+                Some(Ok(WsMessage::Close(Some(f)))) => return Some((u16::from(f.code), f.reason.as_str().to_owned())),
+                Some(Ok(WsMessage::Close(None))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_and_shutdown_close_with_their_codes() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut daemon = Daemon::start(&tmp.path().join("data"));
+
+    // A 50 MB frame: close 1009, read by the client while it still sends
+    // (not a TCP reset).
+    let (ws, _) = within("connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("connect");
+    let (mut tx, mut rx) = ws.split();
+    let big = "x".repeat(50 << 20);
+    let sending = tokio::spawn(async move {
+        let _ = tx.send(WsMessage::Text(big.into())).await;
+        tx
+    });
+    let closed = close_code(&mut rx, "close after a 50 MB frame").await;
+    assert_eq!(closed.as_ref().map(|c| c.0), Some(1009), "{closed:?}");
+    assert!(closed.is_some_and(|c| c.1.contains("too big")));
+    drop(within("the big send ends", sending).await);
+
+    // A text frame that is not UTF-8: close 1007.
+    let (ws, _) = within("connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("connect");
+    let (mut tx, mut rx) = ws.split();
+    let invalid = Frame::message(vec![0x7b, 0xff, 0xfe, 0x7d], OpCode::Data(Data::Text), true);
+    within("send invalid UTF-8", tx.send(WsMessage::Frame(invalid))).await.expect("send");
+    let closed = close_code(&mut rx, "close after invalid UTF-8").await;
+    assert_eq!(closed.as_ref().map(|c| c.0), Some(1007), "{closed:?}");
+
+    // A well-behaved client is unaffected, and on shutdown is told 1001.
+    let (ws, _) = within("connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("connect");
+    let (mut tx, mut rx) = ws.split();
+    let hello = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params("closer") });
+    within("initialize", tx.send(WsMessage::Text(hello.to_string().into()))).await.expect("send");
+    let reply = within("initialize reply", rx.next()).await;
+    assert!(matches!(reply, Some(Ok(WsMessage::Text(_)))), "{reply:?}");
+    daemon.signal_term();
+    let closed = close_code(&mut rx, "close on shutdown").await;
+    assert_eq!(closed.as_ref().map(|c| c.0), Some(1001), "{closed:?}");
+    assert!(daemon.wait_exit().success());
+}
+
+// ---------------------------------------------------------------------------
 // HTTP: /healthz, /metrics
 // ---------------------------------------------------------------------------
 

@@ -15,6 +15,10 @@ use tokio_tungstenite::tungstenite::Utf8Bytes;
 use crate::exec::store::Store;
 use crate::metrics::Metrics;
 
+/// How long a shutdown waits for the clients' close frames (1001) to be
+/// written; a client that does not read is not waited for longer.
+const CLOSE_FRAMES_WAIT: Duration = Duration::from_secs(1);
+
 /// Something for the driver: a core input, or a new connection's writer
 /// (registered before its `Input::Connected` is handed to the core).
 #[derive(Debug)]
@@ -236,7 +240,15 @@ impl Driver {
                 break;
             }
         }
-        self.writers.clear();
+        // Every client is told the host is going away (close 1001), and
+        // given a moment for that frame to be written before the process
+        // ends.
+        let closing: Vec<Writer> = self.writers.drain().map(|(_, w)| w).collect();
+        for w in &closing {
+            w.send(WriterCmd::CloseWith { code: crate::exec::net::CLOSE_GOING_AWAY, reason: "the host is shutting down" });
+        }
+        let _ = tokio::time::timeout(CLOSE_FRAMES_WAIT, futures_util::future::join_all(closing.iter().map(Writer::closed))).await;
+        drop(closing);
         let ended = match tokio::time::timeout(self.grace, self.store.finish()).await {
             Ok(()) => Ended::Clean,
             Err(_) => Ended::StoreTimedOut,

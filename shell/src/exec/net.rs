@@ -18,7 +18,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use crate::driver::{Event, EventSink};
@@ -47,7 +48,33 @@ pub enum WriterCmd {
     Frame(Utf8Bytes),
     /// Close the connection once everything queued before this is written.
     Close,
+    /// Like [`WriterCmd::Close`], with an RFC 6455 close code and a reason
+    /// (at most 123 bytes) in the close frame.
+    CloseWith {
+        /// The close code (RFC 6455 section 7.4.1, e.g. 1001 going away).
+        code: u16,
+        /// Why, in words, for the client's log.
+        reason: &'static str,
+    },
 }
+
+/// Close code 1001 "going away": the host is shutting down (RFC 6455 7.4.1).
+pub const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// Close code 1007: a text frame that is not UTF-8 (RFC 6455 7.4.1).
+const CLOSE_INVALID_DATA: u16 = 1007;
+
+/// Close code 1009: a message too big to process (RFC 6455 7.4.1).
+const CLOSE_TOO_BIG: u16 = 1009;
+
+/// How long a connection closed for a bad frame is still read (and what is
+/// read thrown away) after its close frame, so that the client, perhaps
+/// still sending the frame, reads the close code instead of a TCP reset
+/// (a socket closed with unread bytes answers with a reset).
+const LINGER: Duration = Duration::from_secs(10);
+
+/// Most bytes thrown away while lingering, in bytes.
+const LINGER_MAX_BYTES: u64 = 256 << 20;
 
 /// The driver's handle on one connection's writer task. Frames queue
 /// without waiting, but only up to a bound in bytes: a client that does not
@@ -93,6 +120,12 @@ impl Writer {
             }
         }
         let _ = self.tx.send(cmd);
+    }
+
+    /// Resolves once the connection's writer task has ended (its socket
+    /// written and closed, or dropped); at once if it already has.
+    pub async fn closed(&self) {
+        self.tx.closed().await;
     }
 }
 
@@ -274,6 +307,15 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
         return http(stream, head, &events).await;
     }
     let bearer = head.bearer;
+    // A second handle on the socket, to linger after a close for a bad
+    // frame (`LINGER`); dropped with the connection otherwise.
+    let (stream, spare) = match duplicate(stream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(conn = conn.0, error = %e, "could not duplicate the socket");
+            return;
+        }
+    };
     let replay = Replay { prefix: bytes, at: 0, inner: stream };
     let config = WebSocketConfig::default().max_message_size(Some(MAX_MESSAGE_BYTES)).max_frame_size(Some(MAX_MESSAGE_BYTES));
     let ws = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tokio_tungstenite::accept_async_with_config(replay, Some(config))).await {
@@ -307,7 +349,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                 // in one write (issue 21, fan-out: a subscriber that lags
                 // gets its envelopes in one syscall, not one each), up to
                 // WRITE_BATCH_BYTES; a close ends the batch.
-                let (mut len, mut frames, mut fed, mut close) = (0, 0, Ok(()), false);
+                let (mut len, mut frames, mut fed, mut close) = (0, 0, Ok(()), None);
                 loop {
                     match cmd {
                         WriterCmd::Frame(text) => {
@@ -316,7 +358,11 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                             fed = sink.feed(Message::Text(text)).await;
                         }
                         WriterCmd::Close => {
-                            close = true;
+                            close = Some(None);
+                            break;
+                        }
+                        WriterCmd::CloseWith { code, reason } => {
+                            close = Some(Some(CloseFrame { code: CloseCode::from(code), reason: Utf8Bytes::from_static(reason) }));
                             break;
                         }
                     }
@@ -339,8 +385,8 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                         return;
                     }
                 }
-                if close {
-                    let _ = sink.send(Message::Close(None)).await;
+                if let Some(frame) = close {
+                    let _ = sink.send(Message::Close(frame)).await;
                     let _ = sink.close().await;
                     return;
                 }
@@ -357,7 +403,9 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
             }
         }
     });
+    let closer = tx.clone();
     events.send(Event::Opened { conn, writer: Writer { tx, backlog }, bearer });
+    let mut linger = false;
     tracing::info!(conn = conn.0, "client connected");
     loop {
         let message = tokio::select! {
@@ -376,7 +424,15 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                 // Past the WebSocket layer's own bound (above the JSON-RPC
                 // frame limit, which answers -32600): nothing of the frame
                 // is kept; the connection goes, and the log says why.
-                tracing::warn!(conn = conn.0, limit_bytes = MAX_MESSAGE_BYTES, error = %e, "a frame over the WebSocket message limit: connection closed");
+                tracing::warn!(conn = conn.0, limit_bytes = MAX_MESSAGE_BYTES, error = %e, "a frame over the WebSocket message limit: connection closed (1009)");
+                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_TOO_BIG, reason: "frame too big: over 16 MiB" });
+                linger = true;
+                break;
+            }
+            Some(Err(tokio_tungstenite::tungstenite::Error::Utf8(e))) => {
+                tracing::warn!(conn = conn.0, error = %e, "a text frame that is not UTF-8: connection closed (1007)");
+                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_INVALID_DATA, reason: "a text frame that is not valid UTF-8" });
+                linger = true;
                 break;
             }
             Some(Err(e)) => {
@@ -387,6 +443,37 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
     }
     tracing::info!(conn = conn.0, "client disconnected");
     events.input(Input::Disconnected { conn });
+    drop(closer);
+    if linger {
+        drop(stream);
+        linger_then_close(spare).await;
+    }
+}
+
+/// Two handles on one socket: the stream, and a spare for
+/// [`linger_then_close`].
+fn duplicate(stream: TcpStream) -> io::Result<(TcpStream, std::net::TcpStream)> {
+    let std = stream.into_std()?;
+    let spare = std.try_clone()?;
+    Ok((TcpStream::from_std(std)?, spare))
+}
+
+/// Reads and throws away what the client still sends, for at most
+/// [`LINGER`] and [`LINGER_MAX_BYTES`], until it closes; then closes the
+/// socket. Keeps the client's close frame from being lost to a reset.
+async fn linger_then_close(spare: std::net::TcpStream) {
+    let Ok(mut socket) = TcpStream::from_std(spare) else { return };
+    let drain = async {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut read = 0u64;
+        while read < LINGER_MAX_BYTES {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n as u64,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 /// Hands one frame to the driver with its request's method and id.

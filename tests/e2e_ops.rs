@@ -537,10 +537,19 @@ async fn only_the_owner_deletes_and_tokens_stay_out_of_the_log() {
     assert_eq!(reply["error"]["code"], -32009, "{reply}");
     assert_eq!(reply["error"]["message"], "Only the session's owner can delete it.", "{reply}");
 
-    // A wrong bearer token: the connection is closed before it is served.
-    let mut raw_bad = raw_with_bearer(&daemon.url, TOKEN_WRONG).await;
-    let next = raw_request(&mut raw_bad, 1, "initialize", initialize_params("ops-mallory")).await;
-    assert!(next.is_none(), "a connection with a wrong bearer token was served: {next:?}");
+    // A wrong bearer token: refused on the HTTP upgrade with 401 and a
+    // reason, never upgraded.
+    let mut request = daemon.url.as_str().into_client_request().expect("request");
+    request.headers_mut().insert("Authorization", format!("Bearer {TOKEN_WRONG}").parse().expect("header value"));
+    match within("connect with a wrong token", tokio_tungstenite::connect_async(request)).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status().as_u16(), 401);
+            let body = String::from_utf8_lossy(response.body().as_deref().unwrap_or_default()).into_owned();
+            assert!(body.contains("bearer token matches no user"), "{body}");
+            assert!(response.headers().get("www-authenticate").is_some(), "{response:?}");
+        }
+        other => panic!("a wrong bearer token was upgraded: {:?}", other.map(|(_, r)| r.status())),
+    }
 
     // The owner may.
     let r: Value = within("bob dispose", bob.request("disposeSession", params())).await.expect("bob disposes");

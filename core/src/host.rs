@@ -330,6 +330,19 @@ pub struct HostView<'a> {
 }
 
 impl HostView<'_> {
+    /// Whether a handshake's bearer token signs a connection in: on a host
+    /// with a users directory, the host's own token or one of a user or a
+    /// plugin; on a single-user host every token (the handshake's token is
+    /// not checked there). The shell answers a refused one on the HTTP
+    /// upgrade with 401 (issue 25); the connection's own check stays the
+    /// core's (`Input::Authenticate`).
+    pub fn bearer_accepted(&self, token: &str) -> bool {
+        let Some(users) = self.config.users.as_ref() else { return true };
+        self.config.host_token_sha256.as_deref().is_some_and(|h| crate::grants::is_host_token(token, h))
+            || users.authenticate(token).is_some()
+            || users.authenticate_plugin(token).is_some()
+    }
+
     /// Whether a graceful stop was asked (no new turn starts then).
     pub fn stopping(&self) -> bool {
         self.host.stopping()

@@ -50,6 +50,14 @@ pub enum Event {
     },
     /// `/metrics` asks for the Prometheus text.
     Metrics(oneshot::Sender<String>),
+    /// A WebSocket upgrade asks whether its bearer token signs in
+    /// ([`ahpd_core::HostView::bearer_accepted`]) before it is accepted.
+    CheckBearer {
+        /// The token (never logged).
+        token: String,
+        /// The answer.
+        reply: oneshot::Sender<bool>,
+    },
 }
 
 /// The sending side of the driver's one event channel, cloned into every
@@ -223,6 +231,10 @@ impl Driver {
                         self.metrics.request_in(conn, *id, method);
                     }
                     Input::Frame { conn, text }
+                }
+                Event::CheckBearer { token, reply } => {
+                    let _ = reply.send(self.host.view().bearer_accepted(&token));
+                    continue;
                 }
                 Event::Metrics(reply) => {
                     let _ = reply.send(self.metrics.render(&self.host.view(), self.writers.len()));

@@ -307,6 +307,27 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
         return http(stream, head, &events).await;
     }
     let bearer = head.bearer;
+    if let Some(token) = &bearer {
+        // A token that signs nobody in is refused on the upgrade itself
+        // (401 and a reason), not accepted and then closed (issue 25).
+        let (reply, answer) = oneshot::channel();
+        events.send(Event::CheckBearer { token: token.clone(), reply });
+        let refusal = match tokio::time::timeout(METRICS_TIMEOUT, answer).await {
+            Ok(Ok(true)) => None,
+            Ok(Ok(false)) => Some(("401 Unauthorized", "WWW-Authenticate: Bearer realm=\"ahpd\", error=\"invalid_token\"\r\n", "the bearer token matches no user of this host\n")),
+            _ => Some(("503 Service Unavailable", "", "the host is shutting down or busy\n")),
+        };
+        if let Some((status, extra, body)) = refusal {
+            tracing::warn!(conn = conn.0, event = "client.auth_failed", status, "a WebSocket upgrade refused: its bearer token matches no user");
+            let response = format!(
+                "HTTP/1.1 {status}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+    }
     // A second handle on the socket, to linger after a close for a bad
     // frame (`LINGER`); dropped with the connection otherwise.
     let (stream, spare) = match duplicate(stream) {

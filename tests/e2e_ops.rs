@@ -331,6 +331,59 @@ async fn bad_frames_and_shutdown_close_with_their_codes() {
     assert!(daemon.wait_exit().success());
 }
 
+/// A connection that keeps exceeding its frame rate is closed with 1008
+/// and a reason after a bounded time (10 s), and its refusals are logged as
+/// at most one summary line a second, never one per frame. It floods for
+/// as long as that takes; nothing asserts a duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_keeps_flooding_is_closed_with_1008_and_logged_in_summaries() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start_with(&data, &["--limit-frames-per-second", "10", "--limit-frames-burst", "10"]);
+    let (ws, _) = within("connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("connect");
+    let (mut tx, mut rx) = ws.split();
+    let flooding = tokio::spawn(async move {
+        let mut sent = 0u64;
+        // 200 frames/s, 20 times the limit, until the daemon closes it
+        // (bounded: 30 s).
+        while sent < 6_000 {
+            let frame = json!({ "jsonrpc": "2.0", "id": sent + 1, "method": "ping" });
+            if tx.send(WsMessage::Text(frame.to_string().into())).await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sent
+    });
+    let mut refusals = 0u64;
+    let closed = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            match rx.next().await {
+                Some(Ok(WsMessage::Text(t))) => refusals += u64::from(t.as_str().contains("rate limit")),
+                Some(Ok(WsMessage::Close(Some(f)))) => return Some((u16::from(f.code), f.reason.as_str().to_owned())),
+                Some(Ok(_)) => {}
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("closed within 40 s of flooding");
+    let sent = flooding.await.expect("flooding task");
+    assert_eq!(closed.as_ref().map(|c| c.0), Some(1008), "{closed:?}");
+    assert!(closed.as_ref().is_some_and(|c| c.1.contains("rate limit")), "{closed:?}");
+    assert!(refusals > 100, "the frames over the rate were refused one by one: {refusals} of {sent}");
+
+    // Another client is served meanwhile and after.
+    let c = connect(&daemon.url).await;
+    c.shutdown().await;
+    let _ = daemon.terminate();
+    let log = std::fs::read_to_string(log_path(&data)).unwrap_or_default();
+    let lines = log.lines().filter(|l| l.contains("limit.rate") && l.contains("frames refused")).count();
+    assert!(lines >= 2 && (lines as u64) < refusals / 10, "{lines} summary lines for {refusals} refusals:\n{log}");
+    assert!(log.contains("limit.rate_closed"), "{log}");
+}
+
 // ---------------------------------------------------------------------------
 // HTTP: /healthz, /metrics
 // ---------------------------------------------------------------------------

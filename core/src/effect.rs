@@ -38,6 +38,10 @@ pub enum Effect {
     Close {
         /// The connection.
         conn: ConnId,
+        /// A policy the connection broke, in words (e.g. it kept
+        /// exceeding its frame rate): the shell closes with WebSocket code
+        /// 1008 and this reason; `None`: a plain close.
+        policy: Option<String>,
     },
     /// Drive a chat's agent; answered by `Input::Done { op, .. }`.
     Backend {

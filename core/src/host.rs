@@ -748,10 +748,13 @@ impl Host {
                 return self.on_refused_frame(conn, text);
             }
         }
+        if self.shared.conns.get(&conn).is_some_and(|c| c.rate_closed) {
+            // Closed for its rate: nothing more of it is served.
+            return;
+        }
         if !self.take_frame_credit(conn) {
             let limit = self.shared.config.limits.frames_per_second;
             crate::mark!("limit_rate_refused");
-            self.shared.log(LogLevel::Warn, "limit.rate", None, format!("connection {} sends more than {limit} frames/s", conn.0));
             let id = match codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes) {
                 Ok(Incoming::Request { id, .. }) => Some(id),
                 _ => None,
@@ -762,6 +765,8 @@ impl Host {
                     format!("rate limit: more than {limit} frames per second; slow down"),
                 ));
             }
+            // After the reply: a connection closed for it reads why first.
+            self.on_rate_refused(conn);
             return;
         }
         // Decoded once, here: a frame held behind a handshake waits decoded.

@@ -257,7 +257,7 @@ impl Driver {
         // ends.
         let closing: Vec<Writer> = self.writers.drain().map(|(_, w)| w).collect();
         for w in &closing {
-            w.send(WriterCmd::CloseWith { code: crate::exec::net::CLOSE_GOING_AWAY, reason: "the host is shutting down" });
+            w.send(WriterCmd::CloseWith { code: crate::exec::net::CLOSE_GOING_AWAY, reason: "the host is shutting down".to_owned() });
         }
         let _ = tokio::time::timeout(CLOSE_FRAMES_WAIT, futures_util::future::join_all(closing.iter().map(Writer::closed))).await;
         drop(closing);
@@ -330,9 +330,12 @@ impl Driver {
                     None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
                 }
             }
-            Effect::Close { conn } => {
+            Effect::Close { conn, policy } => {
                 if let Some(w) = self.writers.get(&conn) {
-                    w.send(WriterCmd::Close);
+                    w.send(match policy {
+                        Some(reason) => WriterCmd::CloseWith { code: crate::exec::net::CLOSE_POLICY, reason },
+                        None => WriterCmd::Close,
+                    });
                 }
             }
             Effect::Backend { op, provider, chat, command } => self.backends.execute(op, &provider, chat, command),

@@ -722,7 +722,7 @@ impl World {
             for effect in &effects {
                 let text = match effect {
                     Effect::Send { conn, message } => format!("  -> conn{} {}", conn.0, message.to_json()),
-                    Effect::Close { conn } => format!("  -> close conn{}", conn.0),
+                    Effect::Close { conn, .. } => format!("  -> close conn{}", conn.0),
                     Effect::Backend { op, chat, command, .. } => format!("  -> backend op{} {chat} {command:?}", op.0),
                     Effect::Store { op, command } => format!("  -> store op{} {}", op.0, match command {
                         StoreCmd::Put { record } => format!(
@@ -806,7 +806,7 @@ impl World {
                 let delay = self.world_rng.exp_ms(self.options.net_ms);
                 self.q.push_lane(Lane::ToClient(conn), delay, Event::Deliver { client, conn, text });
             }
-            Effect::Close { conn } => {
+            Effect::Close { conn, .. } => {
                 let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
                 self.q.push_lane(Lane::ToClient(conn), 0, Event::CloseConn { client, conn });
             }

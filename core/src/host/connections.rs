@@ -63,6 +63,18 @@ pub struct Conn {
     pub credit_milli: u64,
     /// When the credit was last topped up.
     pub credit_at: MonoTime,
+    /// Frames refused over the rate since the last `limit.rate` line.
+    pub rate_refused: u64,
+    /// When the last `limit.rate` line about it was logged.
+    pub rate_logged_at: Option<MonoTime>,
+    /// Since when it has kept exceeding its rate: the first refusal of the
+    /// current run (a run ends after a second with no refusal).
+    pub rate_over_since: Option<MonoTime>,
+    /// Its last refused frame.
+    pub rate_last_refused: MonoTime,
+    /// Whether it was closed for exceeding its rate; its frames are dropped
+    /// until the shell reports it gone.
+    pub rate_closed: bool,
     /// An `initialize` or `reconnect` held until the sessions it names are
     /// woken (`host/connections.rs`); at most one per connection.
     pub handshake: Option<Handshake>,
@@ -92,6 +104,16 @@ pub struct Handshake {
     /// order: run once it is answered, as if the wakes had been instant.
     pub queued: Vec<codec::Decoded>,
 }
+
+/// At most one `limit.rate` line per connection per this long, in ms.
+pub const RATE_LOG_INTERVAL_MS: u64 = 1_000;
+
+/// A connection that keeps exceeding its frame rate this long (in ms, no
+/// pause of [`RATE_RUN_GAP_MS`] without a refusal) is closed (issue 25).
+pub const RATE_CLOSE_AFTER_MS: u64 = 10_000;
+
+/// A pause in refusals this long (in ms) ends a run of them.
+const RATE_RUN_GAP_MS: u64 = 1_000;
 
 impl Conn {
     /// Whether this connection watches `session`: it is subscribed to the
@@ -181,6 +203,42 @@ impl Host {
         }
     }
 
+    /// A frame of `conn` refused over its rate: counted, and said in at most
+    /// one `limit.rate` line per connection per [`RATE_LOG_INTERVAL_MS`]
+    /// (with the count since the last), never one per frame (issue 25). A
+    /// connection refused without a pause of a second for
+    /// [`RATE_CLOSE_AFTER_MS`] is closed as a policy violation.
+    pub(crate) fn on_rate_refused(&mut self, conn: ConnId) {
+        let now = self.shared.now.mono;
+        let limit = self.shared.config.limits.frames_per_second;
+        let Some(c) = self.shared.conns.get_mut(&conn).filter(|c| !c.rate_closed) else { return };
+        c.rate_refused += 1;
+        let run_start = match c.rate_over_since {
+            Some(since) if now.0.saturating_sub(c.rate_last_refused.0) < RATE_RUN_GAP_MS => since,
+            _ => now,
+        };
+        c.rate_over_since = Some(run_start);
+        c.rate_last_refused = now;
+        let due = c.rate_logged_at.is_none_or(|at| now.0.saturating_sub(at.0) >= RATE_LOG_INTERVAL_MS);
+        let refused = c.rate_refused;
+        if due {
+            c.rate_refused = 0;
+            c.rate_logged_at = Some(now);
+        }
+        let close = now.0.saturating_sub(run_start.0) >= RATE_CLOSE_AFTER_MS;
+        c.rate_closed = close;
+        if due {
+            self.shared.log(LogLevel::Warn, "limit.rate", None, format!(
+                "connection {} sends more than {limit} frames/s: {refused} frames refused since the last line about it", conn.0
+            ));
+        }
+        if close {
+            let reason = format!("rate limit: more than {limit} frames per second for {} s", RATE_CLOSE_AFTER_MS / 1000);
+            self.shared.log(LogLevel::Warn, "limit.rate_closed", None, format!("connection {}: {reason}; closing it", conn.0));
+            self.shared.effects.push(Effect::Close { conn, policy: Some(reason) });
+        }
+    }
+
     /// `Input::Connected`: admits `conn` when fewer than `connections_max`
     /// connections are open, else refuses it (error frame, log line,
     /// `Effect::Close`).
@@ -198,7 +256,7 @@ impl Host {
             "connection {} refused: {} connections open, the limit is {max}", conn.0, self.shared.conns.len()
         ));
         self.shared.effects.push(Effect::Send { conn, message: Outbound::Error { id: None, error: refusal(max) } });
-        self.shared.effects.push(Effect::Close { conn });
+        self.shared.effects.push(Effect::Close { conn, policy: None });
     }
 
     /// A frame from a refused connection: a request gets the refusal under
@@ -223,7 +281,7 @@ impl Host {
             Ok(Some(v)) => v.to_owned(),
             Ok(None) => {
                 self.shared.reply_error(conn, id, unsupported_version(&params.protocol_versions));
-                self.shared.effects.push(Effect::Close { conn });
+                self.shared.effects.push(Effect::Close { conn, policy: None });
                 return;
             }
             Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, e)),
@@ -591,7 +649,7 @@ impl Host {
         self.shared.log(LogLevel::Warn, "client.auth_failed", None, format!(
             "connection {}: the handshake's bearer token matches no user; closing the connection", conn.0
         ));
-        self.shared.effects.push(Effect::Close { conn });
+        self.shared.effects.push(Effect::Close { conn, policy: None });
     }
 
     /// Makes `conn` whoever `token` names on a host with a users directory

@@ -53,13 +53,18 @@ pub enum WriterCmd {
     CloseWith {
         /// The close code (RFC 6455 section 7.4.1, e.g. 1001 going away).
         code: u16,
-        /// Why, in words, for the client's log.
-        reason: &'static str,
+        /// Why, in words, for the client's log (cut to the 123 bytes a
+        /// close frame holds).
+        reason: String,
     },
 }
 
 /// Close code 1001 "going away": the host is shutting down (RFC 6455 7.4.1).
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+
+/// Close code 1008 "policy violation": e.g. a connection that kept
+/// exceeding its frame rate (RFC 6455 7.4.1).
+pub const CLOSE_POLICY: u16 = 1008;
 
 /// Close code 1007: a text frame that is not UTF-8 (RFC 6455 7.4.1).
 const CLOSE_INVALID_DATA: u16 = 1007;
@@ -383,7 +388,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                             break;
                         }
                         WriterCmd::CloseWith { code, reason } => {
-                            close = Some(Some(CloseFrame { code: CloseCode::from(code), reason: Utf8Bytes::from_static(reason) }));
+                            close = Some(Some(CloseFrame { code: CloseCode::from(code), reason: Utf8Bytes::from(cut(reason, 123)) }));
                             break;
                         }
                     }
@@ -446,13 +451,13 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                 // frame limit, which answers -32600): nothing of the frame
                 // is kept; the connection goes, and the log says why.
                 tracing::warn!(conn = conn.0, limit_bytes = MAX_MESSAGE_BYTES, error = %e, "a frame over the WebSocket message limit: connection closed (1009)");
-                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_TOO_BIG, reason: "frame too big: over 16 MiB" });
+                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_TOO_BIG, reason: "frame too big: over 16 MiB".to_owned() });
                 linger = true;
                 break;
             }
             Some(Err(tokio_tungstenite::tungstenite::Error::Utf8(e))) => {
                 tracing::warn!(conn = conn.0, error = %e, "a text frame that is not UTF-8: connection closed (1007)");
-                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_INVALID_DATA, reason: "a text frame that is not valid UTF-8" });
+                let _ = closer.send(WriterCmd::CloseWith { code: CLOSE_INVALID_DATA, reason: "a text frame that is not valid UTF-8".to_owned() });
                 linger = true;
                 break;
             }
@@ -469,6 +474,18 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
         drop(stream);
         linger_then_close(spare).await;
     }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut at = max;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+    text
 }
 
 /// Two handles on one socket: the stream, and a spare for

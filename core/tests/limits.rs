@@ -96,7 +96,7 @@ fn connections_over_the_limit_are_refused_with_a_readable_error_and_the_place_co
     assert_eq!(f[0]["id"], serde_json::Value::Null);
     assert_eq!(f[0]["error"]["code"], -32600);
     assert!(f[0]["error"]["message"].as_str().unwrap_or("").contains("connection limit"), "{f:?}");
-    assert!(h.pending.iter().any(|e| matches!(e, Effect::Close { conn } if conn.0 == 3)), "the refused connection is closed");
+    assert!(h.pending.iter().any(|e| matches!(e, Effect::Close { conn, policy: None } if conn.0 == 3)), "the refused connection is closed");
     assert!(h.pending.iter().any(|e| matches!(e, Effect::Log(l) if l.event == "limit.connections")), "and logged");
     // A request it sends before the close lands gets the same answer and
     // changes nothing.

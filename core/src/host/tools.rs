@@ -251,6 +251,9 @@ impl Host {
     /// current reading of both clocks (a wall clock that jumps moves it;
     /// each tick reads it again).
     pub(crate) fn wake_deadline(&self) -> Option<crate::time::MonoTime> {
+        if self.stopping() {
+            return None;
+        }
         let (at, _, _) = self.wakes.first()?;
         let ahead = u64::try_from(at.0.saturating_sub(self.shared.now.wall.0)).unwrap_or(0);
         Some(self.shared.now.mono.plus_ms(ahead))

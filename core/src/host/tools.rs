@@ -161,7 +161,9 @@ impl Host {
         }
         check_text("text", &text)?;
         let target: Uri = target.to_owned();
-        let Some(session) = self.sessions.get(&target).filter(|s| !matches!(s.phase, Phase::Disposing(_)) && !s.record.external) else {
+        // A session still being created is not listed yet (Sessions page:
+        // "nothing announces it or lists it until its first turn").
+        let Some(session) = self.sessions.get(&target).filter(|s| !matches!(s.phase, Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record.external) else {
             return refuse(Code::NotFound, format!("no session {target} on this host"));
         };
         if target == *caller {
@@ -201,7 +203,15 @@ impl Host {
         let Some(session) = self.sessions.get(uri) else { return };
         match (&session.phase, session.resident.is_some()) {
             (Phase::Live { .. }, _) => self.start_queued_if_due(uri, false),
-            (Phase::Asleep, true) => self.start_queued_if_due(uri, true),
+            (Phase::Asleep, true) => {
+                self.start_queued_if_due(uri, true);
+                // Nothing could start it now (a write in flight): the
+                // session is woken, and its wake's end starts the queue.
+                if self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Asleep && s.work.parked.is_none()) {
+                    crate::mark!("tool_message_wakes_held");
+                    self.wake(uri);
+                }
+            }
             (Phase::Asleep, false) => {
                 crate::mark!("tool_message_wakes_unloaded");
                 self.wake(uri);

@@ -787,7 +787,9 @@ impl World {
     /// (`checkers/grants.rs`, `checkers/residency.rs`).
     fn users_rules_before(&mut self, input: &Input, label: &str, sent: Option<Box<Sent>>, subject: Option<Uri>, now: Now) -> (checkers::grants::GrantsBefore, checkers::residency::ResidencyBefore) {
         let view = self.host.view();
-        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono);
+        // A wake is due by the wall clock, which may have jumped since the
+        // deadline was derived (issue 24).
+        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono) || view.wake_index().first().is_some_and(|(at, _, _)| *at <= now.wall);
         let (frame, text) = match input {
             Input::Frame { conn, text } => {
                 let frame = match sent {

@@ -235,10 +235,15 @@ impl Host {
             self.wakes.remove(&first);
             let (_, uri, id) = first;
             let Some(session) = self.sessions.get_mut(&uri) else { continue };
-            if matches!(session.phase, Phase::Disposing(_)) {
+            let disposing = matches!(session.phase, Phase::Disposing(_));
+            let Some(wake) = take_wake(&mut session.record.tools, &id) else { continue };
+            if disposing {
+                // Its session is going: the wake goes with it (kept, it
+                // would be due and unfired; the tombstone keeps none).
+                crate::mark!("wake_dropped_disposing");
+                self.shared.log(LogLevel::Info, "wake.dropped", Some(uri.clone()), format!("{}: the session is being disposed", wake.id));
                 continue;
             }
-            let Some(wake) = take_wake(&mut session.record.tools, &id) else { continue };
             // The chat may have moved to another session or gone since.
             let owner = self.session_of(&wake.chat).filter(|s| *s != wake.chat);
             if owner.as_ref() != Some(&uri) {

@@ -322,3 +322,117 @@ async fn a_running_terminal_keeps_its_session_awake_and_goes_with_its_chat() {
     until_gone(pid, "the terminal of a disposed session goes").await;
     c.shutdown().await;
 }
+
+/// A chat's life on an ACP agent (issue 23; docs/USER-GUIDE.md, "Every
+/// chat-life flow by agent"): what it supports works, what it cannot do is
+/// refused with its reason and changes nothing. Three messages queued
+/// during a turn, reordered, one removed, and a steering message (held: ACP
+/// cannot add to a prompt in flight) run after the turn is cancelled, the
+/// steering one first, then the queue in its order, each once; a rewind, a
+/// resume, a fork, a side chat and a move to another session are refused;
+/// a second chat is made and reordered within the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acp_chat_queues_and_steers_and_refuses_what_acp_cannot_do() {
+    use ahp::ahp_types::actions::{
+        ChatPendingMessageRemovedAction, ChatPendingMessageSetAction, ChatQueuedMessagesReorderedAction, ChatTruncatedAction, ChatTurnResumeAction,
+    };
+    use ahp::ahp_types::commands::{ChatMoveDestination, ChatMoveToSessionDestination, ChatSource, CreateChatParams, ForkChatSource, MoveChatParams, MoveChatResult, SideChatSource};
+    use ahp::ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
+    use ahp::SubscriptionEvent;
+
+    let message = |text: &str| Message { text: text.to_owned(), origin: MessageOrigin { kind: MessageKind::User }, attachments: None, model: None, agent: None, meta: None };
+    let pending = |kind: PendingMessageKind, id: &str, text: &str| StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction { kind, id: id.to_owned(), message: message(text) });
+    let queued = |s: &ChatState| -> Vec<String> { s.queued_messages.as_deref().unwrap_or_default().iter().map(|m| m.id.clone()).collect() };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = agent_flag("good", &format!("--store {}", store.display()));
+    let daemon = Daemon::start_with(&data, &["--agent", &good]);
+    let (c, _, _root) = connect_init(&daemon.url, "acp-life").await;
+    let (sid, chat, _ssub, mut state, mut sub) = session_on(&c, "good", &work).await;
+    let send = |action: StateAction| {
+        let (c, chat) = (&c, chat.clone());
+        async move { within("dispatch", c.dispatch(chat, action)).await.expect("dispatch") }
+    };
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "hello").await;
+
+    // Queue three during a slow turn, reorder, remove one, steer.
+    send(user_turn("t2", "slow please")).await;
+    follow_chat(&mut sub, &mut state, "t2 streams", |env, _| matches!(env.action, StateAction::ChatDelta(_))).await;
+    for (id, text) in [("q1", "one"), ("q2", "two"), ("q3", "three")] {
+        send(pending(PendingMessageKind::Queued, id, text)).await;
+    }
+    follow_chat(&mut sub, &mut state, "three queued", |_, s| queued(s).len() == 3).await;
+    send(StateAction::ChatQueuedMessagesReordered(ChatQueuedMessagesReorderedAction { order: vec!["q1".into(), "q3".into(), "q2".into()] })).await;
+    follow_chat(&mut sub, &mut state, "reordered", |_, s| queued(s) == ["q1", "q3", "q2"]).await;
+    send(StateAction::ChatPendingMessageRemoved(ChatPendingMessageRemovedAction { kind: PendingMessageKind::Queued, id: "q1".into() })).await;
+    follow_chat(&mut sub, &mut state, "q1 removed", |_, s| queued(s) == ["q3", "q2"]).await;
+    send(pending(PendingMessageKind::Steering, "s1", "go left")).await;
+    follow_chat(&mut sub, &mut state, "s1 held", |_, s| s.steering_message.as_ref().is_some_and(|m| m.id == "s1")).await;
+    send(StateAction::ChatTurnCancelled(ChatTurnCancelledAction { turn_id: "t2".into(), duration: 0, meta: None })).await;
+    let seen = follow_chat(&mut sub, &mut state, "the held and queued messages run", |_, s| {
+        s.active_turn.is_none() && s.queued_messages.is_none() && s.turns.iter().any(|t| t.id == "q2")
+    })
+    .await;
+    let starts: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| match &e.action {
+            StateAction::ChatTurnStarted(a) => a.queued_message_id.as_deref(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, ["s1", "q3", "q2"], "the steering message first, then the queue in its order, once each");
+    let ids: Vec<(&str, TurnState)> = state.turns.iter().map(|t| (t.id.as_str(), t.state)).collect();
+    assert_eq!(ids, [("t1", TurnState::Complete), ("t2", TurnState::Cancelled), ("s1", TurnState::Complete), ("q3", TurnState::Complete), ("q2", TurnState::Complete)]);
+    assert!(markdown(&state.turns[3]).starts_with("Reply: three"), "the agent answered q3: {:?}", state.turns[3]);
+    assert!(state.steering_message.is_none());
+
+    // What ACP cannot do is refused with its reason, nothing changed.
+    async fn refusal(sub: &mut SessionSubscription) -> String {
+        wait_for(sub, "the refusal", |e| match e {
+            SubscriptionEvent::Action(env) => env.rejection_reason.clone(),
+            _ => None,
+        })
+        .await
+    }
+    send(StateAction::ChatTruncated(ChatTruncatedAction { turn_id: Some("t1".into()) })).await;
+    let reason = refusal(&mut sub).await;
+    assert!(reason.contains("cannot forget turns"), "{reason}");
+    send(StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: "q2".into() })).await;
+    let reason = refusal(&mut sub).await;
+    assert!(reason.contains("cannot resume a turn"), "{reason}");
+    for source in [
+        ChatSource::Fork(ForkChatSource { chat: chat.clone(), turn_id: "t1".into() }),
+        ChatSource::SideChat(SideChatSource { chat: chat.clone(), turn_id: "t1".into(), selection: None }),
+    ] {
+        let params = CreateChatParams { channel: sid.clone(), meta: None, chat: format!("ahp-chat:/{}", fresh_id()), initial_message: None, source: Some(source), working_directories: None };
+        let e = rpc_error(within("createChat with a source", c.request::<_, Value>("createChat", params)).await);
+        assert_eq!(e.code, -32602);
+        assert!(e.message.contains("not offered by this agent"), "{}", e.message);
+    }
+    let (snapshot, _s) = subscribe_chat(&c, &chat).await;
+    assert_eq!(snapshot.turns.len(), 5, "the refusals changed nothing");
+
+    // A second chat: made, reordered first, refused a move to another
+    // session of the same agent.
+    let second = format!("ahp-chat:/{}-second", fresh_id());
+    let params = CreateChatParams { channel: sid.clone(), meta: None, chat: second.clone(), initial_message: None, source: None, working_directories: None };
+    let r: Value = within("createChat", c.request("createChat", params)).await.expect("createChat");
+    assert_eq!(r, Value::Null);
+    let reorder = MoveChatParams { channel: second.clone(), meta: None, destination: ChatMoveDestination::Session(ChatMoveToSessionDestination { session: sid.clone(), after: None }) };
+    let moved: MoveChatResult = within("moveChat within", c.request("moveChat", reorder)).await.expect("moveChat within the session");
+    assert_eq!(moved.session, sid);
+    let (s, _s2) = subscribe_session(&c, &sid).await;
+    let order: Vec<&str> = s.chats.iter().map(|e| e.resource.as_str()).collect();
+    assert_eq!(order, [second.as_str(), chat.as_str()], "reordered first");
+    let (other, _, _, _, _) = session_on(&c, "good", &work).await;
+    let away = MoveChatParams { channel: second.clone(), meta: None, destination: ChatMoveDestination::Session(ChatMoveToSessionDestination { session: other, after: None }) };
+    let e = rpc_error(within("moveChat away", c.request::<_, MoveChatResult>("moveChat", away)).await);
+    assert_eq!(e.code, -32602);
+    assert!(e.message.contains("cannot move a conversation"), "{}", e.message);
+    let (s, _s3) = subscribe_session(&c, &sid).await;
+    assert!(s.chats.iter().any(|e| e.resource == second), "still in its session");
+    c.shutdown().await;
+}

@@ -9,7 +9,7 @@ use ahp::ahp_types::actions::{
     ActionEnvelope, ChatPendingMessageRemovedAction, ChatPendingMessageSetAction, ChatQueuedMessagesReorderedAction,
     ChatTurnCancelledAction, StateAction,
 };
-use ahp::ahp_types::state::{ChatState, Message, MessageKind, MessageOrigin, PendingMessageKind, TurnState};
+use ahp::ahp_types::state::{ChatState, Message, MessageKind, MessageOrigin, PendingMessageKind, ResponsePart, SessionState, SessionSummary, TurnState};
 use ahp::{Client, SessionSubscription, SubscriptionEvent};
 use common::*;
 
@@ -247,4 +247,267 @@ async fn a_steering_message_is_taken_into_the_running_turn() {
     assert_eq!(state.turns.len(), 1, "nothing else ran");
     c.shutdown().await;
     other.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
+// The whole journey (issue 23, "Done when")
+// ---------------------------------------------------------------------------
+
+/// The request id of the open question in the chat's running turn, if any.
+fn open_question(chat: &ChatState) -> Option<String> {
+    chat.active_turn.as_ref()?.response_parts.iter().find_map(|p| match p {
+        ResponsePart::InputRequest(i) if i.response.is_none() => Some(i.request.id.clone()),
+        _ => None,
+    })
+}
+
+/// Whether `chat`'s last turn is `turn_id`, ended in an error the backend
+/// marked resumable.
+fn ended_resumable(chat: &ChatState, turn_id: &str) -> bool {
+    chat.active_turn.is_none()
+        && chat.turns.last().is_some_and(|t| {
+            t.id == turn_id && t.state == TurnState::Error && matches!(t.response_parts.last(), Some(ResponsePart::Error(e)) if e.resumable == Some(true))
+        })
+}
+
+fn turn_ids(chat: &ChatState) -> Vec<&str> {
+    chat.turns.iter().map(|t| t.id.as_str()).collect()
+}
+
+fn chat_uris(chats: &[ahp::ahp_types::state::ChatSummary]) -> Vec<&str> {
+    chats.iter().map(|e| e.resource.as_str()).collect()
+}
+
+/// Applies session-channel actions to `state` until `done` holds.
+async fn session_until(sub: &mut SessionSubscription, state: &mut SessionState, what: &str, mut done: impl FnMut(&SessionState) -> bool) {
+    within(what, async {
+        while !done(state) {
+            match sub.recv().await {
+                Some(SubscriptionEvent::Action(env)) => {
+                    assert!(env.rejection_reason.is_none(), "rejected: {env:?}");
+                    let _ = ahp::reducers::apply_action_to_session(state, &env.action);
+                }
+                Some(_) => {}
+                None => panic!("session subscription closed while waiting for {what}"),
+            }
+        }
+    })
+    .await;
+}
+
+/// The catalogue row of `sid`.
+async fn row(c: &Client, sid: &str) -> SessionSummary {
+    list(c).await.into_iter().find(|r| r.resource == sid).expect("the session is listed")
+}
+
+fn row_chats(r: &SessionSummary) -> Vec<String> {
+    r.chats.as_ref().map(|l| l.iter().map(|e| e.resource.clone()).collect()).unwrap_or_default()
+}
+
+/// The done-when flow of issue 23 in one chat's life, through the official
+/// client against the daemon and its echo agent, each step checked as a
+/// client sees it (the reducers' chat and session state, a second client's
+/// snapshot, the catalogue row, root notifications): three messages queued
+/// during a slow turn, two reordered, one removed; the running turn
+/// steered; a question answered; a rewind to turn 1; an errored turn
+/// resumed; a fork from turn 1; a side chat, moved to another session. At
+/// the end the queued messages ran exactly once each, in the reordered
+/// order, and nothing else ran from the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_lives_its_whole_life_through_the_official_client() {
+    use ahp::ahp_types::actions::{ChatInputCompletedAction, ChatTruncatedAction, ChatTurnResumeAction};
+    use ahp::ahp_types::commands::{
+        ChatMoveDestination, ChatMoveToSessionDestination, ChatSource, CreateChatParams, ForkChatSource, MoveChatParams, MoveChatResult, SideChatSource,
+    };
+    use ahp::ahp_types::state::{ChatInputAnswer, ChatInputAnswerValue, ChatInputAnswered, ChatInputResponseKind, ChatInputTextAnswerValue, ChatOrigin};
+    use serde_json::Value;
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _, _root) = connect_init(&daemon.url, "journey").await;
+    let (a, chat, _ssub, mut state, mut sub) = new_session(&c).await;
+    let (mut a_session, mut a_sub) = subscribe_session(&c, &a).await;
+    // Every envelope the chat's subscriber saw, start to end.
+    let mut journal: Vec<ActionEnvelope> = Vec::new();
+
+    // Turn 1.
+    send(&c, &chat, user_turn("t1", "first")).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "t1 completes", |_, s| s.active_turn.is_none() && turn_ids(s) == ["t1"]).await);
+
+    // A slow turn (four chunks, 3 s apart); three messages queued during it.
+    send(&c, &chat, user_turn("t2", "/slow 12000 the plan")).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "t2 runs", |_, s| s.active_turn.is_some()).await);
+    for (id, text) in [("q1", "one"), ("q2", "two"), ("q3", "three")] {
+        send(&c, &chat, queue(id, text)).await;
+    }
+    journal.extend(follow_chat(&mut sub, &mut state, "three queued", |_, s| queued_ids(s).len() == 3).await);
+    assert_eq!(queued_ids(&state), ["q1", "q2", "q3"]);
+    assert_eq!(row(&c, &a).await.status & ACTIVITY, 8, "the row reads InProgress while t2 runs");
+
+    // Reorder two (q2 and q3 swap), remove one (q1).
+    let reorder = ChatQueuedMessagesReorderedAction { order: vec!["q1".into(), "q3".into(), "q2".into()] };
+    send(&c, &chat, StateAction::ChatQueuedMessagesReordered(reorder)).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "reordered", |_, s| queued_ids(s) == ["q1", "q3", "q2"]).await);
+    send(&c, &chat, unqueue("q1")).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "q1 removed", |_, s| queued_ids(s) == ["q3", "q2"]).await);
+    let (watcher, _, _) = connect_init(&daemon.url, "journey-watcher").await;
+    let (snapshot, _w1) = subscribe_chat(&watcher, &chat).await;
+    assert_eq!(queued_ids(&snapshot), ["q3", "q2"], "a second client's snapshot holds the same queue");
+    assert!(snapshot.active_turn.as_ref().is_some_and(|t| t.id == "t2"), "t2 still runs: nothing queued jumped it");
+
+    // Steer the running turn: the agent takes it at its next chunk, then t2
+    // completes and the queue runs, q3 then q2.
+    let steering = ChatPendingMessageSetAction { kind: PendingMessageKind::Steering, id: "s1".into(), message: user_message("go left") };
+    send(&c, &chat, StateAction::ChatPendingMessageSet(steering)).await;
+    let seen = follow_chat(&mut sub, &mut state, "t2 steered and the queue run", |_, s| {
+        s.active_turn.is_none() && s.queued_messages.is_none() && turn_ids(s).contains(&"q2")
+    })
+    .await;
+    let steering_removed: Vec<&ActionEnvelope> = seen
+        .iter()
+        .filter(|e| matches!(&e.action, StateAction::ChatPendingMessageRemoved(r) if r.id == "s1" && r.kind == PendingMessageKind::Steering))
+        .collect();
+    assert_eq!(steering_removed.len(), 1, "the host took the steering message off once");
+    assert!(steering_removed[0].origin.is_none(), "the host's removal, not a client's");
+    journal.extend(seen);
+    assert!(state.steering_message.is_none());
+    assert_eq!(turn_ids(&state), ["t1", "t2", "q3", "q2"]);
+    assert!(state.turns.iter().all(|t| t.state == TurnState::Complete), "{:?}", state.turns);
+    assert!(markdown(&state.turns[1]).contains("Echo (steered): go left"), "t2 answered the steering: {}", markdown(&state.turns[1]));
+    assert!(markdown(&state.turns[2]).contains("three"), "{}", markdown(&state.turns[2]));
+
+    // A question, answered.
+    send(&c, &chat, user_turn("k1", "/ask what colour?")).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "the question and its activity", |_, s| open_question(s).is_some() && s.activity.is_some()).await);
+    assert_eq!(state.status & ACTIVITY, 24, "InputNeeded");
+    let r = row(&c, &a).await;
+    assert_eq!((r.status & ACTIVITY, r.activity.as_deref()), (24, Some("Question: what colour?")), "the row reads InputNeeded with the question");
+    let request_id = open_question(&state).expect("asked");
+    let answered = ChatInputAnswered { value: ChatInputAnswerValue::Text(ChatInputTextAnswerValue { value: "blue".into() }) };
+    let answers = std::collections::HashMap::from([("answer".to_owned(), ChatInputAnswer::Submitted(answered))]);
+    let answer = ChatInputCompletedAction { request_id, response: ChatInputResponseKind::Accept, answers: Some(answers) };
+    send(&c, &chat, StateAction::ChatInputCompleted(answer)).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "the answer's reply", |e, _| is_turn_complete(e)).await);
+    assert!(markdown(state.turns.last().expect("k1")).contains("Echo: blue"), "the agent got the answer");
+    assert_eq!(row(&c, &a).await.status & ACTIVITY, 1, "the row is Idle again");
+
+    // Rewind to turn 1: the chat, a second client and the row agree; the
+    // row's change counts stay (a rewind undoes no files).
+    let changes_before = row(&c, &a).await.changes;
+    send(&c, &chat, StateAction::ChatTruncated(ChatTruncatedAction { turn_id: Some("t1".into()) })).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "rewound", |e, _| matches!(e.action, StateAction::ChatTruncated(_))).await);
+    assert_eq!(turn_ids(&state), ["t1"]);
+    let (snapshot, _w2) = subscribe_chat(&watcher, &chat).await;
+    assert_eq!(turn_ids(&snapshot), ["t1"], "a second client sees only turn 1");
+    assert_eq!(row(&c, &a).await.changes, changes_before, "the change counts stay");
+
+    // An errored turn, resumed.
+    send(&c, &chat, user_turn("e1", "/error half a reply")).await;
+    journal.extend(follow_chat(&mut sub, &mut state, "e1 errs, resumably", |_, s| ended_resumable(s, "e1")).await);
+    send(&c, &chat, StateAction::ChatTurnResume(ChatTurnResumeAction { turn_id: "e1".into() })).await;
+    journal.extend(
+        follow_chat(&mut sub, &mut state, "e1 resumed and complete", |_, s| {
+            s.active_turn.is_none() && s.turns.last().is_some_and(|t| t.id == "e1" && t.state == TurnState::Complete)
+        })
+        .await,
+    );
+    assert_eq!(turn_ids(&state), ["t1", "e1"], "the same turn, not a new one");
+    assert!(markdown(&state.turns[1]).contains("Echo (resumed): /error half a reply"), "{}", markdown(&state.turns[1]));
+
+    // A fork from turn 1.
+    let fork = format!("ahp-chat:/{}-fork", fresh_id());
+    let source = ChatSource::Fork(ForkChatSource { chat: chat.clone(), turn_id: "t1".into() });
+    let params = CreateChatParams { channel: a.clone(), meta: None, chat: fork.clone(), initial_message: None, source: Some(source), working_directories: None };
+    let r: Value = within("createChat fork", c.request("createChat", params)).await.expect("createChat fork");
+    assert_eq!(r, Value::Null);
+    session_until(&mut a_sub, &mut a_session, "the fork listed", |s| s.chats.iter().any(|e| e.resource == fork)).await;
+    let (mut fork_state, mut fork_sub) = subscribe_chat(&c, &fork).await;
+    assert_eq!(turn_ids(&fork_state), ["t1"], "the fork starts with turn 1");
+    assert_eq!(fork_state.origin, Some(ChatOrigin::Fork { chat: chat.clone(), turn_id: "t1".into() }));
+    send(&c, &fork, user_turn("f1", "in the fork")).await;
+    follow_chat(&mut fork_sub, &mut fork_state, "f1 completes", |_, s| s.active_turn.is_none() && turn_ids(s) == ["t1", "f1"]).await;
+    let (snapshot, _w3) = subscribe_chat(&watcher, &chat).await;
+    assert_eq!(turn_ids(&snapshot), ["t1", "e1"], "the source chat is untouched by its fork");
+
+    // A side chat of the resumed turn.
+    let side = format!("ahp-chat:/{}-side", fresh_id());
+    let source = ChatSource::SideChat(SideChatSource { chat: chat.clone(), turn_id: "e1".into(), selection: None });
+    let params = CreateChatParams { channel: a.clone(), meta: None, chat: side.clone(), initial_message: None, source: Some(source), working_directories: None };
+    let r: Value = within("createChat side", c.request("createChat", params)).await.expect("createChat side");
+    assert_eq!(r, Value::Null);
+    session_until(&mut a_sub, &mut a_session, "the side chat listed", |s| s.chats.iter().any(|e| e.resource == side)).await;
+    assert_eq!(chat_uris(&a_session.chats), [chat.as_str(), fork.as_str(), side.as_str()]);
+    let (mut side_state, mut side_sub) = subscribe_chat(&c, &side).await;
+    assert!(side_state.turns.is_empty());
+    assert!(matches!(&side_state.origin, Some(ChatOrigin::SideChat { turn_id, .. }) if turn_id == "e1"), "{:?}", side_state.origin);
+    assert_eq!(side_state.movable, Some(true), "a side chat is movable");
+    send(&c, &side, user_turn("s1", "a side question")).await;
+    follow_chat(&mut side_sub, &mut side_state, "s1 completes", |_, s| s.active_turn.is_none() && turn_ids(s) == ["s1"]).await;
+    assert!(row_chats(&row(&c, &a).await).contains(&side), "A's row lists the side chat");
+
+    // Move the side chat to another session B (a row: it ran a turn).
+    let (b, b_chat, _bssub, mut b_chat_state, mut b_csub) = new_session(&c).await;
+    send(&c, &b_chat, user_turn("b1", "in b")).await;
+    follow_chat(&mut b_csub, &mut b_chat_state, "b1 completes", |_, s| s.active_turn.is_none() && turn_ids(s) == ["b1"]).await;
+    let (mut b_session, mut b_sub) = subscribe_session(&c, &b).await;
+    let (root_client, _, mut root_watch) = connect_init(&daemon.url, "journey-root").await;
+    let a_changes = row(&c, &a).await.changes;
+    let params = MoveChatParams {
+        channel: side.clone(),
+        meta: None,
+        destination: ChatMoveDestination::Session(ChatMoveToSessionDestination { session: b.clone(), after: Some(b_chat.clone()) }),
+    };
+    let moved: MoveChatResult = within("moveChat", c.request("moveChat", params)).await.expect("moveChat");
+    assert_eq!(moved.session, b, "the answer names the destination");
+    session_until(&mut a_sub, &mut a_session, "A lets it go", |s| s.chats.iter().all(|e| e.resource != side)).await;
+    assert_eq!(chat_uris(&a_session.chats), [chat.as_str(), fork.as_str()]);
+    session_until(&mut b_sub, &mut b_session, "B takes it", |s| s.chats.iter().any(|e| e.resource == side)).await;
+    assert_eq!(chat_uris(&b_session.chats), [b_chat.as_str(), side.as_str()], "after B's default chat");
+    // The root tells both rows, and the listing agrees.
+    let mut told: (bool, bool) = (false, false);
+    within("both rows told", async {
+        while !(told.0 && told.1) {
+            match root_watch.recv().await {
+                Some(SubscriptionEvent::SessionSummaryChanged(p)) => {
+                    if let Some(chats) = p.changes.chats {
+                        let has = chats.iter().any(|e| e.resource == side);
+                        if p.session == a && !has {
+                            told.0 = true;
+                        }
+                        if p.session == b && has {
+                            told.1 = true;
+                        }
+                    }
+                }
+                Some(_) => {}
+                None => panic!("root subscription closed"),
+            }
+        }
+    })
+    .await;
+    let (ra, rb) = (row(&c, &a).await, row(&c, &b).await);
+    assert!(!row_chats(&ra).contains(&side), "A's row no longer lists it");
+    assert!(row_chats(&rb).contains(&side), "B's row lists it");
+    assert_eq!(ra.changes, a_changes, "A's change counts stay (the side chat changed no files)");
+    let (snapshot, _w4) = subscribe_chat(&watcher, &side).await;
+    assert_eq!(turn_ids(&snapshot), ["s1"], "its turn went with it");
+    // It runs in B now, and its subscriber still hears it.
+    send(&c, &side, user_turn("s2", "after the move")).await;
+    follow_chat(&mut side_sub, &mut side_state, "s2 completes", |_, s| s.active_turn.is_none() && turn_ids(s) == ["s1", "s2"]).await;
+
+    // The queue ran exactly once each, in the reordered order; the removed
+    // message and the steering message never started a turn of their own.
+    let starts: Vec<String> = queued_starts(&journal).into_iter().map(|(_, q, _)| q).collect();
+    assert_eq!(starts, ["q3", "q2"], "the queued messages ran once each, in the reordered order");
+    let started: Vec<&str> = journal
+        .iter()
+        .filter_map(|e| match &e.action {
+            StateAction::ChatTurnStarted(t) => Some(t.turn_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, ["t1", "t2", "q3", "q2", "k1", "e1"], "every turn of the chat started once");
+    c.shutdown().await;
+    watcher.shutdown().await;
+    root_client.shutdown().await;
 }

@@ -51,6 +51,13 @@ pub struct Faults {
     /// trusting one list): sessions read back in a folder no longer
     /// trusted are not woken (Sessions page, "Isolation and worktrees").
     pub trust_narrows: f64,
+    /// The host is killed right after a store write made a chat durable in
+    /// a second session's record, before it hears that the write landed:
+    /// a crash between the two writes of a `moveChat` to another session
+    /// (docs/DECISIONS.md, 17), which random crashes hit a handful of
+    /// times in 2,000 seeds. Restore must keep the copy with the higher
+    /// move generation (`restore_moved_chat_settled`).
+    pub crash_between_move_writes: f64,
 }
 
 impl Faults {
@@ -74,6 +81,7 @@ impl Faults {
             wall_jump_mean_ms: None,
             registry_fail: 0.0,
             trust_narrows: 0.0,
+            crash_between_move_writes: 0.0,
         }
     }
 }
@@ -200,6 +208,7 @@ impl Options {
             wall_jump_mean_ms: if rng.chance(0.5) { None } else { Some(rng.range(1_000, 20_000)) },
             registry_fail: 0.0,
             trust_narrows: 0.0,
+            crash_between_move_writes: 0.0,
         };
         // Awareness is drawn from its own stream so that its knobs never
         // shift the values of the others.
@@ -254,6 +263,8 @@ impl Options {
             0 => ahpd_core::config::SCAN_MERGE_SLICE,
             _ => rng.range(1, 6) as usize,
         };
+        // Drawn last for the same reason (issue 23, a move's two writes).
+        options.faults.crash_between_move_writes = fault(&mut rng, 0.3, 0.9);
         options
     }
 
@@ -266,7 +277,8 @@ impl Options {
                 display_name: "One-shot".to_owned(),
                 description: "A simulated agent that cannot resume.".to_owned(),
                 can_resume: false,
-                multiple_chats: false,
+                // As an ACP agent: many chats, none forked or moved.
+                multiple_chats: true,
                 peer_directories: false,
                 forgets: false,
                 forks: false,
@@ -342,7 +354,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={} trust_narrows={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={} trust_narrows={} crash_between_move_writes={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -360,6 +372,7 @@ impl fmt::Display for Options {
             ms(x.wall_jump_mean_ms),
             p(x.registry_fail),
             p(x.trust_narrows),
+            p(x.crash_between_move_writes),
         )?;
         match &self.users {
             Some(cast) => write!(f, "\n{cast}")?,

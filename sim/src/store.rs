@@ -103,6 +103,13 @@ impl Store {
         Some((Input::Done { op: write.op, outcome: Outcome::Ok }, format!("{label} ok")))
     }
 
+    /// Whether some chat is held by two durable records: a move to another
+    /// session between its two writes (docs/DECISIONS.md, 17).
+    pub fn chat_in_two_records(&self) -> bool {
+        let mut seen = std::collections::BTreeSet::new();
+        self.durable.values().flat_map(|r| r.chats.iter()).any(|c| !seen.insert(&c.resource))
+    }
+
     /// The host crashed: per key, a prefix of its unanswered writes (in
     /// issue order) reached the disk; the rest are lost.
     pub fn on_host_crash(&mut self, faults_rng: &mut SimRng) {

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use ahp_types::Uri;
 use ahpd_core::host::Stats;
-use ahpd_core::{Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, StoreCmd, WallTime};
+use ahpd_core::{Config, ConnId, Effect, Host, Input, MonoTime, Now, OpId, Outcome, StoreCmd, WallTime};
 
 use crate::backend::{self, Backend};
 use crate::checkers::{self, Before, History, PreCrash};
@@ -554,6 +554,20 @@ impl World {
             }
             Event::StoreAck { id } => {
                 if let Some((input, label)) = self.store.on_ack(id) {
+                    // The first write of a move to another session landed
+                    // (the chat is durable in two records): the process may
+                    // die before it hears so, and the second write is never
+                    // issued (docs/DECISIONS.md, 17).
+                    let between_move_writes = self.phase == RunPhase::Safety
+                        && !self.stopping
+                        && self.faults.host_crash_mean_ms.is_some()
+                        && self.faults.crash_between_move_writes > 0.0
+                        && matches!(input, Input::Done { outcome: Outcome::Ok, .. })
+                        && self.store.chat_in_two_records();
+                    if between_move_writes && self.faults_rng.chance(self.faults.crash_between_move_writes) {
+                        self.trace.note(self.steps, self.q.now, &format!("host crash between a move's two writes ({label})"));
+                        return self.crash();
+                    }
                     self.feed(input, label)?;
                 }
             }

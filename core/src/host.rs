@@ -44,6 +44,7 @@ mod ops;
 mod pending;
 mod requests;
 mod shared;
+mod tools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAction};
@@ -680,6 +681,7 @@ impl Host {
                 self.shared.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.shared.config.policy.rules.len()));
             }
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
+            Input::HostTool { call, chat, tool } => self.on_host_tool(call, &chat, tool),
             Input::Tick => {}
         }
         self.merge_if_due(tick);

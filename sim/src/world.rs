@@ -725,6 +725,7 @@ impl World {
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
                     Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
+                    Effect::HostToolAnswer { call, result } => format!("  -> host tool answer call{} {result:?}", call.0),
                 };
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
@@ -841,6 +842,7 @@ impl World {
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
             }
+            Effect::HostToolAnswer { .. } => {}
             Effect::Registry { op, command } => {
                 let wall_ms = self.now_host().wall.0;
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);

@@ -59,22 +59,45 @@ async fn an_acp_agent_lists_peers_and_messages_another_session_through_the_hosts
     assert!(reply.starts_with("tool send_message error: not_found"), "{reply}");
     assert!(list(&c).await.iter().all(|row| row.resource != nowhere), "no session was made");
 
-    // Arguments that do not fit the tool's schema are refused by MCP.
-    prompt(&c, &chat_a, &mut state_a, &mut sub_a, "a4", "/tool send_message {\"text\": 3}").await;
-    let reply = last_reply(&state_a);
-    assert!(reply.starts_with("tool send_message failed:"), "{reply}");
-
-    // A made-up secret reaches nothing: refused before MCP.
-    prompt(&c, &chat_a, &mut state_a, &mut sub_a, "a5", "/tool-bad-secret list_peers").await;
-    let reply = last_reply(&state_a);
-    assert!(reply.starts_with("tool list_peers failed:") && reply.contains("401"), "{reply}");
-
     let log = daemon.log_text();
-    assert!(log.contains("host tools: MCP server for the agents"), "{log}");
-    assert!(count(&log, "mcp: a request without a secret the host holds was refused", "") >= 1, "{log}");
     assert!(count(&log, "acp: agent session open", "host_tools=true") >= 2, "{log}");
     assert!(!log.contains("Bearer "), "no secret in the log:\n{log}");
     let _ = sid_a;
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_secret_reaches_nothing_and_arguments_off_the_schema_are_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let good = format!("good={AGENT}");
+    let daemon = Daemon::start_with(&data, &["--agent", &good]);
+    let (c, _, _root) = connect_init(&daemon.url, "tools-0").await;
+    let (_sid, chat, _ss, mut state, mut sub) = session_on(&c, "good", &work).await;
+
+    // A made-up secret: 401 at the listener, before MCP; the core never
+    // hears of it.
+    prompt(&c, &chat, &mut state, &mut sub, "t1", "/tool-bad-secret list_peers").await;
+    let reply = last_reply(&state);
+    assert!(reply.starts_with("tool list_peers failed:") && reply.contains("401"), "{reply}");
+    let log = daemon.log_text();
+    assert!(count(&log, "mcp: a request without a secret the host holds was refused", "") == 1, "{log}");
+    assert_eq!(count(&log, "mcp: host tool", ""), 0, "nothing reached the core:\n{log}");
+
+    // Arguments that do not fit the tool's schema are refused by MCP.
+    prompt(&c, &chat, &mut state, &mut sub, "t2", "/tool send_message {\"text\": 3}").await;
+    let reply = last_reply(&state);
+    assert!(reply.starts_with("tool send_message failed:"), "{reply}");
+    // An unknown tool likewise.
+    prompt(&c, &chat, &mut state, &mut sub, "t3", "/tool rm_rf {}").await;
+    let reply = last_reply(&state);
+    assert!(reply.starts_with("tool rm_rf failed:"), "{reply}");
+
+    let log = daemon.log_text();
+    assert!(log.contains("host tools: MCP server for the agents"), "{log}");
+    assert!(!log.contains("Bearer "), "no secret in the log:\n{log}");
     c.shutdown().await;
 }
 

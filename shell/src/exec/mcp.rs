@@ -93,16 +93,6 @@ impl Secrets {
         self.table().get(token).cloned()
     }
 
-    /// How many secrets are held (one per chat whose agent runs with the
-    /// host's tools).
-    pub fn len(&self) -> usize {
-        self.table().len()
-    }
-
-    /// Whether no secret is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// One chat's secret, held with its running agent: dropping it forgets the
@@ -438,7 +428,7 @@ mod tests {
         let gone = a.token().to_owned();
         drop(a);
         assert_eq!(secrets.chat_of(&gone), None);
-        assert_eq!(secrets.len(), 1);
+        assert_eq!(secrets.table().len(), 1);
         assert!(!format!("{b:?}{secrets:?}").contains(b.token()), "Debug never shows a secret");
     }
 }

@@ -262,6 +262,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         in_tree: None,
         shared_trees: Default::default(),
         deleted: false,
+        tools: None,
         git: None,
     };
     Ok(Imported { record, turns })
@@ -322,6 +323,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
             git: None,
         }
     }

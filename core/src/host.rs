@@ -54,6 +54,7 @@ use ahp::reducers::{ReduceOutcome, apply_action_to_root};
 pub use connections::{Conn, Handshake};
 pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
+pub use tools::{TOOL_META_KEY, WAKES_META_KEY};
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
@@ -253,6 +254,10 @@ pub struct Host {
     pub(crate) went: Vec<(Uri, Went)>,
     /// A graceful stop in progress (`host/agents.rs`).
     pub(crate) drain: Option<agents::Drain>,
+    /// Every wake the sessions' records hold, as (due, session, wake id),
+    /// in due order (`host/tools.rs`): the next one is found without
+    /// walking the catalogue, asleep or not.
+    pub(crate) wakes: BTreeSet<(WallTime, Uri, String)>,
 }
 
 /// What one session's rules may use of the host while they run, besides
@@ -469,6 +474,7 @@ impl Host {
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
             drain: None,
+            wakes: BTreeSet::new(),
         }
     }
 
@@ -551,6 +557,7 @@ impl Host {
         }
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
+        self.index_wakes(&record);
         let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
@@ -687,6 +694,7 @@ impl Host {
         self.merge_if_due(tick);
         self.drain_due();
         self.retry_queued_starts();
+        self.fire_wakes();
         self.fire_due();
         self.aware().tick();
         // The index a checker reads is the sessions' as this input left
@@ -706,7 +714,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

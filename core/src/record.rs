@@ -510,6 +510,41 @@ pub struct SessionRecord {
     /// transcripts that no longer finds any of its chats. Never a session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// What the host tools keep on the session (issue 24): the wakes its
+    /// agents asked for. Boxed: nearly every row has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Box<ToolsRecord>>,
+}
+
+/// What the host tools keep on a session ([`SessionRecord::tools`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsRecord {
+    /// The wakes waiting, in the order they were asked for (at most
+    /// `tools::MAX_WAKES_PER_SESSION`). A wake is taken off in the same
+    /// write that queues its prompt, so it fires exactly once
+    /// (docs/DECISIONS.md, 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakes: Vec<ScheduledWake>,
+    /// The number the next wake's id takes (`wake-<n>`): ids are never
+    /// reused within a session.
+    #[serde(default)]
+    pub next_wake: u64,
+}
+
+/// One wake an agent asked for with `schedule_wakeup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledWake {
+    /// Its id in the session (`wake-<n>`).
+    pub id: String,
+    /// The chat whose agent asked: its prompt starts a turn there.
+    pub chat: Uri,
+    /// When it is due, wall-clock ms since the epoch (a wall time, so it
+    /// means the same after a restart).
+    pub at: crate::time::WallTime,
+    /// The prompt its turn starts with.
+    pub prompt: String,
 }
 
 /// One chat's durable record.
@@ -727,6 +762,7 @@ impl PartialEq for SessionRecord {
             in_tree,
             shared_trees,
             deleted,
+            tools,
         } = self;
         *format == other.format
             && self.key() == other.key()
@@ -750,6 +786,7 @@ impl PartialEq for SessionRecord {
             && *in_tree == other.in_tree
             && *shared_trees == other.shared_trees
             && *deleted == other.deleted
+            && *tools == other.tools
     }
 }
 
@@ -873,6 +910,7 @@ impl SessionRecord {
             shared_trees: Default::default(),
             git: None,
             deleted: false,
+            tools: None,
         }
     }
 }

@@ -367,6 +367,7 @@ impl Host {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
             git: None,
         }
     }

@@ -102,6 +102,7 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         shared_trees: Default::default(),
         git: None,
         deleted: true,
+        tools: None,
         chats: record
             .chats
             .iter()

@@ -147,6 +147,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
         }
     }
 

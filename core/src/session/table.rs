@@ -524,6 +524,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
         };
         Session::new(record, Phase::Asleep, None, true, MonoTime(0))
     }

@@ -454,6 +454,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         in_tree: None,
         shared_trees: Default::default(),
         deleted: false,
+        tools: None,
         git: None,
     }
 }

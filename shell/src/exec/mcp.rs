@@ -201,7 +201,7 @@ impl Gate {
             // No word of which secret: it is not logged, and the caller
             // learns nothing but "no".
             tracing::info!("mcp: a request without a secret the host holds was refused");
-            let mut refused = plain(StatusCode::UNAUTHORIZED, "a chat's secret is required (Authorization: Bearer)\n");
+            let mut refused = plain(StatusCode::UNAUTHORIZED, "401 Unauthorized: a chat's secret is required (Authorization: Bearer)\n");
             refused.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
             return refused;
         };
@@ -294,14 +294,14 @@ impl HostTools {
         let answer: HostToolResult = self.events.host_tool(chat.clone(), tool).await;
         match answer {
             Ok(value) => {
-                tracing::debug!(chat = %chat, tool = name, "mcp: host tool answered");
+                tracing::debug!(chat = %chat, tool = name, "mcp: tool call answered");
                 Ok(match value {
                     serde_json::Value::Object(_) => CallToolResult::structured(value),
                     other => CallToolResult::success(vec![ContentBlock::text(other.to_string())]),
                 })
             }
             Err(refusal) => {
-                tracing::info!(chat = %chat, tool = name, code = refusal.code.as_str(), "mcp: host tool refused");
+                tracing::info!(chat = %chat, tool = name, code = refusal.code.as_str(), "mcp: tool call refused");
                 Ok(CallToolResult::error(vec![ContentBlock::text(refusal.to_string())]))
             }
         }

@@ -2,8 +2,8 @@
 //! the real daemon gives each ACP agent its MCP server (streamable HTTP on
 //! loopback, a secret per chat), and `acp_test_agent` calls it with the
 //! `rmcp` client through its `/tool NAME {json}` directive: `list_peers`
-//! and `send_message` answer, a message wakes nothing it should not and
-//! arrives as a turn on the target; a refusal is a tool error; a made-up
+//! answers, `send_message` arrives as a turn on the target, a wake from
+//! `schedule_wakeup` starts a turn when due; a refusal is a tool error; a made-up
 //! secret is refused before MCP; an agent without MCP over HTTP gets the
 //! stdio bridge; `host_tools = false` gives an agent no server at all.
 
@@ -58,6 +58,18 @@ async fn an_acp_agent_lists_peers_and_messages_another_session_through_the_hosts
     let reply = last_reply(&state_a);
     assert!(reply.starts_with("tool send_message error: not_found"), "{reply}");
     assert!(list(&c).await.iter().all(|row| row.resource != nowhere), "no session was made");
+
+    // A wake the agent asks for starts a turn on its own chat when due.
+    let wake = format!("/tool schedule_wakeup {}", serde_json::json!({ "after_seconds": 1, "prompt": "time to wake" }));
+    prompt(&c, &chat_a, &mut state_a, &mut sub_a, "a4", &wake).await;
+    let reply = last_reply(&state_a);
+    assert!(reply.starts_with("tool schedule_wakeup ok:") && reply.contains("\"id\""), "{reply}");
+    follow_chat(&mut sub_a, &mut state_a, "the wake's turn on A", |env, s| {
+        ends_turn(env) && s.turns.iter().any(|t| t.message.text == "time to wake")
+    })
+    .await;
+    let turn = state_a.turns.iter().find(|t| t.message.text == "time to wake").expect("the wake's turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
 
     let log = daemon.log_text();
     assert!(count(&log, "acp: agent session open", "host_tools=true") >= 2, "{log}");

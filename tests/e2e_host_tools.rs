@@ -204,3 +204,40 @@ async fn the_node_agent_calls_the_hosts_tools_over_http_and_over_the_bridge() {
     assert!(reply.starts_with("tool list_peers ok:"), "over the bridge: {reply}");
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_mcp_wakes_a_sleeping_acp_session_which_answers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).expect("mkdir work");
+    let store = tmp.path().join("agent-store");
+    let good = format!("good={AGENT} --store {}", store.display());
+    let daemon = Daemon::start_with(&data, &["--agent", &good, "--sleep-after-minutes", "0.02"]);
+    let (c, _, _root) = connect_init(&daemon.url, "tools-5").await;
+    let (_sid_a, chat_a, _sa, mut state_a, mut sub_a) = session_on(&c, "good", &work).await;
+    let (sid_b, chat_b, sb, mut state_b, mut sub_b) = session_on(&c, "good", &work).await;
+    prompt(&c, &chat_b, &mut state_b, &mut sub_b, "b1", "first").await;
+    unwatch(&c, &sid_b, &chat_b).await;
+    drop((sb, sub_b));
+    // B sleeps (nobody watches it); A is watched, so it stays awake.
+    until_logged(&daemon, "B sleeps", "session.slept", &sid_b).await;
+
+    let send = format!("/tool send_message {}", serde_json::json!({ "session": sid_b, "text": "wake up, B" }));
+    prompt(&c, &chat_a, &mut state_a, &mut sub_a, "a1", &send).await;
+    let reply = last_reply(&state_a);
+    assert!(reply.starts_with("tool send_message ok:"), "{reply}");
+    until_logged(&daemon, "B wakes", "session.woke", &sid_b).await;
+    let (mut state_b, mut sub_b) = subscribe_chat(&c, &chat_b).await;
+    if !state_b.turns.iter().any(|t| t.message.text == "wake up, B" && t.state == TurnState::Complete) {
+        follow_chat(&mut sub_b, &mut state_b, "the message's turn on B", |env, s| {
+            ends_turn(env) && s.turns.iter().any(|t| t.message.text == "wake up, B")
+        })
+        .await;
+    }
+    let turn = state_b.turns.iter().find(|t| t.message.text == "wake up, B").expect("B's turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    // The agent that loaded B's conversation answered it as its second turn.
+    assert_eq!(markdown(turn), "Reply: wake up, B (turn 2)");
+    c.shutdown().await;
+}

@@ -77,7 +77,11 @@ fn a_due_wake_wakes_a_sleeping_session_once_with_its_prompt() {
     assert_eq!(turns[0].1, "check the build");
     assert_eq!(turns[0].2, Some(json!({"wake": "wake-1"})));
     assert_eq!(turns[0].3, MessageKind::Agent);
-    h.agent_reply(&chat, "wake-1", "built");
+    let turn_id = cmds.iter().find_map(|(_, c)| match c {
+        BackendCmd::Send { turn_id, .. } => Some(turn_id.clone()),
+        _ => None,
+    });
+    h.agent_reply(&chat, &turn_id.expect("the wake's turn"), "built");
     h.advance(3_600_000);
     assert!(sends(&h.settle()).is_empty(), "it fires exactly once");
 }

@@ -168,6 +168,9 @@ pub struct World {
     trees: TreesChecker,
     /// The folder each chat's agent was started in (where its turns write).
     chat_dirs: BTreeMap<Uri, String>,
+    /// The texts of the wakes' and tool messages' turns handed to agents
+    /// (`on_agent_command`): each at most once.
+    tool_turns: std::collections::BTreeSet<String>,
 }
 
 impl World {
@@ -238,6 +241,7 @@ impl World {
             // is known broken: its rule runs only when asked for.
             trees: TreesChecker::new(),
             chat_dirs: BTreeMap::new(),
+            tool_turns: std::collections::BTreeSet::new(),
         };
         world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.rows_agreed = vec![None; world.clients.len()];
@@ -668,6 +672,10 @@ impl World {
             Input::Done { op, .. } => Some(*op),
             _ => None,
         };
+        let tool_call = match &input {
+            Input::HostTool { call, .. } => Some(*call),
+            _ => None,
+        };
         let sessions_before: Option<Vec<(Uri, ahpd_core::session::Session)>> =
             self.verify_incremental.then(|| self.host.view().sessions.iter().map(|(u, s)| (u.clone(), s.clone())).collect());
         let host = &mut self.host;
@@ -690,6 +698,19 @@ impl World {
         }
         if let Some(sessions_before) = sessions_before {
             checkers::verify_touched(&self.host.view(), &sessions_before).map_err(|v| self.violation(v))?;
+        }
+        // "Every host tool call gets exactly one answer" (issue 24): the
+        // core answers in the input that brought the call, once, and
+        // answers nothing else.
+        let answers: Vec<ahpd_core::HostCallId> = effects.iter().filter_map(|e| match e {
+            Effect::HostToolAnswer { call, .. } => Some(*call),
+            _ => None,
+        }).collect();
+        if answers != tool_call.into_iter().collect::<Vec<_>>() {
+            return Err(self.violation(ahpd_core::invariants::Violation {
+                rule: "host_tool_answered_once",
+                detail: format!("call {tool_call:?} was answered {answers:?}"),
+            }));
         }
         let after_phase = phase_of(&self.host);
         self.trace.step(self.steps, now.mono.0, label, subject, before_phase, after_phase, effects.len());
@@ -863,7 +884,18 @@ impl World {
                     None => self.chat_dirs.remove(chat),
                 };
             }
-            ahpd_core::BackendCmd::Send { .. } => {
+            ahpd_core::BackendCmd::Send { message, .. } => {
+                // A wake's prompt, or a message a tool sent, becomes one
+                // turn, never two (issue 24: "a due wake fires exactly
+                // once"; the sim's prompts are unique per call).
+                if message.text.starts_with("sim wake ") || message.text.starts_with("sim message ") {
+                    if !self.tool_turns.insert(message.text.clone()) {
+                        return Err(self.violation(ahpd_core::invariants::Violation {
+                            rule: "tool_turn_started_once",
+                            detail: format!("'{}' started a second turn (on {chat})", message.text),
+                        }));
+                    }
+                }
                 if let Some(dir) = self.chat_dirs.get(chat) {
                     if self.world_rng.chance(0.7) {
                         self.git.agent_turn(dir, &mut self.world_rng);

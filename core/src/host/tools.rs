@@ -242,7 +242,10 @@ impl Host {
             self.shared.log(LogLevel::Info, "wake.fired", Some(uri.clone()), format!("{} on {}", wake.id, wake.chat));
             let sender = self.sessions.get(&uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("").to_owned();
             let meta = json!({"wake": wake.id});
-            self.deliver(&uri, &wake.chat, wake.id.clone(), message(wake.prompt, MessageKind::Agent, meta), sender);
+            // Its own id, not the wake's: a wake id a lost write gave out
+            // may be given again after a restart.
+            let id = format!("{}-{}", wake.id, self.shared.rng.hex_id());
+            self.deliver(&uri, &wake.chat, id, message(wake.prompt, MessageKind::Agent, meta), sender);
             self.in_session(&uri, |s, sh| s.expose_wakes(sh));
         }
     }

@@ -431,4 +431,48 @@ mod tests {
         assert_eq!(secrets.table().len(), 1);
         assert!(!format!("{b:?}{secrets:?}").contains(b.token()), "Debug never shows a secret");
     }
+
+    /// Through the real server: a call with chat A's secret reaches the
+    /// driver as A's call (and B's as B's), its answer comes back as the
+    /// tool's result; once A's secret is dropped (its agent went), the same
+    /// call is refused before MCP and the driver hears nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_call_acts_for_its_secrets_chat_until_the_secret_goes() {
+        use rmcp::model::CallToolRequestParams;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::ServiceExt;
+
+        let (events, mut rx) = EventSink::channel();
+        let endpoint = serve(events).await.unwrap();
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&heard);
+        tokio::spawn(async move {
+            while let Some(event) = rx.recv().await {
+                if let crate::driver::Event::HostTool { chat, tool, reply } = event {
+                    log.lock().unwrap().push((chat.clone(), tool.name()));
+                    let _ = reply.send(Ok(serde_json::json!({ "caller": chat })));
+                }
+            }
+        });
+        let call = |token: String| {
+            let url = endpoint.url.clone();
+            async move {
+                let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token);
+                let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.map_err(|e| e.to_string())?;
+                let result = client.call_tool(CallToolRequestParams::new("list_peers")).await.map_err(|e| e.to_string());
+                let _ = client.cancel().await;
+                result.map(|r| r.structured_content)
+            }
+        };
+        let a = endpoint.secrets.issue(&"ahp-chat:/a".to_owned()).unwrap();
+        let b = endpoint.secrets.issue(&"ahp-chat:/b".to_owned()).unwrap();
+        let a_token = a.token().to_owned();
+        assert_eq!(call(a_token.clone()).await.unwrap(), Some(serde_json::json!({ "caller": "ahp-chat:/a" })));
+        assert_eq!(call(b.token().to_owned()).await.unwrap(), Some(serde_json::json!({ "caller": "ahp-chat:/b" })));
+        drop(a);
+        let refused = call(a_token).await.unwrap_err();
+        assert!(refused.contains("Auth required"), "{refused}");
+        assert_eq!(*heard.lock().unwrap(), [("ahp-chat:/a".to_owned(), "list_peers"), ("ahp-chat:/b".to_owned(), "list_peers")]);
+    }
 }

@@ -239,5 +239,13 @@ async fn a_message_over_mcp_wakes_a_sleeping_acp_session_which_answers() {
     assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
     // The agent that loaded B's conversation answered it as its second turn.
     assert_eq!(markdown(turn), "Reply: wake up, B (turn 2)");
+    // The woken agent (started with session/load) has the host's server too,
+    // under a fresh secret of its chat.
+    prompt(&c, &chat_b, &mut state_b, &mut sub_b, "b2", "/tool list_peers").await;
+    let reply = last_reply(&state_b);
+    assert!(reply.starts_with("tool list_peers ok:"), "{reply}");
+    let log = daemon.log_text();
+    let loaded = log.lines().filter(|l| l.contains("acp: agent session open") && l.contains("resumed=true") && l.contains("host_tools=true"));
+    assert!(loaded.count() >= 1, "{log}");
     c.shutdown().await;
 }

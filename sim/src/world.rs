@@ -566,7 +566,8 @@ impl World {
                         && self.store.chat_in_two_records();
                     if between_move_writes && self.faults_rng.chance(self.faults.crash_between_move_writes) {
                         self.trace.note(self.steps, self.q.now, &format!("host crash between a move's two writes ({label})"));
-                        return self.crash();
+                        let landed = self.store.last_landed.clone();
+                        return self.crash_unheard(landed);
                     }
                     self.feed(input, label)?;
                 }
@@ -927,12 +928,23 @@ impl World {
     /// sockets go; the store keeps what reached the disk; the host restarts
     /// through `Host::new` with the durable records.
     fn crash(&mut self) -> Result<(), Failure> {
+        self.crash_unheard(None)
+    }
+
+    /// [`World::crash`] just after the write `landed` reached the disk and
+    /// before the host heard so: the host never acknowledged it, so the
+    /// restart checks count it as a write in flight, which it was.
+    fn crash_unheard(&mut self, landed: Option<(String, Option<ahpd_core::SessionRecord>)>) -> Result<(), Failure> {
         self.crashes += 1;
         let pre = {
             let view = self.host.view();
+            let mut unacked = self.store.unacked_by_key();
+            if let Some((key, record)) = landed {
+                unacked.entry(key).or_default().insert(0, record);
+            }
             PreCrash {
                 bits: view.sessions.values().map(|s| (s.record.key().into_owned(), (s.record.is_read, s.record.is_archived))).collect(),
-                unacked: self.store.unacked_by_key(),
+                unacked,
             }
         };
         add_stats(&mut self.stats_before, self.host.view().stats);

@@ -999,6 +999,32 @@ mod tests {
         }
     }
 
+    /// A time is held as its number when the text is the number's own, and
+    /// as written otherwise (no milliseconds, an offset, no time at all),
+    /// so every text comes back byte for byte and reads as the time it says.
+    #[test]
+    fn a_stamp_keeps_its_text_and_reads_as_its_time() {
+        for (text, canonical, ms) in [
+            ("2026-12-03T18:31:39.123Z", true, Some(1_796_322_699_123)),
+            ("2026-12-03T18:31:39Z", false, Some(1_796_322_699_000)),
+            ("2026-12-03T20:31:39.123+02:00", false, Some(1_796_322_699_123)),
+            ("1970-01-01T00:00:00.000Z", true, Some(0)),
+            ("yesterday", false, None),
+            ("", false, None),
+        ] {
+            let stamp: Stamp = serde_json::from_str(&serde_json::to_string(text).expect("json")).expect("any text parses");
+            assert_eq!(stamp.odd.is_none(), canonical, "{text}");
+            assert_eq!(stamp.time().map(|t| t.0), ms, "{text}");
+            assert_eq!(stamp.to_string(), text);
+            assert_eq!(stamp.text(), text);
+            assert_eq!(serde_json::to_string(&stamp).expect("encodes"), serde_json::to_string(text).expect("json"));
+            assert_eq!(stamp, Stamp::from(text), "compares as its text");
+        }
+        let at = crate::time::WallTime(1_796_322_699_123);
+        assert_eq!(Stamp::at(at), Stamp::from("2026-12-03T18:31:39.123Z"));
+        assert_ne!(Stamp::at(at), Stamp::from("2026-12-03T20:31:39.123+02:00"), "the same time, written otherwise");
+    }
+
     /// A chat's `written`, `kept`, `forgetting` and `queued` come back byte
     /// for byte whether it has them or not, and a chat without them holds
     /// none (each one pointer).

@@ -140,7 +140,7 @@ impl Tombstones {
     pub(crate) fn insert(&mut self, uri: Uri, tombstone: Tombstone) {
         self.remove(&uri);
         for c in &tombstone.record.chats {
-            self.by_conversation.entry(tombstone.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+            self.by_conversation.entry(tombstone.record.provider.to_string()).or_default().entry(c.conversation_id.to_string()).or_default().insert(uri.clone());
         }
         self.by_uri.insert(uri, tombstone);
     }
@@ -150,10 +150,10 @@ impl Tombstones {
         let tombstone = self.by_uri.remove(uri)?;
         if let Some(conversations) = self.by_conversation.get_mut(tombstone.record.provider.as_str()) {
             for c in &tombstone.record.chats {
-                if let Some(uris) = conversations.get_mut(&c.conversation_id) {
+                if let Some(uris) = conversations.get_mut(&*c.conversation_id) {
                     uris.remove(uri);
                     if uris.is_empty() {
-                        conversations.remove(&c.conversation_id);
+                        conversations.remove(&*c.conversation_id);
                     }
                 }
             }
@@ -197,7 +197,7 @@ impl Tombstones {
         let mut want: BTreeMap<String, BTreeMap<String, BTreeSet<Uri>>> = BTreeMap::new();
         for (uri, t) in &self.by_uri {
             for c in &t.record.chats {
-                want.entry(t.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+                want.entry(t.record.provider.to_string()).or_default().entry(c.conversation_id.to_string()).or_default().insert(uri.clone());
             }
         }
         if want != self.by_conversation {
@@ -564,7 +564,7 @@ impl Host {
         // Settled: the row is the one the session builds, made only when
         // the session is first handed out to change (no row built per
         // record at start).
-        session.announcement = crate::session::Announcement::Settled;
+        session.mark_settled();
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
         for chat in chats {

@@ -265,7 +265,7 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
 /// state moves through the protocol's reducers, and its row is diffed
 /// against the copy kept (the table makes it explicit before any change).
 pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.announcement, crate::session::Announcement::Settled) && s.resident.is_some() {
+    if matches!(s.announcement(), crate::session::Announcement::Settled) && s.resident.is_some() {
         return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
     }
     Ok(())

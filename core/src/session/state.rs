@@ -32,7 +32,7 @@ pub const IS_ARCHIVED: u32 = SessionStatus::IsArchived.0;
 pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats: Vec<ChatSummary>) -> SessionState {
     SessionState {
         provider: record.provider.to_string(),
-        title: record.title.clone(),
+        title: record.title.to_string(),
         status: flags(record) | SessionStatus::Idle.0,
         activity: None,
         origin: None,
@@ -113,7 +113,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>, default: bool) -> ChatSta
     let turns = crate::session::rewind::without_forgotten(chat, turns);
     ChatState {
         resource: chat.resource.clone(),
-        title: chat.title.clone(),
+        title: chat.title.to_string(),
         status: rest_status(chat.status, &turns),
         activity: None,
         modified_at: chat.modified_at.to_string(),
@@ -237,7 +237,7 @@ impl Session {
             .collect();
         SessionSummary {
             provider: self.record.provider.to_string(),
-            title: self.record.title.clone(),
+            title: self.record.title.to_string(),
             status,
             activity,
             origin: None,
@@ -268,7 +268,7 @@ impl Session {
             let held = self.resident.as_ref().and_then(|r| r.chats.get(&rec.resource));
             ChatRowFacts {
                 resource: &rec.resource,
-                title: held.map_or(rec.title.as_str(), |c| c.title.as_str()),
+                title: held.map_or(&*rec.title, |c| &*c.title),
                 origin: held.and_then(|c| c.origin.as_ref()),
                 status: held.map_or(rec.status, |c| c.status),
                 changes: rec.changes.as_deref(),

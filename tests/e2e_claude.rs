@@ -388,6 +388,42 @@ async fn the_real_agent_runs_a_command_through_the_host_once_approved() {
     c.shutdown().await;
 }
 
+/// The host's tools (issue 24) on the real Claude Code: its ACP adapter
+/// advertises MCP over HTTP, so the host names its MCP server with the
+/// chat's secret in `session/new`; the model calls `mcp__ahpd__list_peers`
+/// and `mcp__ahpd__send_message`, and Claude Code calls the host (asking the
+/// client first where its adapter does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_calls_the_hosts_tools() {
+    let (tmp, work) = workspace();
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-tools").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    let (sid_b, _chat_b, _sb, mut state_b, mut sub_b) = session_on(&c, "echo", &work).await;
+    let send = format!("/calltool ahpd send_message {}", serde_json::json!({ "session": sid_b, "text": "hello from claude" }));
+    for (turn_id, text) in [("t1", "/calltool ahpd list_peers {}".to_owned()), ("t2", send)] {
+        within("dispatch", c.dispatch(chat.clone(), user_turn(turn_id, &text))).await.expect("dispatch");
+        let asked = follow_chat(&mut sub, &mut state, "the tool call runs or asks", |env, s| ends_turn(env) || s.status & ACTIVITY == 24).await;
+        if !asked.iter().any(ends_turn) {
+            let pending = pending_confirmation(&state).expect("a tool call pending confirmation");
+            within("confirm", c.dispatch(chat.clone(), confirm_tool(turn_id, &pending.tool_call_id, true))).await.expect("confirm");
+            follow_chat(&mut sub, &mut state, "the tool turn ends", |env, _| ends_turn(env)).await;
+        }
+        let turn = state.turns.last().expect("a turn");
+        assert_eq!(turn.state, TurnState::Complete, "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+        assert!(markdown(turn).contains("Tool said:"), "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    }
+    assert!(kit.stub_requests().contains("mcp__ahpd__send_message"), "the model was offered the host's tools");
+    // The message arrived on the echo session as a turn, and echo answered.
+    follow_chat(&mut sub_b, &mut state_b, "the message's turn", |env, s| {
+        ends_turn(env) && s.turns.iter().any(|t| t.message.text.contains("hello from claude"))
+    })
+    .await;
+    assert!(!daemon.log_text().contains("Bearer "), "no secret in the log");
+    c.shutdown().await;
+}
+
 /// A rewind (`chat/truncated`, issue 23) on the real Claude Code: ACP v1 has
 /// no way to make an agent forget turns, so ahpd refuses it with that
 /// reason, and the chat keeps every turn (the agent's context still has

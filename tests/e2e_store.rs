@@ -85,7 +85,7 @@ async fn settled_record(c: &Client, data: &Path, sid: &str) -> Vec<u8> {
     within("the last turn's record is written", async {
         loop {
             if let Ok(bytes) = std::fs::read(&path) {
-                if serde_json::from_slice::<SessionRecord>(&bytes).is_ok_and(|r| r.modified_at == row.modified_at) {
+                if serde_json::from_slice::<SessionRecord>(&bytes).is_ok_and(|r| r.modified_at.to_string() == row.modified_at) {
                     return bytes;
                 }
             }
@@ -378,7 +378,7 @@ async fn storm_run(run: usize, kill_after: usize, jitter_us: u64) -> StormResult
         }
     }
     let record = read_record(&record_path(&data, &sid));
-    let restored = Bits { title: record.title.clone(), read: record.is_read, archived: record.is_archived };
+    let restored = Bits { title: record.title.to_string(), read: record.is_read, archived: record.is_archived };
     let title_ok = restored.title == at_last.title || later.contains(&Update::Title(restored.title.clone()));
     let read_ok = restored.read == at_last.read || later.contains(&Update::Read(restored.read));
     let archived_ok = restored.archived == at_last.archived || later.contains(&Update::Archived(restored.archived));
@@ -486,7 +486,7 @@ async fn damaged_store_files_are_quarantined_and_logged_once() {
         }
         let kept = read_record(&record_path(&data, &sid));
         assert_eq!(kept.resource, sid);
-        assert_eq!(kept.title, "hello");
+        assert_eq!(&*kept.title, "hello");
     }
 }
 
@@ -578,7 +578,7 @@ async fn a_failed_store_write_is_rejected_and_the_daemon_keeps_serving() {
     let h = within("dispatch", c.dispatch(sid.clone(), title)).await.expect("dispatch");
     let env = echo_of(&mut ssub, "ro-1", h.client_seq).await;
     assert!(env.rejection_reason.is_none(), "{how}: accepted once writable: {env:?}");
-    assert_eq!(read_record(&path).title, "saved");
+    assert_eq!(&*read_record(&path).title, "saved");
     c.shutdown().await;
     assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
     let daemon = Daemon::start(&data);

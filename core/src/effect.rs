@@ -92,6 +92,15 @@ pub enum Effect {
         /// What to do.
         command: RegistryCmd,
     },
+    /// The one answer to `Input::HostTool { call, .. }` (issue 24): the
+    /// shell hands `result` back to the agent that called (an MCP tool
+    /// result, or echo's reply).
+    HostToolAnswer {
+        /// The call this answers.
+        call: crate::tools::HostCallId,
+        /// The tool's answer, or why it was refused.
+        result: crate::tools::HostToolResult,
+    },
     /// A line for the operator's log (one per session lifecycle event, and
     /// every refusal worth a look). Never carries secrets.
     Log(LogEvent),

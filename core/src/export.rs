@@ -135,7 +135,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         .iter()
         .map(|c| ExportedChat {
             id: c.resource.clone(),
-            title: c.title.clone(),
+            title: c.title.to_string(),
             messages: messages_of(c, &crate::session::rewind::without_forgotten(c, crate::kept_turns::merge(c, crate::session::fork::with_seed(c, turns.get(&c.resource).cloned().unwrap_or_default())).0)),
         })
         .collect();
@@ -144,7 +144,7 @@ pub fn export(record: &SessionRecord, turns: &BTreeMap<Uri, Vec<Turn>>) -> Expor
         format: EXPORT_FORMAT.to_owned(),
         id: record.resource.clone(),
         provider: record.provider.to_string(),
-        title: record.title.clone(),
+        title: record.title.to_string(),
         working_directory: record.working_directories.first().cloned(),
         created_at: record.created_at.to_string(),
         modified_at: record.modified_at.to_string(),
@@ -221,8 +221,8 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         }
         chats.push(ChatRecord {
             resource: uri.clone(),
-            title: chat.title.clone(),
-            conversation_id: if i == 0 { key.clone() } else { format!("{key}.{i}") },
+            title: chat.title.as_str().into(),
+            conversation_id: if i == 0 { key.as_str().into() } else { format!("{key}.{i}").into() },
             modified_at: doc.modified_at.as_str().into(),
             status: crate::session::state::IDLE,
             fresh: false,
@@ -245,7 +245,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         key: Derived::held(key.clone()),
         resource: rid.uri(),
         provider: doc.provider.as_str().into(),
-        title: doc.title.clone(),
+        title: doc.title.as_str().into(),
         created_at: doc.created_at.as_str().into(),
         modified_at: doc.modified_at.as_str().into(),
         is_read: false,
@@ -262,6 +262,7 @@ pub fn import(doc: &ExportedSession, taken: impl Fn(&str) -> bool) -> Result<Imp
         in_tree: None,
         shared_trees: Default::default(),
         deleted: false,
+        tools: None,
         git: None,
     };
     Ok(Imported { record, turns })
@@ -299,7 +300,7 @@ mod tests {
             default_chat: Derived::held("ahp-chat:/ahp-session@a"),
             chats: vec![ChatRecord {
                 resource: "ahp-chat:/ahp-session@a".into(),
-                title: String::new(),
+                title: Box::default(),
                 conversation_id: "ahp-session@a".into(),
                 modified_at: "2026-01-01T00:00:01.000Z".into(),
                 status: crate::session::state::IDLE,
@@ -322,6 +323,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
             git: None,
         }
     }

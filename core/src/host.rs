@@ -44,6 +44,7 @@ mod ops;
 mod pending;
 mod requests;
 mod shared;
+mod tools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAction};
@@ -53,6 +54,7 @@ use ahp::reducers::{ReduceOutcome, apply_action_to_root};
 pub use connections::{Conn, Handshake};
 pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
+pub use tools::{TOOL_META_KEY, WAKES_META_KEY};
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
@@ -138,7 +140,7 @@ impl Tombstones {
     pub(crate) fn insert(&mut self, uri: Uri, tombstone: Tombstone) {
         self.remove(&uri);
         for c in &tombstone.record.chats {
-            self.by_conversation.entry(tombstone.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+            self.by_conversation.entry(tombstone.record.provider.to_string()).or_default().entry(c.conversation_id.to_string()).or_default().insert(uri.clone());
         }
         self.by_uri.insert(uri, tombstone);
     }
@@ -148,10 +150,10 @@ impl Tombstones {
         let tombstone = self.by_uri.remove(uri)?;
         if let Some(conversations) = self.by_conversation.get_mut(tombstone.record.provider.as_str()) {
             for c in &tombstone.record.chats {
-                if let Some(uris) = conversations.get_mut(&c.conversation_id) {
+                if let Some(uris) = conversations.get_mut(&*c.conversation_id) {
                     uris.remove(uri);
                     if uris.is_empty() {
-                        conversations.remove(&c.conversation_id);
+                        conversations.remove(&*c.conversation_id);
                     }
                 }
             }
@@ -195,7 +197,7 @@ impl Tombstones {
         let mut want: BTreeMap<String, BTreeMap<String, BTreeSet<Uri>>> = BTreeMap::new();
         for (uri, t) in &self.by_uri {
             for c in &t.record.chats {
-                want.entry(t.record.provider.to_string()).or_default().entry(c.conversation_id.clone()).or_default().insert(uri.clone());
+                want.entry(t.record.provider.to_string()).or_default().entry(c.conversation_id.to_string()).or_default().insert(uri.clone());
             }
         }
         if want != self.by_conversation {
@@ -252,6 +254,10 @@ pub struct Host {
     pub(crate) went: Vec<(Uri, Went)>,
     /// A graceful stop in progress (`host/agents.rs`).
     pub(crate) drain: Option<agents::Drain>,
+    /// Every wake the sessions' records hold, as (due, session, wake id),
+    /// in due order (`host/tools.rs`): the next one is found without
+    /// walking the catalogue, asleep or not.
+    pub(crate) wakes: BTreeSet<(WallTime, Uri, String)>,
 }
 
 /// What one session's rules may use of the host while they run, besides
@@ -481,6 +487,7 @@ impl Host {
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
             drain: None,
+            wakes: BTreeSet::new(),
         }
     }
 
@@ -563,13 +570,14 @@ impl Host {
         }
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
+        self.index_wakes(&record);
         let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
         // Settled: the row is the one the session builds, made only when
         // the session is first handed out to change (no row built per
         // record at start).
-        session.announcement = crate::session::Announcement::Settled;
+        session.mark_settled();
         let (modified_at, external) = (session.modified_at, session.record.external);
         let slot = self.add_session(uri.clone(), session);
         for chat in chats {
@@ -693,11 +701,13 @@ impl Host {
                 self.shared.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.shared.config.policy.rules.len()));
             }
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
+            Input::HostTool { call, chat, tool } => self.on_host_tool(call, &chat, tool),
             Input::Tick => {}
         }
         self.merge_if_due(tick);
         self.drain_due();
         self.retry_queued_starts();
+        self.fire_wakes();
         self.fire_due();
         self.aware().tick();
         // The index a checker reads is the sessions' as this input left
@@ -717,7 +727,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

@@ -60,6 +60,20 @@ pub enum Input {
         /// What happened.
         event: BackendEvent,
     },
+    /// A host tool call (issue 24, `crate::tools`) from the agent running
+    /// in `chat`: the shell has already checked the chat's secret (or, for
+    /// echo, that the directive came from that chat's own turn). Answered by
+    /// exactly one `Effect::HostToolAnswer` with the same `call`, in this
+    /// `Host::handle` call or a later one; a chat that no longer exists is
+    /// answered `not_found`.
+    HostTool {
+        /// Ties the answer to this call; chosen by the shell.
+        call: crate::tools::HostCallId,
+        /// The calling agent's chat.
+        chat: Uri,
+        /// What it asks.
+        tool: crate::tools::HostToolRequest,
+    },
     /// The operator reloaded the policy store (SIGHUP); it applies to
     /// sessions created from now on.
     PolicyChanged(crate::policy::Policy),

@@ -43,6 +43,8 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_tombstone_index_consistent", inv_tombstone_index_consistent),
     ("inv_replay_buffer_window", inv_replay_buffer_window),
     ("inv_queue_never_stalls", inv_queue_never_stalls),
+    ("inv_wake_index_consistent", inv_wake_index_consistent),
+    ("inv_due_wake_fired", inv_due_wake_fired),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -263,7 +265,7 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
 /// state moves through the protocol's reducers, and its row is diffed
 /// against the copy kept (the table makes it explicit before any change).
 pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.announcement, crate::session::Announcement::Settled) && s.resident.is_some() {
+    if matches!(s.announcement(), crate::session::Announcement::Settled) && s.resident.is_some() {
         return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
     }
     Ok(())
@@ -505,6 +507,36 @@ pub fn inv_conversation_index_consistent(view: &HostView<'_>) -> Result<(), Viol
 /// listed again (Sessions page: a disposed session stays disposed).
 pub fn inv_tombstone_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     view.check_tombstones().map_err(|detail| Violation { rule: "inv_tombstone_index_consistent", detail })
+}
+
+/// The host's wake index names exactly the wakes the sessions' records
+/// hold (issue 24, `host/tools.rs`): a wake asked for is found when due,
+/// asleep or not, and a disposed session's wakes are gone (its record is).
+pub fn inv_wake_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    let mut want = std::collections::BTreeSet::new();
+    for (uri, s) in view.sessions {
+        for w in s.record.tools.iter().flat_map(|t| t.wakes.iter()) {
+            want.insert((w.at, uri.clone(), w.id.clone()));
+        }
+    }
+    if &want != view.wake_index() {
+        return fail("inv_wake_index_consistent", format!("the index holds {:?}, the records {want:?}", view.wake_index()));
+    }
+    Ok(())
+}
+
+/// "a wake its agent asked for with schedule_wakeup" wakes the session:
+/// after an input, no wake is left waiting whose time has come (it fired
+/// in that input), unless the host is stopping (it fires after the
+/// restart).
+pub fn inv_due_wake_fired(view: &HostView<'_>) -> Result<(), Violation> {
+    if view.stopping() {
+        return Ok(());
+    }
+    match view.wake_index().first() {
+        Some((at, uri, id)) if *at <= view.now.wall => fail("inv_due_wake_fired", format!("{uri}'s {id} was due at {} and did not fire", at.0)),
+        _ => Ok(()),
+    }
 }
 
 /// The replay buffer a `reconnect` replays from holds at most

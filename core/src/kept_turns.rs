@@ -169,8 +169,8 @@ mod tests {
     fn chat() -> ChatRecord {
         ChatRecord {
             resource: "ahp-chat:/s@c".to_owned(),
-            title: String::new(),
-            conversation_id: "c".to_owned(),
+            title: Box::default(),
+            conversation_id: "c".into(),
             modified_at: Default::default(),
             status: 1,
             fresh: false,

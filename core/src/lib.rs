@@ -53,6 +53,7 @@ pub mod session_config;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod time;
+pub mod tools;
 pub mod transcript;
 pub mod trust;
 pub mod worktree;
@@ -63,3 +64,4 @@ pub use host::{Host, HostView, Went};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};
 pub use time::{MonoTime, Now, WallTime};
+pub use tools::{HostCallId, HostToolError, HostToolErrorCode, HostToolRequest, HostToolResult};

@@ -72,6 +72,96 @@ impl<'de> Deserialize<'de> for Senders {
 /// catalogue row its malloc overhead besides the text).
 pub type Text = compact_str::CompactString;
 
+/// A record's ISO-8601 time (`createdAt`, `modifiedAt`), kept as the
+/// number it reads as: 16 bytes where its text took 24 inline (issue 21:
+/// memory per catalogue row, three of them a row). A text that is not the
+/// number's own ([`crate::time::WallTime::to_iso_text`]: no milliseconds,
+/// an offset, or no time at all) is held as written, behind one thin
+/// pointer, so a record is serialized back exactly as it was read.
+/// Serialized and parsed as the text; compares as the text.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Stamp {
+    /// The time, when the text is its own; otherwise what the held text
+    /// parses to (the epoch when it does not).
+    at: crate::time::WallTime,
+    /// The text as written, when it is not `at`'s own.
+    odd: Option<Box<String>>,
+}
+
+impl Stamp {
+    /// The stamp of `at`, written as its own text.
+    pub fn at(at: crate::time::WallTime) -> Stamp {
+        Stamp { at, odd: None }
+    }
+
+    /// `text` as a stamp: kept as its time when it is that time's own text,
+    /// else held as written.
+    pub fn from_text(text: &str) -> Stamp {
+        match crate::time::WallTime::parse_iso(text) {
+            Some(at) if at.to_iso_text() == text => Stamp { at, odd: None },
+            at => Stamp { at: at.unwrap_or_default(), odd: Some(Box::new(text.to_owned())) },
+        }
+    }
+
+    /// The time the text says, or `None` when it is no time.
+    pub fn time(&self) -> Option<crate::time::WallTime> {
+        match &self.odd {
+            None => Some(self.at),
+            Some(text) => crate::time::WallTime::parse_iso(text),
+        }
+    }
+
+    /// The text, as it will be written.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.odd {
+            None => std::borrow::Cow::Owned(self.at.iso().to_string()),
+            Some(text) => std::borrow::Cow::Borrowed(text.as_str()),
+        }
+    }
+}
+
+impl From<&str> for Stamp {
+    fn from(text: &str) -> Stamp {
+        Stamp::from_text(text)
+    }
+}
+
+impl From<String> for Stamp {
+    fn from(text: String) -> Stamp {
+        Stamp::from_text(&text)
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.odd {
+            None => self.at.iso().fmt(f),
+            Some(text) => f.write_str(text),
+        }
+    }
+}
+
+impl std::fmt::Debug for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+impl Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.odd {
+            None => self.at.iso().serialize(serializer),
+            Some(text) => serializer.serialize_str(text),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Stamp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Stamp, D::Error> {
+        Ok(Stamp::from_text(&String::deserialize(deserializer)?))
+    }
+}
+
 /// A session's chosen settings (`SessionRecord::config`), held out of line:
 /// a JSON object map is 72 bytes inline, and most catalogue rows (every
 /// external session, every one stored before settings were kept) have
@@ -368,14 +458,16 @@ impl<'de> Deserialize<'de> for Folders {
 /// back from the URI otherwise (issue 21: memory per catalogue row; the
 /// two were ~96 bytes of every row). A record parsed from the store holds
 /// none that it can derive ([`SessionRecord::compact`] drops one set in
-/// code). Serialized and parsed as the text, through the record.
+/// code). Serialized and parsed as the text, through the record. Held
+/// behind one thin pointer (a `Box<str>` is two words, and none is held in
+/// almost every row: 8 bytes a row each).
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Derived(Option<Box<str>>);
+pub struct Derived(Option<Box<String>>);
 
 impl Derived {
     /// `text`, held as given (the record drops it if the URI gives it).
-    pub fn held(text: impl Into<Box<str>>) -> Derived {
-        Derived(Some(text.into()))
+    pub fn held(text: impl Into<String>) -> Derived {
+        Derived(Some(Box::new(text.into())))
     }
 
     /// Whether text is held (rather than read from the URI).
@@ -395,7 +487,7 @@ impl std::fmt::Debug for Derived {
 
 impl Serialize for Derived {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.0.as_deref().unwrap_or_default())
+        serializer.serialize_str(self.0.as_deref().map_or("", String::as_str))
     }
 }
 
@@ -440,13 +532,14 @@ pub struct SessionRecord {
     pub resource: Uri,
     /// The backend that runs it (inline: [`Text`]).
     pub provider: Text,
-    /// The session's title.
-    pub title: String,
-    /// When the session was first started (ISO-8601, inline: [`Text`]);
-    /// never moves.
-    pub created_at: Text,
-    /// The last change (ISO-8601, inline: [`Text`]); only moves forward.
-    pub modified_at: Text,
+    /// The session's title (a `Box<str>`: a title is set whole, so the
+    /// `String`'s capacity word is spent for nothing).
+    pub title: Box<str>,
+    /// When the session was first started (ISO-8601, [`Stamp`]); never
+    /// moves.
+    pub created_at: Stamp,
+    /// The last change (ISO-8601, [`Stamp`]); only moves forward.
+    pub modified_at: Stamp,
     /// The host's own read bit (status bit 32).
     pub is_read: bool,
     /// The host's own archived bit (status bit 64).
@@ -510,6 +603,41 @@ pub struct SessionRecord {
     /// transcripts that no longer finds any of its chats. Never a session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// What the host tools keep on the session (issue 24): the wakes its
+    /// agents asked for. Boxed: nearly every row has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Box<ToolsRecord>>,
+}
+
+/// What the host tools keep on a session ([`SessionRecord::tools`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsRecord {
+    /// The wakes waiting, in the order they were asked for (at most
+    /// `tools::MAX_WAKES_PER_SESSION`). A wake is taken off in the same
+    /// write that queues its prompt, so it fires exactly once
+    /// (docs/DECISIONS.md, 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakes: Vec<ScheduledWake>,
+    /// The number the next wake's id takes (`wake-<n>`): ids are never
+    /// reused within a session.
+    #[serde(default)]
+    pub next_wake: u64,
+}
+
+/// One wake an agent asked for with `schedule_wakeup`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledWake {
+    /// Its id in the session (`wake-<n>`).
+    pub id: String,
+    /// The chat whose agent asked: its prompt starts a turn there.
+    pub chat: Uri,
+    /// When it is due, wall-clock ms since the epoch (a wall time, so it
+    /// means the same after a restart).
+    pub at: crate::time::WallTime,
+    /// The prompt its turn starts with.
+    pub prompt: String,
 }
 
 /// One chat's durable record.
@@ -518,12 +646,13 @@ pub struct SessionRecord {
 pub struct ChatRecord {
     /// The chat URI.
     pub resource: Uri,
-    /// The chat's title.
-    pub title: String,
-    /// The backend's id for the conversation (may differ from the client's).
-    pub conversation_id: String,
-    /// The chat's own `modifiedAt` (ISO-8601, inline: [`Text`]).
-    pub modified_at: Text,
+    /// The chat's title (a `Box<str>`, as the session's).
+    pub title: Box<str>,
+    /// The backend's id for the conversation (may differ from the client's;
+    /// a `Box<str>`: set whole, like the title).
+    pub conversation_id: Box<str>,
+    /// The chat's own `modifiedAt` (ISO-8601, [`Stamp`]).
+    pub modified_at: Stamp,
     /// The chat's status bits at rest (Idle 1 or Error 2, plus flags).
     pub status: u32,
     /// True until the chat's agent first started: its conversation does not
@@ -667,9 +796,9 @@ impl ChatRecord {
     pub fn new_chat(resource: Uri, conversation_id: String, now: crate::time::WallTime) -> ChatRecord {
         ChatRecord {
             resource,
-            title: String::new(),
-            conversation_id,
-            modified_at: now.to_iso_text(),
+            title: Box::default(),
+            conversation_id: conversation_id.into(),
+            modified_at: Stamp::at(now),
             status: crate::session::state::IDLE,
             fresh: true,
             senders: Senders::default(),
@@ -727,6 +856,7 @@ impl PartialEq for SessionRecord {
             in_tree,
             shared_trees,
             deleted,
+            tools,
         } = self;
         *format == other.format
             && self.key() == other.key()
@@ -750,6 +880,7 @@ impl PartialEq for SessionRecord {
             && *in_tree == other.in_tree
             && *shared_trees == other.shared_trees
             && *deleted == other.deleted
+            && *tools == other.tools
     }
 }
 
@@ -759,7 +890,7 @@ impl SessionRecord {
     /// with when that is another. Names the record's file.
     pub fn key(&self) -> std::borrow::Cow<'_, str> {
         match (&self.key.0, uri_parts(&self.resource)) {
-            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (Some(held), _) => std::borrow::Cow::Borrowed(held.as_str()),
             (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("{scheme}@{id}")),
             (None, None) => std::borrow::Cow::Borrowed(""),
         }
@@ -770,7 +901,7 @@ impl SessionRecord {
     /// is another.
     pub fn default_chat(&self) -> std::borrow::Cow<'_, str> {
         match (&self.default_chat.0, uri_parts(&self.resource)) {
-            (Some(held), _) => std::borrow::Cow::Borrowed(held),
+            (Some(held), _) => std::borrow::Cow::Borrowed(held.as_str()),
             (None, Some((scheme, id))) => std::borrow::Cow::Owned(format!("ahp-chat:/{scheme}@{id}")),
             (None, None) => std::borrow::Cow::Borrowed(""),
         }
@@ -780,7 +911,7 @@ impl SessionRecord {
     /// compared without building it).
     pub fn is_default_chat(&self, chat: &str) -> bool {
         match &self.default_chat.0 {
-            Some(held) => **held == *chat,
+            Some(held) => held.as_str() == chat,
             None => is_named(chat, "ahp-chat:/", &self.resource),
         }
     }
@@ -855,9 +986,9 @@ impl SessionRecord {
             key: Derived::default(),
             resource: id.uri(),
             provider,
-            title: String::new(),
-            created_at: now.to_iso_text(),
-            modified_at: now.to_iso_text(),
+            title: Box::default(),
+            created_at: Stamp::at(now),
+            modified_at: Stamp::at(now),
             is_read: false,
             is_archived: false,
             working_directories: working_directories.into(),
@@ -873,6 +1004,7 @@ impl SessionRecord {
             shared_trees: Default::default(),
             git: None,
             deleted: false,
+            tools: None,
         }
     }
 }
@@ -903,6 +1035,32 @@ mod tests {
             assert_eq!(record.config.is_empty(), config == "{}");
             assert_eq!(record.provider.as_str(), provider);
         }
+    }
+
+    /// A time is held as its number when the text is the number's own, and
+    /// as written otherwise (no milliseconds, an offset, no time at all),
+    /// so every text comes back byte for byte and reads as the time it says.
+    #[test]
+    fn a_stamp_keeps_its_text_and_reads_as_its_time() {
+        for (text, canonical, ms) in [
+            ("2026-12-03T18:31:39.123Z", true, Some(1_796_322_699_123)),
+            ("2026-12-03T18:31:39Z", false, Some(1_796_322_699_000)),
+            ("2026-12-03T20:31:39.123+02:00", false, Some(1_796_322_699_123)),
+            ("1970-01-01T00:00:00.000Z", true, Some(0)),
+            ("yesterday", false, None),
+            ("", false, None),
+        ] {
+            let stamp: Stamp = serde_json::from_str(&serde_json::to_string(text).expect("json")).expect("any text parses");
+            assert_eq!(stamp.odd.is_none(), canonical, "{text}");
+            assert_eq!(stamp.time().map(|t| t.0), ms, "{text}");
+            assert_eq!(stamp.to_string(), text);
+            assert_eq!(stamp.text(), text);
+            assert_eq!(serde_json::to_string(&stamp).expect("encodes"), serde_json::to_string(text).expect("json"));
+            assert_eq!(stamp, Stamp::from(text), "compares as its text");
+        }
+        let at = crate::time::WallTime(1_796_322_699_123);
+        assert_eq!(Stamp::at(at), Stamp::from("2026-12-03T18:31:39.123Z"));
+        assert_ne!(Stamp::at(at), Stamp::from("2026-12-03T20:31:39.123+02:00"), "the same time, written otherwise");
     }
 
     /// A chat's `written`, `kept`, `forgetting` and `queued` come back byte

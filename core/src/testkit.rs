@@ -333,7 +333,7 @@ impl Harness {
                 }
                 Effect::Backend { op, .. } | Effect::Store { op, .. } | Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
                 Effect::Git { op, command } => Some((op, git(&command))),
-                Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) => None,
+                Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) | Effect::HostToolAnswer { .. } => None,
             };
             if let Some((op, outcome)) = done {
                 self.done(op, outcome);
@@ -356,6 +356,20 @@ impl Harness {
                 self.done(op, Outcome::Ok);
             }
         }
+    }
+
+    /// The agent in `chat` calls host tool `tool`; returns the one answer
+    /// (panics when there is none, or more than one).
+    pub fn tool(&mut self, chat: &str, tool: crate::tools::HostToolRequest) -> crate::tools::HostToolResult {
+        self.next_id += 1;
+        let call = crate::tools::HostCallId(self.next_id);
+        self.input(Input::HostTool { call, chat: chat.into(), tool });
+        let answers = self.take(|e| match e {
+            Effect::HostToolAnswer { call: c, result } if *c == call => Some(result.clone()),
+            _ => None,
+        });
+        assert_eq!(answers.len(), 1, "exactly one answer per call: {answers:?}");
+        answers.into_iter().next().unwrap_or_else(|| unreachable!())
     }
 
     /// Drops the log lines pending.

@@ -117,7 +117,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
         h.request(1, "subscribe", json!({"channel": s}));
     }
     h.frames(1);
-    let a_modified = h.host.view().sessions.get(&a).map(|s| s.record.modified_at.clone());
+    let a_modified = h.host.view().sessions.get(&a).map(|s| s.record.modified_at.time());
     let b_default = "ahp-chat:/ahp-session@b".to_owned();
     let rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b, "after": b_default}}));
     // First write: b's record with the chat, under move generation 1.
@@ -176,7 +176,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
     let state = h.request(1, "subscribe", json!({"channel": side}))["result"]["snapshot"]["state"].clone();
     assert_eq!(state["movable"], true, "{state}");
     // a's modifiedAt took nothing back.
-    assert!(h.host.view().sessions.get(&a).map(|s| s.record.modified_at.clone()) >= a_modified);
+    assert!(h.host.view().sessions.get(&a).map(|s| s.record.modified_at.time()) >= a_modified);
     // A turn in the moved chat runs in b: its watcher still hears it.
     h.frames(1);
     h.start_turn(1, &side, 60, "s2", "after the move");

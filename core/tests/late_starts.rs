@@ -88,7 +88,7 @@ fn a_turn_in_a_chat_still_starting_goes_to_its_agent_once_the_start_names_the_co
     h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
     h.settle_store();
     let record = h.host.view().sessions.get(&uri).unwrap().record.clone();
-    assert_eq!(record.chats.iter().find(|c| c.resource == chat).unwrap().conversation_id, "srv-9");
+    assert_eq!(record.chats.iter().find(|c| c.resource == chat).unwrap().conversation_id.as_ref(), "srv-9");
     assert_eq!(sends(&h.backend_cmds()), 1, "the turn goes once the start answered");
 }
 
@@ -150,7 +150,7 @@ fn a_chat_disposed_during_a_wake_and_made_again_keeps_the_conversation_its_own_s
 }
 
 fn chat_conversation(h: &Harness, uri: &str, chat: &str) -> String {
-    h.host.view().sessions.get(uri).unwrap().record.chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.clone()).unwrap_or_default()
+    h.host.view().sessions.get(uri).unwrap().record.chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.to_string()).unwrap_or_default()
 }
 
 /// A start answered with its conversation supersedes the chat's earlier

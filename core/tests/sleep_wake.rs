@@ -234,7 +234,7 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     h.agent_reply(&chat, "t3", "hello again");
     let view = h.host.view();
     let s = view.sessions.get(&a).expect("the session is held");
-    assert_eq!(s.record.chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
+    assert_eq!(&*s.record.chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
     let turns = &s.resident.as_ref().expect("resident").chats[&chat].turns;
     assert_eq!(turns.len(), 3, "the chat kept its turns");
     // Only once: the send after that goes straight to the agent.

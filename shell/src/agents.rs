@@ -11,6 +11,8 @@
 //! can_resume = true                  # optional (default true): sessions may sleep and
 //!                                    # resume with session/load
 //! startup_timeout_seconds = 30       # optional: initialize / session/new / session/load
+//! host_tools = true                  # optional (default true): its chats get the host's
+//!                                    # MCP server (send_message, schedule_wakeup, ...)
 //! ```
 //!
 //! A flag replaces the file's entry of the same name. Names are 1 to 64 of
@@ -23,7 +25,7 @@ use crate::exec::acp::process::split_command;
 use crate::exec::acp::{AgentConfig, DEFAULT_STARTUP_TIMEOUT_MS};
 
 /// Keys an `[agents.NAME]` table may hold.
-const KEYS: [&str; 6] = ["command", "args", "display_name", "description", "can_resume", "startup_timeout_seconds"];
+const KEYS: [&str; 7] = ["command", "args", "display_name", "description", "can_resume", "startup_timeout_seconds", "host_tools"];
 
 /// Checks an agent's name.
 ///
@@ -55,6 +57,7 @@ fn from_command_line(name: &str, line: &str) -> Result<AgentConfig, String> {
         args: words.collect(),
         can_resume: true,
         startup_timeout_ms: DEFAULT_STARTUP_TIMEOUT_MS,
+        host_tools: true,
     })
 }
 
@@ -127,6 +130,11 @@ pub fn from_file(name: &str, value: &toml::Value) -> Result<AgentConfig, String>
         Some(toml::Value::Boolean(b)) => agent.can_resume = *b,
         Some(_) => return Err(at("can_resume must be true or false".to_owned())),
     }
+    match table.get("host_tools") {
+        None => {}
+        Some(toml::Value::Boolean(b)) => agent.host_tools = *b,
+        Some(_) => return Err(at("host_tools must be true or false".to_owned())),
+    }
     let seconds = match table.get("startup_timeout_seconds") {
         None => None,
         Some(toml::Value::Integer(i)) => Some(*i as f64),
@@ -183,6 +191,9 @@ mod tests {
         assert_eq!(a.display_name, "A");
         assert!(!a.can_resume);
         assert_eq!(a.startup_timeout_ms, 1500);
+        assert!(a.host_tools, "the host's tools are on unless turned off");
+        assert!(!from_file("a", &value("command = \"x\"\nhost_tools = false\n")).unwrap().host_tools);
+        assert!(from_file("a", &value("command = \"x\"\nhost_tools = 1\n")).unwrap_err().contains("host_tools"));
         assert!(from_file("a", &value("command = \"x\"\nflavour = 1\n")).unwrap_err().contains("flavour"));
         assert!(from_file("a", &value("args = []\n")).unwrap_err().contains("command is missing"));
         assert!(from_file("a", &value("command = \"x\"\nstartup_timeout_seconds = 0\n")).is_err());

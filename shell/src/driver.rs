@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ahpd_core::{ConnId, Effect, Host, Input, LogEvent, LogLevel, MonoTime, Now, Outbound, WallTime};
+use ahpd_core::{ConnId, Effect, Host, HostCallId, HostToolError, HostToolErrorCode, HostToolRequest, HostToolResult, Input, LogEvent, LogLevel, MonoTime, Now, Outbound, WallTime};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::exec::backend::Backends;
@@ -58,6 +58,17 @@ pub enum Event {
         /// The answer.
         reply: oneshot::Sender<bool>,
     },
+    /// An agent called a host tool (issue 24): the driver numbers the call,
+    /// feeds `Input::HostTool`, and sends the core's one
+    /// `Effect::HostToolAnswer` to `reply`. Made by [`EventSink::host_tool`].
+    HostTool {
+        /// The calling agent's chat (its secret already checked).
+        chat: ahp_types::Uri,
+        /// The call.
+        tool: HostToolRequest,
+        /// Where the answer goes.
+        reply: oneshot::Sender<HostToolResult>,
+    },
 }
 
 /// The sending side of the driver's one event channel, cloned into every
@@ -76,6 +87,16 @@ impl EventSink {
     /// (nobody is left to act on it).
     pub fn input(&self, input: Input) {
         self.send(Event::Input(input));
+    }
+
+    /// Calls host tool `tool` for the agent in `chat` and waits for the
+    /// core's answer (issue 24; the MCP server and echo's directives both
+    /// come here). After shutdown, or should the driver drop the call, the
+    /// answer is an `unavailable` refusal.
+    pub async fn host_tool(&self, chat: ahp_types::Uri, tool: HostToolRequest) -> HostToolResult {
+        let (reply, answer) = oneshot::channel();
+        self.send(Event::HostTool { chat, tool, reply });
+        answer.await.unwrap_or_else(|_| Err(HostToolError::new(HostToolErrorCode::Unavailable, "the host is shutting down")))
     }
 
     /// Hands any event to the driver; dropped silently after shutdown.
@@ -151,6 +172,10 @@ pub struct Driver {
     metrics: Metrics,
     /// The workspace-awareness registry executor, if awareness is on.
     registry: Option<crate::exec::registry::Registry>,
+    /// Host tool calls waiting for the core's answer, by call id.
+    tool_calls: HashMap<HostCallId, oneshot::Sender<HostToolResult>>,
+    /// The last host tool call id given.
+    last_tool_call: u64,
 }
 
 /// How the loop ended.
@@ -176,6 +201,8 @@ impl Driver {
             encoded: Encoded::default(),
             metrics: Metrics::default(),
             registry: None,
+            tool_calls: HashMap::new(),
+            last_tool_call: 0,
         }
     }
 
@@ -239,6 +266,12 @@ impl Driver {
                 Event::Metrics(reply) => {
                     let _ = reply.send(self.metrics.render(&self.host.view(), self.writers.len()));
                     continue;
+                }
+                Event::HostTool { chat, tool, reply } => {
+                    self.last_tool_call += 1;
+                    let call = HostCallId(self.last_tool_call);
+                    self.tool_calls.insert(call, reply);
+                    Input::HostTool { call, chat, tool }
                 }
                 Event::Input(input) => input,
             };
@@ -346,6 +379,12 @@ impl Driver {
                 Some(registry) => registry.submit(op, command),
                 None => tracing::debug!(op = op.0, "registry command with no registry"),
             },
+            Effect::HostToolAnswer { call, result } => match self.tool_calls.remove(&call) {
+                Some(reply) => {
+                    let _ = reply.send(result);
+                }
+                None => tracing::debug!(call = call.0, "answer to a host tool call nobody waits for"),
+            },
             Effect::Log(event) => log(&event),
         }
     }
@@ -411,6 +450,7 @@ fn input_kind(input: &Input) -> &'static str {
         Input::Backend { .. } => "backend",
         Input::PolicyChanged(_) => "policy",
         Input::Shutdown { .. } => "shutdown",
+        Input::HostTool { .. } => "host_tool",
         Input::Tick => "tick",
     }
 }

@@ -81,6 +81,16 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Relay MCP between stdin/stdout and the host's MCP server (issue 24):
+    /// what an agent that takes only stdio MCP servers is given, started by
+    /// the agent itself with the chat's secret in AHPD_MCP_TOKEN. Not for
+    /// running by hand.
+    #[command(name = "mcp-bridge", hide = true)]
+    McpBridge {
+        /// The host's MCP server, `http://127.0.0.1:<port>/mcp`.
+        #[arg(long)]
+        url: String,
+    },
 }
 
 /// `ahpd config ...`.
@@ -328,6 +338,22 @@ fn main() -> ExitCode {
         Command::Version => {
             println!("ahpd {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+        Command::McpBridge { url } => {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("ahpd mcp-bridge: could not start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(exec::mcp::bridge(&url)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    eprintln!("ahpd mcp-bridge: {message}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "ahpd", &mut std::io::stdout());
@@ -608,10 +634,13 @@ async fn serve(settings: Settings) -> Result<(), String> {
         StoreKind::File => Store::file(sessions_dir.clone(), events.clone()),
         StoreKind::Memory => Store::memory(events.clone()),
     };
+    // The host's MCP server, opened only when some agent takes its tools
+    // (issue 24, docs/DECISIONS.md 22).
+    let host_tools = if exec::acp::Acp::wants_host_tools(&settings.agents) { Some(exec::mcp::serve(events.clone()).await?) } else { None };
     let backends = Backends::new(echo_dir.clone(), events.clone())
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
-        .with_acp_agents(settings.agents.clone(), acp_home);
+        .with_acp_agents(settings.agents.clone(), acp_home, host_tools);
     let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), settings.limits.outgoing_buffer_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     let driver_events = events.clone();

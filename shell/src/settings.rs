@@ -644,13 +644,14 @@ impl Settings {
             let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");
             let _ = writeln!(
                 o,
-                "[agents.{}]\ncommand = {}\nargs = [{args}]\ndisplay_name = {}\ndescription = {}\ncan_resume = {}\nstartup_timeout_seconds = {}",
+                "[agents.{}]\ncommand = {}\nargs = [{args}]\ndisplay_name = {}\ndescription = {}\ncan_resume = {}\nstartup_timeout_seconds = {}\nhost_tools = {}",
                 quoted(&a.name),
                 quoted(&a.program),
                 quoted(&a.display_name),
                 quoted(&a.description),
                 a.can_resume,
-                a.startup_timeout_ms as f64 / 1000.0
+                a.startup_timeout_ms as f64 / 1000.0,
+                a.host_tools
             );
         }
         if let Some(users) = &self.users {

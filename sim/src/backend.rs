@@ -132,6 +132,12 @@ pub struct Backend {
     parts: u64,
     /// Counters.
     pub stats: BackendStats,
+    /// The draws of the agents' host tool calls (`Stream::Tools`), made
+    /// on the first turn.
+    tools_rng: Option<crate::rng::SimRng>,
+    /// The last host tool call id given (never reused across restarts:
+    /// the backend outlives the host).
+    next_call: u64,
 }
 
 /// What the backend needs from the world to act.
@@ -157,6 +163,36 @@ fn action(value: serde_json::Value) -> StateAction {
 }
 
 impl Backend {
+    /// Maybe (one turn in five) the turn's agent calls a host tool (issue
+    /// 24): a wake soon or in a while, a message to a session this backend
+    /// has run (or to one that does not exist, or to its own), a cancel of
+    /// a wake id that may not exist, or its peers. Prompts and texts are
+    /// unique, so a checker can tell a turn's second start from another
+    /// turn (`World::on_agent_command`).
+    fn maybe_call_tool(&mut self, cx: &mut Ctx<'_>, chat: &Uri) {
+        use ahpd_core::tools::HostToolRequest;
+        let rng = self.tools_rng.get_or_insert_with(|| crate::rng::SimRng::new(cx.options.seed, crate::rng::Stream::Tools));
+        if !rng.chance(0.2) {
+            return;
+        }
+        self.next_call += 1;
+        let call = ahpd_core::HostCallId(self.next_call);
+        let mut sessions: Vec<&Uri> = self.meta.values().map(|m| &m.session).collect();
+        sessions.dedup();
+        let tool = match rng.below(6) {
+            0 => HostToolRequest::ScheduleWakeup { after_seconds: Some(rng.range(0, 5)), at: None, prompt: format!("sim wake {}", call.0) },
+            1 => HostToolRequest::ScheduleWakeup { after_seconds: Some(rng.range(5, 600)), at: None, prompt: format!("sim wake {}", call.0) },
+            2 | 3 => {
+                let target = rng.pick(&sessions).map(|u| (*u).clone()).filter(|_| rng.chance(0.9)).unwrap_or_else(|| "ahp-session:/nobody".to_owned());
+                HostToolRequest::SendMessage { session: target, text: format!("sim message {}", call.0) }
+            }
+            4 => HostToolRequest::CancelWakeup { id: format!("wake-{}", rng.range(1, 4)) },
+            _ => HostToolRequest::ListPeers,
+        };
+        let delay = rng.range(1, 500);
+        cx.q.to_host(Some(Lane::FromChat(chat.clone())), delay, Input::HostTool { call, chat: chat.clone(), tool }, format!("agent tool call{} {chat}", call.0));
+    }
+
     /// Executes one `Effect::Backend`.
     pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
         let latency = cx.world.exp_ms(cx.options.backend_ms);
@@ -232,6 +268,7 @@ impl Backend {
                 agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new(), steer: None });
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
+                self.maybe_call_tool(cx, chat);
             }
             BackendCmd::Steer { turn_id, id, message: _ } => {
                 // Held for the turn's next safe point; the newest replaces

@@ -17,6 +17,9 @@ pub enum Stream {
     World = 4,
     /// Seeds handed to `Host::new` (first start and every restart).
     Core = 5,
+    /// The host tool calls the simulated agents make (issue 24), apart
+    /// from the world's stream so the other draws stay as they were.
+    Tools = 6,
 }
 
 /// Mixes the run seed with a stream id into the stream's own seed.

@@ -60,6 +60,10 @@ pub struct Store {
     pub inflight: BTreeMap<u64, Write>,
     /// The last acknowledged write per key.
     pub acked: BTreeMap<String, Acked>,
+    /// The write that landed last (its key and record, `None` for a
+    /// delete): a crash between its landing and the host hearing of it
+    /// leaves it on disk unacknowledged, like a write in flight.
+    pub last_landed: Option<(String, Option<SessionRecord>)>,
     next_id: u64,
     /// Counters.
     pub stats: StoreStats,
@@ -90,6 +94,7 @@ impl Store {
             return Some((Input::Done { op: write.op, outcome: Outcome::Failed { message: "simulated disk error (EIO)".to_owned() } }, format!("{label} failed")));
         }
         self.stats.acked += 1;
+        self.last_landed = Some((write.key.clone(), write.record.clone()));
         match write.record {
             Some(record) => {
                 self.durable.insert(write.key.clone(), record.clone());

@@ -168,6 +168,9 @@ pub struct World {
     trees: TreesChecker,
     /// The folder each chat's agent was started in (where its turns write).
     chat_dirs: BTreeMap<Uri, String>,
+    /// The texts of the wakes' and tool messages' turns handed to agents
+    /// (`on_agent_command`): each at most once.
+    tool_turns: std::collections::BTreeSet<String>,
 }
 
 impl World {
@@ -238,6 +241,7 @@ impl World {
             // is known broken: its rule runs only when asked for.
             trees: TreesChecker::new(),
             chat_dirs: BTreeMap::new(),
+            tool_turns: std::collections::BTreeSet::new(),
         };
         world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.rows_agreed = vec![None; world.clients.len()];
@@ -562,7 +566,8 @@ impl World {
                         && self.store.chat_in_two_records();
                     if between_move_writes && self.faults_rng.chance(self.faults.crash_between_move_writes) {
                         self.trace.note(self.steps, self.q.now, &format!("host crash between a move's two writes ({label})"));
-                        return self.crash();
+                        let landed = self.store.last_landed.clone();
+                        return self.crash_unheard(landed);
                     }
                     self.feed(input, label)?;
                 }
@@ -682,6 +687,10 @@ impl World {
             Input::Done { op, .. } => Some(*op),
             _ => None,
         };
+        let tool_call = match &input {
+            Input::HostTool { call, .. } => Some(*call),
+            _ => None,
+        };
         let sessions_before: Option<Vec<(Uri, ahpd_core::session::Session)>> =
             self.verify_incremental.then(|| self.host.view().sessions.iter().map(|(u, s)| (u.clone(), s.clone())).collect());
         let host = &mut self.host;
@@ -704,6 +713,19 @@ impl World {
         }
         if let Some(sessions_before) = sessions_before {
             checkers::verify_touched(&self.host.view(), &sessions_before).map_err(|v| self.violation(v))?;
+        }
+        // "Every host tool call gets exactly one answer" (issue 24): the
+        // core answers in the input that brought the call, once, and
+        // answers nothing else.
+        let answers: Vec<ahpd_core::HostCallId> = effects.iter().filter_map(|e| match e {
+            Effect::HostToolAnswer { call, .. } => Some(*call),
+            _ => None,
+        }).collect();
+        if answers != tool_call.into_iter().collect::<Vec<_>>() {
+            return Err(self.violation(ahpd_core::invariants::Violation {
+                rule: "host_tool_answered_once",
+                detail: format!("call {tool_call:?} was answered {answers:?}"),
+            }));
         }
         let after_phase = phase_of(&self.host);
         self.trace.step(self.steps, now.mono.0, label, subject, before_phase, after_phase, effects.len());
@@ -739,6 +761,7 @@ impl World {
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
                     Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
+                    Effect::HostToolAnswer { call, result } => format!("  -> host tool answer call{} {result:?}", call.0),
                 };
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
@@ -779,7 +802,9 @@ impl World {
     /// (`checkers/grants.rs`, `checkers/residency.rs`).
     fn users_rules_before(&mut self, input: &Input, label: &str, sent: Option<Box<Sent>>, subject: Option<Uri>, now: Now) -> (checkers::grants::GrantsBefore, checkers::residency::ResidencyBefore) {
         let view = self.host.view();
-        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono);
+        // A wake is due by the wall clock, which may have jumped since the
+        // deadline was derived (issue 24).
+        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono) || view.wake_index().first().is_some_and(|(at, _, _)| *at <= now.wall);
         let (frame, text) = match input {
             Input::Frame { conn, text } => {
                 let frame = match sent {
@@ -855,6 +880,7 @@ impl World {
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
             }
+            Effect::HostToolAnswer { .. } => {}
             Effect::Registry { op, command } => {
                 let wall_ms = self.now_host().wall.0;
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);
@@ -875,7 +901,18 @@ impl World {
                     None => self.chat_dirs.remove(chat),
                 };
             }
-            ahpd_core::BackendCmd::Send { .. } => {
+            ahpd_core::BackendCmd::Send { message, .. } => {
+                // A wake's prompt, or a message a tool sent, becomes one
+                // turn, never two (issue 24: "a due wake fires exactly
+                // once"; the sim's prompts are unique per call).
+                if message.text.starts_with("sim wake ") || message.text.starts_with("sim message ") {
+                    if !self.tool_turns.insert(message.text.clone()) {
+                        return Err(self.violation(ahpd_core::invariants::Violation {
+                            rule: "tool_turn_started_once",
+                            detail: format!("'{}' started a second turn (on {chat})", message.text),
+                        }));
+                    }
+                }
                 if let Some(dir) = self.chat_dirs.get(chat) {
                     if self.world_rng.chance(0.7) {
                         self.git.agent_turn(dir, &mut self.world_rng);
@@ -891,12 +928,23 @@ impl World {
     /// sockets go; the store keeps what reached the disk; the host restarts
     /// through `Host::new` with the durable records.
     fn crash(&mut self) -> Result<(), Failure> {
+        self.crash_unheard(None)
+    }
+
+    /// [`World::crash`] just after the write `landed` reached the disk and
+    /// before the host heard so: the host never acknowledged it, so the
+    /// restart checks count it as a write in flight, which it was.
+    fn crash_unheard(&mut self, landed: Option<(String, Option<ahpd_core::SessionRecord>)>) -> Result<(), Failure> {
         self.crashes += 1;
         let pre = {
             let view = self.host.view();
+            let mut unacked = self.store.unacked_by_key();
+            if let Some((key, record)) = landed {
+                unacked.entry(key).or_default().insert(0, record);
+            }
             PreCrash {
                 bits: view.sessions.values().map(|s| (s.record.key().into_owned(), (s.record.is_read, s.record.is_archived))).collect(),
-                unacked: self.store.unacked_by_key(),
+                unacked,
             }
         };
         add_stats(&mut self.stats_before, self.host.view().stats);

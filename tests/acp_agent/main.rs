@@ -18,6 +18,13 @@
 //! - `spawn-child`: starts `sleep 1000` (left running, in the agent's own
 //!   process group) and replies `child pid <pid>`, so a test can check the
 //!   child goes when the chat does.
+//! - `/tool NAME [JSON]`: calls tool `NAME` of the MCP server the client
+//!   gave this session in `session/new` / `session/load` (ahpd's host tools,
+//!   over HTTP with the headers given, or a stdio server the agent starts),
+//!   with the JSON object as its arguments, through the `rmcp` client, and
+//!   replies `tool NAME ok: <text>`, `tool NAME error: <text>` (a tool
+//!   error) or `tool NAME failed: <why>` (no answer at all);
+//!   `/tool-bad-secret NAME` does the same over HTTP with a made-up secret.
 //! - anything else: a thought, a plan, then `Reply: <prompt> (turn <n>)` in
 //!   three chunks, `n` counting the conversation's turns (so a test can tell
 //!   a loaded conversation from a fresh one).
@@ -29,6 +36,8 @@
 //!   first chunk), `hang-initialize` (never answer `initialize`), `garbage`
 //!   (print a line that is not JSON mid-turn), `flood` (print a 10 MB line
 //!   mid-turn). Each says on stderr what it is about to do.
+//! - `--no-mcp-http`: do not advertise `mcpCapabilities.http`, so the
+//!   client gives its MCP servers as stdio commands.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -43,7 +52,8 @@ use agent_client_protocol::v1::schema::{
     LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PermissionOption,
     PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus, PromptRequest, PromptResponse,
     RequestPermissionOutcome, RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, TextContent,
-    ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest,
+    ToolCall, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind, WriteTextFileRequest, McpServer,
+    McpCapabilities,
 };
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::{Agent, Client, Stdio};
@@ -64,12 +74,15 @@ struct State {
     /// Each session's prompt turns up to this number are cancelled (a
     /// cancel covers the turn running when it came, never a later one).
     cancelled_upto: HashMap<String, u64>,
+    /// The MCP servers the client gave each session.
+    mcp_servers: HashMap<String, Vec<McpServer>>,
 }
 
 #[derive(Clone)]
 struct Agent0 {
     store: Option<PathBuf>,
     fault: Option<String>,
+    mcp_http: bool,
     state: Arc<Mutex<State>>,
 }
 
@@ -146,6 +159,12 @@ async fn turn(agent: &Agent0, cx: &ConnectionTo<Client>, sid: &str, prompt: &str
         _ => {}
     }
     let cwd = agent.state().conversations.get(sid).map(|c| c.cwd.clone()).unwrap_or_default();
+    if let Some(rest) = prompt.strip_prefix("/tool") {
+        let servers = agent.state().mcp_servers.get(sid).cloned().unwrap_or_default();
+        let reply = call_tool(&servers, rest).await;
+        say(cx, sid, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(&reply))))?;
+        return Ok((StopReason::EndTurn, reply));
+    }
     if prompt.contains("slow") {
         for i in 0..200 {
             if cancelled() {
@@ -238,13 +257,96 @@ async fn turn(agent: &Agent0, cx: &ConnectionTo<Client>, sid: &str, prompt: &str
     Ok((StopReason::EndTurn, reply))
 }
 
+/// `/tool NAME [JSON]` or `/tool-bad-secret NAME` (`rest` is what follows
+/// `/tool`): calls the tool on the first MCP server given and says what
+/// came back.
+async fn call_tool(servers: &[McpServer], rest: &str) -> String {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::ServiceExt;
+
+    let (bad_secret, rest) = match rest.strip_prefix("-bad-secret") {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let rest = rest.trim();
+    let (name, args) = match rest.split_once(char::is_whitespace) {
+        Some((n, a)) => (n.to_owned(), a.trim()),
+        None => (rest.to_owned(), ""),
+    };
+    let arguments = if args.is_empty() {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_str::<serde_json::Value>(args) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => return format!("tool {name} failed: the arguments are not a JSON object"),
+        }
+    };
+    let params = CallToolRequestParams::new(name.clone()).with_arguments(arguments);
+    let answer = match servers.first() {
+        None => return format!("tool {name} failed: no MCP server was given"),
+        Some(McpServer::Http(http)) => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(http.url.clone());
+            for h in &http.headers {
+                if h.name.eq_ignore_ascii_case("authorization") {
+                    let token = h.value.strip_prefix("Bearer ").unwrap_or(&h.value).to_owned();
+                    config = config.auth_header(if bad_secret { "0".repeat(token.len()) } else { token });
+                }
+            }
+            match ().serve(StreamableHttpClientTransport::from_config(config)).await {
+                Ok(client) => {
+                    let answer = client.call_tool(params).await.map_err(|e| e.to_string());
+                    let _ = client.cancel().await;
+                    answer
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Some(McpServer::Stdio(stdio)) => {
+            let mut command = tokio::process::Command::new(&stdio.command);
+            command.args(&stdio.args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).kill_on_drop(true);
+            for e in &stdio.env {
+                command.env(&e.name, &e.value);
+            }
+            match command.spawn() {
+                Ok(mut child) => {
+                    let (Some(out), Some(input)) = (child.stdout.take(), child.stdin.take()) else {
+                        return format!("tool {name} failed: no pipes to the MCP server");
+                    };
+                    match ().serve((out, input)).await {
+                        Ok(client) => {
+                            let answer = client.call_tool(params).await.map_err(|e| e.to_string());
+                            let _ = client.cancel().await;
+                            answer
+                        }
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+                Err(e) => Err(format!("could not start {}: {e}", stdio.command.display())),
+            }
+        }
+        Some(_) => return format!("tool {name} failed: an MCP server of a kind this agent does not take"),
+    };
+    match answer {
+        Err(e) => format!("tool {name} failed: {e}"),
+        Ok(result) => {
+            let text: String = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join(" ");
+            let verdict = if result.is_error == Some(true) { "error" } else { "ok" };
+            format!("tool {name} {verdict}: {text}")
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> agent_client_protocol::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut store = None;
     let mut fault = None;
+    let mut mcp_http = true;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--no-mcp-http" => mcp_http = false,
             "--store" => store = args.next().map(PathBuf::from),
             "--fault" => fault = args.next(),
             other => {
@@ -257,7 +359,7 @@ async fn main() -> agent_client_protocol::Result<()> {
         let _ = std::fs::create_dir_all(dir);
     }
     eprintln!("acp_test_agent: started (fault: {fault:?})");
-    let agent = Agent0 { store, fault, state: Arc::default() };
+    let agent = Agent0 { store, fault, mcp_http, state: Arc::default() };
     let (a1, a2, a3, a4, a5) = (agent.clone(), agent.clone(), agent.clone(), agent.clone(), agent.clone());
     Agent
         .v1()
@@ -270,7 +372,11 @@ async fn main() -> agent_client_protocol::Result<()> {
                 }
                 responder.respond(
                     InitializeResponse::new(init.protocol_version)
-                        .agent_capabilities(AgentCapabilities::new().load_session(a1.store.is_some())),
+                        .agent_capabilities(
+                            AgentCapabilities::new()
+                                .load_session(a1.store.is_some())
+                                .mcp_capabilities(McpCapabilities::new().http(a1.mcp_http)),
+                        ),
                 )
             },
             agent_client_protocol::on_receive_request!(),
@@ -278,6 +384,7 @@ async fn main() -> agent_client_protocol::Result<()> {
         .on_receive_request(
             async move |req: NewSessionRequest, responder, _cx| {
                 let id = fresh_id();
+                a2.state().mcp_servers.insert(id.clone(), req.mcp_servers);
                 a2.state().conversations.insert(id.clone(), Conversation { cwd: req.cwd, turns: Vec::new() });
                 a2.save(&id);
                 responder.respond(NewSessionResponse::new(id))
@@ -295,6 +402,7 @@ async fn main() -> agent_client_protocol::Result<()> {
                     say(&cx, &id, SessionUpdate::AgentMessageChunk(ContentChunk::new(text(reply))))?;
                 }
                 conv.cwd = req.cwd;
+                a3.state().mcp_servers.insert(id.clone(), req.mcp_servers);
                 a3.state().conversations.insert(id, conv);
                 responder.respond(LoadSessionResponse::new())
             },

@@ -12,6 +12,8 @@
 //   /long <n>                       a reply of n words streamed slowly (cancel)
 //   /slow <ms>                      waits before it answers
 //   /error <status> <message>       answers with that HTTP status and message
+//   /calltool <server> <tool> [json] calls tool mcp__<server>__<tool> with the JSON
+//                                   object as input, then says `Tool said: <result>`
 //   anything else                   "Stub says: <the message>"
 // A request without tools (Claude Code's own side requests: titles, topic
 // detection) gets a short fixed text.
@@ -108,6 +110,7 @@ function play(messages, tool) {
     const said = results.map((r) => textOf(r.content)).join(" ").slice(0, 200);
     if (directive === "/write") return { text: failed ? `Could not write: ${said}` : `Wrote ${words[1]}.` };
     if (directive === "/bash") return { text: failed ? `Could not run it: ${said}` : `Ran it.` };
+    if (directive === "/calltool") return { text: failed ? `Tool failed: ${said}` : `Tool said: ${said}` };
     return { text: "Done." };
   }
   switch (directive) {
@@ -119,6 +122,13 @@ function play(messages, tool) {
     case "/bash":
       // `timeout` (ms): the ACP adapter's Bash requires it.
       return { tool: { name: tool("Bash"), input: { command: words.slice(1).join(" "), description: "Run the command", timeout: 30000 } }, prefix: "Running it." };
+    case "/calltool": {
+      let input = {};
+      try {
+        input = JSON.parse(words.slice(3).join(" ") || "{}");
+      } catch {}
+      return { tool: { name: `mcp__${words[1]}__${words[2]}`, input }, prefix: "Calling it." };
+    }
     case "/long": {
       const n = Math.max(1, Math.min(100000, parseInt(words[1] || "200", 10) || 200));
       return { text: Array.from({ length: n }, (_, i) => `word${i}`).join(" "), delayMs: 50 };

@@ -325,7 +325,7 @@ impl Host {
         }
         let Some(session) = self.sessions.get_mut(uri) else { return };
         if !row.title.is_empty() {
-            session.record.title = row.title.clone();
+            session.record.title = row.title.as_str().into();
         }
         self.advance_modified_at(uri, row.modified_at);
         self.summary_changed(uri);
@@ -350,9 +350,9 @@ impl Host {
             key: crate::record::Derived::default(),
             resource: id.uri(),
             provider: provider.into(),
-            title: row.title.clone(),
-            created_at: created.to_iso_text(),
-            modified_at: row.modified_at.to_iso_text(),
+            title: row.title.as_str().into(),
+            created_at: crate::record::Stamp::at(created),
+            modified_at: crate::record::Stamp::at(row.modified_at),
             is_read: false,
             is_archived: false,
             working_directories: row.working_directory.iter().cloned().collect(),
@@ -367,6 +367,7 @@ impl Host {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
             git: None,
         }
     }
@@ -393,8 +394,8 @@ impl Host {
         }
         let mut record = self.record_from_row(provider, &id, default_chat.clone(), &row, false);
         if chat != default_chat {
-            record.title = String::new();
-            record.chats[0].conversation_id = id.store_key();
+            record.title = Box::default();
+            record.chats[0].conversation_id = id.store_key().into();
             record.chats.push(chat_from_row(chat, &row));
         }
         self.insert_listed(record, id);
@@ -506,9 +507,9 @@ impl Host {
 fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
     ChatRecord {
         resource: chat,
-        title: String::new(),
-        conversation_id: row.conversation_id.clone(),
-        modified_at: row.modified_at.to_iso_text(),
+        title: Box::default(),
+        conversation_id: row.conversation_id.as_str().into(),
+        modified_at: crate::record::Stamp::at(row.modified_at),
         status: crate::session::state::IDLE,
         fresh: false,
         senders: Default::default(),

@@ -249,7 +249,7 @@ impl Session {
                 self.mark_activity(sh);
                 self.touch(sh);
                 if let Some(title) = self.title_from_first_message(&message.text) {
-                    self.record.title = title.clone();
+                    self.record.title = title.as_str().into();
                     self.emit(sh, &session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
                 }
                 self.adopt(sh);
@@ -385,7 +385,7 @@ impl Session {
 /// is the chat's last turn id and turn count (a started turn's place).
 fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>) {
     match &q.action {
-        StateAction::SessionTitleChanged(a) => record.title = a.title.clone(),
+        StateAction::SessionTitleChanged(a) => record.title = a.title.as_str().into(),
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
         StateAction::SessionIsArchivedChanged(a) => record.is_archived = a.is_archived,
         action if crate::folders::is_folder_action(action) => {

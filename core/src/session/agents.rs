@@ -59,7 +59,7 @@ impl Session {
         if !self.work.agents_owed.remove(chat) {
             return;
         }
-        let Some(conversation_id) = self.record.chats.iter().find(|c| c.resource == *chat).map(|c| c.conversation_id.clone()) else {
+        let Some(conversation_id) = self.record.chats.iter().find(|c| c.resource == *chat).map(|c| c.conversation_id.to_string()) else {
             return;
         };
         let session = self.record.resource.clone();

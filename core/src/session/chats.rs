@@ -24,7 +24,7 @@ impl Session {
         let session_uri = self.record.resource.clone();
         let state = chat_state(&record, Vec::new(), false);
         let summary = chat_summary(&state);
-        let conversation_id = record.conversation_id.clone();
+        let conversation_id = record.conversation_id.to_string();
         self.record.chats.push(record);
         if let Some(resident) = self.resident.as_mut() {
             resident.chats.insert(chat_uri.clone(), state);
@@ -75,7 +75,7 @@ impl Session {
             wake.history.remove(chat);
         }
         let wake_done = self.phase.is_waking() && self.phase.awaited().is_some_and(|ops| ops.is_empty());
-        self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id });
+        self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id.into() });
         let session_uri = self.record.resource.clone();
         self.emit(sh, &session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);
         if let Some(resident) = self.resident.as_mut() {

@@ -38,7 +38,7 @@ impl Session {
     /// the backend. Returns the deletes' ops, which the dispose waits for.
     pub(crate) fn delete_conversations(&mut self, sh: &mut Shared) -> BTreeSet<OpId> {
         let session = self.record.resource.clone();
-        let chats: Vec<(Uri, String)> = self.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.clone())).collect();
+        let chats: Vec<(Uri, String)> = self.record.chats.iter().map(|c| (c.resource.clone(), c.conversation_id.to_string())).collect();
         chats
             .into_iter()
             .map(|(chat, conversation_id)| self.backend(sh, Op::Delete { session: session.clone() }, chat, BackendCmd::Delete { conversation_id }))
@@ -90,7 +90,7 @@ impl Session {
 /// of the host's own (title, bits, settings, owner, senders are gone).
 pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
     SessionRecord {
-        title: String::new(),
+        title: Box::default(),
         is_read: false,
         is_archived: false,
         config: Default::default(),
@@ -102,6 +102,7 @@ pub fn tombstone_of(record: &SessionRecord) -> SessionRecord {
         shared_trees: Default::default(),
         git: None,
         deleted: true,
+        tools: None,
         chats: record
             .chats
             .iter()

@@ -46,7 +46,7 @@ impl Session {
                     _ => IDLE,
                 };
             rec.modified_at = fresh.modified_at.as_str().into();
-            rec.title = fresh.title.clone();
+            rec.title = fresh.title.as_str().into();
         }
         let Some(old) = listed else { return };
         let changes = PartialChatSummary {

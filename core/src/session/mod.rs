@@ -207,17 +207,22 @@ pub enum Queued {
     },
 }
 
-/// Whether root subscribers were told of a session, and what they hold.
-/// One value so that an announced session always has its row on record
-/// (its next change is diffed against it) and a provisional one has none.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Announcement {
+/// Whether root subscribers were told of a session, and what they hold:
+/// a view of [`Session`]'s announcement, read through
+/// [`Session::announcement`]. An announced session always has its row on
+/// record (its next change is diffed against it) and a provisional one has
+/// none. The session keeps it as a kept row and a flag beside its other
+/// flags, not as this enum: with two states that hold no row beside one
+/// that does, the enum took 16 bytes of every catalogue row's `Session`
+/// where the row's pointer takes 8 (issue 21: memory per catalogue row).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Announcement<'a> {
     /// Nothing said yet: not listed, no `root/sessionAdded` (Sessions page,
     /// "Provisional sessions").
     Provisional,
     /// Announced; the row last sent to root subscribers, for
     /// `root/sessionSummaryChanged` deltas.
-    Announced(Box<SessionSummary>),
+    Announced(&'a SessionSummary),
     /// Announced, and what root subscribers hold is exactly the row
     /// [`Session::summary`] builds now, so it is not kept (issue 21: the
     /// kept row was ~1 KB of a catalogue row's memory). Only a session whose
@@ -362,9 +367,12 @@ pub struct Session {
     pub created_at: WallTime,
     /// `modifiedAt` as a number; only moves forward.
     pub modified_at: WallTime,
-    /// Provisional until its first turn, then announced with the row root
-    /// subscribers hold (Sessions page, "Provisional sessions").
-    pub announcement: Announcement,
+    /// The row root subscribers hold, when kept: `None` while provisional
+    /// or settled ([`Session::announcement`] tells which).
+    sent_row: Option<Box<SessionSummary>>,
+    /// Provisional until its first turn, then announced (Sessions page,
+    /// "Provisional sessions"); with `sent_row`, the [`Announcement`].
+    announced: bool,
     /// Whether its creation failed and its start is owed to the next send.
     pub start_owed: bool,
     /// What the host is doing with it.
@@ -392,7 +400,26 @@ impl Session {
     /// would have its next change diffed against nothing, and never
     /// broadcast.
     pub fn mark_announced(&mut self, summary: SessionSummary) {
-        self.announcement = Announcement::Announced(Box::new(summary));
+        self.announced = true;
+        self.sent_row = Some(Box::new(summary));
+    }
+
+    /// Marks the session announced with the row it builds now as the one
+    /// root subscribers hold (`Settled`): a row listed from the store's
+    /// records after a restart, which a client's listing holds as built.
+    pub fn mark_settled(&mut self) {
+        self.announced = true;
+        self.sent_row = None;
+    }
+
+    /// Whether root subscribers were told of the session, and what they
+    /// hold.
+    pub fn announcement(&self) -> Announcement<'_> {
+        match (self.announced, self.sent_row.as_deref()) {
+            (false, _) => Announcement::Provisional,
+            (true, Some(row)) => Announcement::Announced(row),
+            (true, None) => Announcement::Settled,
+        }
     }
 
     /// Background work the backend reported (`Session.busy()`): some
@@ -406,7 +433,7 @@ impl Session {
     /// (Sessions page, "Provisional sessions": a session is not listed and
     /// not counted against the residency limit until its first turn).
     pub fn is_announced(&self) -> bool {
-        !matches!(self.announcement, Announcement::Provisional)
+        self.announced
     }
 
     /// Records `summary` as the row every root subscriber now holds and
@@ -418,12 +445,14 @@ impl Session {
     /// moved, and the simulator's `root_rows_match_listing` would see the
     /// client rows drift.
     pub fn replace_sent_row(&mut self, summary: SessionSummary) -> Option<Box<SessionSummary>> {
-        match &mut self.announcement {
-            Announcement::Provisional => None,
-            Announcement::Announced(row) => Some(std::mem::replace(row, Box::new(summary))),
-            Announcement::Settled => {
+        if !self.announced {
+            return None;
+        }
+        match &mut self.sent_row {
+            Some(row) => Some(std::mem::replace(row, Box::new(summary))),
+            None => {
                 let old = Box::new(summary.clone());
-                self.announcement = Announcement::Announced(Box::new(summary));
+                self.sent_row = Some(Box::new(summary));
                 Some(old)
             }
         }
@@ -434,8 +463,8 @@ impl Session {
     /// session out to change, before any change, so the next
     /// `root/sessionSummaryChanged` is diffed against exactly the row sent.
     pub fn unsettle(&mut self) {
-        if matches!(self.announcement, Announcement::Settled) {
-            self.announcement = Announcement::Announced(Box::new(self.summary()));
+        if self.announced && self.sent_row.is_none() {
+            self.sent_row = Some(Box::new(self.summary()));
         }
     }
 
@@ -448,9 +477,9 @@ impl Session {
         if self.resident.is_some() {
             return;
         }
-        if let Announcement::Announced(row) = &self.announcement {
+        if let Some(row) = &self.sent_row {
             if **row == self.summary() {
-                self.announcement = Announcement::Settled;
+                self.sent_row = None;
             }
         }
     }
@@ -468,7 +497,7 @@ impl Session {
             crate::mark!("modified_at_clamped");
         }
         self.modified_at = was.max(to);
-        self.record.modified_at = self.modified_at.to_iso_text();
+        self.record.modified_at = crate::record::Stamp::at(self.modified_at);
         was
     }
 
@@ -480,13 +509,14 @@ impl Session {
     /// catalogue row cost ~110 bytes).
     pub fn new(mut record: SessionRecord, phase: Phase, resident: Option<Resident>, can_resume: bool, now: MonoTime) -> Session {
         record.compact();
-        let created_at = WallTime::parse_iso(&record.created_at).unwrap_or_default();
-        let modified_at = WallTime::parse_iso(&record.modified_at).unwrap_or(created_at).max(created_at);
+        let created_at = record.created_at.time().unwrap_or_default();
+        let modified_at = record.modified_at.time().unwrap_or(created_at).max(created_at);
         Session {
             record,
             created_at,
             modified_at,
-            announcement: Announcement::Provisional,
+            sent_row: None,
+            announced: false,
             start_owed: false,
             phase,
             resident: resident.map(Box::new),

@@ -15,7 +15,6 @@ use crate::host::{Op, Shared};
 use crate::record::ChatRecord;
 use crate::session::state::{chat_state, chat_summary};
 use crate::session::{Phase, Session};
-use crate::time::WallTime;
 
 /// Where a chat goes in `chats` (a session's order): right after `after`,
 /// or first when `after` is `None` or names no chat of the list (ahp-types
@@ -142,9 +141,9 @@ impl Session {
     pub(crate) fn put_moved_chat(&mut self, sh: &mut Shared, record: ChatRecord, state: Option<ChatState>, after: Option<&Uri>) {
         let chat_uri = record.resource.clone();
         let session_uri = self.record.resource.clone();
-        let conversation_id = record.conversation_id.clone();
+        let conversation_id = record.conversation_id.to_string();
         let resume = !record.fresh;
-        let modified = WallTime::parse_iso(&record.modified_at);
+        let modified = record.modified_at.time();
         let mut summary = chat_summary(state.as_ref().unwrap_or(&chat_state(&record, Vec::new(), false)));
         summary.changes = record.changes.as_deref().cloned();
         summary.movable = Some(true);

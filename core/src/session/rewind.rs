@@ -135,7 +135,7 @@ impl Session {
         if rec.forgetting.is_empty() || rec.fresh {
             return;
         }
-        let (conversation_id, turn_ids) = (rec.conversation_id.clone(), rec.forgetting.to_vec());
+        let (conversation_id, turn_ids) = (rec.conversation_id.to_string(), rec.forgetting.to_vec());
         let op = Op::Forget { session: self.record.resource.clone(), chat: chat.clone(), turn_ids: turn_ids.clone() };
         self.backend(sh, op, chat.clone(), BackendCmd::Forget { conversation_id, turn_ids });
     }

@@ -107,8 +107,8 @@ mod tests {
     fn record(external: bool, changes: bool, chats: usize) -> SessionRecord {
         let chat = |i: usize| ChatRecord {
             resource: format!("ahp-chat:/c{i}"),
-            title: format!("chat \"{i}\"\n"),
-            conversation_id: format!("conv-{i}"),
+            title: format!("chat \"{i}\"\n").into(),
+            conversation_id: format!("conv-{i}").into(),
             modified_at: "2026-01-02T00:00:00.000Z".into(),
             status: if i == 1 { 2 } else { 1 },
             fresh: false,
@@ -147,6 +147,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
         }
     }
 

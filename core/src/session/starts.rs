@@ -64,9 +64,9 @@ impl Session {
             // 1095 and 1631: the chat's first turns were lost).
             if let (Some(started_chat), Outcome::Started { conversation_id, .. }) = (unanswered, &outcome) {
                 let chat_record = self.record.chats.iter_mut().find(|c| c.resource == started_chat && c.resource == *chat);
-                if let Some(c) = chat_record.filter(|c| c.conversation_id != *conversation_id) {
+                if let Some(c) = chat_record.filter(|c| *c.conversation_id != **conversation_id) {
                     crate::mark!("late_start_names_conversation");
-                    c.conversation_id = conversation_id.clone();
+                    c.conversation_id = conversation_id.as_str().into();
                     c.fresh = false;
                     self.store_put(sh);
                 }
@@ -149,7 +149,7 @@ impl Session {
     /// conversation exists from now on.
     fn name_conversation(&mut self, chat: &Uri, conversation_id: &str) {
         if let Some(c) = self.record.chats.iter_mut().find(|c| c.resource == *chat) {
-            c.conversation_id = conversation_id.to_owned();
+            c.conversation_id = conversation_id.into();
             c.fresh = false;
         }
     }

@@ -32,7 +32,7 @@ pub const IS_ARCHIVED: u32 = SessionStatus::IsArchived.0;
 pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats: Vec<ChatSummary>) -> SessionState {
     SessionState {
         provider: record.provider.to_string(),
-        title: record.title.clone(),
+        title: record.title.to_string(),
         status: flags(record) | SessionStatus::Idle.0,
         activity: None,
         origin: None,
@@ -52,8 +52,30 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
         // The row and the state carry the same mark (Sessions page,
         // "Finding one": "Its row and its state carry
         // _meta['vscode.external']: true"), from the first snapshot on.
-        meta: record.external.then(external_meta),
+        meta: state_meta(record),
     }
+}
+
+/// The `ahpd.wakes` value of a session's state: its waiting wakes as
+/// `[{id, chat, at, prompt}]`, `None` when it has none.
+pub fn wakes_value(record: &SessionRecord) -> Option<serde_json::Value> {
+    record.tools.as_ref().filter(|t| !t.wakes.is_empty()).map(|t| {
+        serde_json::Value::Array(t.wakes.iter().map(|w| serde_json::json!({"id": w.id, "chat": w.chat, "at": w.at.to_iso(), "prompt": w.prompt})).collect())
+    })
+}
+
+/// `_meta` of a session's state as its record gives it: the external
+/// mark, and the wakes its agents asked for (`ahpd.wakes`, issue 24).
+fn state_meta(record: &SessionRecord) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let wakes = wakes_value(record);
+    if !record.external && wakes.is_none() {
+        return None;
+    }
+    let mut meta = if record.external { external_meta() } else { serde_json::Map::new() };
+    if let Some(w) = wakes {
+        meta.insert(crate::host::WAKES_META_KEY.to_owned(), w);
+    }
+    Some(meta)
 }
 
 /// The `config` a session's state reports (`{schema, values}`, Sessions
@@ -91,7 +113,7 @@ pub fn chat_state(chat: &ChatRecord, turns: Vec<Turn>, default: bool) -> ChatSta
     let turns = crate::session::rewind::without_forgotten(chat, turns);
     ChatState {
         resource: chat.resource.clone(),
-        title: chat.title.clone(),
+        title: chat.title.to_string(),
         status: rest_status(chat.status, &turns),
         activity: None,
         modified_at: chat.modified_at.to_string(),
@@ -215,7 +237,7 @@ impl Session {
             .collect();
         SessionSummary {
             provider: self.record.provider.to_string(),
-            title: self.record.title.clone(),
+            title: self.record.title.to_string(),
             status,
             activity,
             origin: None,
@@ -246,7 +268,7 @@ impl Session {
             let held = self.resident.as_ref().and_then(|r| r.chats.get(&rec.resource));
             ChatRowFacts {
                 resource: &rec.resource,
-                title: held.map_or(rec.title.as_str(), |c| c.title.as_str()),
+                title: held.map_or(&*rec.title, |c| &*c.title),
                 origin: held.and_then(|c| c.origin.as_ref()),
                 status: held.map_or(rec.status, |c| c.status),
                 changes: rec.changes.as_deref(),

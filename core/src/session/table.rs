@@ -384,7 +384,7 @@ impl SessionTable {
             .by_key
             .range((key, Slot(0))..=(key, Slot(u32::MAX)))
             .filter_map(|(_, slot)| self.slab.get(slot.0 as usize)?.as_ref())
-            .filter(|s| s.record.provider == provider && s.record.chats.iter().any(|c| c.conversation_id == id))
+            .filter(|s| s.record.provider == provider && s.record.chats.iter().any(|c| &*c.conversation_id == id))
             .max_by(|a, b| a.record.resource.cmp(&b.record.resource))
             .map(|s| (&s.record.resource, s))
     }
@@ -524,6 +524,7 @@ mod tests {
             in_tree: None,
             shared_trees: Default::default(),
             deleted: false,
+            tools: None,
         };
         Session::new(record, Phase::Asleep, None, true, MonoTime(0))
     }
@@ -592,7 +593,7 @@ mod tests {
         // A chat added, a conversation renamed (an agent assigned its id).
         t.get_mut(&b).expect("b").record.chats.push(chat("b", "conv-1"));
         assert_eq!(t.conversation_holder("echo", "conv-1").map(|(u, _)| u.clone()), Some(b.clone()), "the last in URI order of those holding it");
-        t.get_mut(&a).expect("a").record.chats[0].conversation_id = "conv-2".to_owned();
+        t.get_mut(&a).expect("a").record.chats[0].conversation_id = "conv-2".into();
         t.sync_conversations();
         assert!(t.check_conversations().is_ok());
         assert_eq!(t.conversation_holder("echo", "conv-2").map(|(u, _)| u.clone()), Some(a.clone()));

@@ -58,7 +58,7 @@ impl Session {
             .record
             .chats
             .iter()
-            .map(|c| (c.resource.clone(), c.conversation_id.clone(), can_resume && (!owed || c.moved.is_some()) && !c.fresh))
+            .map(|c| (c.resource.clone(), c.conversation_id.to_string(), can_resume && (!owed || c.moved.is_some()) && !c.fresh))
             .collect();
         if can_resume {
             crate::mark!("wake_resumes");

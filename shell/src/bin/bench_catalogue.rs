@@ -419,7 +419,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         key: ahpd_core::record::Derived::held(key.clone()),
         resource: format!("ahp-session:/bench-{i:06}"),
         provider: "echo".into(),
-        title: format!("Refactor the parser so errors carry line numbers ({i})"),
+        title: format!("Refactor the parser so errors carry line numbers ({i})").into(),
         created_at: created.into(),
         modified_at: modified.as_str().into(),
         is_read: i.is_multiple_of(3),
@@ -431,8 +431,8 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         default_chat: ahpd_core::record::Derived::held(format!("ahp-chat:/{key}")),
         chats: vec![ChatRecord {
             resource: format!("ahp-chat:/{key}"),
-            title: String::new(),
-            conversation_id: key,
+            title: Box::default(),
+            conversation_id: key.into(),
             modified_at: modified.into(),
             status: 1,
             fresh: false,
@@ -454,6 +454,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
         in_tree: None,
         shared_trees: Default::default(),
         deleted: false,
+        tools: None,
         git: None,
     }
 }

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::Path;
 
 use ahp_types::state::ChangesSummary;
-use ahpd_core::{ids, SessionRecord, WallTime};
+use ahpd_core::{ids, SessionRecord};
 use serde::Serialize;
 
 use super::{note, DataDirArg};
@@ -89,7 +89,7 @@ impl RecordSummary {
         RecordSummary {
             resource: record.resource.clone(),
             provider: record.provider.to_string(),
-            title: record.title.clone(),
+            title: record.title.to_string(),
             owner: record.owner.as_deref().map(str::to_owned),
             scope: record.scope.as_deref().map(str::to_owned),
             is_read: record.is_read,
@@ -163,7 +163,7 @@ pub fn read_records(dir: &Path) -> Result<Vec<SessionRecord>, String> {
     }
     // Records only the journal holds so far.
     records.extend(journaled.into_values().flatten().filter(|r| !r.deleted));
-    let when = |r: &SessionRecord| WallTime::parse_iso(&r.modified_at).map_or(i64::MIN, |t| t.0);
+    let when = |r: &SessionRecord| r.modified_at.time().map_or(i64::MIN, |t| t.0);
     records.sort_by(|a, b| when(b).cmp(&when(a)).then_with(|| a.resource.cmp(&b.resource)));
     Ok(records)
 }
@@ -300,7 +300,7 @@ mod tests {
             .expect("append");
         let journal_len = fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len();
         let records = read_records(d).expect("read");
-        let seen: Vec<(String, &str)> = records.iter().map(|r| (r.key().into_owned(), r.title.as_str())).collect();
+        let seen: Vec<(String, &str)> = records.iter().map(|r| (r.key().into_owned(), &*r.title)).collect();
         assert_eq!(seen, [("ahp-session@kept".to_owned(), "journaled"), ("ahp-session@fresh".to_owned(), "only in the journal")]);
         assert!(d.join("ahp-session@gone.json").exists(), "a reader changes nothing");
         assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), journal_len);

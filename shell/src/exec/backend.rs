@@ -53,9 +53,11 @@ impl Backends {
     }
 
     /// Drives each of `agents` over ACP under its name; a chat with no
-    /// working directory runs its agent in `home` (which must exist).
-    pub fn with_acp_agents(mut self, agents: Vec<AgentConfig>, home: PathBuf) -> Backends {
-        self.acp = Acp::new(agents, home, self.events.clone());
+    /// working directory runs its agent in `home` (which must exist). With
+    /// `host_tools`, each chat's agent (where its config keeps `host_tools`
+    /// on) gets the host's MCP server.
+    pub fn with_acp_agents(mut self, agents: Vec<AgentConfig>, home: PathBuf, host_tools: Option<super::mcp::Endpoint>) -> Backends {
+        self.acp = Acp::new(agents, home, self.events.clone()).with_host_tools(host_tools);
         self
     }
 

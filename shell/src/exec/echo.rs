@@ -44,6 +44,17 @@
 //!   (`BackendEvent::Wrote`, the session's claim) and completes; denied, the
 //!   reply is `Echo: tool denied`. A path that is absolute, names `..`, or
 //!   a chat with no working directory gets `Echo: cannot write: ...`.
+//! - Host tools (issue 24), called as the chat's agent through the same
+//!   core input the host's MCP server uses (`EventSink::host_tool`); the
+//!   reply is `Echo: tool answered: <JSON>` or `Echo: tool refused:
+//!   <code>: <why>`:
+//!   - `/wake <seconds> <prompt>`: `schedule_wakeup` after that long;
+//!     `/wake-at <RFC 3339 time> <prompt>`: at that time.
+//!   - `/unwake <id>`: `cancel_wakeup`.
+//!   - `/send <session URI> <text>`: `send_message`.
+//!   - `/peers`: `list_peers`.
+//!   - `/child <provider> <prompt>`: `start_child_session`;
+//!     `/child-status <session URI>`: `child_status`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -51,6 +62,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use ahp::reducers::apply_action_to_chat;
+use ahpd_core::HostToolRequest;
 use ahp_types::actions::{
     ChatDeltaAction, ChatErrorAction, ChatInputCompletedAction, ChatInputRequestedAction, ChatResponsePartAction, ChatToolCallCompleteAction, ChatToolCallReadyAction,
     ChatToolCallStartAction, ChatTurnCancelledAction, ChatTurnCompleteAction, ChatTurnStartedAction, StateAction,
@@ -588,6 +600,17 @@ impl TurnCtx {
                 self.event(BackendEvent::Exited { message: "echo: asked to crash".to_owned() });
             }
             Directive::Write => self.write_file(confirm).await,
+            Directive::Tool => {
+                let reply = match tool_request(&self.text) {
+                    Ok(request) => match self.events.host_tool(self.chat.clone(), request).await {
+                        Ok(answer) => format!("Echo: tool answered: {answer}"),
+                        Err(e) => format!("Echo: tool refused: {e}"),
+                    },
+                    Err(usage) => format!("Echo: {usage}"),
+                };
+                self.stream(&reply, CHUNK_DELAY_MS).await;
+                self.complete().await;
+            }
             Directive::Ask => self.ask(answer).await,
             Directive::Approve => {
                 let tool_call_id = format!("{}.tool", self.turn_id);
@@ -872,6 +895,8 @@ enum Directive {
     /// Not a message's: a resumed turn goes on (`BackendCmd::Resume`).
     Resumed,
     Ask,
+    /// A host tool call (`/wake`, `/send`, `/peers`, ...).
+    Tool,
 }
 
 impl Directive {
@@ -887,8 +912,38 @@ impl Directive {
             Some("/crash") => Directive::Crash,
             Some("/slow") => Directive::Slow(ms(words.next(), 2_000)),
             Some("/busy") => Directive::Busy(ms(words.next(), 1_000)),
+            Some("/wake" | "/wake-at" | "/unwake" | "/send" | "/peers" | "/child" | "/child-status") => Directive::Tool,
             _ => Directive::Plain,
         }
+    }
+}
+
+/// The host tool call a `/wake`, `/wake-at`, `/unwake`, `/send`,
+/// `/peers`, `/child` or `/child-status` message asks for.
+///
+/// Errors: the usage of the directive, when its words do not read.
+fn tool_request(text: &str) -> Result<HostToolRequest, String> {
+    let text = text.trim_start();
+    let (directive, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
+    let rest = rest.trim_start();
+    let (first, tail) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let tail = tail.trim().to_owned();
+    match directive {
+        "/wake" => match first.parse::<u64>() {
+            Ok(secs) => Ok(HostToolRequest::ScheduleWakeup { after_seconds: Some(secs), at: None, prompt: tail }),
+            Err(_) => Err("usage: /wake <seconds> <prompt>".to_owned()),
+        },
+        "/wake-at" if !first.is_empty() => Ok(HostToolRequest::ScheduleWakeup { after_seconds: None, at: Some(first.to_owned()), prompt: tail }),
+        "/wake-at" => Err("usage: /wake-at <RFC 3339 time> <prompt>".to_owned()),
+        "/unwake" if !first.is_empty() => Ok(HostToolRequest::CancelWakeup { id: first.to_owned() }),
+        "/unwake" => Err("usage: /unwake <wake id>".to_owned()),
+        "/send" if !first.is_empty() => Ok(HostToolRequest::SendMessage { session: first.to_owned(), text: tail }),
+        "/send" => Err("usage: /send <session URI> <text>".to_owned()),
+        "/peers" => Ok(HostToolRequest::ListPeers),
+        "/child" if !first.is_empty() => Ok(HostToolRequest::StartChildSession { provider: first.to_owned(), prompt: tail, working_directory: None }),
+        "/child" => Err("usage: /child <provider> <prompt>".to_owned()),
+        "/child-status" if !first.is_empty() => Ok(HostToolRequest::ChildStatus { child: first.to_owned() }),
+        _ => Err("usage: /child-status <session URI>".to_owned()),
     }
 }
 
@@ -1123,6 +1178,21 @@ mod tests {
         assert_eq!(Directive::parse("/approve"), Directive::Approve);
         assert_eq!(Directive::parse("/ask what colour?"), Directive::Ask);
         assert_eq!(Directive::parse("/failing"), Directive::Plain);
+        assert_eq!(Directive::parse("/wake 2 hi"), Directive::Tool);
+        assert_eq!(Directive::parse("/wakeful"), Directive::Plain);
+    }
+
+    #[test]
+    fn tool_directives() {
+        assert_eq!(
+            tool_request("/wake 2 check the build"),
+            Ok(HostToolRequest::ScheduleWakeup { after_seconds: Some(2), at: None, prompt: "check the build".into() })
+        );
+        assert!(tool_request("/wake soon hi").is_err());
+        assert_eq!(tool_request("/send ahp-session:/b  hello there"), Ok(HostToolRequest::SendMessage { session: "ahp-session:/b".into(), text: "hello there".into() }));
+        assert_eq!(tool_request("/peers"), Ok(HostToolRequest::ListPeers));
+        assert_eq!(tool_request("/unwake wake-3"), Ok(HostToolRequest::CancelWakeup { id: "wake-3".into() }));
+        assert!(tool_request("/send").is_err());
     }
 
     fn turn(text: &str) -> Turn {

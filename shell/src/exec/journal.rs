@@ -356,7 +356,7 @@ mod tests {
 
     fn title_on_disk(dir: &Path, key: &str) -> Option<String> {
         let bytes = fs::read(dir.join(format!("{key}.json"))).ok()?;
-        serde_json::from_slice::<SessionRecord>(&bytes).ok().map(|r| r.title)
+        serde_json::from_slice::<SessionRecord>(&bytes).ok().map(|r| r.title.into())
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod echo_transcript;
 pub mod fsutil;
 pub mod git;
 pub mod journal;
+pub mod mcp;
 pub mod net;
 pub mod registry;
 pub mod store;

@@ -34,7 +34,7 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest, CreateTerminalResponse,
     FileSystemCapabilities, Implementation, InitializeRequest, KillTerminalRequest, KillTerminalResponse,
-    LoadSessionRequest, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
+    EnvVariable, HttpHeader, LoadSessionRequest, McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
     ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionId, SessionNotification, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
@@ -55,6 +55,7 @@ use super::terminal::Terminals;
 use super::turn::{History, TurnMap};
 use super::{startup_timeout, AgentConfig};
 use crate::driver::EventSink;
+use crate::exec::mcp::{self, ChatSecret, Endpoint};
 
 /// How long a failed prompt waits to learn whether the agent went away
 /// (so the error can carry its exit status and stderr), in ms.
@@ -91,6 +92,9 @@ struct Live {
     rx: mpsc::UnboundedReceiver<FromAgent>,
     turn: Option<TurnMap>,
     waiting: HashMap<String, (Vec<PermissionOption>, Responder<RequestPermissionResponse>)>,
+    /// The chat's secret for the host's MCP server, held as long as this
+    /// agent runs (dropped with it: the secret is refused from then on).
+    _secret: Option<ChatSecret>,
 }
 
 /// A started process whose session is not open yet.
@@ -113,13 +117,17 @@ pub struct ChatActor {
     written: Written,
     events: EventSink,
     live: Option<Live>,
+    /// The host's MCP server, given to each agent this chat starts.
+    tools: Option<Endpoint>,
 }
 
 impl ChatActor {
-    /// Starts the actor task; commands go to the returned sender.
-    pub fn spawn(chat: Uri, agent: Arc<AgentConfig>, home: PathBuf, written: Written, events: EventSink) -> mpsc::UnboundedSender<Msg> {
+    /// Starts the actor task; commands go to the returned sender. With
+    /// `tools`, each agent the chat starts gets the host's MCP server and a
+    /// secret of its own.
+    pub fn spawn(chat: Uri, agent: Arc<AgentConfig>, home: PathBuf, written: Written, events: EventSink, tools: Option<Endpoint>) -> mpsc::UnboundedSender<Msg> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let actor = ChatActor { chat, agent, home, written, events, live: None };
+        let actor = ChatActor { chat, agent, home, written, events, live: None, tools };
         tokio::spawn(actor.run(rx));
         tx
     }
@@ -232,12 +240,28 @@ impl ChatActor {
             Ok(r) => r,
             Err(what) => return self.abort(c, what).await,
         };
+        // The host's tools: a fresh secret for this agent, forgotten when it
+        // goes (with `Live`, or here when the start fails).
+        let secret = match &self.tools {
+            Some(tools) => match tools.secrets.issue(&self.chat) {
+                Ok(secret) => Some(secret),
+                Err(e) => {
+                    tracing::warn!(chat = %self.chat, agent = %self.agent.name, "acp: the agent starts without the host's tools: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mcp_servers = match (&self.tools, &secret) {
+            (Some(tools), Some(secret)) => vec![host_server(tools, secret, init.agent_capabilities.mcp_capabilities.http)],
+            _ => Vec::new(),
+        };
         let (session_id, history) = if resume {
             if !init.agent_capabilities.load_session {
                 tracing::warn!(agent = %self.agent.name, "the agent does not advertise loadSession; set can_resume = false for it so its sessions never sleep");
                 return self.abort(c, "the agent cannot load a conversation (no loadSession capability), so it cannot resume".to_owned()).await;
             }
-            let load = LoadSessionRequest::new(SessionId::from(conversation_id.clone()), cwd.clone());
+            let load = LoadSessionRequest::new(SessionId::from(conversation_id.clone()), cwd.clone()).mcp_servers(mcp_servers);
             if let Err(what) = request(&c.cx, load, timeout, "session/load").await {
                 return self.abort(c, what).await;
             }
@@ -255,12 +279,12 @@ impl ChatActor {
             }
             (SessionId::from(conversation_id), history.into_turns())
         } else {
-            match request(&c.cx, NewSessionRequest::new(cwd.clone()), timeout, "session/new").await {
+            match request(&c.cx, NewSessionRequest::new(cwd.clone()).mcp_servers(mcp_servers), timeout, "session/new").await {
                 Ok(r) => (r.session_id, Vec::new()),
                 Err(what) => return self.abort(c, what).await,
             }
         };
-        tracing::info!(chat = %self.chat, agent = %self.agent.name, session = %session_id.0, resumed = resume, turns = history.len(), cwd = %cwd.display(), "acp: agent session open");
+        tracing::info!(chat = %self.chat, agent = %self.agent.name, session = %session_id.0, resumed = resume, turns = history.len(), cwd = %cwd.display(), host_tools = secret.is_some(), "acp: agent session open");
         let conversation_id = session_id.0.to_string();
         self.live = Some(Live {
             cx: c.cx,
@@ -274,6 +298,7 @@ impl ChatActor {
             rx: c.rx,
             turn: None,
             waiting: HashMap::new(),
+            _secret: secret,
         });
         Outcome::Started { conversation_id, history }
     }
@@ -413,6 +438,24 @@ impl ChatActor {
         live.terminals.kill_all();
         tracing::debug!(chat = %self.chat, agent = %self.agent.name, status = %status, "acp: agent stopped");
     }
+}
+
+/// The host's MCP server as `session/new` / `session/load` name it for an
+/// agent: over HTTP with the chat's secret in an `Authorization` header
+/// where the agent takes HTTP servers (`mcpCapabilities.http`), else the
+/// stdio bridge (`ahpd mcp-bridge`, every ACP agent takes stdio servers)
+/// with the secret in its environment.
+fn host_server(tools: &Endpoint, secret: &ChatSecret, http: bool) -> McpServer {
+    if http {
+        let auth = HttpHeader::new("Authorization", format!("Bearer {}", secret.token()));
+        return McpServer::Http(McpServerHttp::new(mcp::SERVER_NAME, tools.url.clone()).headers(vec![auth]));
+    }
+    let ahpd = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("ahpd"));
+    McpServer::Stdio(
+        McpServerStdio::new(mcp::SERVER_NAME, ahpd)
+            .args(vec!["mcp-bridge".to_owned(), "--url".to_owned(), tools.url.clone()])
+            .env(vec![EnvVariable::new(mcp::BRIDGE_TOKEN_ENV, secret.token())]),
+    )
 }
 
 /// Spawns the agent and opens the connection (no request sent yet).

@@ -57,6 +57,10 @@ pub struct AgentConfig {
     pub can_resume: bool,
     /// How long each start-up request may take, in ms.
     pub startup_timeout_ms: u64,
+    /// Whether its chats get the host's own MCP server (issue 24, `host_tools`
+    /// in its config; default on): `send_message`, `schedule_wakeup`, ...
+    /// ([`crate::exec::mcp`]).
+    pub host_tools: bool,
 }
 
 impl AgentConfig {
@@ -92,6 +96,9 @@ pub struct Acp {
     home: PathBuf,
     written: fs::Written,
     chats: HashMap<Uri, mpsc::UnboundedSender<chat::Msg>>,
+    /// The host's MCP server, when it runs: each chat's agent whose config
+    /// keeps `host_tools` on is given it with a secret of its own.
+    tools: Option<crate::exec::mcp::Endpoint>,
 }
 
 impl Acp {
@@ -104,7 +111,21 @@ impl Acp {
             events,
             home,
             chats: HashMap::new(),
+            tools: None,
         }
+    }
+
+    /// Gives every chat's agent (whose config keeps `host_tools` on) the
+    /// host's MCP server at `endpoint`.
+    pub fn with_host_tools(mut self, endpoint: Option<crate::exec::mcp::Endpoint>) -> Acp {
+        self.tools = endpoint;
+        self
+    }
+
+    /// Whether any configured agent takes the host's tools (the MCP server
+    /// is opened only then).
+    pub fn wants_host_tools(agents: &[AgentConfig]) -> bool {
+        agents.iter().any(|a| a.host_tools)
     }
 
     /// Whether `provider` is one of the configured agents.
@@ -126,7 +147,8 @@ impl Acp {
                 Err(mpsc::error::SendError(back)) => msg = back,
             }
         }
-        let tx = chat::ChatActor::spawn(chat.clone(), agent, self.home.clone(), self.written.clone(), self.events.clone());
+        let tools = self.tools.clone().filter(|_| agent.host_tools);
+        let tx = chat::ChatActor::spawn(chat.clone(), agent, self.home.clone(), self.written.clone(), self.events.clone(), tools);
         if tx.send(msg).is_err() {
             self.events.input(Input::Done { op, outcome: Outcome::Failed { message: "acp: the chat's actor could not start".to_owned() } });
         }

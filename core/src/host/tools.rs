@@ -1,0 +1,350 @@
+//! The host tools' rules (issue 24; `crate::tools` has the types): each
+//! `Input::HostTool` is judged here and answered with exactly one
+//! `Effect::HostToolAnswer`, in the same input.
+//!
+//! A message a tool makes (a `send_message`, a wake's prompt) reaches its
+//! chat as a queued message (`crate::session::pending`): written into the
+//! target's record with the wake taken off in the same write, echoed as
+//! `chat/pendingMessageSet` when the state is held, and started as the
+//! chat's next turn as any queued message is, which wakes a sleeping
+//! session (Sessions page, "Sleep and wake": "a send_message from another
+//! session ... and a wake its agent asked for with schedule_wakeup").
+//! Wakers that arrive together share one resume: the wake code coalesces
+//! them (`Host::wake`).
+//!
+//! Grants (Sessions page, "Grants"; `crate::grants`): a tool acts as the
+//! calling session's owner, as a client of that owner would. `send_message`
+//! and `schedule_wakeup` are a `chat:send` (on the target, on the caller's
+//! own chat), `list_peers` a `session:peers`. A host with no users
+//! directory refuses nobody.
+
+use ahp_types::actions::{ChatPendingMessageSetAction, StateAction};
+use ahp_types::state::{Message, MessageKind, MessageOrigin, PendingMessageKind};
+use ahp_types::Uri;
+use serde_json::{json, Value};
+
+use crate::effect::{Effect, LogLevel};
+use crate::grants::{Operation, Principal};
+use crate::record::{QueuedMessage, ScheduledWake, ToolsRecord};
+use crate::session::Phase;
+use crate::time::WallTime;
+use crate::tools::{HostCallId, HostToolError, HostToolErrorCode as Code, HostToolRequest, HostToolResult, MAX_TOOL_TEXT_BYTES, MAX_WAKES_PER_SESSION};
+
+use super::Host;
+
+/// The `_meta` key of a session's state listing its waiting wakes
+/// (`[{id, chat, at, prompt}]`), and of a turn's message a tool made
+/// (`{"wake": id}` or `{"from": {session, chat}}`).
+pub const WAKES_META_KEY: &str = "ahpd.wakes";
+/// The `_meta` key on a message a host tool made.
+pub const TOOL_META_KEY: &str = "ahpd.hostTool";
+
+/// The longest a wake may be asked ahead: ten years, in ms (a longer one is
+/// a mistake, and would overflow nothing but help nobody).
+const MAX_WAKE_AHEAD_MS: i64 = 10 * 366 * 86_400_000;
+
+fn refuse(code: Code, message: impl Into<String>) -> HostToolResult {
+    Err(HostToolError::new(code, message))
+}
+
+impl Host {
+    /// `Input::HostTool`: one call of a host tool by the agent in `chat`,
+    /// answered once.
+    pub(crate) fn on_host_tool(&mut self, call: HostCallId, chat: &Uri, tool: HostToolRequest) {
+        let name = tool.name();
+        let result = self.run_tool(chat, tool);
+        if let Err(e) = &result {
+            crate::mark!("host_tool_refused");
+            self.shared.log(LogLevel::Info, "tool.refused", self.session_of(chat), format!("{name} from {chat}: {e}"));
+        }
+        self.answer_tool(call, result);
+    }
+
+    fn run_tool(&mut self, chat: &Uri, tool: HostToolRequest) -> HostToolResult {
+        let Some(caller) = self.session_of(chat).filter(|s| *s != *chat) else {
+            return refuse(Code::NotFound, format!("chat {chat} does not exist (any more)"));
+        };
+        if self.stopping() {
+            return refuse(Code::Unavailable, "the host is shutting down");
+        }
+        if self.sessions.get(&caller).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
+            return refuse(Code::NotFound, format!("session {caller} is being disposed"));
+        }
+        match tool {
+            HostToolRequest::ScheduleWakeup { after_seconds, at, prompt } => self.schedule_wakeup(&caller, chat, after_seconds, at, prompt),
+            HostToolRequest::CancelWakeup { id } => self.cancel_wakeup(&caller, &id),
+            HostToolRequest::SendMessage { session, text } => self.send_message(&caller, chat, &session, text),
+            HostToolRequest::ListPeers => {
+                self.tool_grant(&caller, Operation::SessionPeers)?;
+                Ok(super::awareness::answer(&self.awareness, &self.sessions, &self.shared.config, &caller))
+            }
+            HostToolRequest::StartChildSession { .. } | HostToolRequest::ChildStatus { .. } => {
+                refuse(Code::Unavailable, "child sessions are not built on this host yet")
+            }
+        }
+    }
+
+    /// Queues the one answer to `call`.
+    pub(crate) fn answer_tool(&mut self, call: HostCallId, result: HostToolResult) {
+        self.shared.effects.push(Effect::HostToolAnswer { call, result });
+    }
+
+    /// Whether session `uri`'s owner holds `op` (module docs): refused
+    /// `forbidden` when it does not, or when it is nobody the users
+    /// directory names any more.
+    fn tool_grant(&self, uri: &Uri, op: Operation) -> Result<(), HostToolError> {
+        let Some(users) = self.shared.config.users.as_ref() else { return Ok(()) };
+        let owner = self.sessions.get(uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("");
+        let principal = if let Some(id) = owner.strip_prefix("user:") {
+            users.users.iter().find(|u| u.id == id).map(|u| Principal::User { id: u.id.clone(), role: u.role, administrator: u.administrator, memberships: Vec::new() })
+        } else if let Some(name) = owner.strip_prefix("plugin:") {
+            users.plugins.iter().find(|p| p.name == name).map(|p| Principal::Plugin { name: p.name.clone(), role: p.role })
+        } else {
+            owner.strip_prefix("root:").map(|host| Principal::Root { host: host.to_owned() })
+        };
+        match principal {
+            Some(p) if p.holds(op) => Ok(()),
+            Some(p) => Err(HostToolError::new(Code::Forbidden, format!("the session's owner {} does not hold {}", p.owner(), op.name()))),
+            None => Err(HostToolError::new(Code::Forbidden, format!("the session has no owner this host knows, so it may not {}", op.name()))),
+        }
+    }
+
+    /// `schedule_wakeup`: a wake written into the caller's record.
+    fn schedule_wakeup(&mut self, caller: &Uri, chat: &Uri, after_seconds: Option<u64>, at: Option<String>, prompt: String) -> HostToolResult {
+        let now = self.shared.now.wall;
+        let due = match (after_seconds, at.as_deref()) {
+            (Some(secs), None) => WallTime(now.0.saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX))),
+            (None, Some(text)) => match WallTime::parse_iso(text) {
+                Some(t) => t,
+                None => return refuse(Code::InvalidArgument, format!("at is not an RFC 3339 time: {}", crate::ids::printable(text))),
+            },
+            _ => return refuse(Code::InvalidArgument, "give exactly one of after_seconds and at"),
+        };
+        if due.0.saturating_sub(now.0) > MAX_WAKE_AHEAD_MS {
+            return refuse(Code::InvalidArgument, "a wake may be at most ten years ahead");
+        }
+        check_text("prompt", &prompt)?;
+        self.tool_grant(caller, Operation::ChatSend)?;
+        let Some(session) = self.sessions.get_mut(caller) else { return refuse(Code::NotFound, format!("no session {caller}")) };
+        let tools = session.record.tools.get_or_insert_with(Box::default);
+        if tools.wakes.len() >= MAX_WAKES_PER_SESSION {
+            crate::mark!("wake_refused_limit");
+            return refuse(Code::LimitReached, format!("this session already has {MAX_WAKES_PER_SESSION} wakes waiting; cancel one first"));
+        }
+        tools.next_wake += 1;
+        let id = format!("wake-{}", tools.next_wake);
+        tools.wakes.push(ScheduledWake { id: id.clone(), chat: chat.clone(), at: due, prompt });
+        self.wakes.insert((due, caller.clone(), id.clone()));
+        crate::mark!("wake_scheduled");
+        self.store_put(caller);
+        self.in_session(caller, |s, sh| s.expose_wakes(sh));
+        Ok(json!({"id": id, "at": due.to_iso(), "chat": chat}))
+    }
+
+    /// `cancel_wakeup`: one of the caller's wakes forgotten.
+    fn cancel_wakeup(&mut self, caller: &Uri, id: &str) -> HostToolResult {
+        let Some(session) = self.sessions.get_mut(caller) else { return refuse(Code::NotFound, format!("no session {caller}")) };
+        let Some(wake) = take_wake(&mut session.record.tools, id) else {
+            return refuse(Code::NotFound, format!("this session has no wake {}", crate::ids::printable(id)));
+        };
+        self.wakes.remove(&(wake.at, caller.clone(), wake.id));
+        self.store_put(caller);
+        self.in_session(caller, |s, sh| s.expose_wakes(sh));
+        Ok(json!({"id": id, "cancelled": true}))
+    }
+
+    /// `send_message`: `text` queued on the target's default chat as a
+    /// message from the caller (docs/DECISIONS.md, 21).
+    fn send_message(&mut self, caller: &Uri, chat: &Uri, target: &str, text: String) -> HostToolResult {
+        if let Err(e) = crate::ids::ResourceId::parse(target) {
+            return refuse(Code::InvalidArgument, format!("session: {e}"));
+        }
+        check_text("text", &text)?;
+        let target: Uri = target.to_owned();
+        // A session still being created is not listed yet (Sessions page:
+        // "nothing announces it or lists it until its first turn").
+        let Some(session) = self.sessions.get(&target).filter(|s| !matches!(s.phase, Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record.external) else {
+            return refuse(Code::NotFound, format!("no session {target} on this host"));
+        };
+        if target == *caller {
+            return refuse(Code::Forbidden, "a session may not send a message to itself; use schedule_wakeup to prompt yourself later");
+        }
+        let default_chat: Uri = session.record.default_chat().into_owned();
+        let full = session.record.chats.iter().find(|c| c.resource == default_chat).is_some_and(|c| c.queued.len() >= self.shared.config.limits.queued_messages_per_chat);
+        self.tool_grant(caller, Operation::ChatSend)?;
+        if full {
+            return refuse(Code::LimitReached, format!("{target} already has {} messages queued", self.shared.config.limits.queued_messages_per_chat));
+        }
+        let id = format!("msg-{}", self.shared.rng.hex_id());
+        let meta = json!({"from": {"session": caller, "chat": chat}});
+        let sender = self.sessions.get(caller).and_then(|s| s.record.owner.as_deref()).unwrap_or("").to_owned();
+        crate::mark!("tool_message_sent");
+        self.deliver(&target, &default_chat, id.clone(), message(text, MessageKind::Agent, meta), sender);
+        Ok(json!({"session": target, "chat": default_chat, "turnId": id}))
+    }
+
+    /// Queues `message` (id `id`, sent by `sender`) on `chat` of session
+    /// `uri`: into the record, echoed when the state is held, then started
+    /// when due, waking the session if it sleeps. The record is written.
+    fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: Message, sender: String) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
+        record.queued.push(QueuedMessage { id: id.clone(), message: message.clone(), sender });
+        let held = session.resident.as_ref().is_some_and(|r| r.chats.contains_key(chat));
+        self.in_session(uri, |s, sh| {
+            if held {
+                let action = StateAction::ChatPendingMessageSet(ChatPendingMessageSetAction { kind: PendingMessageKind::Queued, id, message });
+                s.emit(sh, chat, action, None);
+                s.after_chat_change(sh, chat);
+            }
+            s.mark_activity(sh);
+        });
+        self.store_put(uri);
+        let Some(session) = self.sessions.get(uri) else { return };
+        match (&session.phase, session.resident.is_some()) {
+            (Phase::Live { .. }, _) => self.start_queued_if_due(uri, false),
+            (Phase::Asleep, true) => {
+                self.start_queued_if_due(uri, true);
+                // Nothing could start it now (a write in flight): the
+                // session is woken, and its wake's end starts the queue.
+                if self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Asleep && s.work.parked.is_none()) {
+                    crate::mark!("tool_message_wakes_held");
+                    self.wake(uri);
+                }
+            }
+            (Phase::Asleep, false) => {
+                crate::mark!("tool_message_wakes_unloaded");
+                self.wake(uri);
+            }
+            // A wake under way starts the queue when it ends; a session
+            // still starting, when it is live.
+            _ => crate::mark!("tool_message_waits_for_wake"),
+        }
+    }
+
+    /// Fires every wake due at the current wall time, once each: taken off
+    /// its session's record in the same write that queues its prompt
+    /// (docs/DECISIONS.md, 20). Called after every input.
+    pub(crate) fn fire_wakes(&mut self) {
+        if self.stopping() {
+            // Kept in the record: it fires after the restart.
+            return;
+        }
+        let now = self.shared.now.wall;
+        while let Some(first) = self.wakes.first().filter(|(at, _, _)| *at <= now).cloned() {
+            self.wakes.remove(&first);
+            let (_, uri, id) = first;
+            let Some(session) = self.sessions.get_mut(&uri) else { continue };
+            let disposing = matches!(session.phase, Phase::Disposing(_));
+            let Some(wake) = take_wake(&mut session.record.tools, &id) else { continue };
+            if disposing {
+                // Its session is going: the wake goes with it (kept, it
+                // would be due and unfired; the tombstone keeps none).
+                crate::mark!("wake_dropped_disposing");
+                self.shared.log(LogLevel::Info, "wake.dropped", Some(uri.clone()), format!("{}: the session is being disposed", wake.id));
+                continue;
+            }
+            // The chat may have moved to another session or gone since.
+            let owner = self.session_of(&wake.chat).filter(|s| *s != wake.chat);
+            if owner.as_ref() != Some(&uri) {
+                crate::mark!("wake_chat_gone");
+                self.shared.log(LogLevel::Info, "wake.dropped", Some(uri.clone()), format!("{}: chat {} is no longer in this session", wake.id, wake.chat));
+                self.store_put(&uri);
+                self.in_session(&uri, |s, sh| s.expose_wakes(sh));
+                continue;
+            }
+            crate::mark!("wake_fired");
+            self.shared.log(LogLevel::Info, "wake.fired", Some(uri.clone()), format!("{} on {}", wake.id, wake.chat));
+            let sender = self.sessions.get(&uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("").to_owned();
+            let meta = json!({"wake": wake.id});
+            // Its own id, not the wake's: a wake id a lost write gave out
+            // may be given again after a restart.
+            let id = format!("{}-{}", wake.id, self.shared.rng.hex_id());
+            self.deliver(&uri, &wake.chat, id, message(wake.prompt, MessageKind::Agent, meta), sender);
+            self.in_session(&uri, |s, sh| s.expose_wakes(sh));
+        }
+    }
+
+    /// The monotonic time the first wake is due, from its wall time and the
+    /// current reading of both clocks (a wall clock that jumps moves it;
+    /// each tick reads it again).
+    pub(crate) fn wake_deadline(&self) -> Option<crate::time::MonoTime> {
+        if self.stopping() {
+            return None;
+        }
+        let (at, _, _) = self.wakes.first()?;
+        let ahead = u64::try_from(at.0.saturating_sub(self.shared.now.wall.0)).unwrap_or(0);
+        Some(self.shared.now.mono.plus_ms(ahead))
+    }
+
+    /// Forgets the index entries of session `uri`'s wakes (a dispose).
+    pub(crate) fn forget_wakes(&mut self, uri: &Uri) {
+        self.wakes.retain(|(_, u, _)| u != uri);
+    }
+
+    /// Indexes the wakes a restored record holds.
+    pub(crate) fn index_wakes(&mut self, record: &crate::record::SessionRecord) {
+        for w in record.tools.iter().flat_map(|t| t.wakes.iter()) {
+            self.wakes.insert((w.at, record.resource.clone(), w.id.clone()));
+        }
+    }
+}
+
+impl crate::HostView<'_> {
+    /// The host's index of waiting wakes: (due, session, wake id), in due
+    /// order (for the invariants: it names exactly the records' wakes).
+    pub fn wake_index(&self) -> &std::collections::BTreeSet<(WallTime, Uri, String)> {
+        &self.host.wakes
+    }
+}
+
+/// Takes wake `id` off `tools`, dropping the box when it holds nothing.
+fn take_wake(tools: &mut Option<Box<ToolsRecord>>, id: &str) -> Option<ScheduledWake> {
+    let t = tools.as_mut()?;
+    let i = t.wakes.iter().position(|w| w.id == id)?;
+    Some(t.wakes.remove(i))
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), HostToolError> {
+    if text.trim().is_empty() {
+        return Err(HostToolError::new(Code::InvalidArgument, format!("{what} is empty")));
+    }
+    if text.len() > MAX_TOOL_TEXT_BYTES {
+        return Err(HostToolError::new(Code::InvalidArgument, format!("{what} is longer than {MAX_TOOL_TEXT_BYTES} bytes")));
+    }
+    Ok(())
+}
+
+/// A message a host tool made, its `_meta` saying so.
+fn message(text: String, kind: MessageKind, tool_meta: Value) -> Message {
+    let meta = [(TOOL_META_KEY.to_owned(), tool_meta)].into_iter().collect();
+    Message { text, origin: MessageOrigin { kind }, attachments: None, model: None, agent: None, meta: Some(meta) }
+}
+
+impl crate::session::Session {
+    /// The `_meta` value listing this session's waiting wakes (`None`
+    /// when it has none).
+    pub fn wakes_meta(&self) -> Option<Value> {
+        crate::session::state::wakes_value(&self.record)
+    }
+
+    /// Says the session's waiting wakes on its state's `_meta`
+    /// (`ahpd.wakes`) through `session/metaChanged` when they moved (a
+    /// held state only; a state made later reads them from the record).
+    pub(crate) fn expose_wakes(&mut self, sh: &mut super::Shared) {
+        let Some(resident) = self.resident.as_ref() else { return };
+        let fresh = self.wakes_meta();
+        let current = resident.session.meta.as_ref().and_then(|m| m.get(WAKES_META_KEY));
+        if current == fresh.as_ref() {
+            return;
+        }
+        let mut meta = resident.session.meta.clone().unwrap_or_default();
+        match fresh {
+            Some(v) => meta.insert(WAKES_META_KEY.to_owned(), v),
+            None => meta.remove(WAKES_META_KEY),
+        };
+        let uri = self.record.resource.clone();
+        let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
+        self.emit(sh, &uri, action, None);
+    }
+}

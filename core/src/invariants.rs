@@ -137,7 +137,7 @@ pub fn before(view: &HostView<'_>) -> Before {
             .iter()
             .map(|(uri, s)| {
                 let facts = SessionBefore {
-                    created_at: s.created_at,
+                    created_at: s.created_at(),
                     modified_at: s.modified_at,
                     held: s.resident.is_some(),
                     live: s.phase.is_live(),
@@ -334,8 +334,8 @@ pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
 /// "createdAt is when the session was first started and never moves ...
 /// modifiedAt ... moves forward only": modifiedAt is never before createdAt.
 pub fn inv_modified_not_before_created(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.modified_at < s.created_at {
-        return fail("inv_modified_not_before_created", format!("{uri} modified {} < created {}", s.modified_at.0, s.created_at.0));
+    if s.modified_at < s.created_at() {
+        return fail("inv_modified_not_before_created", format!("{uri} modified {} < created {}", s.modified_at.0, s.created_at().0));
     }
     Ok(())
 }
@@ -618,8 +618,8 @@ fn watched(view: &HostView<'_>, s: &Session) -> bool {
 pub fn inv_created_at_never_moves(before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, b) in &before.sessions {
         if let Some(s) = view.sessions.get(uri) {
-            if s.created_at != b.created_at {
-                return fail("inv_created_at_never_moves", format!("{uri}: createdAt {} -> {}", b.created_at.0, s.created_at.0));
+            if s.created_at() != b.created_at {
+                return fail("inv_created_at_never_moves", format!("{uri}: createdAt {} -> {}", b.created_at.0, s.created_at().0));
             }
         }
     }

@@ -363,8 +363,6 @@ pub struct Session {
     /// The durable record (host-owned fields); the catalogue row is built
     /// from it when the session is not resident.
     pub record: SessionRecord,
-    /// `createdAt` as a number, for sorting; never moves.
-    pub created_at: WallTime,
     /// `modifiedAt` as a number; only moves forward.
     pub modified_at: WallTime,
     /// The row root subscribers hold, when kept: `None` while provisional
@@ -420,6 +418,13 @@ impl Session {
             (true, Some(row)) => Announcement::Announced(row),
             (true, None) => Announcement::Settled,
         }
+    }
+
+    /// `createdAt` as a number: the record's, read from its [`crate::record::Stamp`]
+    /// (the epoch when the stored text is no time); never moves. Not kept
+    /// beside the record (issue 21: 8 bytes of every catalogue row).
+    pub fn created_at(&self) -> WallTime {
+        self.record.created_at.time().unwrap_or_default()
     }
 
     /// Background work the backend reported (`Session.busy()`): some
@@ -513,7 +518,6 @@ impl Session {
         let modified_at = record.modified_at.time().unwrap_or(created_at).max(created_at);
         Session {
             record,
-            created_at,
             modified_at,
             sent_row: None,
             announced: false,

@@ -74,7 +74,7 @@ impl Session {
             activity,
             working_directories: &self.record.working_directories,
             resource: &self.record.resource,
-            created_at: self.created_at.iso(),
+            created_at: self.created_at().iso(),
             modified_at: self.modified_at.iso(),
             changes: self.record.changes.as_deref(),
             meta: self.record.external.then_some(ExternalMark { external: true }),

@@ -245,7 +245,7 @@ impl Session {
             working_directories: Some(self.record.working_directories.to_vec()),
             annotations: None,
             resource: self.record.resource.clone(),
-            created_at: self.created_at.to_iso(),
+            created_at: self.created_at().to_iso(),
             modified_at: self.modified_at.to_iso(),
             changes: self.record.changes.as_deref().cloned(),
             meta: self.record.external.then(external_meta),

@@ -400,7 +400,10 @@ async fn claude_code_calls_the_hosts_tools() {
     let daemon = kit.daemon(&tmp.path().join("data"), &[]);
     let (c, _, _root) = connect_init(&daemon.url, "claude-tools").await;
     let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
-    let (sid_b, _chat_b, _sb, mut state_b, mut sub_b) = session_on(&c, "echo", &work).await;
+    let (sid_b, chat_b, _sb, mut state_b, mut sub_b) = session_on(&c, "echo", &work).await;
+    // A session is a send_message target once announced, at its first turn
+    // (Sessions page, "Provisional sessions"; DECISIONS 21).
+    prompt(&c, &chat_b, &mut state_b, &mut sub_b, "b1", "hello").await;
     let send = format!("/calltool ahpd send_message {}", serde_json::json!({ "session": sid_b, "text": "hello from claude" }));
     for (turn_id, text) in [("t1", "/calltool ahpd list_peers {}".to_owned()), ("t2", send)] {
         within("dispatch", c.dispatch(chat.clone(), user_turn(turn_id, &text))).await.expect("dispatch");

@@ -179,7 +179,10 @@ async fn the_node_agent_calls_the_hosts_tools_over_http_and_over_the_bridge() {
     let daemon = Daemon::start_with(&data, &["--agent", &http, "--agent", &stdio, "--agent", &rust]);
     let (c, _, _root) = connect_init(&daemon.url, "tools-4").await;
     let (_sid_a, chat_a, _sa, mut state_a, mut sub_a) = session_on(&c, "node", &work).await;
-    let (sid_b, _chat_b, _sb, mut state_b, mut sub_b) = session_on(&c, "good", &work).await;
+    let (sid_b, chat_b, _sb, mut state_b, mut sub_b) = session_on(&c, "good", &work).await;
+    // A session is a send_message target once announced, at its first turn
+    // (Sessions page, "Provisional sessions"; DECISIONS 21).
+    prompt(&c, &chat_b, &mut state_b, &mut sub_b, "b1", "hello").await;
 
     prompt(&c, &chat_a, &mut state_a, &mut sub_a, "a1", "/tool list_peers").await;
     let reply = last_reply(&state_a);

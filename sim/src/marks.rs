@@ -9,6 +9,14 @@
 
 /// Marks the CI seed range must hit.
 pub const EXPECTED: &[&str] = &[
+    // Host tools (issue 24, core/src/host/tools.rs): agents call them on
+    // the sim's own tools stream.
+    "host_tool_refused",
+    "tool_message_sent",
+    "tool_message_waits_for_wake",
+    "tool_message_wakes_unloaded",
+    "wake_scheduled",
+    "wake_fired",
     // Sleep and wake.
     "sleep_after_idle",
     "sleep_refused_watched",
@@ -165,6 +173,14 @@ pub const EXPECTED: &[&str] = &[
 /// a range run, not required by the test (moved to [`EXPECTED`] as the
 /// options that reach them land).
 pub const EXPECTED_PENDING: &[&str] = &[
+    // Host tools, rare in 0..1200 (1-3 hits): a message to a held sleeping
+    // session, a wake whose chat is gone or whose session is disposing; the
+    // wake bound (16 per session) is never reached by the sim's agents
+    // (core/tests/host_tools.rs covers it).
+    "tool_message_wakes_held",
+    "wake_chat_gone",
+    "wake_dropped_disposing",
+    "wake_refused_limit",
     // Rare: hit in 0..2000 until the host tools' stream and the crash-between-writes
     // fault moved the schedules (session 20); no seed of 0..2000 reaches it now.
     "fork_refused_source_elsewhere",

@@ -277,9 +277,14 @@ impl Host {
         Some(self.shared.now.mono.plus_ms(ahead))
     }
 
-    /// Forgets the index entries of session `uri`'s wakes (a dispose).
-    pub(crate) fn forget_wakes(&mut self, uri: &Uri) {
-        self.wakes.retain(|(_, u, _)| u != uri);
+    /// Forgets the index entries of the wakes `record` holds (a dispose):
+    /// the record lists them, so only they are looked up, not every wake
+    /// waiting on the host (the index names exactly the records' wakes:
+    /// `inv_wake_index_consistent`).
+    pub(crate) fn forget_wakes(&mut self, record: &crate::record::SessionRecord) {
+        for w in record.tools.iter().flat_map(|t| t.wakes.iter()) {
+            self.wakes.remove(&(w.at, record.resource.clone(), w.id.clone()));
+        }
     }
 
     /// Indexes the wakes a restored record holds.

@@ -35,6 +35,7 @@
 
 mod agents;
 mod awareness;
+mod children;
 mod connections;
 mod detached;
 mod discovery;
@@ -54,6 +55,7 @@ use ahp::reducers::{ReduceOutcome, apply_action_to_root};
 pub use connections::{Conn, Handshake};
 pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
+pub use children::{CHILDREN_META_KEY, PARENT_META_KEY};
 pub use tools::{TOOL_META_KEY, WAKES_META_KEY};
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
@@ -258,6 +260,10 @@ pub struct Host {
     /// in due order (`host/tools.rs`): the next one is found without
     /// walking the catalogue, asleep or not.
     pub(crate) wakes: BTreeSet<(WallTime, Uri, String)>,
+    /// Children and parents read back at start, and children whose turn
+    /// end is owed to their parent while the host stops: looked at at the
+    /// next input (`host/children.rs`, `Host::deliver_owed_children`).
+    pub(crate) children_owed: BTreeSet<Uri>,
 }
 
 /// What one session's rules may use of the host while they run, besides
@@ -488,6 +494,7 @@ impl Host {
             went: Vec::new(),
             drain: None,
             wakes: BTreeSet::new(),
+            children_owed: BTreeSet::new(),
         }
     }
 
@@ -571,6 +578,7 @@ impl Host {
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
         self.index_wakes(&record);
+        self.index_family(&record);
         let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
@@ -708,6 +716,7 @@ impl Host {
         self.drain_due();
         self.retry_queued_starts();
         self.fire_wakes();
+        self.deliver_owed_children();
         self.fire_due();
         self.aware().tick();
         // The index a checker reads is the sessions' as this input left
@@ -727,7 +736,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline(), self.children_owed_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.

@@ -45,6 +45,8 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_queue_never_stalls", inv_queue_never_stalls),
     ("inv_wake_index_consistent", inv_wake_index_consistent),
     ("inv_due_wake_fired", inv_due_wake_fired),
+    ("inv_child_owned_as_parent", inv_child_owned_as_parent),
+    ("inv_child_finish_delivered", inv_child_finish_delivered),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -521,6 +523,48 @@ pub fn inv_wake_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     }
     if &want != view.wake_index() {
         return fail("inv_wake_index_consistent", format!("the index holds {:?}, the records {want:?}", view.wake_index()));
+    }
+    Ok(())
+}
+
+/// "start_child_session(provider, prompt, working_directory?) ... a child
+/// session owned as its parent is" (issue 24; docs/DECISIONS.md, 24): a
+/// child its parent lists has the parent's owner and scope.
+pub fn inv_child_owned_as_parent(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions.iter() {
+        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
+        let Some(parent) = view.sessions.get(&link.session).filter(|_| view.is_child_of(uri, &link.session)) else { continue };
+        if (&s.record.owner, &s.record.scope) != (&parent.record.owner, &parent.record.scope) {
+            return fail("inv_child_owned_as_parent", format!(
+                "{uri} is owned {:?} / {:?}, its parent {} {:?} / {:?}",
+                s.record.owner, s.record.scope, link.session, parent.record.owner, parent.record.scope
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// "when the child's turn ends, the parent gets childFinished" (issue 24;
+/// docs/DECISIONS.md, 24): after every input, every turn end a child
+/// numbered was delivered to the parent that lists it (its entry's
+/// `delivered` is as high), unless one of them is being disposed or it is
+/// owed until the next input (the host stops, or it was read back at
+/// start). That each is delivered only once is the simulator's
+/// `child_finished_once`.
+pub fn inv_child_finish_delivered(view: &HostView<'_>) -> Result<(), Violation> {
+    for (uri, s) in view.sessions.iter() {
+        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
+        if link.finished == 0 || view.children_owed().contains(uri) || !view.is_child_of(uri, &link.session) {
+            continue;
+        }
+        let Some(parent) = view.sessions.get(&link.session) else { continue };
+        if matches!(s.phase, Phase::Disposing(_)) || matches!(parent.phase, Phase::Disposing(_)) {
+            continue;
+        }
+        let delivered = parent.record.tools.as_ref().and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
+        if delivered < link.finished {
+            return fail("inv_child_finish_delivered", format!("{uri}'s turn end {} was not delivered to {} (delivered {delivered})", link.finished, link.session));
+        }
     }
     Ok(())
 }

@@ -623,6 +623,59 @@ pub struct ToolsRecord {
     /// reused within a session.
     #[serde(default)]
     pub next_wake: u64,
+    /// The session whose agent made this one with `start_child_session`,
+    /// and what this child owes it (docs/DECISIONS.md, 24).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ChildOf>,
+    /// The children this session's agents made, at most
+    /// `tools::MAX_CHILDREN_PER_SESSION`, with how many of each one's turn
+    /// ends were delivered here as `childFinished`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildEntry>,
+}
+
+/// A child session's link to its parent ([`ToolsRecord::parent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildOf {
+    /// The parent session's URI.
+    pub session: Uri,
+    /// How many turn ends of this child were numbered (the last one's
+    /// number): the parent has been told of them when its
+    /// [`ChildEntry::delivered`] is as high. Written in the same record
+    /// write as the turn's end.
+    #[serde(default)]
+    pub finished: u64,
+    /// The last turn end, what the parent's `childFinished` carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<ChildFinish>,
+}
+
+/// One turn end of a child session, as its parent is told of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildFinish {
+    /// The child's chat the turn ran in.
+    pub chat: Uri,
+    /// The turn's id.
+    pub turn_id: String,
+    /// How it ended: `complete`, `error` or `cancelled`.
+    pub status: String,
+    /// Its reply's text (bounded: `tools::MAX_CHILD_REPLY_BYTES`).
+    pub reply: String,
+}
+
+/// One child of a session ([`ToolsRecord::children`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildEntry {
+    /// The child session's URI.
+    pub session: Uri,
+    /// The number of the child's last turn end delivered here (written in
+    /// the same record write as the `childFinished` message it queued), so
+    /// each is delivered exactly once ([`ChildOf::finished`]).
+    #[serde(default)]
+    pub delivered: u64,
 }
 
 /// One wake an agent asked for with `schedule_wakeup`.

@@ -372,6 +372,27 @@ impl Harness {
         answers.into_iter().next().unwrap_or_else(|| unreachable!())
     }
 
+    /// The agent in `chat` calls host tool `tool` and the answer may come
+    /// later (`start_child_session`): returns the call, for
+    /// [`Harness::tool_answer`].
+    pub fn tool_call(&mut self, chat: &str, tool: crate::tools::HostToolRequest) -> crate::tools::HostCallId {
+        self.next_id += 1;
+        let call = crate::tools::HostCallId(self.next_id);
+        self.input(Input::HostTool { call, chat: chat.into(), tool });
+        call
+    }
+
+    /// The answer to `call` among the effects pending, taken (`None` while
+    /// there is none; panics when there are two).
+    pub fn tool_answer(&mut self, call: crate::tools::HostCallId) -> Option<crate::tools::HostToolResult> {
+        let answers = self.take(|e| match e {
+            Effect::HostToolAnswer { call: c, result } if *c == call => Some(result.clone()),
+            _ => None,
+        });
+        assert!(answers.len() <= 1, "at most one answer per call: {answers:?}");
+        answers.into_iter().next()
+    }
+
     /// Drops the log lines pending.
     pub fn drop_logs(&mut self) {
         self.pending.retain(|e| !matches!(e, Effect::Log(_)));

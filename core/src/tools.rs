@@ -23,6 +23,16 @@ pub struct HostCallId(pub u64);
 /// one more is refused with [`HostToolErrorCode::LimitReached`].
 pub const MAX_WAKES_PER_SESSION: usize = 16;
 
+/// Most children one session may have at once ([`HostToolRequest::StartChildSession`]);
+/// one more is refused with [`HostToolErrorCode::LimitReached`]. A child
+/// disposed leaves room for another.
+pub const MAX_CHILDREN_PER_SESSION: usize = 16;
+
+/// Longest child reply a `childFinished` carries (and `child_status`
+/// answers), in bytes; a longer one is cut at a character boundary and
+/// ends with `…`.
+pub const MAX_CHILD_REPLY_BYTES: usize = 8 * 1024;
+
 /// Longest prompt or message text a tool takes, in bytes (a message to
 /// another session, a wake's prompt, a child's first prompt).
 pub const MAX_TOOL_TEXT_BYTES: usize = 64 * 1024;
@@ -115,7 +125,7 @@ pub enum HostToolErrorCode {
     /// The calling session's owner may not do this (the grants table), or
     /// the target is the caller itself where that is refused.
     Forbidden,
-    /// A bound was reached (too many wakes waiting).
+    /// A bound was reached (too many wakes waiting, too many children).
     LimitReached,
     /// The host cannot take it now (it is shutting down, or the call came
     /// while the chat's session was being disposed).
@@ -161,3 +171,20 @@ impl std::fmt::Display for HostToolError {
 
 /// What a host tool call answers: a JSON value, or a refusal.
 pub type HostToolResult = Result<serde_json::Value, HostToolError>;
+
+/// A child session `start_child_session` asked for, once its arguments
+/// were checked: what the host makes it from when the facts of its
+/// folder's repository come (`GitOp::Child`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildStart {
+    /// The calling session: the child's parent.
+    pub parent: Uri,
+    /// The calling chat.
+    pub chat: Uri,
+    /// The child's agent.
+    pub provider: String,
+    /// Its first prompt.
+    pub prompt: String,
+    /// Its folders (the parent's first one when the call named none).
+    pub working_directories: Vec<Uri>,
+}

@@ -166,7 +166,8 @@ impl Backend {
     /// Maybe (one turn in five) the turn's agent calls a host tool (issue
     /// 24): a wake soon or in a while, a message to a session this backend
     /// has run (or to one that does not exist, or to its own), a cancel of
-    /// a wake id that may not exist, or its peers. Prompts and texts are
+    /// a wake id that may not exist, a child session, a child's status, or
+    /// its peers. Prompts and texts are
     /// unique, so a checker can tell a turn's second start from another
     /// turn (`World::on_agent_command`).
     fn maybe_call_tool(&mut self, cx: &mut Ctx<'_>, chat: &Uri) {
@@ -179,7 +180,7 @@ impl Backend {
         let call = ahpd_core::HostCallId(self.next_call);
         let mut sessions: Vec<&Uri> = self.meta.values().map(|m| &m.session).collect();
         sessions.dedup();
-        let tool = match rng.below(6) {
+        let tool = match rng.below(8) {
             0 => HostToolRequest::ScheduleWakeup { after_seconds: Some(rng.range(0, 5)), at: None, prompt: format!("sim wake {}", call.0) },
             1 => HostToolRequest::ScheduleWakeup { after_seconds: Some(rng.range(5, 600)), at: None, prompt: format!("sim wake {}", call.0) },
             2 | 3 => {
@@ -187,6 +188,17 @@ impl Backend {
                 HostToolRequest::SendMessage { session: target, text: format!("sim message {}", call.0) }
             }
             4 => HostToolRequest::CancelWakeup { id: format!("wake-{}", rng.range(1, 4)) },
+            // A child on echo (now and then on an agent no host has), or
+            // the status of a session this backend ran (a child of the
+            // caller or not).
+            5 => {
+                let provider = if rng.chance(0.9) { "echo" } else { "nope" };
+                HostToolRequest::StartChildSession { provider: provider.to_owned(), prompt: format!("sim child {}", call.0), working_directory: None }
+            }
+            6 => {
+                let child = rng.pick(&sessions).map(|u| (*u).clone()).unwrap_or_else(|| "ahp-session:/nobody".to_owned());
+                HostToolRequest::ChildStatus { child }
+            }
             _ => HostToolRequest::ListPeers,
         };
         let delay = rng.range(1, 500);

@@ -171,6 +171,13 @@ pub struct World {
     /// The texts of the wakes' and tool messages' turns handed to agents
     /// (`on_agent_command`): each at most once.
     tool_turns: std::collections::BTreeSet<String>,
+    /// Host tool calls the core has not answered yet (a child is made
+    /// before its call is answered): each answered once, and only a call
+    /// that was made.
+    tool_calls_open: std::collections::BTreeSet<ahpd_core::HostCallId>,
+    /// The `childFinished` turns handed to parents' agents, as (child,
+    /// turn end number): each at most once (`child_finished_once`).
+    child_finishes: std::collections::BTreeSet<(String, u64)>,
 }
 
 impl World {
@@ -242,6 +249,8 @@ impl World {
             trees: TreesChecker::new(),
             chat_dirs: BTreeMap::new(),
             tool_turns: std::collections::BTreeSet::new(),
+            tool_calls_open: std::collections::BTreeSet::new(),
+            child_finishes: std::collections::BTreeSet::new(),
         };
         world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.rows_agreed = vec![None; world.clients.len()];
@@ -688,7 +697,7 @@ impl World {
             _ => None,
         };
         let tool_call = match &input {
-            Input::HostTool { call, .. } => Some(*call),
+            Input::HostTool { call, tool, .. } => Some((*call, matches!(tool, ahpd_core::HostToolRequest::StartChildSession { .. }))),
             _ => None,
         };
         let sessions_before: Option<Vec<(Uri, ahpd_core::session::Session)>> =
@@ -715,17 +724,31 @@ impl World {
             checkers::verify_touched(&self.host.view(), &sessions_before).map_err(|v| self.violation(v))?;
         }
         // "Every host tool call gets exactly one answer" (issue 24): the
-        // core answers in the input that brought the call, once, and
-        // answers nothing else.
+        // core answers a call once, and answers nothing else; in the input
+        // that brought it, but for `start_child_session`, answered once its
+        // child started (or would not).
         let answers: Vec<ahpd_core::HostCallId> = effects.iter().filter_map(|e| match e {
             Effect::HostToolAnswer { call, .. } => Some(*call),
             _ => None,
         }).collect();
-        if answers != tool_call.into_iter().collect::<Vec<_>>() {
-            return Err(self.violation(ahpd_core::invariants::Violation {
-                rule: "host_tool_answered_once",
-                detail: format!("call {tool_call:?} was answered {answers:?}"),
-            }));
+        if let Some((call, deferred)) = tool_call {
+            if !self.tool_calls_open.insert(call) {
+                return Err(self.violation(ahpd_core::invariants::Violation { rule: "host_tool_answered_once", detail: format!("call {call:?} was made twice") }));
+            }
+            if !deferred && !answers.contains(&call) {
+                return Err(self.violation(ahpd_core::invariants::Violation {
+                    rule: "host_tool_answered_once",
+                    detail: format!("call {call:?} was not answered in its input (answers {answers:?})"),
+                }));
+            }
+        }
+        for call in &answers {
+            if !self.tool_calls_open.remove(call) {
+                return Err(self.violation(ahpd_core::invariants::Violation {
+                    rule: "host_tool_answered_once",
+                    detail: format!("call {call:?} was answered again, or never made (answers {answers:?})"),
+                }));
+            }
         }
         let after_phase = phase_of(&self.host);
         self.trace.step(self.steps, now.mono.0, label, subject, before_phase, after_phase, effects.len());
@@ -905,11 +928,23 @@ impl World {
                 // A wake's prompt, or a message a tool sent, becomes one
                 // turn, never two (issue 24: "a due wake fires exactly
                 // once"; the sim's prompts are unique per call).
-                if message.text.starts_with("sim wake ") || message.text.starts_with("sim message ") {
+                if message.text.starts_with("sim wake ") || message.text.starts_with("sim message ") || message.text.starts_with("sim child ") {
                     if !self.tool_turns.insert(message.text.clone()) {
                         return Err(self.violation(ahpd_core::invariants::Violation {
                             rule: "tool_turn_started_once",
                             detail: format!("'{}' started a second turn (on {chat})", message.text),
+                        }));
+                    }
+                }
+                // "the parent gets childFinished" once per turn end of the
+                // child (issue 24; docs/DECISIONS.md, 24), across crashes.
+                let finished = message.meta.as_ref().and_then(|m| m.get("ahpd.hostTool")).and_then(|t| t.get("childFinished"));
+                if let Some(f) = finished {
+                    let key = (f["session"].as_str().unwrap_or_default().to_owned(), f["finish"].as_u64().unwrap_or_default());
+                    if !self.child_finishes.insert(key.clone()) {
+                        return Err(self.violation(ahpd_core::invariants::Violation {
+                            rule: "child_finished_once",
+                            detail: format!("{}'s turn end {} reached its parent twice (on {chat})", key.0, key.1),
                         }));
                     }
                 }
@@ -936,6 +971,9 @@ impl World {
     /// restart checks count it as a write in flight, which it was.
     fn crash_unheard(&mut self, landed: Option<(String, Option<ahpd_core::SessionRecord>)>) -> Result<(), Failure> {
         self.crashes += 1;
+        // The calls in flight go with the process (the agents' processes
+        // hear their connection close).
+        self.tool_calls_open.clear();
         let pre = {
             let view = self.host.view();
             let mut unacked = self.store.unacked_by_key();

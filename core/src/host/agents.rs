@@ -48,14 +48,20 @@ impl Host {
         self.in_session(session_uri, |s, sh| s.forget_owed(sh, chat));
         match next {
             StartNext::Nothing => {}
-            StartNext::CreateRefused { conn, id, message, logged } => {
-                self.forget_unborn(session_uri);
-                self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
+            StartNext::CreateRefused { asker, message, logged } => {
+                match asker {
+                    crate::session::Asker::Client { conn, id } => {
+                        self.forget_unborn(session_uri);
+                        self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
+                    }
+                    crate::session::Asker::Tool(call) => self.child_refused(session_uri, call, message),
+                }
                 if let Some(backend_said) = logged {
                     crate::mark!("create_refused_backend_failed");
                     self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), backend_said);
                 }
             }
+            StartNext::ChildStarted(call) => self.child_started(session_uri, call),
             StartNext::WakeDone => self.finish_wake(session_uri),
             StartNext::ChatStarted => self.chat_start_answered(session_uri, chat, None),
             StartNext::ChatFailed(message) => {
@@ -67,7 +73,7 @@ impl Host {
     }
 
     /// Removes a session whose creation was refused: it never existed.
-    fn forget_unborn(&mut self, session_uri: &Uri) {
+    pub(crate) fn forget_unborn(&mut self, session_uri: &Uri) {
         if let Some(s) = self.drop_session(session_uri) {
             self.shared.retired.insert(session_uri.clone());
             for chat in &s.record.chats {
@@ -275,7 +281,13 @@ impl Host {
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
         self.recount_active();
+        // A child's turn end is numbered in the record it is written with,
+        // then told to its parent (`host/children.rs`).
+        let child_finished = self.note_child_finish(session_uri, chat);
         self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put(sh)));
+        if child_finished {
+            self.deliver_child_finish(session_uri);
+        }
         if checkpoint {
             self.checkpoint_turn(session_uri);
         }
@@ -623,7 +635,12 @@ impl Host {
             // next sweep runs it.
             self.in_session(&session, |s, sh| s.turn_ended(sh, &chat));
             self.recount_active();
+            let child_finished = self.note_child_finish(&session, &chat);
             self.store_put(&session);
+            if child_finished {
+                // Owed while the host stops: delivered after the restart.
+                self.deliver_child_finish(&session);
+            }
         }
     }
 

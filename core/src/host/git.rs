@@ -232,6 +232,10 @@ impl Host {
                 let facts = self.facts_from(outcome);
                 self.create_with_facts(conn, id, *request, &facts);
             }
+            GitOp::Child { call, request } => {
+                let facts = self.facts_from(outcome);
+                self.create_child(call, *request, &facts);
+            }
             GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
             GitOp::Checkpoint { session } => match self.sessions.get_mut(&session) {
                 Some(s) => s.on_checkpoint(&mut self.shared, op, outcome),

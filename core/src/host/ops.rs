@@ -87,6 +87,14 @@ pub enum GitOp {
         /// on from there when the facts come.
         request: Box<crate::continuation::CreateSessionReq>,
     },
+    /// `start_child_session` waiting on the facts of the child's folder's
+    /// repository, as `createSession` does ([`GitOp::Create`]).
+    Child {
+        /// The tool call owed the answer.
+        call: crate::tools::HostCallId,
+        /// The child asked for, checked when the call came.
+        request: Box<crate::tools::ChildStart>,
+    },
     /// `resolveSessionConfig` (or `sessionConfigCompletions`) waiting on
     /// the repository's facts.
     Resolve {

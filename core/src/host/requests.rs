@@ -174,7 +174,7 @@ impl Host {
         // replaces the tombstone.
         self.tombstones.remove(&uri);
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        let session = Session::provisional(record, conn, id, can_resume, &self.shared);
+        let session = Session::provisional(record, crate::session::Asker::Client { conn, id }, can_resume, &self.shared);
         self.add_session(uri.clone(), session);
         self.index_chat(default_chat, &uri);
         self.in_session(&uri, |s, sh| s.start_default_agent(sh));
@@ -261,7 +261,10 @@ impl Host {
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
         let (conn, id) = match &session.phase {
-            Phase::Disposing(owed) => (owed.conn, owed.id),
+            Phase::Disposing(owed) => match owed.client() {
+                Some(asker) => asker,
+                None => return,
+            },
             _ => return,
         };
         if let Some(message) = store_error {
@@ -275,6 +278,7 @@ impl Host {
         }
         let Some(session) = self.drop_session(uri) else { return };
         self.forget_wakes(&session.record);
+        self.forget_family(&session.record);
         // Only passes asked from now on speak for the tombstone.
         let since = crate::effect::OpId(self.shared.next_op);
         self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(&session.record), since));

@@ -52,7 +52,8 @@ impl Host {
     /// answered once.
     pub(crate) fn on_host_tool(&mut self, call: HostCallId, chat: &Uri, tool: HostToolRequest) {
         let name = tool.name();
-        let result = self.run_tool(chat, tool);
+        // `None`: answered later (a child is made first, `host/children.rs`).
+        let Some(result) = self.run_tool(call, chat, tool) else { return };
         if let Err(e) = &result {
             crate::mark!("host_tool_refused");
             self.shared.log(LogLevel::Info, "tool.refused", self.session_of(chat), format!("{name} from {chat}: {e}"));
@@ -60,16 +61,34 @@ impl Host {
         self.answer_tool(call, result);
     }
 
-    fn run_tool(&mut self, chat: &Uri, tool: HostToolRequest) -> HostToolResult {
+    fn run_tool(&mut self, call: HostCallId, chat: &Uri, tool: HostToolRequest) -> Option<HostToolResult> {
+        if let HostToolRequest::StartChildSession { provider, prompt, working_directory } = tool {
+            return match self.tool_caller(chat) {
+                Ok(caller) => self.start_child_session(call, &caller, chat, provider, prompt, working_directory).err().map(Err),
+                Err(e) => Some(Err(e)),
+            };
+        }
+        Some(self.run_answered_tool(chat, tool))
+    }
+
+    /// The session of the calling `chat`, refused when the chat is gone,
+    /// its session is being disposed or the host stops.
+    fn tool_caller(&self, chat: &Uri) -> Result<Uri, HostToolError> {
         let Some(caller) = self.session_of(chat).filter(|s| *s != *chat) else {
-            return refuse(Code::NotFound, format!("chat {chat} does not exist (any more)"));
+            return Err(HostToolError::new(Code::NotFound, format!("chat {chat} does not exist (any more)")));
         };
         if self.stopping() {
-            return refuse(Code::Unavailable, "the host is shutting down");
+            return Err(HostToolError::new(Code::Unavailable, "the host is shutting down"));
         }
         if self.sessions.get(&caller).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
-            return refuse(Code::NotFound, format!("session {caller} is being disposed"));
+            return Err(HostToolError::new(Code::NotFound, format!("session {caller} is being disposed")));
         }
+        Ok(caller)
+    }
+
+    /// A tool answered in the input that brought it.
+    fn run_answered_tool(&mut self, chat: &Uri, tool: HostToolRequest) -> HostToolResult {
+        let caller = self.tool_caller(chat)?;
         match tool {
             HostToolRequest::ScheduleWakeup { after_seconds, at, prompt } => self.schedule_wakeup(&caller, chat, after_seconds, at, prompt),
             HostToolRequest::CancelWakeup { id } => self.cancel_wakeup(&caller, &id),
@@ -78,9 +97,8 @@ impl Host {
                 self.tool_grant(&caller, Operation::SessionPeers)?;
                 Ok(super::awareness::answer(&self.awareness, &self.sessions, &self.shared.config, &caller))
             }
-            HostToolRequest::StartChildSession { .. } | HostToolRequest::ChildStatus { .. } => {
-                refuse(Code::Unavailable, "child sessions are not built on this host yet")
-            }
+            HostToolRequest::ChildStatus { child } => self.child_status(&caller, &child),
+            HostToolRequest::StartChildSession { .. } => refuse(Code::Unavailable, "start_child_session is answered once its child started"),
         }
     }
 
@@ -92,20 +110,29 @@ impl Host {
     /// Whether session `uri`'s owner holds `op` (module docs): refused
     /// `forbidden` when it does not, or when it is nobody the users
     /// directory names any more.
-    fn tool_grant(&self, uri: &Uri, op: Operation) -> Result<(), HostToolError> {
-        let Some(users) = self.shared.config.users.as_ref() else { return Ok(()) };
+    pub(super) fn tool_grant(&self, uri: &Uri, op: Operation) -> Result<(), HostToolError> {
+        if self.shared.config.users.is_none() {
+            return Ok(());
+        }
+        match self.owner_principal(uri) {
+            Some(p) if p.holds(op) => Ok(()),
+            Some(p) => Err(HostToolError::new(Code::Forbidden, format!("the session's owner {} does not hold {}", p.owner(), op.name()))),
+            None => Err(HostToolError::new(Code::Forbidden, format!("the session has no owner this host knows, so it may not {}", op.name()))),
+        }
+    }
+
+    /// The principal session `uri`'s owner is, as the users directory
+    /// names it now (`None` with no directory, or when it names them no
+    /// more).
+    pub(super) fn owner_principal(&self, uri: &Uri) -> Option<Principal> {
+        let users = self.shared.config.users.as_ref()?;
         let owner = self.sessions.get(uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("");
-        let principal = if let Some(id) = owner.strip_prefix("user:") {
+        if let Some(id) = owner.strip_prefix("user:") {
             users.users.iter().find(|u| u.id == id).map(|u| Principal::User { id: u.id.clone(), role: u.role, administrator: u.administrator, memberships: Vec::new() })
         } else if let Some(name) = owner.strip_prefix("plugin:") {
             users.plugins.iter().find(|p| p.name == name).map(|p| Principal::Plugin { name: p.name.clone(), role: p.role })
         } else {
             owner.strip_prefix("root:").map(|host| Principal::Root { host: host.to_owned() })
-        };
-        match principal {
-            Some(p) if p.holds(op) => Ok(()),
-            Some(p) => Err(HostToolError::new(Code::Forbidden, format!("the session's owner {} does not hold {}", p.owner(), op.name()))),
-            None => Err(HostToolError::new(Code::Forbidden, format!("the session has no owner this host knows, so it may not {}", op.name()))),
         }
     }
 
@@ -186,7 +213,7 @@ impl Host {
     /// Queues `message` (id `id`, sent by `sender`) on `chat` of session
     /// `uri`: into the record, echoed when the state is held, then started
     /// when due, waking the session if it sleeps. The record is written.
-    fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: Message, sender: String) {
+    pub(super) fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: Message, sender: String) {
         let Some(session) = self.sessions.get_mut(uri) else { return };
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
         record.queued.push(QueuedMessage { id: id.clone(), message: message.clone(), sender });
@@ -310,7 +337,7 @@ fn take_wake(tools: &mut Option<Box<ToolsRecord>>, id: &str) -> Option<Scheduled
     Some(t.wakes.remove(i))
 }
 
-fn check_text(what: &str, text: &str) -> Result<(), HostToolError> {
+pub(super) fn check_text(what: &str, text: &str) -> Result<(), HostToolError> {
     if text.trim().is_empty() {
         return Err(HostToolError::new(Code::InvalidArgument, format!("{what} is empty")));
     }
@@ -321,7 +348,7 @@ fn check_text(what: &str, text: &str) -> Result<(), HostToolError> {
 }
 
 /// A message a host tool made, its `_meta` saying so.
-fn message(text: String, kind: MessageKind, tool_meta: Value) -> Message {
+pub(super) fn message(text: String, kind: MessageKind, tool_meta: Value) -> Message {
     let meta = [(TOOL_META_KEY.to_owned(), tool_meta)].into_iter().collect();
     Message { text, origin: MessageOrigin { kind }, attachments: None, model: None, agent: None, meta: Some(meta) }
 }
@@ -337,17 +364,32 @@ impl crate::session::Session {
     /// (`ahpd.wakes`) through `session/metaChanged` when they moved (a
     /// held state only; a state made later reads them from the record).
     pub(crate) fn expose_wakes(&mut self, sh: &mut super::Shared) {
+        self.expose_tool_meta(sh);
+    }
+
+    /// Says what the host tools keep on the session on its state's `_meta`
+    /// through `session/metaChanged` when it moved (a held state only; a
+    /// state made later reads it from the record): its waiting wakes
+    /// (`ahpd.wakes`), its parent (`ahpd.parent`), its children
+    /// (`ahpd.children`).
+    pub(crate) fn expose_tool_meta(&mut self, sh: &mut super::Shared) {
         let Some(resident) = self.resident.as_ref() else { return };
-        let fresh = self.wakes_meta();
-        let current = resident.session.meta.as_ref().and_then(|m| m.get(WAKES_META_KEY));
-        if current == fresh.as_ref() {
+        let fresh = [
+            (WAKES_META_KEY, self.wakes_meta()),
+            (super::PARENT_META_KEY, crate::session::state::parent_value(&self.record)),
+            (super::CHILDREN_META_KEY, crate::session::state::children_value(&self.record)),
+        ];
+        let current = resident.session.meta.as_ref();
+        if fresh.iter().all(|(k, v)| current.and_then(|m| m.get(*k)) == v.as_ref()) {
             return;
         }
         let mut meta = resident.session.meta.clone().unwrap_or_default();
-        match fresh {
-            Some(v) => meta.insert(WAKES_META_KEY.to_owned(), v),
-            None => meta.remove(WAKES_META_KEY),
-        };
+        for (key, value) in fresh {
+            match value {
+                Some(v) => meta.insert(key.to_owned(), v),
+                None => meta.remove(key),
+            };
+        }
         let uri = self.record.resource.clone();
         let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
         self.emit(sh, &uri, action, None);

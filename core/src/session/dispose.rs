@@ -53,7 +53,10 @@ impl Session {
     /// history. Nothing is done unless it is disposing.
     pub(crate) fn dispose_refused_by_store(&mut self, sh: &mut Shared, message: &str) -> Vec<(Uri, String)> {
         let (conn, id) = match &self.phase {
-            Phase::Disposing(owed) => (owed.conn, owed.id),
+            Phase::Disposing(owed) => match owed.client() {
+                Some(asker) => asker,
+                None => return Vec::new(),
+            },
             _ => return Vec::new(),
         };
         crate::mark!("dispose_store_failed_session_stays");

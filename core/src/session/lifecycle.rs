@@ -62,12 +62,36 @@ pub enum Phase {
 /// [`Phase::Disposing`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Owed {
-    /// The creating or disposing connection.
-    pub conn: ConnId,
-    /// Its request id.
-    pub id: u64,
+    /// Who is owed the answer.
+    pub asker: Asker,
     /// The ops it waits for.
     pub ops: BTreeSet<OpId>,
+}
+
+/// Who a phase owes its answer to ([`Owed::asker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asker {
+    /// A client's request: `createSession` or `disposeSession`.
+    Client {
+        /// The connection.
+        conn: ConnId,
+        /// Its request id.
+        id: u64,
+    },
+    /// An agent's `start_child_session` (issue 24; docs/DECISIONS.md,
+    /// 24): the session is its child, and the tool call is answered once
+    /// it starts (or refused when it would not).
+    Tool(crate::tools::HostCallId),
+}
+
+impl Owed {
+    /// The client request owed the answer, when a client asked.
+    pub fn client(&self) -> Option<(ConnId, u64)> {
+        match self.asker {
+            Asker::Client { conn, id } => Some((conn, id)),
+            Asker::Tool(_) => None,
+        }
+    }
 }
 
 impl Phase {
@@ -84,13 +108,18 @@ impl Phase {
     /// Creating, the reply to request `id` of `conn` owed, no start asked
     /// yet.
     pub fn starting(conn: ConnId, id: u64) -> Phase {
-        Phase::Starting(Box::new(Owed { conn, id, ops: BTreeSet::new() }))
+        Phase::starting_for(Asker::Client { conn, id })
+    }
+
+    /// Creating, the answer owed to `asker`, no start asked yet.
+    pub fn starting_for(asker: Asker) -> Phase {
+        Phase::Starting(Box::new(Owed { asker, ops: BTreeSet::new() }))
     }
 
     /// Disposing, the reply to request `id` of `conn` owed, no delete asked
     /// yet.
     pub fn disposing(conn: ConnId, id: u64) -> Phase {
-        Phase::Disposing(Box::new(Owed { conn, id, ops: BTreeSet::new() }))
+        Phase::Disposing(Box::new(Owed { asker: Asker::Client { conn, id }, ops: BTreeSet::new() }))
     }
 
     /// Whether its agents run.
@@ -124,11 +153,11 @@ impl Phase {
     /// the same phase (answers coming in do not move it).
     pub fn shallow(&self) -> Phase {
         match self {
-            Phase::Starting(owed) => Phase::starting(owed.conn, owed.id),
+            Phase::Starting(owed) => Phase::starting_for(owed.asker),
             Phase::Live { .. } => Phase::live(),
             Phase::Asleep => Phase::Asleep,
             Phase::Waking(_) => Phase::waking(),
-            Phase::Disposing(owed) => Phase::disposing(owed.conn, owed.id),
+            Phase::Disposing(owed) => Phase::Disposing(Box::new(Owed { asker: owed.asker, ops: BTreeSet::new() })),
         }
     }
 

@@ -39,7 +39,7 @@ use crate::effect::{ConnId, OpId};
 use crate::record::SessionRecord;
 use crate::time::{MonoTime, WallTime};
 
-pub use lifecycle::{Phase, Wake};
+pub use lifecycle::{Asker, Phase, Wake};
 
 /// The protocol state of a resident session: exactly what clients hold,
 /// advanced only by the `ahp` reducers over the envelopes the host

@@ -6,7 +6,9 @@
 
 use ahp_types::Uri;
 
-use crate::effect::{ConnId, LogLevel, OpId};
+use crate::effect::{LogLevel, OpId};
+use crate::session::Asker;
+use crate::tools::HostCallId;
 use crate::host::Shared;
 use crate::input::Outcome;
 use crate::session::{Phase, Session};
@@ -18,18 +20,21 @@ pub enum StartNext {
     /// wake still waiting for other starts.
     Nothing,
     /// `createSession` is refused with -32603 `message` on request `id`
-    /// of `conn`; the session never existed. `logged` is what the backend
-    /// said, when it said why.
+    /// of `conn` (or `start_child_session` with `unavailable`); the
+    /// session never existed. `logged` is what the backend said, when it
+    /// said why.
     CreateRefused {
-        /// The creating connection.
-        conn: ConnId,
-        /// Its request id.
-        id: u64,
+        /// Who asked for it.
+        asker: Asker,
         /// The error's message.
         message: String,
         /// The backend's own words, logged.
         logged: Option<String>,
     },
+    /// A child session `start_child_session` made started: its first
+    /// prompt starts, and tool call `.0` is answered
+    /// (`Host::child_started`).
+    ChildStarted(HostCallId),
     /// Every start of the wake answered: the wake ends.
     WakeDone,
     /// A chat's agent in a live session started: turns it held go to it.
@@ -86,25 +91,28 @@ impl Session {
         }
         match &mut self.phase {
             Phase::Starting(owed) => {
-                let (conn, id) = (owed.conn, owed.id);
+                let asker = owed.asker;
                 match outcome {
                     Outcome::Started { .. } => {
                         self.set_phase(Phase::live());
                         self.touch(sh);
                         self.mark_activity(sh);
-                        sh.reply(conn, id, serde_json::Value::Null);
                         sh.log(LogLevel::Info, "session.created", Some(self.record.resource.clone()), String::new());
-                        StartNext::Nothing
+                        match asker {
+                            Asker::Client { conn, id } => {
+                                sh.reply(conn, id, serde_json::Value::Null);
+                                StartNext::Nothing
+                            }
+                            Asker::Tool(call) => StartNext::ChildStarted(call),
+                        }
                     }
                     Outcome::Failed { message } => StartNext::CreateRefused {
-                        conn,
-                        id,
+                        asker,
                         message: format!("the backend would not start: {message}"),
                         logged: Some(message),
                     },
                     Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
-                        conn,
-                        id,
+                        asker,
                         message: "the backend did not start the agent".to_owned(),
                         logged: None,
                     },

@@ -64,16 +64,38 @@ pub fn wakes_value(record: &SessionRecord) -> Option<serde_json::Value> {
     })
 }
 
+/// The `ahpd.parent` value of a child session's state: its parent's URI
+/// (`None` for a session no agent made, or whose parent was disposed).
+pub fn parent_value(record: &SessionRecord) -> Option<serde_json::Value> {
+    record.tools.as_ref().and_then(|t| t.parent.as_ref()).map(|p| serde_json::Value::String(p.session.clone()))
+}
+
+/// The `ahpd.children` value of a session's state: its children's URIs,
+/// `None` when it has none.
+pub fn children_value(record: &SessionRecord) -> Option<serde_json::Value> {
+    record.tools.as_ref().filter(|t| !t.children.is_empty()).map(|t| {
+        serde_json::Value::Array(t.children.iter().map(|c| serde_json::Value::String(c.session.clone())).collect())
+    })
+}
+
 /// `_meta` of a session's state as its record gives it: the external
-/// mark, and the wakes its agents asked for (`ahpd.wakes`, issue 24).
+/// mark, and what the host tools keep (issue 24): the wakes its agents
+/// asked for (`ahpd.wakes`), its parent (`ahpd.parent`) and children
+/// (`ahpd.children`).
 fn state_meta(record: &SessionRecord) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let wakes = wakes_value(record);
-    if !record.external && wakes.is_none() {
+    let tools = [
+        (crate::host::WAKES_META_KEY, wakes_value(record)),
+        (crate::host::PARENT_META_KEY, parent_value(record)),
+        (crate::host::CHILDREN_META_KEY, children_value(record)),
+    ];
+    if !record.external && tools.iter().all(|(_, v)| v.is_none()) {
         return None;
     }
     let mut meta = if record.external { external_meta() } else { serde_json::Map::new() };
-    if let Some(w) = wakes {
-        meta.insert(crate::host::WAKES_META_KEY.to_owned(), w);
+    for (key, value) in tools {
+        if let Some(v) = value {
+            meta.insert(key.to_owned(), v);
+        }
     }
     Some(meta)
 }

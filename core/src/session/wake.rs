@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use ahp_types::state::{Message, SessionLifecycle};
 use ahp_types::Uri;
 
-use crate::effect::{BackendCmd, ConnId, LogLevel};
+use crate::effect::{BackendCmd, LogLevel};
 use crate::record::SessionRecord;
 use crate::host::{Op, Shared};
 use crate::session::state::{chat_state, chat_summary, session_state};
@@ -147,9 +147,10 @@ impl Session {
 
     /// A session `createSession` just made, provisional (Sessions page,
     /// "Provisional sessions"): its state held with the default chat, its
-    /// lifecycle `creating`, the reply to request `id` of `conn` owed until
-    /// its agent starts.
-    pub(crate) fn provisional(record: SessionRecord, conn: ConnId, request: u64, can_resume: bool, sh: &Shared) -> Session {
+    /// lifecycle `creating`, the answer owed to `asker` (a client's
+    /// `createSession`, an agent's `start_child_session`) until its agent
+    /// starts.
+    pub(crate) fn provisional(record: SessionRecord, asker: crate::session::Asker, can_resume: bool, sh: &Shared) -> Session {
         let chat = chat_state(&record.chats[0], Vec::new(), true);
         let state = session_state(&record, SessionLifecycle::Creating, vec![chat_summary(&chat)]);
         let resident = Resident {
@@ -158,7 +159,7 @@ impl Session {
             turn_started_mono: Default::default(),
             born_seq: sh.server_seq,
         };
-        Session::new(record, Phase::starting(conn, request), Some(resident), can_resume, sh.now.mono)
+        Session::new(record, Phase::starting_for(asker), Some(resident), can_resume, sh.now.mono)
     }
 
     /// Starts a provisional session's default chat's agent, afresh, in its

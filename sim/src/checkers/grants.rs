@@ -309,9 +309,13 @@ impl Grants {
                 }
                 Some(_) => {}
                 None => {
-                    if let Phase::Starting(owed) = &s.phase {
-                        let (conn, id) = (&owed.conn, &owed.id);
-                        if let Some((owner, scope)) = self.creates.remove(&(*conn, *id)) {
+                    // A child an agent made (`start_child_session`) is
+                    // owned as its parent is: `inv_child_owned_as_parent`.
+                    if let Some((conn, id)) = match &s.phase {
+                        Phase::Starting(owed) => owed.client(),
+                        _ => None,
+                    } {
+                        if let Some((owner, scope)) = self.creates.remove(&(conn, id)) {
                             self.creations_judged += 1;
                             if s.record.owner.as_deref() != owner.as_deref() {
                                 return Err(breach("owner_never_changes", format!(

@@ -1,0 +1,436 @@
+//! Child sessions (issue 24; Sessions page, "Sleep and wake": "a child
+//! session's childFinished"; docs/DECISIONS.md, 24): `start_child_session`
+//! makes a session as `createSession` would, owned as the calling session
+//! is, its parent recorded on it; `child_status` reads one; each turn end
+//! of a child is told to its parent as `childFinished`, once.
+//!
+//! The link is kept on both records (`record::ToolsRecord`): the child's
+//! `parent` ([`ChildOf`]: who, and the number of its last turn end with
+//! what that turn said) and the parent's `children` ([`ChildEntry`]: who,
+//! and the number of the last turn end delivered). A turn end is numbered
+//! and written into the child's record in the write that records the end;
+//! its `childFinished` is queued on the parent's default chat (as
+//! `send_message` queues a message, `Host::deliver`, which wakes a sleeping
+//! parent) in the parent's write that also moves `delivered` to that
+//! number. Two records, two writes, in either order on disk; so:
+//! - a child whose number is ahead of its parent's `delivered` after a
+//!   restart owes its last turn end, and delivers it at the first input
+//!   ([`Host::deliver_owed_children`]);
+//! - a parent whose write landed when the child's did not has `delivered`
+//!   ahead of the child: the child's next number starts above it, so no
+//!   number is delivered twice.
+
+use ahp_types::state::{MessageKind, ResponsePart, TurnState};
+use ahp_types::Uri;
+use serde_json::json;
+
+use super::Host;
+use crate::effect::LogLevel;
+use crate::grants::Operation;
+use crate::record::{ChildEntry, ChildFinish, ChildOf, QueuedMessage, SessionRecord, ToolsRecord};
+use crate::session::{Asker, Phase, Session};
+use crate::tools::{ChildStart, HostCallId, HostToolError, HostToolErrorCode as Code, MAX_CHILDREN_PER_SESSION, MAX_CHILD_REPLY_BYTES};
+
+/// The `_meta` key of a child's state naming its parent session.
+pub const PARENT_META_KEY: &str = "ahpd.parent";
+/// The `_meta` key of a parent's state listing its children's URIs.
+pub const CHILDREN_META_KEY: &str = "ahpd.children";
+
+fn refusal(code: Code, message: impl Into<String>) -> HostToolError {
+    HostToolError::new(code, message)
+}
+
+impl Host {
+    /// `start_child_session`: the checks that read the call, then (as
+    /// `createSession` does) the facts of the folder's repository, then
+    /// [`Host::create_child`]. `Ok` means the call is answered later, once
+    /// the child started or would not.
+    pub(super) fn start_child_session(&mut self, call: HostCallId, caller: &Uri, chat: &Uri, provider: String, prompt: String, working_directory: Option<Uri>) -> Result<(), HostToolError> {
+        super::tools::check_text("prompt", &prompt)?;
+        if !self.shared.config.agents.iter().any(|a| a.provider == provider) {
+            return Err(refusal(Code::InvalidArgument, format!("no agent with provider {}", crate::ids::printable(&provider))));
+        }
+        let folders: Vec<Uri> = match working_directory {
+            Some(dir) if crate::git::path_of_uri(&dir).is_some() => vec![dir],
+            Some(dir) => return Err(refusal(Code::InvalidArgument, format!("working_directory is not a file:// folder: {}", crate::ids::printable(&dir)))),
+            None => self.sessions.get(caller).and_then(|s| s.record.working_directories.first().cloned()).into_iter().collect(),
+        };
+        self.tool_grant(caller, Operation::SessionCreate)?;
+        self.child_room(caller)?;
+        self.child_allowed(caller, &provider, &folders)?;
+        let request = ChildStart { parent: caller.clone(), chat: chat.clone(), provider, prompt, working_directories: folders };
+        match request.working_directories.first().and_then(|f| crate::git::path_of_uri(f)) {
+            Some(folder) => {
+                let purpose = super::GitOp::Child { call, request: Box::new(request) };
+                self.shared.git(super::Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
+            }
+            None => self.create_child(call, request, &crate::git::RepoFacts::not_a_repo()),
+        }
+        Ok(())
+    }
+
+    /// Refused `limit_reached` when `parent` has as many children as it
+    /// may.
+    fn child_room(&self, parent: &Uri) -> Result<(), HostToolError> {
+        let children = self.sessions.get(parent).and_then(|s| s.record.tools.as_ref()).map_or(0, |t| t.children.len());
+        if children >= MAX_CHILDREN_PER_SESSION {
+            crate::mark!("child_refused_limit");
+            return Err(refusal(Code::LimitReached, format!("this session already has {MAX_CHILDREN_PER_SESSION} children; dispose one first")));
+        }
+        Ok(())
+    }
+
+    /// The trust and policy rules `createSession` applies, for a child of
+    /// `parent` (its owner asks): refused `forbidden`.
+    fn child_allowed(&self, parent: &Uri, provider: &str, folders: &[Uri]) -> Result<(), HostToolError> {
+        if let Err(reason) = self.trusted(folders) {
+            return Err(refusal(Code::Forbidden, reason));
+        }
+        let principal = self.owner_principal(parent);
+        if let Err(reason) = self.shared.config.policy.check(principal.as_ref(), provider, folders.first().map(String::as_str)) {
+            return Err(refusal(Code::Forbidden, reason));
+        }
+        Ok(())
+    }
+
+    /// Makes the child `request` asks for once its folder's `facts` are
+    /// known: provisional, as a created session is, its first prompt queued
+    /// on its default chat, its agent starting; listed on its parent's
+    /// record. The call is answered when the agent started
+    /// ([`Host::child_started`]) or would not ([`Host::child_refused`]), or
+    /// now when the host moved since the call (the parent went, the host
+    /// stops, the bound or the folder's trust changed).
+    pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: &crate::git::RepoFacts) {
+        let checked = if self.stopping() {
+            Err(refusal(Code::Unavailable, "the host is shutting down"))
+        } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
+            Err(refusal(Code::NotFound, format!("session {} is gone", request.parent)))
+        } else {
+            self.child_room(&request.parent).and_then(|()| self.child_allowed(&request.parent, &request.provider, &request.working_directories))
+        };
+        if let Err(e) = checked {
+            self.shared.log(LogLevel::Info, "tool.refused", Some(request.parent.clone()), format!("start_child_session from {}: {e}", request.chat));
+            return self.answer_tool(call, Err(e));
+        }
+        let rid = self.fresh_child_id();
+        let uri = rid.uri();
+        let default_chat = rid.default_chat_uri();
+        let Some(parent) = self.sessions.get(&request.parent) else { return };
+        let owner = parent.record.owner.as_deref().map(str::to_owned);
+        let scope = parent.record.scope.as_deref().map(str::to_owned);
+        // The defaults for its folder, as a createSession naming no config
+        // gets them; charged to the parent's scope.
+        let (config, offer) = crate::session_config::settle(&serde_json::Map::new(), facts, None);
+        let in_tree = self.detached.tree_of(request.working_directories.first());
+        let folders = crate::folders::initial(&request.working_directories, self.shared.agent_takes_peers(&request.provider));
+        let mut record = SessionRecord::new_session(&rid, request.provider.as_str().into(), folders, config, offer, owner.clone(), scope, in_tree, self.shared.now.wall);
+        record.tools = Some(Box::new(ToolsRecord { parent: Some(ChildOf { session: request.parent.clone(), finished: 0, last: None }), ..ToolsRecord::default() }));
+        let meta = json!({"parent": {"session": request.parent, "chat": request.chat}});
+        let first = QueuedMessage {
+            id: format!("child-{}", self.shared.rng.hex_id()),
+            message: super::tools::message(request.prompt, MessageKind::Tool, meta),
+            sender: owner.unwrap_or_default(),
+        };
+        record.chats[0].queued.push(first);
+        let can_resume = self.shared.agent_can_resume(&record.provider);
+        let session = Session::provisional(record, Asker::Tool(call), can_resume, &self.shared);
+        self.add_session(uri.clone(), session);
+        self.index_chat(default_chat, &uri);
+        if let Some(p) = self.sessions.get_mut(&request.parent) {
+            p.record.tools.get_or_insert_with(Box::default).children.push(ChildEntry { session: uri.clone(), delivered: 0 });
+        }
+        self.store_put(&request.parent);
+        self.in_session(&request.parent, |s, sh| s.expose_tool_meta(sh));
+        self.in_session(&uri, |s, sh| s.start_default_agent(sh));
+        crate::mark!("child_creating");
+        self.shared.log(LogLevel::Info, "session.child_creating", Some(uri), format!("child of {}", request.parent));
+    }
+
+    /// A session URI no session, chat or tombstone holds:
+    /// `ahp-session:/<32 hex>`.
+    fn fresh_child_id(&mut self) -> crate::ids::ResourceId {
+        loop {
+            let rid = crate::ids::ResourceId { scheme: "ahp-session".to_owned(), id: self.shared.rng.hex_id() };
+            let uri = rid.uri();
+            let taken = self.sessions.contains_key(&uri) || self.shared.chats.contains_key(&uri) || self.shared.chats.contains_key(&rid.default_chat_uri()) || self.tombstones.contains_key(&uri);
+            if !taken {
+                return rid;
+            }
+        }
+    }
+
+    /// A child's agent started: its first prompt starts as its first turn
+    /// (the write that records it is the child's first), and the call is
+    /// answered `{session, chat}`. A host stopping meanwhile refuses it
+    /// instead: nothing of the child was written.
+    pub(crate) fn child_started(&mut self, uri: &Uri, call: HostCallId) {
+        if self.stopping() {
+            self.let_agents_go(uri);
+            return self.child_refused(uri, call, "the host is shutting down".to_owned());
+        }
+        let Some(chat) = self.sessions.get(uri).map(|s| s.record.default_chat().into_owned()) else { return };
+        self.start_queued_if_due(uri, false);
+        crate::mark!("child_started");
+        self.answer_tool(call, Ok(json!({"session": uri, "chat": chat})));
+    }
+
+    /// A child's agent would not start (`message`): it never existed, its
+    /// parent forgets it, and the call is refused `unavailable`.
+    pub(crate) fn child_refused(&mut self, uri: &Uri, call: HostCallId, message: String) {
+        let parent = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).map(|p| p.session.clone());
+        self.forget_unborn(uri);
+        if let Some(parent) = parent {
+            self.forget_child(&parent, uri);
+        }
+        crate::mark!("child_refused_backend");
+        self.shared.log(LogLevel::Warn, "session.create_failed", Some(uri.clone()), message.clone());
+        self.answer_tool(call, Err(refusal(Code::Unavailable, format!("the child's agent would not start: {message}"))));
+    }
+
+    /// Takes `child` off `parent`'s list (and writes it), if it is there.
+    fn forget_child(&mut self, parent: &Uri, child: &Uri) {
+        let Some(p) = self.sessions.get_mut(parent) else { return };
+        let Some(tools) = p.record.tools.as_mut() else { return };
+        let before = tools.children.len();
+        tools.children.retain(|c| c.session != *child);
+        if tools.children.len() != before {
+            self.store_put(parent);
+            self.in_session(parent, |s, sh| s.expose_tool_meta(sh));
+        }
+    }
+
+    /// `child_status(child)`: `{session, status, lastReply}` of a child of
+    /// `caller`; `not_found` for any other session, so that nothing of it
+    /// leaks.
+    pub(super) fn child_status(&self, caller: &Uri, child: &str) -> Result<serde_json::Value, HostToolError> {
+        let not_found = || refusal(Code::NotFound, format!("{} is not a child of this session", crate::ids::printable(child)));
+        if !self.is_child_of(child, caller) {
+            return Err(not_found());
+        }
+        let s = self.sessions.get(child).ok_or_else(not_found)?;
+        let bits = s.status().0;
+        let status = match &s.phase {
+            Phase::Starting(_) => "starting",
+            _ if bits & ahp_types::state::SessionStatus::InProgress.0 != 0 => "running",
+            Phase::Asleep => "asleep",
+            Phase::Waking(_) => "waking",
+            _ if bits & ahp_types::state::SessionStatus::Error.0 != 0 => "error",
+            _ => "idle",
+        };
+        let link = s.record.tools.as_ref().and_then(|t| t.parent.as_ref());
+        let last = link.and_then(|l| l.last.as_ref());
+        Ok(json!({
+            "session": child,
+            "status": status,
+            "lastReply": last.map(|l| l.reply.as_str()),
+            "lastTurn": last.map(|l| json!({"chat": l.chat, "turnId": l.turn_id, "status": l.status})),
+            "finished": link.map_or(0, |l| l.finished),
+        }))
+    }
+
+    /// Whether `child` is a child of `parent` on both records: its link
+    /// names the parent, and the parent lists it.
+    pub(crate) fn is_child_of(&self, child: &str, parent: &str) -> bool {
+        let names = self.sessions.get(child).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == parent);
+        names && self.sessions.get(parent).and_then(|s| s.record.tools.as_ref()).is_some_and(|t| t.children.iter().any(|c| c.session == child))
+    }
+
+    /// A turn of `chat` in session `uri` ended: when `uri` is a child (and
+    /// not being disposed), the end is numbered and written into its
+    /// record's link, before the record is written. Returns whether it was
+    /// (the caller then writes the record and calls
+    /// [`Host::deliver_child_finish`]).
+    pub(crate) fn note_child_finish(&mut self, uri: &Uri, chat: &Uri) -> bool {
+        let Some(s) = self.sessions.get(uri) else { return false };
+        if matches!(s.phase, Phase::Disposing(_)) {
+            return false;
+        }
+        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { return false };
+        let Some(turn) = s.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.turns.last()) else { return false };
+        // A turn end is numbered once (a failure with no turn running
+        // comes through here too, its chat's last turn an old one).
+        if link.last.as_ref().is_some_and(|l| l.chat == *chat && l.turn_id == turn.id) {
+            return false;
+        }
+        let delivered = self.sessions.get(&link.session).and_then(|p| p.record.tools.as_ref()).and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
+        let number = link.finished.max(delivered) + 1;
+        let status = match turn.state {
+            TurnState::Complete => "complete",
+            TurnState::Cancelled => "cancelled",
+            TurnState::Error => "error",
+        };
+        let finish = ChildFinish { chat: chat.clone(), turn_id: turn.id.clone(), status: status.to_owned(), reply: reply_of(turn) };
+        let Some(link) = self.sessions.get_mut(uri).and_then(|s| s.record.tools.as_mut()).and_then(|t| t.parent.as_mut()) else { return false };
+        link.finished = number;
+        link.last = Some(finish);
+        crate::mark!("child_turn_ended");
+        true
+    }
+
+    /// Tells `child`'s parent of its last turn end when the parent has not
+    /// been told of it (module docs): a `childFinished` queued on the
+    /// parent's default chat, waking it. While the host stops it is owed
+    /// instead, and delivered after the restart.
+    pub(crate) fn deliver_child_finish(&mut self, child: &Uri) {
+        if self.stopping() {
+            crate::mark!("child_finish_owed_stopping");
+            self.children_owed.insert(child.clone());
+            return;
+        }
+        let Some(link) = self.sessions.get(child).filter(|s| !matches!(s.phase, Phase::Disposing(_))).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return };
+        let Some(last) = link.last else { return };
+        let parent = link.session;
+        if !self.is_child_of(child, &parent) || self.sessions.get(&parent).is_some_and(|p| matches!(p.phase, Phase::Disposing(_))) {
+            return;
+        }
+        let Some(p) = self.sessions.get_mut(&parent) else { return };
+        let Some(entry) = p.record.tools.as_mut().and_then(|t| t.children.iter_mut().find(|c| c.session == *child)) else { return };
+        if entry.delivered >= link.finished {
+            return;
+        }
+        entry.delivered = link.finished;
+        let default_chat = p.record.default_chat().into_owned();
+        let sender = p.record.owner.as_deref().unwrap_or("").to_owned();
+        let text = format!(
+            "childFinished: child session {child} ended a turn ({}). Its last reply:\n\n{}",
+            last.status,
+            if last.reply.is_empty() { "(no text)" } else { last.reply.as_str() }
+        );
+        let meta = json!({"childFinished": {"session": child, "chat": last.chat, "turnId": last.turn_id, "status": last.status, "finish": link.finished}});
+        let id = format!("child-finished-{}", self.shared.rng.hex_id());
+        crate::mark!("child_finished_delivered");
+        self.shared.log(LogLevel::Info, "child.finished", Some(parent.clone()), format!("{child} turn {} ({})", last.turn_id, last.status));
+        self.deliver(&parent, &default_chat, id, super::tools::message(text, MessageKind::SystemNotification, meta), sender);
+    }
+
+    /// Delivers what the children read back at start owe (module docs),
+    /// and settles links a crash left one-sided: a child whose parent does
+    /// not list it (or is gone) drops its link, a parent listing a child
+    /// that does not name it drops the entry. Runs after every input; does
+    /// nothing while the host stops (the set waits for the restart).
+    pub(crate) fn deliver_owed_children(&mut self) {
+        if self.stopping() || self.children_owed.is_empty() {
+            return;
+        }
+        for uri in std::mem::take(&mut self.children_owed) {
+            let Some(tools) = self.sessions.get(&uri).and_then(|s| s.record.tools.as_ref()) else { continue };
+            let (link, children) = (tools.parent.clone(), tools.children.clone());
+            for c in children {
+                if !self.is_child_of(&c.session, &uri) {
+                    crate::mark!("child_entry_dropped_at_restore");
+                    self.forget_child(&uri, &c.session);
+                }
+            }
+            // A childFinished queued before the restart, whose wake the
+            // restart cut short: the parent wakes for it now.
+            let owed_wake = self.sessions.get(&uri).is_some_and(|s| {
+                s.phase == Phase::Asleep && s.record.chats.iter().flat_map(|c| c.queued.iter()).any(|m| is_child_finished(&m.message))
+            });
+            if owed_wake {
+                crate::mark!("child_finished_wakes_at_restore");
+                self.wake(&uri);
+            }
+            let Some(link) = link else { continue };
+            if self.is_child_of(&uri, &link.session) {
+                self.deliver_child_finish(&uri);
+            } else {
+                crate::mark!("child_link_dropped_at_restore");
+                self.unlink_child(&uri);
+            }
+        }
+    }
+
+    /// Now, when something read back at start waits to be looked at
+    /// ([`Host::deliver_owed_children`]); never while the host stops.
+    pub(crate) fn children_owed_deadline(&self) -> Option<crate::time::MonoTime> {
+        (!self.children_owed.is_empty() && !self.stopping()).then_some(self.shared.now.mono)
+    }
+
+    /// Drops `child`'s link to its parent (and writes it, unless it is
+    /// still starting: nothing of it is written before its first turn).
+    fn unlink_child(&mut self, child: &Uri) {
+        let Some(s) = self.sessions.get_mut(child) else { return };
+        let starting = matches!(s.phase, Phase::Starting(_));
+        let Some(tools) = s.record.tools.as_mut() else { return };
+        if tools.parent.take().is_some() {
+            if !starting {
+                self.store_put(child);
+            }
+            self.in_session(child, |s, sh| s.expose_tool_meta(sh));
+        }
+    }
+
+    /// A record read back at start that is a child or a parent: looked at
+    /// at the first input ([`Host::deliver_owed_children`]).
+    pub(crate) fn index_family(&mut self, record: &SessionRecord) {
+        if record.tools.as_ref().is_some_and(|t| t.parent.is_some() || !t.children.is_empty()) {
+            self.children_owed.insert(record.resource.clone());
+        }
+    }
+
+    /// A session disposed (`record`, as it was): its parent forgets it, and
+    /// its children are kept with their link dropped (docs/DECISIONS.md,
+    /// 24).
+    pub(crate) fn forget_family(&mut self, record: &SessionRecord) {
+        let Some(tools) = record.tools.as_ref() else { return };
+        if let Some(link) = &tools.parent {
+            self.forget_child(&link.session, &record.resource);
+        }
+        for c in &tools.children {
+            let names_it = self.sessions.get(&c.session).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == record.resource);
+            if names_it {
+                crate::mark!("child_orphaned_by_dispose");
+                self.unlink_child(&c.session);
+            }
+        }
+        self.children_owed.remove(&record.resource);
+    }
+}
+
+/// Whether `message` is a `childFinished` a parent was sent.
+fn is_child_finished(message: &ahp_types::state::Message) -> bool {
+    message.meta.as_ref().and_then(|m| m.get(super::TOOL_META_KEY)).is_some_and(|t| t.get("childFinished").is_some())
+}
+
+/// A turn's reply as its parent is told of it: its markdown, else its
+/// error's message; cut to [`MAX_CHILD_REPLY_BYTES`] at a character
+/// boundary.
+fn reply_of(turn: &ahp_types::state::Turn) -> String {
+    let mut text = String::new();
+    for part in &turn.response_parts {
+        if let ResponsePart::Markdown(m) = part {
+            text.push_str(&m.content);
+        }
+    }
+    if text.is_empty() {
+        if let Some(e) = turn.response_parts.iter().find_map(|p| match p {
+            ResponsePart::Error(e) => Some(&e.error.message),
+            _ => None,
+        }) {
+            text.push_str(e);
+        }
+    }
+    if text.len() > MAX_CHILD_REPLY_BYTES {
+        let mut cut = MAX_CHILD_REPLY_BYTES - '…'.len_utf8();
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+impl crate::HostView<'_> {
+    /// Whether `child` is a child of `parent` on both records (for the
+    /// invariants).
+    pub fn is_child_of(&self, child: &str, parent: &str) -> bool {
+        self.host.is_child_of(child, parent)
+    }
+
+    /// The sessions whose family links are looked at at the next input
+    /// (read back at start, or a child's finish owed while the host stops).
+    pub fn children_owed(&self) -> &std::collections::BTreeSet<Uri> {
+        &self.host.children_owed
+    }
+}

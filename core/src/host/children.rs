@@ -291,8 +291,11 @@ impl Host {
         entry.delivered = link.finished;
         let default_chat = p.record.default_chat().into_owned();
         let sender = p.record.owner.as_deref().unwrap_or("").to_owned();
+        // The turn named: two finishes saying the same must not read as
+        // one turn (a kept turn is matched by its text, `kept_turns::merge`).
         let text = format!(
-            "childFinished: child session {child} ended a turn ({}). Its last reply:\n\n{}",
+            "childFinished: child session {child} ended turn {} ({}). Its last reply:\n\n{}",
+            last.turn_id,
             last.status,
             if last.reply.is_empty() { "(no text)" } else { last.reply.as_str() }
         );

@@ -58,6 +58,13 @@ pub struct QueueHistory {
     /// turn started from the message (`Session::start_queued`), or a
     /// running turn took it.
     host_removed: Vec<(Uri, String)>,
+    /// The messages a host tool queued (`_meta["ahpd.hostTool"]`: a wake's
+    /// prompt, a `send_message`, a `childFinished`): echoed when their write
+    /// is issued, not durable (docs/DECISIONS.md, 20), so a crash may take
+    /// one away; a `childFinished` so lost is delivered again under another
+    /// id (docs/DECISIONS.md, 24; `child_finished_once` checks it reaches
+    /// the agent once).
+    host_made: std::collections::BTreeSet<(Uri, String)>,
 }
 
 fn breach(detail: String) -> Violation {
@@ -82,6 +89,9 @@ impl QueueHistory {
                             *fate = Fate::Removed;
                         }
                     }
+                }
+                if a.message.meta.as_ref().is_some_and(|m| m.contains_key(ahpd_core::host::TOOL_META_KEY)) {
+                    self.host_made.insert((chat.clone(), a.id.clone()));
                 }
                 self.fates.insert((chat.clone(), a.id.clone()), Fate::Queued);
             }
@@ -144,6 +154,11 @@ impl QueueHistory {
             }
             if record.senders.get(id).is_some() || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some()) {
                 *fate = Fate::Started;
+                continue;
+            }
+            if self.host_made.contains(&(chat.clone(), id.clone())) {
+                // Its write was issued, not yet durable, at the crash.
+                *fate = Fate::Removed;
                 continue;
             }
             return Err(breach(format!("{chat}: acknowledged queued message {id} is gone after the restart")));

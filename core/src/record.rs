@@ -623,6 +623,20 @@ pub struct ToolsRecord {
     /// reused within a session.
     #[serde(default)]
     pub next_wake: u64,
+    /// The automation run this session was made for (AHP's
+    /// `AutomationSessionOrigin`), said as the state's `origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automation: Option<AutomationOrigin>,
+}
+
+/// The automation and run a session was made for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutomationOrigin {
+    /// `ahp-automation:/<id>`.
+    pub automation: Uri,
+    /// `ahp-automation-run:/<id>.<n>`.
+    pub run: Uri,
 }
 
 /// One wake an agent asked for with `schedule_wakeup`.

@@ -186,7 +186,7 @@ impl Host {
     /// Queues `message` (id `id`, sent by `sender`) on `chat` of session
     /// `uri`: into the record, echoed when the state is held, then started
     /// when due, waking the session if it sleeps. The record is written.
-    fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: Message, sender: String) {
+    pub(super) fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: Message, sender: String) {
         let Some(session) = self.sessions.get_mut(uri) else { return };
         let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
         record.queued.push(QueuedMessage { id: id.clone(), message: message.clone(), sender });

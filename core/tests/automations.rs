@@ -98,7 +98,8 @@ fn sends(cmds: &[(String, BackendCmd)]) -> Vec<(String, String, String)> {
 fn an_automation_is_created_updated_and_removed_through_the_catalogue() {
     let mut h = Harness::new(config(0));
     h.connect(1, "c1");
-    let init = h.request(1, "initialize", json!({"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c9"}));
+    h.input(ahpd_core::Input::Connected { conn: ahpd_core::ConnId(2) });
+    let init = h.request(2, "initialize", json!({"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": "c9"}));
     assert!(init["result"]["automations"]["create"].is_object(), "create advertised: {init}");
     assert!(init["result"]["automations"]["schedules"].is_object());
     assert!(init["result"]["automations"].get("runCancellation").is_none(), "cancellation is not built");
@@ -218,7 +219,9 @@ fn a_schedule_fires_on_time_into_a_fresh_session_and_the_run_follows_its_turn() 
     assert_eq!(run_actions.last().map(|a| a["action"]["lifecycle"]["status"].clone()), Some(json!("completed")), "{frames:?}");
     assert!(h.host.view().sessions.get(&session).is_some_and(|s| s.is_announced()), "the run's session is listed after its first turn");
     // The next minute makes the second run, not before.
-    h.advance(59_000);
+    h.advance(59_999);
+    assert_eq!(record(&h, "a").runs.len(), 1);
+    h.advance(1);
     assert_eq!(record(&h, "a").runs.len(), 2);
 }
 

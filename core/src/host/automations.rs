@@ -139,7 +139,7 @@ impl Host {
             }
             // Pinned to a session the store no longer has (its dispose
             // ended but this record's removal was lost): it goes now.
-            if let Some(pin) = record.pinned().filter(|p| !self.sessions.contains_key(*p)) {
+            if let Some(pin) = record.pinned().filter(|p| !self.sessions.contains_key(p)) {
                 self.shared.log(LogLevel::Info, "automation.removed", None, format!("{}: its pinned session {pin} is gone", record.resource));
                 if let Some(key) = record.key() {
                     let op = self.shared.new_op(Op::AutomationWrite { automation: record.resource.clone() });

@@ -697,14 +697,13 @@ pub const HANDSHAKE_WAIT_MS: u64 = 10_000;
 
 // ---- A handshake held for wakes (module docs) ----
 impl Host {
-    /// The grant a read of `channel` needs: the root is the session list,
-    /// a session its state, anything else a chat's turns.
+    /// The grant a read of `channel` needs: the root and the automations'
+    /// catalogue are the session list, a session or an automation's run its
+    /// state, anything else a chat's turns.
     pub(crate) fn read_operation(&self, channel: &str) -> Operation {
         if channel == ROOT_RESOURCE_URI || channel == crate::automation::AUTOMATIONS_URI {
             Operation::SessionList
-        } else if Self::is_automation_channel(channel) {
-            Operation::SessionState
-        } else if self.sessions.contains_key(channel) {
+        } else if Self::is_automation_channel(channel) || self.sessions.contains_key(channel) {
             Operation::SessionState
         } else {
             Operation::ChatTurns

@@ -335,8 +335,9 @@ impl Driver {
         }
         if merging && !self.host.view().merging_scan() {
             // A pass was merged: the pages its rows were read into are
-            // free, and glibc keeps them resident (issue 21: memory per
-            // catalogue row). Trimmed off the driver's thread.
+            // free; what the scan's threads left in their heaps is
+            // collected (issue 21: memory per catalogue row), off the
+            // driver's thread.
             tokio::task::spawn_blocking(|| {
                 let took = crate::trim_freed_memory();
                 tracing::info!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back after a merge");

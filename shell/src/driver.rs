@@ -447,7 +447,16 @@ fn input_kind(input: &Input) -> &'static str {
         Input::Authenticate { .. } => "authenticate",
         Input::Frame { .. } => "frame",
         Input::Disconnected { .. } => "disconnected",
-        Input::Done { .. } => "done",
+        // Which kind of result: a 100k scan's rows and a store write's
+        // answer are both `Done`, and only one of them may be slow.
+        Input::Done { outcome, .. } => match outcome {
+            ahpd_core::input::Outcome::Started { .. } => "done.started",
+            ahpd_core::input::Outcome::Failed { .. } => "done.failed",
+            ahpd_core::input::Outcome::Scanned { .. } => "done.scanned",
+            ahpd_core::input::Outcome::Git(_) => "done.git",
+            ahpd_core::input::Outcome::RegistryScanned { .. } => "done.registry_scanned",
+            ahpd_core::input::Outcome::Ok => "done.ok",
+        },
         Input::Backend { .. } => "backend",
         Input::PolicyChanged(_) => "policy",
         Input::Shutdown { .. } => "shutdown",

@@ -221,6 +221,17 @@ pub enum StoreCmd {
         /// The validated store key (see `ids::store_key`).
         key: String,
     },
+    /// Replace the record of one automation, atomically (its own folder,
+    /// `automations/`; `crate::automation`).
+    PutAutomation {
+        /// The whole record; its `key()` names the file.
+        record: Box<crate::automation::AutomationRecord>,
+    },
+    /// Remove one automation's record.
+    DeleteAutomation {
+        /// Its store key (`ahp-automation@<id>`, validated).
+        key: String,
+    },
 }
 
 /// A command for the awareness registry directory (`exec/registry`).

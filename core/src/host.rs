@@ -34,6 +34,7 @@
 //! and the catalogue's announcements.
 
 mod agents;
+mod automations;
 mod awareness;
 mod children;
 mod connections;
@@ -57,6 +58,7 @@ pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
 pub use children::{CHILDREN_META_KEY, PARENT_META_KEY};
 pub use tools::{TOOL_META_KEY, WAKES_META_KEY};
+pub use automations::{capabilities as automation_capabilities, AUTOMATION_CONN};
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
@@ -264,6 +266,9 @@ pub struct Host {
     /// end is owed to their parent while the host stops: looked at at the
     /// next input (`host/children.rs`, `Host::deliver_owed_children`).
     pub(crate) children_owed: BTreeSet<Uri>,
+    /// The automations, their schedule index and their runs in flight
+    /// (`host/automations.rs`).
+    pub(crate) automations: automations::Automations,
 }
 
 /// What one session's rules may use of the host while they run, besides
@@ -495,6 +500,7 @@ impl Host {
             drain: None,
             wakes: BTreeSet::new(),
             children_owed: BTreeSet::new(),
+            automations: automations::Automations::default(),
         }
     }
 
@@ -717,6 +723,7 @@ impl Host {
         self.retry_queued_starts();
         self.fire_wakes();
         self.deliver_owed_children();
+        self.fire_automations();
         self.fire_due();
         self.aware().tick();
         // The index a checker reads is the sessions' as this input left
@@ -736,7 +743,7 @@ impl Host {
         let sweep = (self.shared.config.residency_limit > 0)
             .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
         let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline(), self.children_owed_deadline()].into_iter().flatten().min()
+        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline(), self.children_owed_deadline(), self.automation_deadline()].into_iter().flatten().min()
     }
 
     /// A read-only view for checkers.
@@ -819,6 +826,13 @@ impl Host {
             Op::StorePut { session } => self.on_record_written(&session, op, outcome),
             Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
             Op::Registry { scan } => self.aware().on_registry_done(op, scan, outcome),
+            Op::AutomationWrite { automation } => {
+                if let Outcome::Failed { message } = outcome {
+                    // Carried by the automation's next write; a restart
+                    // reads what the store last took.
+                    self.shared.log(LogLevel::Warn, "store.write_failed", None, format!("{automation}: {message}"));
+                }
+            }
             Op::StoreForget { session } => {
                 if let Outcome::Failed { message } = outcome {
                     // Still on disk: read back at the next start, and
@@ -852,7 +866,7 @@ impl Host {
         const METHODS: &[&str] = &[
             "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
             "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "moveChat", "resolveSessionConfig",
-            "sessionConfigCompletions", "ahpd/listPeers",
+            "sessionConfigCompletions", "ahpd/listPeers", "runAutomation", "fetchAutomationRuns", "listAutomationTriggerDefinitions",
         ];
         if method == "dispatchAction" {
             return self.shared.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)"));
@@ -880,6 +894,9 @@ impl Host {
             "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
             "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
             "ahpd/listPeers" => self.aware().on_list_peers(conn, id, params),
+            "runAutomation" => self.on_run_automation(conn, id, params),
+            "fetchAutomationRuns" => self.on_fetch_automation_runs(conn, id, params),
+            "listAutomationTriggerDefinitions" => self.on_list_trigger_definitions(conn, id, params),
             m if crate::detached::METHODS.contains(&m) => self.window().on_detached_request(conn, id, m, params),
             "unsubscribe" => {
                 self.on_unsubscribe(conn, params);

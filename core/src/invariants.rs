@@ -47,6 +47,10 @@ pub const ALL: &[(&str, Check)] = &[
     ("inv_due_wake_fired", inv_due_wake_fired),
     ("inv_child_owned_as_parent", inv_child_owned_as_parent),
     ("inv_child_finish_delivered", inv_child_finish_delivered),
+    ("inv_automation_index_consistent", inv_automation_index_consistent),
+    ("inv_due_automation_fired", inv_due_automation_fired),
+    ("inv_pinned_session_exists", inv_pinned_session_exists),
+    ("inv_one_run_per_occurrence", inv_one_run_per_occurrence),
 ];
 
 type SessionCheck = fn(&Uri, &Session) -> Result<(), Violation>;
@@ -581,6 +585,82 @@ pub fn inv_due_wake_fired(view: &HostView<'_>) -> Result<(), Violation> {
         Some((at, uri, id)) if *at <= view.now.wall => fail("inv_due_wake_fired", format!("{uri}'s {id} was due at {} and did not fire", at.0)),
         _ => Ok(()),
     }
+}
+
+/// The schedule index names exactly the next occurrence of every schedule
+/// trigger of every enabled automation, as their records hold them
+/// (docs/DECISIONS.md, 26): a fire is found by the index alone, so an
+/// occurrence missing from it would never fire.
+pub fn inv_automation_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
+    let mut want = std::collections::BTreeSet::new();
+    for a in view.automations() {
+        if !a.definition.enabled && !a.next.is_empty() {
+            return fail("inv_automation_index_consistent", format!("{} is disabled and still has occurrences {:?}", a.resource, a.next));
+        }
+        for (id, at) in &a.next {
+            if !crate::automation::schedules(&a.definition).any(|t| t.id == *id) {
+                return fail("inv_automation_index_consistent", format!("{} has an occurrence for trigger {id} it does not define", a.resource));
+            }
+            want.insert((*at, a.resource.clone(), id.clone()));
+        }
+    }
+    if &want != view.automation_due_index() {
+        return fail("inv_automation_index_consistent", format!("the index holds {:?}, the records {want:?}", view.automation_due_index()));
+    }
+    Ok(())
+}
+
+/// A schedule occurrence whose time has come was evaluated in that input
+/// (a run made, or its misfire policy applied), unless the host stops.
+pub fn inv_due_automation_fired(view: &HostView<'_>) -> Result<(), Violation> {
+    if view.stopping() {
+        return Ok(());
+    }
+    match view.automation_due_index().first() {
+        Some((at, uri, id)) if *at <= view.now.wall => fail("inv_due_automation_fired", format!("{uri}'s trigger {id} was due at {} and was not evaluated", at.0)),
+        _ => Ok(()),
+    }
+}
+
+/// "A disposed session's automations are gone" (docs/DECISIONS.md, 25):
+/// every automation pinned to a session names one the host has, and the
+/// pin index says exactly which.
+pub fn inv_pinned_session_exists(view: &HostView<'_>) -> Result<(), Violation> {
+    let mut want: BTreeMap<Uri, std::collections::BTreeSet<Uri>> = BTreeMap::new();
+    for a in view.automations() {
+        if let Some(pin) = a.pinned() {
+            if !view.sessions.contains_key(pin) {
+                return fail("inv_pinned_session_exists", format!("{} is pinned to {pin}, which is gone", a.resource));
+            }
+            want.entry(pin.to_owned()).or_default().insert(a.resource.clone());
+        }
+    }
+    if &want != view.automation_pins() {
+        return fail("inv_pinned_session_exists", format!("the pin index holds {:?}, the records {want:?}", view.automation_pins()));
+    }
+    Ok(())
+}
+
+/// "One trigger occurrence is atomically associated with at most one run"
+/// (AHP automations guide; docs/DECISIONS.md, 26): no two runs an
+/// automation keeps name the same trigger and occurrence, and no run names
+/// an occurrence its trigger still waits for.
+pub fn inv_one_run_per_occurrence(view: &HostView<'_>) -> Result<(), Violation> {
+    use ahp_types::state::AutomationRunOrigin;
+    for a in view.automations() {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &a.runs {
+            let AutomationRunOrigin::Trigger(t) = &r.origin else { continue };
+            let Some(at) = t.scheduled_for.as_deref() else { continue };
+            if !seen.insert((t.trigger_id.as_str(), at)) {
+                return fail("inv_one_run_per_occurrence", format!("{} has two runs for {} at {at}", a.resource, t.trigger_id));
+            }
+            if a.next.get(&t.trigger_id).is_some_and(|n| Some(*n) == WallTime::parse_iso(at)) {
+                return fail("inv_one_run_per_occurrence", format!("{}'s trigger {} still waits for {at}, which made {}", a.resource, t.trigger_id, r.resource));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The replay buffer a `reconnect` replays from holds at most

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod automation;
 pub mod awareness;
 pub mod catalogue;
 pub mod config;

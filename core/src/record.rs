@@ -632,6 +632,10 @@ pub struct ToolsRecord {
     /// ends were delivered here as `childFinished`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildEntry>,
+    /// The automation run this session was made for (AHP's
+    /// `AutomationSessionOrigin`), said as the state's `origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automation: Option<AutomationOrigin>,
 }
 
 /// A child session's link to its parent ([`ToolsRecord::parent`]).
@@ -676,6 +680,16 @@ pub struct ChildEntry {
     /// each is delivered exactly once ([`ChildOf::finished`]).
     #[serde(default)]
     pub delivered: u64,
+}
+
+/// The automation and run a session was made for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutomationOrigin {
+    /// `ahp-automation:/<id>`.
+    pub automation: Uri,
+    /// `ahp-automation-run:/<id>.<n>`.
+    pub run: Uri,
 }
 
 /// One wake an agent asked for with `schedule_wakeup`.

@@ -267,6 +267,7 @@ fn settle_into(h: &mut Harness, store: &mut std::collections::BTreeMap<String, a
                 ahpd_core::StoreCmd::Delete { key } => {
                     store.remove(&key);
                 }
+                ahpd_core::StoreCmd::PutAutomation { .. } | ahpd_core::StoreCmd::DeleteAutomation { .. } => {}
             }
             h.done(op, Outcome::Ok);
         }

@@ -144,6 +144,7 @@ fn a_failed_resume_fails_the_waker_and_leaves_the_session_asleep_and_intact() {
     assert!(h.store_ops().iter().all(|(_, c)| match c {
         ahpd_core::StoreCmd::Delete { .. } => false,
         ahpd_core::StoreCmd::Put { record } => !record.deleted,
+        ahpd_core::StoreCmd::PutAutomation { .. } | ahpd_core::StoreCmd::DeleteAutomation { .. } => true,
     }));
     // The next waker tries again.
     let rid = h.send_request(1, "subscribe", json!({"channel": a_chat}));

@@ -591,7 +591,8 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let data_dir = settings.data_dir.clone()?;
     let sessions_dir = data_dir.join("sessions");
     let echo_dir = data_dir.join("echo");
-    for dir in [&data_dir, &sessions_dir, &echo_dir] {
+    let automations_dir = exec::store::automations_dir(&sessions_dir);
+    for dir in [&data_dir, &sessions_dir, &echo_dir, &automations_dir] {
         create_dir(dir)?;
     }
     let acp_home = data_dir.join("acp");
@@ -675,12 +676,16 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let host = match settings.sessions {
         StoreKind::File => {
             let (dir, wall_ms) = (sessions_dir.clone(), clock.now().wall.0);
+            let automations_dir = automations_dir.clone();
             tokio::task::spawn_blocking(move || {
                 exec::store::load_each(&dir, wall_ms, |loaded| match loaded {
                     exec::store::Loaded::Expect(n) => host.expect_records(n),
                     exec::store::Loaded::Records(batch) => host.restore_records(batch),
                 })?;
                 host.finish_restoring();
+                // Automations after the sessions: a pinned one is checked
+                // against the sessions restored.
+                host.restore_automations(exec::store::load_automations(&automations_dir, wall_ms)?);
                 Ok::<_, std::io::Error>(host)
             })
             .await

@@ -148,6 +148,8 @@ pub struct ClientCtx<'a> {
     pub awareness: crate::registry::AwarenessOptions,
     /// The simulated machine's git and trust (`sim/src/git.rs`).
     pub git: &'a crate::options::GitOptions,
+    /// Whether clients make and run automations (`automations.rs`).
+    pub automations: bool,
 }
 
 /// Counters of what clients did, for the run summary.
@@ -455,6 +457,7 @@ impl Client {
             8,                                   // 20 draft, answer a question (questions.rs)
             6,                                   // 21 resume, steer, move (resume_move.rs)
             4,                                   // 22 moveChat (chat_move.rs)
+            if ctx.automations { 3 } else { 0 }, // 23 automations (automations.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -631,6 +634,7 @@ impl Client {
             20 => out.extend(self.question_action(rng, &chat)),
             21 => out.extend(self.resume_or_move(rng, &chat)),
             22 => out.extend(self.move_chat(rng, &session, &chat)),
+            23 => out.extend(crate::automations::think(self, rng, &session)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

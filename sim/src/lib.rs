@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod automations;
 pub mod backend;
 pub mod chat_move;
 pub mod chat_shape;

@@ -9,6 +9,27 @@
 
 /// Marks the CI seed range must hit.
 pub const EXPECTED: &[&str] = &[
+    // Automations (issue 24), each hit by seeds 0..600 (sim/src/automations.rs).
+    "automation_action_rejected",
+    "automation_created",
+    "automation_cursor_refused",
+    "automation_fired",
+    "automation_fired_catch_up",
+    "automation_misfire_skipped",
+    "automation_refused_not_owner",
+    "automation_removed",
+    "automation_removed_with_pinned_session",
+    "automation_restored_runs_failed",
+    "automation_run_completed",
+    "automation_run_failed",
+    "automation_run_fresh_session",
+    "automation_run_manual",
+    "automation_run_queued",
+    "automation_run_request_repeated",
+    "automation_run_start_failed",
+    "automation_run_wakes_pinned",
+    "automation_runs_fetched",
+    "automation_updated",
     // Host tools (issue 24, core/src/host/tools.rs): agents call them on
     // the sim's own tools stream.
     "host_tool_refused",
@@ -244,4 +265,13 @@ pub const EXPECTED_PENDING: &[&str] = &[
     // kept its copy, listed again after its URI was made again under
     // another agent and disposed once more (core/tests/external.rs).
     "rediscovered_from_transcripts",
+    // Automations (issue 24; core/tests/automations.rs covers each): not
+    // reached by seeds 0..600 (the 1,000-automation and 8-active-run bounds,
+    // a disable condition met at a fire, a pin whose session went between
+    // create and run, a pinned wake that fails).
+    "automation_refused_limit",
+    "automation_disabled_by_condition",
+    "automation_run_refused_active",
+    "automation_run_pinned_gone",
+    "automation_run_wake_failed",
 ];

@@ -138,6 +138,8 @@ pub struct Options {
     pub awareness: crate::registry::AwarenessOptions,
     /// The simulated machine's git (`sim/src/git.rs`).
     pub git: GitOptions,
+    /// Whether clients make and run automations (issue 24).
+    pub automations: bool,
 }
 
 /// The simulated machine's repositories and folder trust.
@@ -252,6 +254,7 @@ impl Options {
             faults,
             users: crate::users::Cast::draw(seed, clients),
             awareness,
+            automations: false,
         };
         // Drawn last, so the draws above keep their values.
         options.faults.delete_keeps_copy = fault(&mut rng, 0.2, 0.8);
@@ -265,6 +268,8 @@ impl Options {
         };
         // Drawn last for the same reason (issue 23, a move's two writes).
         options.faults.crash_between_move_writes = fault(&mut rng, 0.3, 0.9);
+        // Drawn last for the same reason (issue 24, automations).
+        options.automations = rng.chance(0.4);
         options
     }
 

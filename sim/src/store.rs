@@ -27,6 +27,9 @@ pub struct Write {
     pub record: Option<SessionRecord>,
     /// Whether it will fail.
     pub fail: bool,
+    /// Whether it is an automation's write (applied when issued, in
+    /// [`Store::automations`]; only its answer waits).
+    pub automation: bool,
 }
 
 /// The last write to a key that the host was told is durable.
@@ -64,6 +67,9 @@ pub struct Store {
     /// delete): a crash between its landing and the host hearing of it
     /// leaves it on disk unacknowledged, like a write in flight.
     pub last_landed: Option<(String, Option<SessionRecord>)>,
+    /// The automations' records, by key: durable when written (the sim
+    /// does not fail or lose them).
+    pub automations: BTreeMap<String, ahpd_core::automation::AutomationRecord>,
     next_id: u64,
     /// Counters.
     pub stats: StoreStats,
@@ -76,11 +82,29 @@ impl Store {
         let (key, record) = match command {
             StoreCmd::Put { record } => (record.key().into_owned(), Some(*record)),
             StoreCmd::Delete { key } => (key, None),
+            StoreCmd::PutAutomation { record } => {
+                let key = record.key().unwrap_or_default();
+                self.automations.insert(key.clone(), *record);
+                return self.answer_automation(q, world, options, op, key);
+            }
+            StoreCmd::DeleteAutomation { key } => {
+                self.automations.remove(&key);
+                return self.answer_automation(q, world, options, op, key);
+            }
         };
         let fail = faults_rng.chance(store_fail);
         self.next_id += 1;
         let id = self.next_id;
-        self.inflight.insert(id, Write { op, key: key.clone(), record, fail });
+        self.inflight.insert(id, Write { op, key: key.clone(), record, fail, automation: false });
+        let delay = world.exp_ms(options.store_ms);
+        q.push_lane(Lane::Store(key), delay, Event::StoreAck { id });
+    }
+
+    /// An automation's write: on disk now, answered later.
+    fn answer_automation(&mut self, q: &mut Queue, world: &mut SimRng, options: &Options, op: OpId, key: String) {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.inflight.insert(id, Write { op, key: key.clone(), record: None, fail: false, automation: true });
         let delay = world.exp_ms(options.store_ms);
         q.push_lane(Lane::Store(key), delay, Event::StoreAck { id });
     }
@@ -89,6 +113,9 @@ impl Store {
     pub fn on_ack(&mut self, id: u64) -> Option<(Input, String)> {
         let write = self.inflight.remove(&id)?;
         let label = format!("store op{} {}", write.op.0, write.key);
+        if write.automation {
+            return Some((Input::Done { op: write.op, outcome: Outcome::Ok }, format!("{label} ok")));
+        }
         if write.fail {
             self.stats.failed += 1;
             return Some((Input::Done { op: write.op, outcome: Outcome::Failed { message: "simulated disk error (EIO)".to_owned() } }, format!("{label} failed")));
@@ -120,7 +147,7 @@ impl Store {
     pub fn on_host_crash(&mut self, faults_rng: &mut SimRng) {
         let mut stopped: BTreeMap<String, bool> = BTreeMap::new();
         let writes = std::mem::take(&mut self.inflight);
-        for (_, write) in writes {
+        for (_, write) in writes.into_iter().filter(|(_, w)| !w.automation) {
             let stop = stopped.entry(write.key.clone()).or_insert(false);
             if *stop || write.fail || !faults_rng.chance(0.5) {
                 *stop = true;
@@ -148,7 +175,7 @@ impl Store {
     /// Unanswered writes per key (what may or may not reach the disk).
     pub fn unacked_by_key(&self) -> BTreeMap<String, Vec<Option<SessionRecord>>> {
         let mut out: BTreeMap<String, Vec<Option<SessionRecord>>> = BTreeMap::new();
-        for write in self.inflight.values() {
+        for write in self.inflight.values().filter(|w| !w.automation) {
             out.entry(write.key.clone()).or_default().push(write.record.clone());
         }
         out

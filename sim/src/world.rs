@@ -500,6 +500,7 @@ impl World {
                     incarnations: &self.history.incarnations,
                     awareness: self.options.awareness,
                     git: &self.options.git,
+                    automations: self.options.automations,
                 };
                 let outs = self.clients[client].on_frame(conn, &text, &ctx, &mut self.workload).map_err(|v| self.violation(v))?;
                 self.stale[client].all();
@@ -529,6 +530,7 @@ impl World {
                         incarnations: &self.history.incarnations,
                         awareness: self.options.awareness,
                         git: &self.options.git,
+                        automations: self.options.automations,
                     };
                     let outs = self.clients[client].think(&mut self.workload, &ctx);
                     self.client_out(client, outs);
@@ -779,6 +781,8 @@ impl World {
                             record.chats.iter().flat_map(|c| c.kept.iter().map(|k| k.id.as_str())).collect::<Vec<_>>()
                         ),
                         StoreCmd::Delete { key } => format!("delete {key}"),
+                        StoreCmd::PutAutomation { record } => format!("put automation {} enabled={} runs={}", record.resource, record.definition.enabled, record.runs.len()),
+                        StoreCmd::DeleteAutomation { key } => format!("delete automation {key}"),
                     }),
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
@@ -869,7 +873,8 @@ impl World {
             Effect::Store { op, command } => {
                 let subject = match &command {
                     StoreCmd::Put { record } => record.resource.clone(),
-                    StoreCmd::Delete { key } => key.replacen('@', ":/", 1),
+                    StoreCmd::Delete { key } | StoreCmd::DeleteAutomation { key } => key.replacen('@', ":/", 1),
+                    StoreCmd::PutAutomation { record } => record.resource.clone(),
                 };
                 self.op_subject.insert(op, subject);
                 let store_fail = self.faults.store_fail;
@@ -1009,6 +1014,7 @@ impl World {
         self.aware.on_host_start();
         self.narrow_trust();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
+        self.host.restore_automations(self.store.automations.values().cloned());
         // A new process: no mirror has been compared with its state yet.
         self.stale.iter_mut().for_each(checkers::Stale::all);
         self.trace.note(self.steps, self.q.now, &format!("host crash #{}: restart with {} records", self.crashes, self.store.durable.len()));

@@ -52,6 +52,7 @@ impl Host {
                 match asker {
                     crate::session::Asker::Client { conn, id } => {
                         self.forget_unborn(session_uri);
+                        self.run_session_answered(session_uri, Some(&message));
                         self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
                     }
                     crate::session::Asker::Tool(call) => self.child_refused(session_uri, call, message),
@@ -70,6 +71,8 @@ impl Host {
                 self.shared.log(LogLevel::Warn, "chat.start_failed", Some(session_uri.clone()), message);
             }
         }
+        // A session made for an automation's run queues its message once live.
+        self.run_session_answered(session_uri, None);
     }
 
     /// Removes a session whose creation was refused: it never existed.
@@ -280,6 +283,8 @@ impl Host {
     /// running on a session that had gone).
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
+        // An automation run waiting for this turn ends as it did.
+        self.runs_follow_turn(session_uri, chat);
         self.recount_active();
         // A child's turn end is numbered in the record it is written with,
         // then told to its parent (`host/children.rs`).
@@ -505,6 +510,7 @@ impl Host {
                     self.fail_turn(uri, &chat, &turn_id, &reason);
                 }
                 self.fail_waiters(uri, waiters, &reason);
+                self.runs_after_wake(uri, Some(&reason));
             }
             WakeEnd::Woke { pending, waiters } => {
                 self.held.insert(uri.clone());
@@ -538,6 +544,8 @@ impl Host {
                 // A queue that waited in the record (a restart, an agent
                 // that exited) goes on now that the session is live.
                 self.start_queued_if_due(uri, false);
+                // Pinned automation runs that woke it queue their message.
+                self.runs_after_wake(uri, None);
             }
         }
     }

@@ -342,7 +342,7 @@ impl Host {
             completion_trigger_characters: None,
             terminal_command_prefix: None,
             telemetry: None,
-            automations: None,
+            automations: Some(super::automations::capabilities()),
         };
         let result = self.with_session_configs(serde_json::to_value(result).unwrap_or_default());
         self.shared.reply(conn, id, result);
@@ -380,7 +380,7 @@ impl Host {
         let mut live = Vec::new();
         let mut missing = Vec::new();
         for uri in &request.subscriptions {
-            let known = uri == ROOT_RESOURCE_URI || self.session_of(uri).is_some_and(|s| self.sessions.contains_key(&s));
+            let known = uri == ROOT_RESOURCE_URI || self.automation_state(uri).is_some() || self.session_of(uri).is_some_and(|s| self.sessions.contains_key(&s));
             if !known || !self.may_read(conn, uri) {
                 missing.push(uri.clone());
             } else if !live.contains(uri) {
@@ -458,8 +458,11 @@ impl Host {
         if let Some(e) = self.subscriptions_full(conn, &request.channel) {
             return self.shared.reply_error(conn, id, e);
         }
-        if request.channel == ROOT_RESOURCE_URI {
-            let snapshot = self.snapshot(&request.channel, None);
+        if request.channel == ROOT_RESOURCE_URI || Self::is_automation_channel(&request.channel) {
+            let Some(snapshot) = self.snapshot(&request.channel, None) else {
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("no automation run {}", crate::ids::printable(&request.channel))));
+            };
+            let snapshot = Some(snapshot);
             self.subscribe_conn(conn, &request.channel);
             return self.shared.reply(conn, id, serde_json::to_value(SubscribeResult { snapshot }).unwrap_or_default());
         }
@@ -581,6 +584,8 @@ impl Host {
     pub(crate) fn snapshot(&self, uri: &str, view_turns: Option<usize>) -> Option<Snapshot> {
         let state = if uri == ROOT_RESOURCE_URI {
             SnapshotState::Root(Box::new(self.shared.root.clone()))
+        } else if let Some(state) = self.automation_state(uri) {
+            state
         } else {
             let session_uri = self.session_of(uri)?;
             let resident = self.sessions.get(&session_uri)?.resident.as_ref()?;
@@ -692,12 +697,13 @@ pub const HANDSHAKE_WAIT_MS: u64 = 10_000;
 
 // ---- A handshake held for wakes (module docs) ----
 impl Host {
-    /// The grant a read of `channel` needs: the root is the session list,
-    /// a session its state, anything else a chat's turns.
+    /// The grant a read of `channel` needs: the root and the automations'
+    /// catalogue are the session list, a session or an automation's run its
+    /// state, anything else a chat's turns.
     pub(crate) fn read_operation(&self, channel: &str) -> Operation {
-        if channel == ROOT_RESOURCE_URI {
+        if channel == ROOT_RESOURCE_URI || channel == crate::automation::AUTOMATIONS_URI {
             Operation::SessionList
-        } else if self.sessions.contains_key(channel) {
+        } else if Self::is_automation_channel(channel) || self.sessions.contains_key(channel) {
             Operation::SessionState
         } else {
             Operation::ChatTurns

@@ -64,6 +64,12 @@ pub enum Op {
         /// The disposed session.
         session: Uri,
     },
+    /// Writing or removing an automation's record (`host/automations.rs`):
+    /// nothing waits on the answer; a failure is logged.
+    AutomationWrite {
+        /// The automation.
+        automation: Uri,
+    },
     /// A git command (`host/git.rs`).
     Git(GitOp),
     /// A command for the awareness registry (`scan`: a registry scan).

@@ -279,6 +279,7 @@ impl Host {
         let Some(session) = self.drop_session(uri) else { return };
         self.forget_wakes(&session.record);
         self.forget_family(&session.record);
+        self.automations_follow_dispose(uri);
         // Only passes asked from now on speak for the tombstone.
         let since = crate::effect::OpId(self.shared.next_op);
         self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(&session.record), since));
@@ -811,6 +812,9 @@ impl Host {
         let origin = self.shared.origin_of(conn, params.client_seq);
         if channel == ROOT_RESOURCE_URI {
             return self.on_root_action(conn, channel, params.action, origin);
+        }
+        if Self::is_automation_channel(&channel) {
+            return self.on_automation_action(conn, channel, params.action, origin);
         }
         // The grant first, so that a caller without it is answered the
         // same whether the channel exists or not (an action no client may

@@ -35,7 +35,9 @@ pub fn session_state(record: &SessionRecord, lifecycle: SessionLifecycle, chats:
         title: record.title.to_string(),
         status: flags(record) | SessionStatus::Idle.0,
         activity: None,
-        origin: None,
+        origin: record.tools.as_ref().and_then(|t| t.automation.as_ref()).map(|o| {
+            ahp_types::state::SessionOrigin::Automation(ahp_types::state::AutomationSessionOrigin { automation: o.automation.clone(), run: o.run.clone() })
+        }),
         project: None,
         working_directories: Some(record.working_directories.to_vec()),
         annotations: None,

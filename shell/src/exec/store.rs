@@ -113,6 +113,22 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
                 }
             };
         }
+        // Automations are written on their own, each file durably (few,
+        // and rarely written: no journal); the session records go on.
+        let (autos, batch): (Vec<_>, Vec<_>) = batch.into_iter().partition(|(_, c)| matches!(c, StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. }));
+        if !autos.is_empty() {
+            let adir = automations_dir(&dir);
+            let results = tokio::task::spawn_blocking(move || write_automations(&adir, autos)).await.unwrap_or_default();
+            for (op, outcome) in results {
+                if let Outcome::Failed { message } = &outcome {
+                    tracing::warn!(op = op.0, detail = %message, "automation store write failed");
+                }
+                events.input(Input::Done { op, outcome });
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let ops: Vec<OpId> = batch.iter().map(|(op, _)| *op).collect();
         let dir = dir.clone();
         let mut taken = journal.take();
@@ -170,6 +186,11 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
         let entry = match command {
             StoreCmd::Put { record } => Entry::Put(record),
             StoreCmd::Delete { key } => Entry::Delete(key),
+            // Taken out of the batch before it comes here.
+            StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. } => {
+                results.push((op, Err("an automation write reached the session journal".to_owned())));
+                continue;
+            }
         };
         if file_name(&entry.key()).is_none() {
             results.push((op, Err(format!("refused unsafe store key {:?}", entry.key()))));
@@ -231,11 +252,68 @@ fn write_batch_direct(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Ou
         let result = match command {
             StoreCmd::Put { record } => put(dir, &record),
             StoreCmd::Delete { key } => delete(dir, &key),
+            StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. } => Err("an automation write reached the session store".to_owned()),
         };
         results.push((op, result));
     }
     let dir_sync = fsutil::sync_dir(dir).map_err(|e| format!("could not sync {}: {e}", dir.display()));
     answer(results.into_iter().map(|(op, result)| (op, result.and_then(|()| dir_sync.clone()))).collect())
+}
+
+/// Where automation records live: `automations/` beside the session
+/// store's folder (`<data-dir>/automations`).
+pub fn automations_dir(sessions_dir: &Path) -> PathBuf {
+    sessions_dir.parent().map_or_else(|| PathBuf::from("automations"), |p| p.join("automations"))
+}
+
+/// Writes automation records (each file durably: temp file fsynced, then
+/// renamed) and removes others, then fsyncs the folder once.
+fn write_automations(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Outcome)> {
+    let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
+    for (op, command) in batch {
+        let result = match command {
+            StoreCmd::PutAutomation { record } => match record.key().and_then(|k| file_name(&k)) {
+                None => Err(format!("refused unsafe automation resource {:?}", record.resource)),
+                Some(name) => serde_json::to_vec_pretty(&record)
+                    .map_err(|e| format!("could not encode automation {}: {e}", record.resource))
+                    .and_then(|bytes| fsutil::write_replace(dir, &name, &bytes, None).map_err(|e| format!("could not write {}: {e}", dir.join(&name).display()))),
+            },
+            StoreCmd::DeleteAutomation { key } => delete(dir, &key),
+            StoreCmd::Put { .. } | StoreCmd::Delete { .. } => Err("a session write reached the automation store".to_owned()),
+        };
+        results.push((op, result));
+    }
+    let dir_sync = fsutil::sync_dir(dir).map_err(|e| format!("could not sync {}: {e}", dir.display()));
+    answer(results.into_iter().map(|(op, result)| (op, result.and_then(|()| dir_sync.clone()))).collect())
+}
+
+/// Reads every automation record under `dir` at startup, in file-name
+/// order. A file that does not parse is moved aside (as a session record
+/// is) and logged; a temp file a crash left is removed.
+///
+/// Errors: the folder cannot be listed.
+pub fn load_automations(dir: &Path, wall_ms: i64) -> std::io::Result<Vec<ahpd_core::automation::AutomationRecord>> {
+    let mut names: Vec<String> = fs::read_dir(dir)?.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+    names.sort();
+    let mut records = Vec::new();
+    for name in names {
+        if name.starts_with('.') && name.contains(TEMP_MARKER) {
+            fsutil::remove_if_stray_temp(dir, &name);
+            continue;
+        }
+        if !name.ends_with(".json") {
+            continue;
+        }
+        let parsed = fs::read(dir.join(&name))
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| serde_json::from_slice::<ahpd_core::automation::AutomationRecord>(&bytes).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(record) if record.key().as_deref() == name.strip_suffix(".json") => records.push(record),
+            Ok(record) => tracing::warn!(file = %dir.join(&name).display(), resource = %record.resource, "skipped an automation whose resource does not match its file name"),
+            Err(error) => quarantine(dir, &name, wall_ms, &error),
+        }
+    }
+    Ok(records)
 }
 
 /// Writes one record outside the running store (`ahpd session import`)
@@ -409,7 +487,7 @@ pub fn load_each(dir: &Path, wall_ms: i64, mut each: impl FnMut(Loaded)) -> std:
 }
 
 /// Renames an unreadable record aside, never overwriting an earlier one.
-fn quarantine(dir: &Path, name: &str, wall_ms: i64, error: &str) {
+pub(crate) fn quarantine(dir: &Path, name: &str, wall_ms: i64, error: &str) {
     let from = dir.join(name);
     let mut to = dir.join(format!("{name}.corrupt-{wall_ms}"));
     let mut n = 1;

@@ -86,6 +86,10 @@ impl Frame {
     fn needs_write(&self) -> Option<bool> {
         match (self.method.as_str(), self.action.as_deref()) {
             ("subscribe" | "listSessions" | "fetchTurns" | "ahpd/listPeers", _) => Some(false),
+            // Automations (issue 24; docs/DECISIONS.md, 25): reading the
+            // catalogue is `session:list`, a run is `chat:send`.
+            ("fetchAutomationRuns" | "listAutomationTriggerDefinitions", _) => Some(false),
+            ("runAutomation", _) => Some(true),
             ("createSession" | "disposeSession" | "createChat" | "disposeChat" | "resolveSessionConfig" | "sessionConfigCompletions", _) => Some(true),
             // `moveChat` (issue 23): `chat:dispose` and `chat:create`.
             ("moveChat", _) => Some(true),
@@ -100,6 +104,8 @@ impl Frame {
                 "chat/isReadChanged" | "chat/isArchivedChanged" | "chat/truncated" => Some(true),
                 // A resume sends (issue 23): `chat:send`.
                 "chat/turnResume" => Some(true),
+                // Automations (issue 24): `session:create`.
+                "automation/createRequested" | "automation/updateRequested" | "automation/removed" => Some(true),
                 // An agent's questions (issue 23): `chat:answer`.
                 "chat/inputAnswerChanged" | "chat/inputCompleted" => Some(true),
                 // Not an action clients may send: the host reads it as

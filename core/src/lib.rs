@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod awareness;
+pub mod caps;
 pub mod catalogue;
 pub mod config;
 pub mod continuation;

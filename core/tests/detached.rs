@@ -27,12 +27,13 @@ fn create_in(h: &mut Harness, conn: u64, id: &str, folder: &str, config: Value) 
     let rid = h.send_request(conn, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [folder], "config": config}));
     // A local folder is a repository here: its facts are asked first.
     for (op, command) in h.git_cmds() {
-        let GitCmd::Inspect { folder } = command else { panic!("only the folder is asked about: {command:?}") };
+        let GitCmd::Inspect { folder, .. } = command else { panic!("only the folder is asked about: {command:?}") };
         let facts = RepoFacts {
             root: Some(folder),
             current_branch: Some("develop".into()),
             default_branch: Some("develop".into()),
             branches: vec!["develop".into(), "main".into()],
+            not_directories: Vec::new(),
         };
         h.done(op, Outcome::Git(GitResult::Repo(facts)));
     }

@@ -363,10 +363,10 @@ impl Driver {
                     None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
                 }
             }
-            Effect::Close { conn, policy } => {
+            Effect::Close { conn, reason } => {
                 if let Some(w) = self.writers.get(&conn) {
-                    w.send(match policy {
-                        Some(reason) => WriterCmd::CloseWith { code: crate::exec::net::CLOSE_POLICY, reason },
+                    w.send(match reason {
+                        Some(reason) => WriterCmd::CloseWith { code: reason.code(), reason: reason.words().to_owned() },
                         None => WriterCmd::Close,
                     });
                 }

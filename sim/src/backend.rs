@@ -423,7 +423,7 @@ impl Backend {
             })
             .collect();
         let delay = cx.world.exp_ms(cx.options.backend_ms);
-        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows } }, format!("done op{} scanned {provider}", op.0));
+        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows, damaged: Vec::new() } }, format!("done op{} scanned {provider}", op.0));
     }
 
     /// Stops an agent: nothing it scheduled will run.

@@ -212,6 +212,14 @@ pub const EXPECTED_PENDING: &[&str] = &[
     "limit_pending_requests_refused",
     "limit_connections_refused",
     "limit_rate_refused",
+    // Issue 25's caps and damaged transcripts: no sim client sends a title
+    // or a message over a cap, and no sim backend's transcript is damaged
+    // (core/tests/limits.rs and core/tests/damaged_transcripts.rs cover
+    // each).
+    "title_refused_over_cap",
+    "message_refused_over_cap",
+    "transcript_damaged_marked",
+    "transcript_damage_cleared",
     // Users directory and grants (W3).
     "auth_failed",
     "grant_refused_read_op",

@@ -335,8 +335,9 @@ impl Driver {
         }
         if merging && !self.host.view().merging_scan() {
             // A pass was merged: the pages its rows were read into are
-            // free, and glibc keeps them resident (issue 21: memory per
-            // catalogue row). Trimmed off the driver's thread.
+            // free; what the scan's threads left in their heaps is
+            // collected (issue 21: memory per catalogue row), off the
+            // driver's thread.
             tokio::task::spawn_blocking(|| {
                 let took = crate::trim_freed_memory();
                 tracing::info!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back after a merge");
@@ -446,7 +447,17 @@ fn input_kind(input: &Input) -> &'static str {
         Input::Authenticate { .. } => "authenticate",
         Input::Frame { .. } => "frame",
         Input::Disconnected { .. } => "disconnected",
-        Input::Done { .. } => "done",
+        // Which kind of result: a 100k scan's rows and a store write's
+        // answer are both `Done`, and only one of them may be slow.
+        Input::Done { outcome, .. } => match outcome {
+            ahpd_core::input::Outcome::Started { .. } => "done.started",
+            ahpd_core::input::Outcome::Failed { .. } => "done.failed",
+            ahpd_core::input::Outcome::TranscriptDamaged { .. } => "done.transcript_damaged",
+            ahpd_core::input::Outcome::Scanned { .. } => "done.scanned",
+            ahpd_core::input::Outcome::Git(_) => "done.git",
+            ahpd_core::input::Outcome::RegistryScanned { .. } => "done.registry_scanned",
+            ahpd_core::input::Outcome::Ok => "done.ok",
+        },
         Input::Backend { .. } => "backend",
         Input::PolicyChanged(_) => "policy",
         Input::Shutdown { .. } => "shutdown",

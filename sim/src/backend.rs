@@ -729,6 +729,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Started { .. } => "started",
         Outcome::Failed { .. } => "failed",
+        Outcome::TranscriptDamaged { .. } => "transcript damaged",
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",

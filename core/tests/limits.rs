@@ -237,7 +237,7 @@ fn a_first_message_over_its_cap_is_refused_before_the_chat_is_made() {
         assert!(h.host.view().sessions.get(&uri).expect("session").record.chats.iter().all(|c| c.resource != chat), "no chat made");
     }
     // The same message in a turn is refused as its echo's reason.
-    let chat = format!("ahp-chat:/ahp-session@s");
+    let chat = "ahp-chat:/ahp-session@s".to_owned();
     h.request(1, "subscribe", json!({"channel": chat}));
     h.frames(1);
     h.dispatch(1, &chat, 9, json!({"type": "chat/turnStarted", "turnId": "t9", "startedAt": "2026-01-01T00:00:00Z",

@@ -19,18 +19,31 @@ async fn read_to_end<S>(ws: &mut S) -> Vec<Value>
 where
     S: futures_util::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
+    read_to_close(ws).await.0
+}
+
+/// Reads text frames from a raw socket until it ends; returns them and the
+/// close frame's code and reason, if one came.
+async fn read_to_close<S>(ws: &mut S) -> (Vec<Value>, Option<(u16, String)>)
+where
+    S: futures_util::Stream<Item = Result<WsMessage, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
     let mut frames = Vec::new();
+    let mut close = None;
     within("the socket ends", async {
         while let Some(Ok(m)) = ws.next().await {
             match m {
                 WsMessage::Text(t) => frames.push(serde_json::from_str::<Value>(t.as_str()).unwrap_or(Value::Null)),
-                WsMessage::Close(_) => break,
+                WsMessage::Close(frame) => {
+                    close = frame.map(|f| (u16::from(f.code), f.reason.as_str().to_owned()));
+                    break;
+                }
                 _ => {}
             }
         }
     })
     .await;
-    frames
+    (frames, close)
 }
 
 /// A connection over `connections_max` reads a -32600 error frame saying
@@ -44,7 +57,12 @@ async fn connections_over_the_limit_read_why_and_the_place_comes_back() {
     let (b, _, _) = connect_init(&daemon.url, "b").await;
 
     let (mut ws, _) = within("raw connect", tokio_tungstenite::connect_async(daemon.url.as_str())).await.expect("raw connect");
-    let frames = read_to_end(&mut ws).await;
+    let (frames, close) = read_to_close(&mut ws).await;
+    // Closed with 1013 "try again later" and a reason, not dropped
+    // silently (issue 25; docs/DECISIONS.md, 28).
+    let (code, reason) = close.expect("a close frame with a code");
+    assert_eq!(code, 1013, "{reason}");
+    assert!(reason.contains("connection limit"), "{reason}");
     assert_eq!(frames.len(), 1, "{frames:?}");
     assert_eq!(frames[0]["id"], Value::Null);
     assert_eq!(frames[0]["error"]["code"], -32600);
@@ -287,4 +305,129 @@ async fn hostile_ids_touch_nothing_beside_or_in_the_data_dir() {
         let name = name.to_string_lossy();
         assert!(["data", "canary", "data.log", "data.config"].contains(&name.as_ref()), "unexpected {name} beside the data dir");
     }
+}
+
+/// Issue 25: a session title over the cap (1,024 bytes by default) is
+/// refused: the sender's echo carries a reason naming the field and the
+/// cap, nothing is stored (the list keeps the old title, across a restart)
+/// and nothing is broadcast (a watcher of the root hears the next title
+/// change, never the refused one). A title at the cap is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_title_over_the_cap_is_refused_naming_the_field_and_the_cap() {
+    use ahp::ahp_types::actions::SessionTitleChangedAction;
+    use ahp::SubscriptionEvent;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "namer").await;
+    let (watcher, _, mut root) = connect_init(&daemon.url, "watcher").await;
+    let (sid, chat, mut ssub, _, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t1", "hello").await;
+    let titled = |title: &str| StateAction::SessionTitleChanged(SessionTitleChangedAction { title: title.to_owned() });
+
+    within("dispatch", c.dispatch(sid.clone(), titled(&"x".repeat(1025)))).await.expect("dispatch");
+    let reason = wait_for(&mut ssub, "the refused title's echo", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(env.action, StateAction::SessionTitleChanged(_)) => env.rejection_reason,
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("title") && reason.contains("1025 bytes") && reason.contains("1024 bytes"), "{reason}");
+    let at_cap = "y".repeat(1024);
+    within("dispatch", c.dispatch(sid.clone(), titled(&at_cap))).await.expect("dispatch");
+    let mut heard = Vec::new();
+    wait_for(&mut root, "the title taken, on the root", |e| match e {
+        SubscriptionEvent::SessionSummaryChanged(p) if p.session == sid => {
+            let title = p.changes.title?;
+            heard.push(title.clone());
+            (title == at_cap).then_some(())
+        }
+        _ => None,
+    })
+    .await;
+    assert!(heard.iter().all(|t| t.len() <= 1024), "the refused title was never broadcast: {:?}", heard.iter().map(String::len).collect::<Vec<_>>());
+    let row = list(&c).await.into_iter().find(|r| r.resource == sid).expect("listed");
+    assert_eq!(row.title, at_cap);
+    drop(watcher);
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly");
+    let daemon = Daemon::start(&data);
+    let (c, _, _) = connect_init(&daemon.url, "again").await;
+    assert_eq!(list(&c).await.into_iter().find(|r| r.resource == sid).expect("listed").title, at_cap, "stored as taken");
+}
+
+/// Issue 25: a message over a cap is refused naming the field and the cap:
+/// `createChat` with a first message whose text or attachments are too big
+/// answers -32602 and makes no chat; a turn with attachments too big is
+/// echoed back unapplied with the reason. (Caps set small by flag.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_over_its_caps_is_refused_naming_the_field_and_the_cap() {
+    use ahp::ahp_types::commands::CreateChatParams;
+    use ahp::ahp_types::state::{Message, MessageKind, MessageOrigin};
+    use ahp::SubscriptionEvent;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start_with(
+        &tmp.path().join("data"),
+        &["--limit-message-text-max-bytes", "100", "--limit-message-attachments-max-bytes", "200"],
+    );
+    let (c, _, _) = connect_init(&daemon.url, "sender").await;
+    let (sid, chat, _ssub, _, mut csub) = new_session(&c).await;
+    turn(&c, &chat, &mut csub, "t1", "hello").await;
+    let message = |text: &str, label_len: usize| -> Message {
+        let attachments = (label_len > 0).then(|| vec![serde_json::from_value(json!({"type": "simple", "label": "a".repeat(label_len)})).expect("attachment")]);
+        Message { text: text.to_owned(), origin: MessageOrigin { kind: MessageKind::User }, attachments, model: None, agent: None, meta: None }
+    };
+    for (m, field, cap) in [(message(&"t".repeat(101), 0), "initialMessage.text", "100 bytes"), (message("hi", 300), "initialMessage.attachments", "200 bytes")] {
+        let new_chat = format!("ahp-chat:/{}", fresh_id());
+        let params = CreateChatParams { channel: sid.clone(), meta: None, chat: new_chat.clone(), initial_message: Some(m), source: None, working_directories: None };
+        let e = rpc_error(within("createChat", c.request::<_, Value>("createChat", params)).await);
+        assert_eq!(e.code, -32602, "{e:?}");
+        assert!(e.message.contains(field) && e.message.contains(cap), "{e:?}");
+        let (state, _) = subscribe_session(&c, &sid).await;
+        assert!(state.chats.iter().all(|c| c.resource != new_chat), "no chat was made");
+    }
+    let mut big = user_turn("t2", "hi");
+    if let StateAction::ChatTurnStarted(a) = &mut big {
+        a.message = message("hi", 300);
+    }
+    within("dispatch", c.dispatch(chat.clone(), big)).await.expect("dispatch");
+    let reason = wait_for(&mut csub, "the refused turn's echo", |e| match e {
+        SubscriptionEvent::Action(env) if matches!(env.action, StateAction::ChatTurnStarted(_)) => env.rejection_reason,
+        _ => None,
+    })
+    .await;
+    assert!(reason.contains("message.attachments") && reason.contains("200 bytes"), "{reason}");
+}
+
+/// Issue 25: `createSession` refuses a working directory that is not a
+/// `file:` URI of an existing directory with -32602 naming the folder: a
+/// bare path, an `http:` URI, a folder that does not exist, a file. A real
+/// folder is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_session_refuses_a_folder_that_is_not_a_file_uri_of_a_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _, _) = connect_init(&daemon.url, "folders").await;
+    let dir = tmp.path().join("work");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, b"x").expect("write");
+    let cases = [
+        (dir.display().to_string(), "not a file: URI"),
+        ("http://example.com/work".to_owned(), "not a file: URI"),
+        (file_uri(&dir.join("missing")), "does not exist"),
+        (file_uri(&file), "is not a directory"),
+    ];
+    for (folder, words) in cases {
+        let sid = format!("ahp-session:/{}", fresh_id());
+        let params = json!({"channel": sid, "provider": "echo", "workingDirectories": [folder]});
+        let e = rpc_error(within("createSession", c.request::<_, Value>("createSession", params)).await);
+        assert_eq!(e.code, -32602, "{folder}: {e:?}");
+        assert!(e.message.contains(words) && e.message.contains(&folder), "{folder}: {e:?}");
+        let e = rpc_error(within("subscribe", c.subscribe(sid.clone())).await.map(|(r, _)| r));
+        assert_ne!(e.code, 0, "{folder}: the session never existed");
+    }
+    let sid = format!("ahp-session:/{}", fresh_id());
+    let params = json!({"channel": sid, "provider": "echo", "workingDirectories": [file_uri(&dir)]});
+    let r: Value = within("createSession", c.request("createSession", params)).await.expect("a real folder is taken");
+    assert_eq!(r, Value::Null);
 }

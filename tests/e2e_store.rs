@@ -490,6 +490,77 @@ async fn damaged_store_files_are_quarantined_and_logged_once() {
     }
 }
 
+/// Issue 25: an echo transcript damaged while the daemon is stopped. At
+/// start the pass over the transcripts finds it: the session is listed at
+/// Error with words that say what to do; opening it fails with -32603 and
+/// the same words; nothing a client reads names a server path; the file is
+/// moved aside as a damaged record is (`<name>.corrupt-<ms>`, its bytes
+/// kept) and the operator's log names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_transcript_is_listed_at_error_says_what_to_do_and_is_moved_aside() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let mut daemon = Daemon::start(&data);
+    let c = connect_init(&daemon.url, "before").await.0;
+    let (sid, chat) = session_with_turns(&c, &["hello"]).await;
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+
+    let echo = data.join("echo");
+    let files: Vec<String> = names(&echo).into_iter().filter(|n| n.ends_with(".json")).collect();
+    let [name] = &files[..] else { panic!("one transcript: {files:?}") };
+    let garbage = b"{\"format\": not a transcript\nat all\n".to_vec();
+    std::fs::write(echo.join(name), &garbage).expect("damage the transcript");
+
+    let from = log_len(&data);
+    let mut daemon = Daemon::start(&data);
+    let c = connect_init(&daemon.url, "after").await.0;
+    let data_text = data.display().to_string();
+    // Listed, at Error with what to do, once the first pass is merged.
+    let row = within("the row goes to Error", async {
+        loop {
+            let rows = list(&c).await;
+            let row = rows.into_iter().find(|r| r.resource == sid).expect("still listed");
+            if row.status & 0x1f == 2 {
+                return row;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let activity = row.activity.clone().unwrap_or_default();
+    assert!(activity.contains("dispose") && activity.contains("backup"), "{activity}");
+    assert!(!activity.contains(&data_text) && !activity.contains(".json"), "no server path: {activity}");
+    // Opening it says the same, and no path.
+    for channel in [&sid, &chat] {
+        let e = rpc_error(within("subscribe", c.subscribe(channel.clone())).await.map(|(r, _)| r));
+        assert_eq!(e.code, -32603, "{e:?}");
+        assert!(e.message.contains("dispose") && e.message.contains("backup"), "{e:?}");
+        assert!(!e.message.contains(&data_text) && !e.message.contains(".json"), "no server path: {e:?}");
+    }
+    // Moved aside, its bytes kept, and the log names it.
+    assert!(!echo.join(name).exists(), "the damaged transcript is moved aside");
+    let aside: Vec<String> = names(&echo).into_iter().filter(|n| n.starts_with(&format!("{name}.corrupt-"))).collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read(echo.join(&aside[0])).expect("read"), garbage);
+    let log = log_since(&data, from);
+    assert!(log.lines().any(|l| l.contains("cannot be read back") && l.contains(&format!("/{name} "))), "log:\n{log}");
+    // Still listed at Error after another restart (the mark is the
+    // record's), and disposing it works.
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+    let mut daemon = Daemon::start(&data);
+    let c = connect_init(&daemon.url, "again").await.0;
+    let row = list(&c).await.into_iter().find(|r| r.resource == sid).expect("still listed");
+    assert_eq!(row.status & 0x1f, 2, "{row:?}");
+    let params = ahp::ahp_types::commands::DisposeSessionParams { channel: sid.clone(), meta: None };
+    let r: Value = within("dispose", c.request("disposeSession", params)).await.expect("disposeSession");
+    assert_eq!(r, Value::Null);
+    assert!(list(&c).await.iter().all(|r| r.resource != sid), "gone once disposed");
+    c.shutdown().await;
+    assert!(daemon.terminate().success(), "ahpd exited badly after SIGTERM");
+}
+
 // ---------------------------------------------------------------------------
 // A store write that fails
 // ---------------------------------------------------------------------------

@@ -187,6 +187,24 @@ pub struct Limits {
     /// counted again. Each is kept in the session's record until it runs.
     #[serde(default = "default_queued_messages_per_chat")]
     pub queued_messages_per_chat: usize,
+    /// Largest session title a client may set (`session/titleChanged`), in
+    /// bytes of UTF-8 (issue 25; `caps::check_title`). One over it is
+    /// refused unapplied, nothing stored or broadcast.
+    #[serde(default = "default_title_max_bytes")]
+    pub title_max_bytes: usize,
+    /// Largest attachments of one message a client sends (a turn, a draft,
+    /// a pending message, `createChat`'s first message), in bytes of their
+    /// JSON (issue 25; `caps::check_message`).
+    #[serde(default = "default_message_attachments_max_bytes")]
+    pub message_attachments_max_bytes: usize,
+}
+
+fn default_title_max_bytes() -> usize {
+    crate::caps::TITLE_MAX_BYTES
+}
+
+fn default_message_attachments_max_bytes() -> usize {
+    crate::caps::MESSAGE_ATTACHMENTS_MAX_BYTES
 }
 
 /// The default `queued_messages_per_chat`: 32 messages.
@@ -236,6 +254,8 @@ impl Default for Limits {
             connections_max: CONNECTIONS_MAX,
             outgoing_buffer_max_bytes: OUTGOING_BUFFER_MAX_BYTES,
             queued_messages_per_chat: QUEUED_MESSAGES_PER_CHAT,
+            title_max_bytes: crate::caps::TITLE_MAX_BYTES,
+            message_attachments_max_bytes: crate::caps::MESSAGE_ATTACHMENTS_MAX_BYTES,
         }
     }
 }

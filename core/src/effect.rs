@@ -21,6 +21,38 @@ pub struct ConnId(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct OpId(pub u64);
 
+/// Why the host closes a connection, as its close frame says
+/// ([`Effect::Close`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The connection broke a policy (it kept exceeding its frame rate):
+    /// close code 1008 "policy violation" and these words.
+    Policy(String),
+    /// The host is full (`Limits::connections_max`): close code 1013 "try
+    /// again later" (IANA's registry of RFC 6455 close codes) and these
+    /// words. The client broke no rule, and its place comes back when
+    /// another connection leaves, so this is not 1008 (docs/DECISIONS.md,
+    /// 28).
+    TryAgainLater(String),
+}
+
+impl CloseReason {
+    /// The RFC 6455 close code.
+    pub fn code(&self) -> u16 {
+        match self {
+            CloseReason::Policy(_) => 1008,
+            CloseReason::TryAgainLater(_) => 1013,
+        }
+    }
+
+    /// The words of the close frame.
+    pub fn words(&self) -> &str {
+        match self {
+            CloseReason::Policy(w) | CloseReason::TryAgainLater(w) => w,
+        }
+    }
+}
+
 /// One thing for the shell to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
@@ -38,10 +70,10 @@ pub enum Effect {
     Close {
         /// The connection.
         conn: ConnId,
-        /// A policy the connection broke, in words (e.g. it kept
-        /// exceeding its frame rate): the shell closes with WebSocket code
-        /// 1008 and this reason; `None`: a plain close.
-        policy: Option<String>,
+        /// Why, when the client should be told in the close frame
+        /// (RFC 6455 7.4): the shell closes with [`CloseReason::code`] and
+        /// its words; `None`: a plain close.
+        reason: Option<CloseReason>,
     },
     /// Drive a chat's agent; answered by `Input::Done { op, .. }`.
     Backend {

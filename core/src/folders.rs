@@ -9,6 +9,12 @@
 //! recorded: a folder gone from disk stays listed (the core never looks at
 //! the disk).
 //!
+//! `createSession` takes only `file:` URIs of existing directories (issue
+//! 25; docs/DECISIONS.md, 28): [`check_uris`] refuses any other URI at once,
+//! and [`check_kinds`] refuses one the shell found is not a directory, from
+//! the answer to the `GitCmd::Inspect` the create asks anyway (the shell
+//! reads the disk; the rule is here).
+//!
 //! Pure functions over the recorded list, so the host, the sim and the
 //! tests share one set of rules.
 
@@ -29,6 +35,43 @@ pub fn initial(requested: &[Uri], peers: bool) -> Vec<Uri> {
         out.truncate(1);
     }
     out
+}
+
+/// Refuses a `createSession` working directory that is not a `file:` URI
+/// of an absolute local path (`file:///abs`, or `file://localhost/abs`):
+/// a bare path, another scheme (`http:`, `vscode-remote:`), a relative
+/// one. The `Err` is the -32602 message, naming the folder.
+pub fn check_uris(folders: &[Uri]) -> Result<(), String> {
+    for folder in folders {
+        if crate::git::path_of_uri(folder).is_none() {
+            crate::mark!("create_refused_folder_not_file_uri");
+            return Err(format!(
+                "working directory \"{}\" is not a file: URI of a local folder (file:///absolute/path)",
+                crate::ids::printable_up_to(folder, crate::ids::PATH_SHOWN_MAX)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a `createSession` whose working directories the shell found are
+/// not directories (`facts.not_directories`, for the paths of `folders`,
+/// each a `file:` URI [`check_uris`] passed). The `Err` is the -32602
+/// message, naming the folder as the client wrote it.
+pub fn check_kinds(folders: &[Uri], facts: &crate::git::RepoFacts) -> Result<(), String> {
+    use crate::git::FolderKind;
+    for folder in folders {
+        let Some(path) = crate::git::path_of_uri(folder) else { continue };
+        let Some((_, kind)) = facts.not_directories.iter().find(|(p, _)| *p == path) else { continue };
+        crate::mark!("create_refused_folder_not_a_directory");
+        let what = match kind {
+            FolderKind::Missing => "does not exist",
+            FolderKind::NotADirectory => "is not a directory",
+            FolderKind::Unreadable => "cannot be read by the host",
+        };
+        return Err(format!("working directory \"{}\" {what}", crate::ids::printable_up_to(folder, crate::ids::PATH_SHOWN_MAX)));
+    }
+    Ok(())
 }
 
 /// The peers of a recorded list (everything after the root).

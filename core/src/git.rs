@@ -19,6 +19,10 @@ pub enum GitCmd {
     Inspect {
         /// The folder the client picked.
         folder: String,
+        /// More folders whose kind the answer reports beside `folder`'s
+        /// ([`RepoFacts::not_directories`]): a `createSession`'s peers
+        /// (issue 25). Empty everywhere else.
+        also: Vec<String>,
     },
     /// A session's first send: make its worktree when `worktree` says so,
     /// then write checkpoint `turn/0` of the tree the session starts from.
@@ -167,6 +171,26 @@ pub struct RepoFacts {
     /// Every local branch, and every remote branch with no local one of
     /// its name, sorted.
     pub branches: Vec<String>,
+    /// Of the folder asked about and the `also` of [`GitCmd::Inspect`],
+    /// those that are not a directory the daemon can open, with what each
+    /// is (issue 25: `createSession` refuses them). Empty: every one is a
+    /// directory. Whether a path exists is IO, so the shell reads it; the
+    /// rule that refuses is the core's (`folders::check_kinds`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_directories: Vec<(String, FolderKind)>,
+}
+
+/// What is at a folder's path when it is not a directory the daemon can
+/// open ([`RepoFacts::not_directories`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum FolderKind {
+    /// Nothing is there.
+    Missing,
+    /// Something that is not a directory (a file, a socket, ...).
+    NotADirectory,
+    /// The daemon may not read it (permissions, a broken mount).
+    Unreadable,
 }
 
 impl RepoFacts {

@@ -53,7 +53,7 @@ use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAct
 use ahp_types::state::{AgentInfo, RootState};
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use ahp::reducers::{ReduceOutcome, apply_action_to_root};
-pub use connections::{Conn, Handshake};
+pub use connections::{Conn, Handshake, RATE_CLOSE_AFTER_MS, RATE_LOG_INTERVAL_MS};
 pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
 pub use children::{CHILDREN_META_KEY, PARENT_META_KEY};

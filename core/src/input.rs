@@ -107,11 +107,23 @@ pub enum Outcome {
         /// Why, in words a person can act on.
         message: String,
     },
+    /// `BackendCmd::Start` with `resume` failed because the
+    /// conversation's own transcript could not be read back (a damaged
+    /// file, issue 25); the backend moved it aside, as the store does a
+    /// damaged record. The host marks the chat (`session/damage.rs`).
+    TranscriptDamaged {
+        /// What was wrong with it, for the operator's log; no server path.
+        detail: String,
+    },
     /// `Effect::Scan` finished: the conversations the backend's own
     /// transcripts hold, in any order.
     Scanned {
         /// One row per conversation.
         rows: Vec<ScannedRow>,
+        /// The conversations whose transcript the pass found but could not
+        /// read (issue 25): the host marks the chat that holds each, when
+        /// its state is not held (`session/damage.rs`).
+        damaged: Vec<String>,
     },
     /// `Effect::Git` finished: what git answered.
     Git(crate::git::GitResult),

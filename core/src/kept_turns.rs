@@ -174,6 +174,7 @@ mod tests {
             modified_at: Default::default(),
             status: 1,
             fresh: false,
+            damaged: false,
             senders: Default::default(),
             changes: None,
             written: Default::default(),

@@ -26,6 +26,7 @@
 
 pub mod automation;
 pub mod awareness;
+pub mod caps;
 pub mod catalogue;
 pub mod config;
 pub mod continuation;

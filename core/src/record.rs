@@ -726,6 +726,13 @@ pub struct ChatRecord {
     /// exist yet, so a wake starts it afresh rather than resuming it.
     #[serde(default)]
     pub fresh: bool,
+    /// Its backend's transcript of the conversation could not be read back
+    /// (issue 25, `session/damage.rs`): the chat's status rests at Error
+    /// and its session's row says what to do, until a start of its agent
+    /// reads the conversation again. (A `bool` beside `fresh`: in the
+    /// padding, no byte more per chat.)
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub damaged: bool,
     /// Who sent each turn, by turn id: the sender's principal, or its
     /// client id on a host with no users directory.
     #[serde(default)]
@@ -868,6 +875,7 @@ impl ChatRecord {
             modified_at: Stamp::at(now),
             status: crate::session::state::IDLE,
             fresh: true,
+            damaged: false,
             senders: Senders::default(),
             changes: None,
             written: Default::default(),

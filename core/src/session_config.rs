@@ -270,6 +270,7 @@ pub fn reported(offer: &ConfigOffer, scope: Option<&str>, values: &Map<String, V
         current_branch: offer.branch.clone(),
         default_branch: offer.branch.clone(),
         branches,
+        not_directories: Vec::new(),
     };
     let mut schema = compose(&facts, None, values);
     if let Some(s) = scope {
@@ -468,6 +469,7 @@ mod tests {
             current_branch: Some("dev".into()),
             default_branch: Some("trunk".into()),
             branches: vec!["dev".into(), "feature/x".into(), "trunk".into()],
+            not_directories: Vec::new(),
         }
     }
 

@@ -418,7 +418,7 @@ impl Harness {
         let dir = format!("file://{folder}");
         let rid = self.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [dir], "config": config}));
         let cmds = self.git_cmds();
-        assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { folder: f })] if f == folder), "the folder is asked about first: {cmds:?}");
+        assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { folder: f, .. })] if f == folder), "the folder is asked about first: {cmds:?}");
         assert!(self.backend_cmds().is_empty(), "nothing is started before the config is settled");
         self.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
         self.settle_backend();

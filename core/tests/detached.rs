@@ -27,12 +27,13 @@ fn create_in(h: &mut Harness, conn: u64, id: &str, folder: &str, config: Value) 
     let rid = h.send_request(conn, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [folder], "config": config}));
     // A local folder is a repository here: its facts are asked first.
     for (op, command) in h.git_cmds() {
-        let GitCmd::Inspect { folder } = command else { panic!("only the folder is asked about: {command:?}") };
+        let GitCmd::Inspect { folder, .. } = command else { panic!("only the folder is asked about: {command:?}") };
         let facts = RepoFacts {
             root: Some(folder),
             current_branch: Some("develop".into()),
             default_branch: Some("develop".into()),
             branches: vec!["develop".into(), "main".into()],
+            not_directories: Vec::new(),
         };
         h.done(op, Outcome::Git(GitResult::Repo(facts)));
     }
@@ -204,10 +205,11 @@ fn create_is_refused_unless_the_session_is_creating_with_a_pending_tree() {
     let (folder, _) = create_in_repo(&mut h, 1, "f", json!({"isolation": "folder"}));
     refused(&mut h, json!({"session": folder, "prompt": "x"}), "isolation is not worktree");
     refused(&mut h, json!({"session": "ahp-session:/nope", "prompt": "x"}), "no such session");
-    let (remote, _) = create_in(&mut h, 1, "r", "vscode-remote://box/src/app", worktree_config());
-    // A folder that is not local is in no repository this host can read,
-    // so the worktree it asked for was never taken: it is a folder session.
-    refused(&mut h, json!({"session": remote, "prompt": "x"}), "isolation is not worktree");
+    // A folder that is not a local `file:` URI is refused at create (issue
+    // 25): no session is made there to cut a tree for.
+    let r = h.request(1, "createSession", json!({"channel": "ahp-session:/r", "provider": "echo", "workingDirectories": ["vscode-remote://box/src/app"], "config": worktree_config()}));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    refused(&mut h, json!({"session": "ahp-session:/r", "prompt": "x"}), "no such session");
     let (bad_prefix, _) = create_in_repo(&mut h, 1, "b", json!({"isolation": "worktree", "worktreeBranchPrefix": "a..b/"}));
     refused(&mut h, json!({"session": bad_prefix, "prompt": "x"}), "not a valid branch name");
     // Hostile params.

@@ -19,7 +19,7 @@ fn answer_scan(h: &mut Harness, provider: &str, rows: Vec<ScannedRow>) {
         .position(|e| matches!(e, Effect::Scan { provider: p, .. } if p == provider))
         .unwrap_or_else(|| panic!("no scan of {provider} pending"));
     let Effect::Scan { op, .. } = h.pending.remove(pos) else { unreachable!() };
-    h.done(op, Outcome::Scanned { rows });
+    h.done(op, Outcome::Scanned { rows, damaged: Vec::new() });
 }
 
 fn external(id: &str, modified: i64) -> ScannedRow {

@@ -156,3 +156,55 @@ fn replacing_the_root_restarts_the_agent_there_between_turns() {
     assert!(e["params"]["rejectionReason"].is_null(), "{e}");
     assert_eq!(folders(&mut h, uri), json!(["file:///work/new"]));
 }
+
+/// Issue 25: `createSession` takes only `file:` URIs of directories. Any
+/// other URI is refused at once with -32602 naming it, before git or an
+/// agent is asked; a folder the shell finds is not a directory (answered
+/// with the repository's facts: `RepoFacts::not_directories`) is refused
+/// with -32602 naming it; a peer is asked about too, where it is kept. A
+/// refused session never existed.
+#[test]
+fn a_working_directory_must_be_a_file_uri_of_a_directory() {
+    use ahpd_core::git::{FolderKind, GitCmd, GitResult, RepoFacts};
+    use ahpd_core::Outcome;
+    let mut h = Harness::new(config());
+    h.connect(1, "c");
+    for (id, bad) in [("bare", "/work/root"), ("web", "http://example.com/work/root"), ("rel", "file:work/root"), ("empty", "")] {
+        let uri = format!("ahp-session:/{id}");
+        let r = h.request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": [bad]}));
+        assert_eq!(r["error"]["code"], -32602, "{bad}: {r}");
+        let text = r["error"]["message"].as_str().unwrap_or("");
+        assert!(text.contains("not a file: URI") && text.contains(bad), "{text}");
+        assert!(h.git_cmds().is_empty() && h.backend_cmds().is_empty(), "{bad}: nothing asked");
+        assert!(h.host.view().sessions.get(&uri).is_none(), "{bad}: never existed");
+    }
+    let cases = [
+        ("gone", vec![GONE], "/nowhere/gone-from-disk", FolderKind::Missing, "does not exist"),
+        ("file", vec!["file:///work/notes.txt"], "/work/notes.txt", FolderKind::NotADirectory, "is not a directory"),
+        ("peer", vec![ROOT, GONE], "/nowhere/gone-from-disk", FolderKind::Missing, "does not exist"),
+    ];
+    for (id, dirs, path, kind, words) in cases {
+        let uri = format!("ahp-session:/{id}");
+        let rid = h.send_request(1, "createSession", json!({"channel": uri, "provider": "echo", "workingDirectories": dirs}));
+        let cmds = h.git_cmds();
+        let [(op, GitCmd::Inspect { folder, also })] = &cmds[..] else { panic!("{id}: the folders are asked about: {cmds:?}") };
+        let asked: Vec<&str> = std::iter::once(folder.as_str()).chain(also.iter().map(String::as_str)).collect();
+        assert!(asked.contains(&path), "{id}: {asked:?}");
+        let facts = RepoFacts { not_directories: vec![(path.to_owned(), kind)], ..RepoFacts::not_a_repo() };
+        h.done(*op, Outcome::Git(GitResult::Repo(facts)));
+        let r = h.take_reply(1, rid).expect("answered");
+        assert_eq!(r["error"]["code"], -32602, "{id}: {r}");
+        let text = r["error"]["message"].as_str().unwrap_or("");
+        assert!(text.contains(words) && text.contains(&format!("file://{path}")), "{id}: {text}");
+        assert!(h.backend_cmds().is_empty(), "{id}: no agent started");
+        assert!(h.host.view().sessions.get(&uri).is_none(), "{id}: never existed");
+    }
+    // A peer the agent cannot take is ignored, so it is neither asked about
+    // nor refused.
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/solo", "provider": "solo", "workingDirectories": [ROOT, "/bare/peer"]}));
+    let cmds = h.git_cmds();
+    assert!(matches!(&cmds[..], [(_, GitCmd::Inspect { also, .. })] if also.is_empty()), "{cmds:?}");
+    h.done(cmds[0].0, Outcome::Git(GitResult::Repo(RepoFacts::not_a_repo())));
+    h.settle_backend();
+    assert_eq!(h.take_reply(1, rid).expect("answered")["result"], Value::Null);
+}

@@ -244,7 +244,7 @@ fn a_bearer_token_that_names_nobody_closes_the_connection_and_says_why() {
     h.pending.clear();
     h.input(Input::Authenticate { conn: ConnId(1), token: "not-a-token".into() });
     match &h.pending[..] {
-        [Effect::Log(log), Effect::Close { conn: ConnId(1), policy: None }] => {
+        [Effect::Log(log), Effect::Close { conn: ConnId(1), reason: None }] => {
             assert_eq!(log.event, "client.auth_failed");
             assert!(log.detail.contains("bearer token matches no user") && !log.detail.contains("not-a-token"), "{log:?}");
         }

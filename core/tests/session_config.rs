@@ -15,6 +15,7 @@ fn repo_facts() -> RepoFacts {
         current_branch: Some("dev".into()),
         default_branch: Some("develop".into()),
         branches: vec!["dev".into(), "develop".into(), "feature/login".into(), "main".into()],
+        not_directories: Vec::new(),
     }
 }
 
@@ -29,7 +30,7 @@ fn resolve(h: &mut Harness, conn: u64, folder: &str, config: Value, facts: RepoF
     assert!(h.take_reply(conn, id).is_none(), "answered before git was asked");
     let cmds = h.git_cmds();
     assert_eq!(cmds.len(), 1, "{cmds:?}");
-    assert!(matches!(&cmds[0].1, GitCmd::Inspect { folder } if folder == "/src/app"), "{cmds:?}");
+    assert!(matches!(&cmds[0].1, GitCmd::Inspect { folder, .. } if folder == "/src/app"), "{cmds:?}");
     h.done(cmds[0].0, Outcome::Git(GitResult::Repo(facts)));
     h.take_reply(conn, id).expect("reply")
 }
@@ -339,7 +340,7 @@ fn a_tree_git_cannot_make_fails_that_send_clearly() {
 /// try come with it. A read git cannot do fails the send as the cut would.
 #[test]
 fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_first() {
-    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()] };
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new() };
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
     let (uri, chat) = create_in(&mut h, "d", json!({"isolation": "worktree", "worktreeCreateNewBranch": false}), detached);
@@ -348,7 +349,7 @@ fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_firs
     h.start_turn(1, &chat, 1, "t1", "hi");
     let cmds = h.git_cmds();
     let op = match &cmds[..] {
-        [(op, GitCmd::Inspect { folder })] if folder == "/src/app" => *op,
+        [(op, GitCmd::Inspect { folder, .. })] if folder == "/src/app" => *op,
         other => panic!("the folder's facts are read before the tree is cut: {other:?}"),
     };
     assert!(h.backend_cmds().iter().all(|(_, _, c)| !matches!(c, BackendCmd::Send { .. })), "the turn waits for its tree");
@@ -369,7 +370,7 @@ fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_firs
     // The same read failing fails the send, in git's words.
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
-    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()] };
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new() };
     let (_, chat) = create_in(&mut h, "e", json!({"isolation": "worktree"}), detached);
     h.frames(1);
     h.start_turn(1, &chat, 1, "t1", "hi");

@@ -364,10 +364,10 @@ impl Driver {
                     None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
                 }
             }
-            Effect::Close { conn, policy } => {
+            Effect::Close { conn, reason } => {
                 if let Some(w) = self.writers.get(&conn) {
-                    w.send(match policy {
-                        Some(reason) => WriterCmd::CloseWith { code: crate::exec::net::CLOSE_POLICY, reason },
+                    w.send(match reason {
+                        Some(reason) => WriterCmd::CloseWith { code: reason.code(), reason: reason.words().to_owned() },
                         None => WriterCmd::Close,
                     });
                 }
@@ -452,6 +452,7 @@ fn input_kind(input: &Input) -> &'static str {
         Input::Done { outcome, .. } => match outcome {
             ahpd_core::input::Outcome::Started { .. } => "done.started",
             ahpd_core::input::Outcome::Failed { .. } => "done.failed",
+            ahpd_core::input::Outcome::TranscriptDamaged { .. } => "done.transcript_damaged",
             ahpd_core::input::Outcome::Scanned { .. } => "done.scanned",
             ahpd_core::input::Outcome::Git(_) => "done.git",
             ahpd_core::input::Outcome::RegistryScanned { .. } => "done.registry_scanned",

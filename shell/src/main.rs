@@ -217,6 +217,14 @@ struct ServeArgs {
     /// [default: 32].
     #[arg(long, env = "AHPD_LIMIT_QUEUED_MESSAGES_PER_CHAT", value_name = "N")]
     limit_queued_messages_per_chat: Option<usize>,
+    /// Largest session title a client may set, in bytes; a longer one is
+    /// refused [default: 1024].
+    #[arg(long, env = "AHPD_LIMIT_TITLE_MAX_BYTES", value_name = "BYTES")]
+    limit_title_max_bytes: Option<usize>,
+    /// Largest attachments of one message, in bytes of their JSON; larger
+    /// ones are refused [default: 2097152].
+    #[arg(long, env = "AHPD_LIMIT_MESSAGE_ATTACHMENTS_MAX_BYTES", value_name = "BYTES")]
+    limit_message_attachments_max_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -260,6 +268,8 @@ impl ServeArgs {
                 connections_max: self.limit_connections_max,
                 outgoing_buffer_max_bytes: self.limit_outgoing_buffer_max_bytes,
                 queued_messages_per_chat: self.limit_queued_messages_per_chat,
+                title_max_bytes: self.limit_title_max_bytes,
+                message_attachments_max_bytes: self.limit_message_attachments_max_bytes,
             },
         }
     }

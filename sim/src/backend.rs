@@ -435,7 +435,7 @@ impl Backend {
             })
             .collect();
         let delay = cx.world.exp_ms(cx.options.backend_ms);
-        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows } }, format!("done op{} scanned {provider}", op.0));
+        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows, damaged: Vec::new() } }, format!("done op{} scanned {provider}", op.0));
     }
 
     /// Stops an agent: nothing it scheduled will run.
@@ -741,6 +741,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Started { .. } => "started",
         Outcome::Failed { .. } => "failed",
+        Outcome::TranscriptDamaged { .. } => "transcript damaged",
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",

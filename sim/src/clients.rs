@@ -96,6 +96,10 @@ pub enum ReqKind {
         untrusted: Option<bool>,
         /// It asked `isolation: worktree`.
         worktree: bool,
+        /// It named a folder that is not a `file:` URI of a directory
+        /// (issue 25): it must be refused (-32602, or -32009 first when
+        /// the grants or the trusted folders refuse it).
+        bad_folder: bool,
     },
     /// `createAgentHostDetachedWorktree` (learns the handle and the tree).
     Detached,
@@ -208,6 +212,11 @@ pub struct Client {
     /// Sessions it made with `isolation: worktree` that may still be
     /// creating (a window's tree can be cut for them).
     worktree_creating: Vec<Uri>,
+    /// Sessions it asked for outside a folder so far: every
+    /// [`BAD_FOLDER_EVERY`]th names a folder `createSession` must refuse
+    /// (issue 25), chosen by count rather than a draw so that the workload
+    /// stream is the one it was.
+    plain_creates: u64,
     /// Its view of the catalogue's rows, if it has one: every row of a
     /// one-page `listSessions` answered while subscribed to the root, as
     /// the root notifications since have left them (issue 19: "its clients
@@ -322,6 +331,7 @@ impl Client {
             trees: BTreeSet::new(),
             handles: Vec::new(),
             worktree_creating: Vec::new(),
+            plain_creates: 0,
             rows: None,
         }
     }
@@ -489,11 +499,17 @@ impl Client {
                     if rng.chance(0.5) {
                         params["workingDirectories"] = json!(["file:///work/a", "file:///work/b"]);
                     }
+                    self.plain_creates += 1;
+                    let bad_folder = self.plain_creates % BAD_FOLDER_EVERY == 0;
+                    if bad_folder {
+                        params["workingDirectories"] = bad_folders(self.plain_creates / BAD_FOLDER_EVERY, provider == "echo");
+                    }
                     // Every folder must be trusted, and with a list a session
                     // with none is refused.
                     let folders: Vec<&str> = params["workingDirectories"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
                     let untrusted = ctx.git.trusted_folders.as_ref().is_some_and(|l| folders.is_empty() || folders.iter().any(|f| !trusted_by(l, f)));
-                    out.push(self.send_request("createSession", params, ReqKind::CreateIn { uri: session, untrusted: Some(untrusted), worktree: false }));
+                    let kind = ReqKind::CreateIn { uri: session, untrusted: Some(untrusted), worktree: false, bad_folder };
+                    out.push(self.send_request("createSession", params, kind));
                 }
             }
             1 => {
@@ -693,7 +709,7 @@ impl Client {
         }
         let untrusted = (!in_tree).then(|| ctx.git.trusted_folders.as_ref().is_some_and(|l| !trusted_by(l, &folder)));
         let params = json!({"channel": session, "provider": provider, "workingDirectories": [folder], "config": config});
-        self.send_request("createSession", params, ReqKind::CreateIn { uri: session, untrusted, worktree })
+        self.send_request("createSession", params, ReqKind::CreateIn { uri: session, untrusted, worktree, bad_folder: false })
     }
 
     /// One of the git, tree and trust moves: config resolution and
@@ -878,8 +894,11 @@ impl Client {
                 }
                 Ok(Vec::new())
             }
-            (ReqKind::CreateIn { uri, untrusted, worktree }, result) => {
+            (ReqKind::CreateIn { uri, untrusted, worktree, bad_folder }, result) => {
                 let code = error_code(error);
+                if bad_folder && !matches!(code, Some(-32602 | -32009)) {
+                    return Err(breach("folder_refusal", format!("createSession of {uri} in a folder that is not a directory was answered {text}")));
+                }
                 if untrusted == Some(true) && code != Some(-32009) {
                     return Err(breach("trust_refusal", format!("createSession of {uri} in an untrusted folder was answered {text}")));
                 }
@@ -1130,6 +1149,24 @@ impl Client {
 
 /// Whether `folder` (a `file:` URI of the machine) is inside one of the
 /// trusted folders `list` (the core's own rule, `ahpd_core::trust`).
+/// Every how many sessions a client asks for outside a folder names a
+/// folder that must be refused instead.
+const BAD_FOLDER_EVERY: u64 = 12;
+
+/// The `n`th bad `workingDirectories` (issue 25): a bare path, another
+/// scheme, a folder that does not exist, a file, and (on an agent that
+/// takes peers, where they are kept) a peer that does not exist.
+fn bad_folders(n: u64, peers: bool) -> Value {
+    let missing = format!("file://{}", crate::git::MISSING_FOLDER);
+    match n % 5 {
+        0 => json!(["/work/a"]),
+        1 => json!(["http://example.com/work/a"]),
+        3 => json!([format!("file://{}", crate::git::A_FILE)]),
+        4 if peers => json!(["file:///work/a", format!("{missing}/sub")]),
+        _ => json!([missing]),
+    }
+}
+
 fn trusted_by(list: &[String], folder: &str) -> bool {
     ahpd_core::trust::Trust::of(list).check(folder, &[]).is_ok()
 }

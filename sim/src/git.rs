@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ahpd_core::git::{Changes, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
+use ahpd_core::git::{Changes, FolderKind, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
 use ahpd_core::trust::within;
 use ahpd_core::worktree::{pattern_matches, tree_path};
 
@@ -140,6 +140,30 @@ pub const FOLDERS: [&str; 7] = [
     "file:///work/a",
     "file:///work/b",
 ];
+
+/// A folder that does not exist on the simulated machine (issue 25: a
+/// `createSession` in it is refused with -32602).
+pub const MISSING_FOLDER: &str = "/work/gone";
+/// A file, not a folder, on the simulated machine.
+pub const A_FILE: &str = "/work/a/README.md";
+
+/// What is at `path` on the simulated machine when it is not a directory
+/// (the shell's `kind_of`): only [`MISSING_FOLDER`] and [`A_FILE`] are not.
+fn folder_kind(path: &str) -> Option<FolderKind> {
+    let path = ahpd_core::git::normalize_path(path).unwrap_or_else(|| path.to_owned());
+    if within(&path, MISSING_FOLDER) {
+        Some(FolderKind::Missing)
+    } else if path == A_FILE {
+        Some(FolderKind::NotADirectory)
+    } else {
+        None
+    }
+}
+
+/// The answer's `not_directories` for `folder` and `also`.
+fn kinds(folder: &str, also: &[String]) -> Vec<(String, FolderKind)> {
+    std::iter::once(folder).chain(also.iter().map(String::as_str)).filter_map(|p| folder_kind(p).map(|k| (p.to_owned(), k))).collect()
+}
 
 /// A commit id as git prints it.
 pub fn oid(id: u64) -> String {
@@ -329,7 +353,7 @@ impl GitWorld {
             }
         }
         branches.sort();
-        RepoFacts { root: Some(self.workdir(at)), current_branch, default_branch: repo.remote_default.clone(), branches }
+        RepoFacts { root: Some(self.workdir(at)), current_branch, default_branch: repo.remote_default.clone(), branches, not_directories: Vec::new() }
     }
 
     /// Runs one command; `Err` is git's words. Trees it takes off the disk
@@ -337,6 +361,20 @@ impl GitWorld {
     pub fn run(&mut self, command: &GitCmd) -> Result<GitResult, String> {
         self.removed.clear();
         *self.stats.commands.entry(kind(command)).or_default() += 1;
+        if let GitCmd::Inspect { folder, also } = command {
+            let not_directories = kinds(folder, also);
+            if !self.enabled || not_directories.iter().any(|(p, _)| p == folder) {
+                return Ok(GitResult::Repo(RepoFacts { not_directories, ..RepoFacts::not_a_repo() }));
+            }
+            let result = self.execute(command).map(|r| match r {
+                GitResult::Repo(facts) => GitResult::Repo(RepoFacts { not_directories, ..facts }),
+                other => other,
+            });
+            if result.is_err() {
+                self.stats.refusals += 1;
+            }
+            return result;
+        }
         if !self.enabled {
             return Ok(command.no_repo_answer());
         }
@@ -349,7 +387,7 @@ impl GitWorld {
 
     fn execute(&mut self, command: &GitCmd) -> Result<GitResult, String> {
         match command {
-            GitCmd::Inspect { folder } => Ok(GitResult::Repo(match self.locate(folder)? {
+            GitCmd::Inspect { folder, .. } => Ok(GitResult::Repo(match self.locate(folder)? {
                 Some(at) => self.facts(&at),
                 None => RepoFacts::not_a_repo(),
             })),
@@ -635,7 +673,7 @@ mod tests {
     /// config named no branch: the default it settles from the folder's
     /// facts (`session_config::settle`).
     fn plan(g: &mut GitWorld, folder: &str, new_branch: &str) -> WorktreePlan {
-        let facts = match g.run(&GitCmd::Inspect { folder: folder.to_owned() }) {
+        let facts = match g.run(&GitCmd::Inspect { folder: folder.to_owned(), also: Vec::new() }) {
             Ok(GitResult::Repo(f)) => f,
             other => panic!("{other:?}"),
         };
@@ -652,7 +690,7 @@ mod tests {
         assert!(w.path.starts_with("/work/repo1.worktrees/agents-s1-"), "{}", w.path);
         assert_eq!(w.base_branch, "main");
         assert_eq!(w.placed, vec!["node_modules".to_owned(), ".env".to_owned()]);
-        let facts = g.run(&GitCmd::Inspect { folder: format!("{}/pkg", w.path) });
+        let facts = g.run(&GitCmd::Inspect { folder: format!("{}/pkg", w.path), also: Vec::new() });
         assert!(matches!(facts, Ok(GitResult::Repo(RepoFacts { root: Some(ref r), current_branch: Some(ref b), .. })) if *r == w.path && b == "agents/s1"));
         let mut rng = SimRng::new(1, crate::rng::Stream::World);
         let cp = |g: &mut GitWorld, n: u32| g.run(&GitCmd::Checkpoint { workdir: w.path.clone(), checkpoint_ref: format!("refs/agents/s1/checkpoints/turn/{n}"), base: w.base_commit.clone(), exclude: w.placed.clone() });
@@ -666,7 +704,7 @@ mod tests {
         let Ok(GitResult::TreeArchived { kept }) = archived else { panic!("{archived:?}") };
         assert_eq!(kept, g.removed.is_empty());
         if !kept {
-            assert!(g.run(&GitCmd::Inspect { folder: w.path.clone() }).is_err(), "a removed tree's folder is gone");
+            assert!(g.run(&GitCmd::Inspect { folder: w.path.clone(), also: Vec::new() }).is_err(), "a removed tree's folder is gone");
             assert_eq!(g.run(&GitCmd::RestoreTree { repo: "/work/repo1".into(), worktree: w.clone() }), Ok(GitResult::TreeRestored));
         }
         assert_eq!(g.run(&GitCmd::RestoreTree { repo: "/work/repo1".into(), worktree: w.clone() }), Ok(GitResult::TreeRestored));
@@ -684,9 +722,9 @@ mod tests {
         let p = plan(&mut g, "/work/plain", "y");
         let r = g.run(&GitCmd::MakeTree { folder: "/work/plain".into(), plan: p });
         assert!(matches!(&r, Err(m) if m.contains("is not in a git repository")), "{r:?}");
-        let facts = g.run(&GitCmd::Inspect { folder: "/work/repo2".into() });
+        let facts = g.run(&GitCmd::Inspect { folder: "/work/repo2".into(), also: Vec::new() });
         assert!(matches!(facts, Ok(GitResult::Repo(RepoFacts { current_branch: None, default_branch: None, .. }))), "a detached HEAD");
-        let facts = g.run(&GitCmd::Inspect { folder: "/work/repo1".into() });
+        let facts = g.run(&GitCmd::Inspect { folder: "/work/repo1".into(), also: Vec::new() });
         let Ok(GitResult::Repo(f)) = facts else { panic!() };
         assert_eq!(f.branches, vec!["dev".to_owned(), "feature".to_owned(), "main".to_owned()]);
     }

@@ -251,6 +251,19 @@ pub const EXPECTED_PENDING: &[&str] = &[
     "limit_pending_requests_refused",
     "limit_connections_refused",
     "limit_rate_refused",
+    // Issue 25's caps and damaged transcripts: no sim client sends a title
+    // or a message over a cap, and no sim backend's transcript is damaged
+    // (core/tests/limits.rs and core/tests/damaged_transcripts.rs cover
+    // each).
+    "title_refused_over_cap",
+    "message_refused_over_cap",
+    "transcript_damaged_marked",
+    "transcript_damage_cleared",
+    // createSession's folder rule (issue 25): every twelfth plain create of
+    // a client names a bad folder, but most are refused first as untrusted
+    // (core/tests/folders.rs covers both refusals).
+    "create_refused_folder_not_file_uri",
+    "create_refused_folder_not_a_directory",
     // Users directory and grants (W3).
     "auth_failed",
     "grant_refused_read_op",

@@ -158,6 +158,10 @@ pub struct World {
     verify_incremental: bool,
     scan_ops: std::collections::BTreeSet<OpId>,
     log_events: BTreeMap<&'static str, u64>,
+    /// When the host last said a connection's frames were refused over its
+    /// rate (`limit.rate`, host monotonic ms), by connection: the checker
+    /// `rate_refusals_summarised` (issue 25).
+    rate_lines: BTreeMap<ConnId, MonoTime>,
     marks: BTreeMap<&'static str, u64>,
     grants: checkers::grants::Grants,
     residency: checkers::residency::Residency,
@@ -238,6 +242,7 @@ impl World {
             verify_incremental: run.verify_incremental,
             scan_ops: Default::default(),
             log_events: BTreeMap::new(),
+            rate_lines: BTreeMap::new(),
             marks: BTreeMap::new(),
             grants: checkers::grants::Grants::new(users),
             residency: checkers::residency::Residency::new(residency_limit),
@@ -907,11 +912,45 @@ impl World {
             }
             Effect::Log(l) => {
                 *self.log_events.entry(l.event).or_default() += 1;
+                if l.event == "limit.rate" {
+                    self.rate_line(&l.detail)?;
+                }
             }
             Effect::HostToolAnswer { .. } => {}
             Effect::Registry { op, command } => {
                 let wall_ms = self.now_host().wall.0;
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);
+            }
+        }
+        Ok(())
+    }
+
+    /// Issue 25, "refusals logged as one summary line per connection per
+    /// interval (counts), never one line per frame": a `limit.rate` line
+    /// names its connection and a count, and comes at most once per
+    /// `RATE_LOG_INTERVAL_MS` for that connection; the line a connection's
+    /// going adds (its last count) is the one exception.
+    fn rate_line(&mut self, detail: &str) -> Result<(), Failure> {
+        let words: Vec<&str> = detail.split_whitespace().collect();
+        let conn = words.get(1).and_then(|w| w.parse::<u64>().ok()).map(ConnId);
+        let count = words.iter().position(|w| *w == "frames/s:").and_then(|i| words.get(i + 1)).and_then(|w| w.parse::<u64>().ok());
+        let (Some(conn), Some(_)) = (conn, count) else {
+            return Err(self.violation(ahpd_core::invariants::Violation {
+                rule: "rate_refusals_summarised",
+                detail: format!("a limit.rate line with no connection or count: {detail}"),
+            }));
+        };
+        let now = self.now_host().mono;
+        if detail.ends_with("it went") {
+            self.rate_lines.remove(&conn);
+            return Ok(());
+        }
+        if let Some(last) = self.rate_lines.insert(conn, now) {
+            if now.0.saturating_sub(last.0) < ahpd_core::host::RATE_LOG_INTERVAL_MS {
+                return Err(self.violation(ahpd_core::invariants::Violation {
+                    rule: "rate_refusals_summarised",
+                    detail: format!("two limit.rate lines for connection {} {} ms apart: {detail}", conn.0, now.0.saturating_sub(last.0)),
+                }));
             }
         }
         Ok(())
@@ -979,6 +1018,8 @@ impl World {
         // The calls in flight go with the process (the agents' processes
         // hear their connection close).
         self.tool_calls_open.clear();
+        // A new process: its connections' rate lines start afresh.
+        self.rate_lines.clear();
         let pre = {
             let view = self.host.view();
             let mut unacked = self.store.unacked_by_key();

@@ -62,7 +62,7 @@ impl Host {
         match request.working_directories.first().and_then(|f| crate::git::path_of_uri(f)) {
             Some(folder) => {
                 let purpose = super::GitOp::Child { call, request: Box::new(request) };
-                self.shared.git(super::Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
+                self.shared.git(super::Op::Git(purpose), crate::git::GitCmd::Inspect { folder, also: Vec::new() });
             }
             None => self.create_child(call, request, &crate::git::RepoFacts::not_a_repo()),
         }
@@ -106,7 +106,11 @@ impl Host {
         } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
             Err(refusal(Code::NotFound, format!("session {} is gone", request.parent)))
         } else {
-            self.child_room(&request.parent).and_then(|()| self.child_allowed(&request.parent, &request.provider, &request.working_directories))
+            self.child_room(&request.parent)
+                .and_then(|()| self.child_allowed(&request.parent, &request.provider, &request.working_directories))
+                // As `createSession` refuses a folder that is not a
+                // directory (issue 25, DECISIONS 28).
+                .and_then(|()| crate::folders::check_kinds(&request.working_directories, facts).map_err(|m| refusal(Code::InvalidArgument, m)))
         };
         if let Err(e) = checked {
             self.shared.log(LogLevel::Info, "tool.refused", Some(request.parent.clone()), format!("start_child_session from {}: {e}", request.chat));

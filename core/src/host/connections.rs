@@ -235,7 +235,7 @@ impl Host {
         if close {
             let reason = format!("rate limit: more than {limit} frames per second for {} s", RATE_CLOSE_AFTER_MS / 1000);
             self.shared.log(LogLevel::Warn, "limit.rate_closed", None, format!("connection {}: {reason}; closing it", conn.0));
-            self.shared.effects.push(Effect::Close { conn, policy: Some(reason) });
+            self.shared.effects.push(Effect::Close { conn, reason: Some(crate::effect::CloseReason::Policy(reason)) });
         }
     }
 
@@ -256,7 +256,8 @@ impl Host {
             "connection {} refused: {} connections open, the limit is {max}", conn.0, self.shared.conns.len()
         ));
         self.shared.effects.push(Effect::Send { conn, message: Outbound::Error { id: None, error: refusal(max) } });
-        self.shared.effects.push(Effect::Close { conn, policy: None });
+        let words = format!("the host is at its connection limit ({max}): try again later");
+        self.shared.effects.push(Effect::Close { conn, reason: Some(crate::effect::CloseReason::TryAgainLater(words)) });
     }
 
     /// A frame from a refused connection: a request gets the refusal under
@@ -281,7 +282,7 @@ impl Host {
             Ok(Some(v)) => v.to_owned(),
             Ok(None) => {
                 self.shared.reply_error(conn, id, unsupported_version(&params.protocol_versions));
-                self.shared.effects.push(Effect::Close { conn, policy: None });
+                self.shared.effects.push(Effect::Close { conn, reason: None });
                 return;
             }
             Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, e)),
@@ -542,7 +543,16 @@ impl Host {
     }
 
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
-        if self.shared.conns.remove(&conn).is_some() {
+        if let Some(gone) = self.shared.conns.remove(&conn) {
+            // The refusals since its last `limit.rate` line are said once
+            // more as it goes, so the lines' counts add up to every frame
+            // refused (issue 25).
+            if gone.rate_refused > 0 {
+                let limit = self.shared.config.limits.frames_per_second;
+                self.shared.log(LogLevel::Warn, "limit.rate", None, format!(
+                    "connection {} sends more than {limit} frames/s: {} frames refused since the last line about it; it went", conn.0, gone.rate_refused
+                ));
+            }
             let of_conn = |w: &Waiter| matches!(w, Waiter::Request { conn: c, .. } | Waiter::Handshake { conn: c, .. } if *c == conn);
             // Only the sessions it waited on are handed out to change, so
             // the indexes kept per changed session (`SessionTable`) and the
@@ -654,7 +664,7 @@ impl Host {
         self.shared.log(LogLevel::Warn, "client.auth_failed", None, format!(
             "connection {}: the handshake's bearer token matches no user; closing the connection", conn.0
         ));
-        self.shared.effects.push(Effect::Close { conn, policy: None });
+        self.shared.effects.push(Effect::Close { conn, reason: None });
     }
 
     /// Makes `conn` whoever `token` names on a host with a users directory

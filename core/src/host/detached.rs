@@ -140,7 +140,7 @@ impl Window<'_> {
         if plan.base.is_none() {
             // No base named: the folder's facts first (`GitOp::Base`).
             let cut = TreeCut::Make { folder: repo.clone(), new_branch: branch, plan, purpose: make };
-            self.shared.git(Op::Git(GitOp::Base(Box::new(cut))), GitCmd::Inspect { folder: repo });
+            self.shared.git(Op::Git(GitOp::Base(Box::new(cut))), GitCmd::Inspect { folder: repo, also: Vec::new() });
             return;
         }
         self.shared.git(Op::Git(GitOp::Detached(make)), GitCmd::MakeTree { folder: repo, plan });

@@ -91,7 +91,10 @@ impl Host {
     /// its merge ends, so no second pass of it starts meanwhile.
     pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) {
         let rows = match outcome {
-            Outcome::Scanned { rows } => rows,
+            Outcome::Scanned { rows, damaged } => {
+                self.damaged_transcripts(provider, &damaged);
+                rows
+            }
             Outcome::Failed { message } => {
                 self.scans_in_flight.remove(provider);
                 crate::mark!("scan_failed");
@@ -114,6 +117,26 @@ impl Host {
             skipped: 0,
             slices: 0,
         });
+    }
+
+    /// Transcripts a pass found but could not read (issue 25): the chat
+    /// that holds each is marked damaged (`session/damage.rs`) when its
+    /// session's state is not held; a held state came from the agent, which
+    /// read the conversation at its start and holds it still. One that no
+    /// session holds is only the shell's log line.
+    fn damaged_transcripts(&mut self, provider: &str, ids: &[String]) {
+        for id in ids {
+            let Some((uri, session)) = self.sessions.conversation_holder(provider, id) else { continue };
+            if session.resident.is_some() {
+                continue;
+            }
+            let Some(chat) = session.record.chats.iter().find(|c| &*c.conversation_id == id).map(|c| c.resource.clone()) else { continue };
+            let uri = uri.clone();
+            if self.in_session(&uri, |s, sh| s.mark_transcript_damaged(sh, &chat)) == Some(true) {
+                self.shared.log(LogLevel::Warn, "backend.transcript_damaged", Some(uri.clone()), format!("{chat}: a pass over {provider}'s transcripts could not read it"));
+                self.summary_changed(&uri);
+            }
+        }
     }
 
     /// Merges the next slice of the passes waiting (`scan_merge_slice` rows,
@@ -512,6 +535,7 @@ fn chat_from_row(chat: Uri, row: &ScannedRow) -> ChatRecord {
         modified_at: crate::record::Stamp::at(row.modified_at),
         status: crate::session::state::IDLE,
         fresh: false,
+        damaged: false,
         senders: Default::default(),
     changes: None,
     written: Default::default(),

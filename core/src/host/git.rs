@@ -126,7 +126,7 @@ impl Host {
         }
         match folder.as_deref().and_then(path_of_uri) {
             Some(folder) => {
-                self.shared.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder });
+                self.shared.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder, also: Vec::new() });
             }
             None => self.answer_resolve(conn, id, request, &RepoFacts::not_a_repo()),
         }

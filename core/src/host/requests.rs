@@ -86,13 +86,34 @@ impl Host {
         if let Err(e) = self.create_trusted(&request) {
             return self.shared.reply_error(conn, id, e);
         }
-        match request.working_directories.as_ref().and_then(|d| d.first()).and_then(|f| crate::git::path_of_uri(f)) {
+        // Only `file:` URIs of local folders (issue 25): the folders the
+        // session keeps, since a backend without peers ignores the rest
+        // (AHP: "treats only the first entry as the session's working
+        // directory and ignores the rest").
+        let kept = self.kept_folders(&request);
+        if let Err(reason) = crate::folders::check_uris(&kept) {
+            self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
+        }
+        // The folders' kinds come back with the repository's facts; the
+        // create goes on in `create_with_facts`.
+        let mut paths = kept.iter().filter_map(|f| crate::git::path_of_uri(f));
+        match paths.next() {
             Some(folder) => {
+                let also = paths.collect();
                 let purpose = super::GitOp::Create { conn, id, request: Box::new(request) };
-                self.shared.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder });
+                self.shared.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder, also });
             }
             None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
         }
+    }
+
+    /// The working directories a `createSession` would record: its list
+    /// less duplicates, only the first when the agent takes no peers
+    /// (`folders::initial`).
+    fn kept_folders(&self, request: &CreateSessionReq) -> Vec<Uri> {
+        let provider = request.provider.clone().or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
+        crate::folders::initial(request.working_directories.as_deref().unwrap_or_default(), self.shared.agent_takes_peers(&provider))
     }
 
     /// Whether a `createSession` may make a session in its folders (the
@@ -125,6 +146,11 @@ impl Host {
         // gone while its repository was read (sim seed 806).
         if let Err(e) = self.create_trusted(&request) {
             return self.shared.reply_error(conn, id, e);
+        }
+        // A folder the shell found is not a directory (issue 25).
+        if let Err(reason) = crate::folders::check_kinds(&self.kept_folders(&request), facts) {
+            self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
         }
         let scope = match self.resolve_scope(conn, request.config.as_ref()) {
             Ok(s) => s,
@@ -530,6 +556,13 @@ impl Host {
             if m.origin.kind != ahp_types::state::MessageKind::User {
                 return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "a first message must be a user message"));
             }
+            // Over a cap, refused before the chat is made: nothing is
+            // written or announced (issue 25).
+            let limits = &self.shared.config.limits;
+            if let Err(reason) = crate::caps::check_message("initialMessage", m, limits.message_text_max_bytes, limits.message_attachments_max_bytes) {
+                crate::mark!("message_refused_over_cap");
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
+            }
         }
         let request = CreateChatReq {
             session: params.channel,
@@ -912,6 +945,8 @@ impl Host {
                 forgets: self.shared.agent_forgets(&session.record.provider),
                 resumes: self.shared.agent_resumes(&session.record.provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
+                message_attachments_max_bytes: self.shared.config.limits.message_attachments_max_bytes,
+                title_max_bytes: self.shared.config.limits.title_max_bytes,
                 queued_messages_per_chat: self.shared.config.limits.queued_messages_per_chat,
                 trusted: &trusted,
             };

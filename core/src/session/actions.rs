@@ -66,11 +66,25 @@ pub struct ActionRules<'a> {
     /// The largest message or draft text taken, in bytes
     /// (`Limits::message_text_max_bytes`).
     pub message_text_max_bytes: usize,
+    /// The largest attachments of a message taken, in bytes of their JSON
+    /// (`Limits::message_attachments_max_bytes`).
+    pub message_attachments_max_bytes: usize,
+    /// The largest session title taken, in bytes
+    /// (`Limits::title_max_bytes`).
+    pub title_max_bytes: usize,
     /// Most queued messages one chat holds (`Limits::queued_messages_per_chat`).
     pub queued_messages_per_chat: usize,
     /// Whether agents may run in a folder a client adds (Sessions page,
     /// "Isolation and worktrees"); `Err` is the reason a client reads.
     pub trusted: &'a dyn Fn(&Uri) -> Result<(), String>,
+}
+
+impl ActionRules<'_> {
+    /// A client's message against the size caps (`caps::check_message`);
+    /// `field` names it in the refusal.
+    pub fn message_cap(&self, field: &str, message: &ahp_types::state::Message) -> Result<(), String> {
+        crate::caps::check_message(field, message, self.message_text_max_bytes, self.message_attachments_max_bytes).inspect_err(|_| crate::mark!("message_refused_over_cap"))
+    }
 }
 
 impl Session {
@@ -117,6 +131,9 @@ impl Session {
                 if !on_session {
                     return Err("a session action must be dispatched on the session channel".into());
                 }
+                if let StateAction::SessionTitleChanged(a) = &q.action {
+                    crate::caps::check_title(&a.title, rules.title_max_bytes).inspect_err(|_| crate::mark!("title_refused_over_cap"))?;
+                }
                 Ok(())
             }
             action if crate::folders::is_folder_action(action) => {
@@ -150,11 +167,14 @@ impl Session {
                     return Err("no such chat".into());
                 }
                 match &d.draft {
-                    Some(m) if m.text.len() > rules.message_text_max_bytes => {
-                        Err(format!("draft text larger than the limit of {} bytes", rules.message_text_max_bytes))
+                    Some(m) => {
+                        rules.message_cap("draft", m)?;
+                        if m.origin.kind != MessageKind::User {
+                            return Err("a draft must be a user message".into());
+                        }
+                        Ok(())
                     }
-                    Some(m) if m.origin.kind != MessageKind::User => Err("a draft must be a user message".into()),
-                    _ => Ok(()),
+                    None => Ok(()),
                 }
             }
             action => {
@@ -174,10 +194,7 @@ impl Session {
                         if rules.stopping {
                             return Err(crate::host::REFUSED_WHILE_STOPPING.into());
                         }
-                        let max = rules.message_text_max_bytes;
-                        if a.message.text.len() > max {
-                            return Err(format!("message text larger than the limit of {max} bytes"));
-                        }
+                        rules.message_cap("message", &a.message)?;
                         if a.message.origin.kind != MessageKind::User {
                             return Err("a turn from a client must carry a user message".into());
                         }

@@ -96,7 +96,7 @@ impl Session {
         let (purpose, command) = match worktree {
             Some((plan, new_branch)) if plan.base.is_none() => {
                 let cut = TreeCut::Begin { session: session_uri, folder: folder.clone(), checkpoint_ref, new_branch, plan };
-                (GitOp::Base(Box::new(cut)), GitCmd::Inspect { folder })
+                (GitOp::Base(Box::new(cut)), GitCmd::Inspect { folder, also: Vec::new() })
             }
             worktree => (
                 GitOp::Begin { session: session_uri, folder: folder.clone() },

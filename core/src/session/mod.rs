@@ -8,6 +8,7 @@ pub mod changes;
 pub mod chat_flags;
 pub mod chat_index;
 pub mod chats;
+pub mod damage;
 pub mod dispose;
 pub mod effects;
 pub mod fork;

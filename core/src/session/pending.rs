@@ -68,10 +68,7 @@ pub fn check(action: &StateAction, chat: &ChatState, rules: &ActionRules<'_>) ->
             if a.id.is_empty() || a.id.len() > PENDING_ID_MAX_BYTES {
                 return Err(format!("a pending message id must be 1 to {PENDING_ID_MAX_BYTES} bytes"));
             }
-            let max = rules.message_text_max_bytes;
-            if a.message.text.len() > max {
-                return Err(format!("message text larger than the limit of {max} bytes"));
-            }
+            rules.message_cap("message", &a.message)?;
             if a.message.origin.kind != MessageKind::User {
                 return Err("a pending message from a client must carry a user message".into());
             }

@@ -112,6 +112,7 @@ mod tests {
             modified_at: "2026-01-02T00:00:00.000Z".into(),
             status: if i == 1 { 2 } else { 1 },
             fresh: false,
+            damaged: false,
             senders: Default::default(),
             changes: (i == 1 && changes).then(|| Box::new(ChangesSummary { additions: None, deletions: None, files: Some(4) })),
             written: Default::default(),

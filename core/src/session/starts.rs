@@ -81,6 +81,28 @@ impl Session {
         if let Outcome::Started { conversation_id, .. } = &outcome {
             self.name_conversation(chat, conversation_id);
         }
+        // A transcript that cannot be read back (issue 25,
+        // `session/damage.rs`): the chat is marked, and what clients read
+        // is the host's words, which name no server path; a start that read
+        // the conversation again clears the mark.
+        let outcome = match outcome {
+            Outcome::TranscriptDamaged { detail } => {
+                sh.log(LogLevel::Warn, "backend.transcript_damaged", Some(self.record.resource.clone()), format!("{chat}: {detail}"));
+                self.mark_transcript_damaged(sh, chat);
+                Outcome::Failed { message: crate::session::damage::DAMAGED_TRANSCRIPT.to_owned() }
+            }
+            Outcome::Failed { message } if self.record.chats.iter().any(|c| c.resource == *chat && c.damaged) => {
+                sh.log(LogLevel::Warn, "backend.transcript_damaged", Some(self.record.resource.clone()), format!("{chat}: {message}"));
+                Outcome::Failed { message: crate::session::damage::DAMAGED_TRANSCRIPT.to_owned() }
+            }
+            started @ Outcome::Started { .. } => {
+                if self.clear_transcript_damaged(chat) {
+                    self.store_put(sh);
+                }
+                started
+            }
+            other => other,
+        };
         // What the backend gave back, less the turns a rewind took away
         // (`session/rewind.rs`): a wake keeps it until its last start
         // answers, by when the forget may have been confirmed and the
@@ -111,7 +133,7 @@ impl Session {
                         message: format!("the backend would not start: {message}"),
                         logged: Some(message),
                     },
-                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
+                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
                         asker,
                         message: "the backend did not start the agent".to_owned(),
                         logged: None,
@@ -126,7 +148,7 @@ impl Session {
                     Outcome::Failed { message } => {
                         wake.error.get_or_insert(message);
                     }
-                    Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                         wake.history.insert(chat.clone(), Vec::new());
                     }
                 }
@@ -143,7 +165,7 @@ impl Session {
                     StartNext::ChatStarted
                 }
                 Outcome::Failed { message } => StartNext::ChatFailed(message),
-                Outcome::Ok | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
                     StartNext::ChatFailed("the backend answered the start with something else".to_owned())
                 }
             },

@@ -231,6 +231,11 @@ pub fn external_meta() -> serde_json::Map<String, serde_json::Value> {
 impl Session {
     /// The session's aggregate status: chat activity plus its own flags.
     pub fn status(&self) -> (u32, Option<String>) {
+        // A transcript that cannot be read back: Error, with what to do
+        // (issue 25, `session/damage.rs`).
+        if self.transcript_damaged() {
+            return (ERROR | flags(&self.record), Some(crate::session::damage::DAMAGED_TRANSCRIPT.to_owned()));
+        }
         let (activity, text) = match &self.resident {
             Some(resident) => aggregate_activity(
                 |c| self.record.is_default_chat(c),

@@ -362,7 +362,7 @@ fn bench_merge(rows: Vec<ahpd_core::ScannedRow>) {
     let n = rows.len();
     let again = rows.clone();
     let t = Instant::now();
-    let _ = host.handle(now, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows } });
+    let _ = host.handle(now, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows, damaged: Vec::new() } });
     let (now, slices, longest) = merge_to_end(&mut host, now);
     let merged = t.elapsed();
     println!("merge: {slices} slices (ticks a millisecond apart after the input that brought the pass), the longest tick {:.2} ms", ms(longest));
@@ -385,7 +385,7 @@ fn bench_merge(rows: Vec<ahpd_core::ScannedRow>) {
         return;
     };
     let t = Instant::now();
-    let _ = host.handle(later, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows: again } });
+    let _ = host.handle(later, Input::Done { op, outcome: ahpd_core::Outcome::Scanned { rows: again, damaged: Vec::new() } });
     let (_, slices, longest) = merge_to_end(&mut host, later);
     println!("merge: a refresh bringing the same {n} rows back took the core {:.0} ms in {slices} slices, the longest tick {:.2} ms", ms(t.elapsed()), ms(longest));
 }
@@ -436,6 +436,7 @@ fn record(i: usize, base_ms: i64) -> SessionRecord {
             modified_at: modified.into(),
             status: 1,
             fresh: false,
+            damaged: false,
             senders: Default::default(),
             changes: None,
             written: Default::default(),

@@ -73,18 +73,18 @@ impl Backends {
     /// Scanned { .. } }`, or `Failed` when the pass could not run. A
     /// provider that keeps no transcripts answers no rows.
     pub fn scan(&mut self, op: OpId, provider: &str) {
-        let pass: Box<dyn FnOnce() -> Result<Vec<ScannedRow>, String> + Send> = match provider {
+        let pass: Box<dyn FnOnce() -> Result<echo::Scan, String> + Send> = match provider {
             "echo" => {
                 let dir = self.echo_dir.clone();
                 Box::new(move || echo::scan(&dir))
             }
             claude::PROVIDER => match self.claude_projects.clone() {
-                Some(root) => Box::new(move || scan_claude(&root)),
-                None => Box::new(|| Ok(Vec::new())),
+                Some(root) => Box::new(move || scan_claude(&root).map(|rows| echo::Scan { rows, damaged: Vec::new() })),
+                None => Box::new(|| Ok(echo::Scan::default())),
             },
             other => {
                 tracing::debug!(provider = other, "scan: no transcript listing for this provider");
-                Box::new(|| Ok(Vec::new()))
+                Box::new(|| Ok(echo::Scan::default()))
             }
         };
         let events = self.events.clone();
@@ -92,9 +92,9 @@ impl Backends {
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             let outcome = match tokio::task::spawn_blocking(pass).await {
-                Ok(Ok(rows)) => {
-                    tracing::debug!(provider, rows = rows.len(), ms = started.elapsed().as_millis() as u64, "scan finished");
-                    Outcome::Scanned { rows }
+                Ok(Ok(echo::Scan { rows, damaged })) => {
+                    tracing::debug!(provider, rows = rows.len(), damaged = damaged.len(), ms = started.elapsed().as_millis() as u64, "scan finished");
+                    Outcome::Scanned { rows, damaged }
                 }
                 Ok(Err(message)) => Outcome::Failed { message },
                 Err(e) => Outcome::Failed { message: format!("the scan task failed: {e}") },

@@ -247,7 +247,11 @@ impl Actor {
                             stored.turns,
                             stored.appendable,
                         ),
-                        Err(message) => return failed(message),
+                        Err(ReadError::Damaged(detail)) => {
+                            quarantine_transcript(&self.dir, &conversation_id, &detail).await;
+                            return Outcome::TranscriptDamaged { detail };
+                        }
+                        Err(other) => return failed(other.message()),
                     }
                 } else {
                     let header = Header {
@@ -1045,7 +1049,7 @@ async fn forget_in_file(dir: &Path, chat: &Uri, conversation_id: &str, turn_ids:
     }
     let stored = match read_transcript(dir, conversation_id).await {
         Ok(stored) => stored,
-        Err(message) => return failed(message),
+        Err(e) => return failed(e.message()),
     };
     let mut turns = stored.turns;
     let before = turns.len();
@@ -1068,22 +1072,59 @@ async fn forget_in_file(dir: &Path, chat: &Uri, conversation_id: &str, turn_ids:
     }
 }
 
+/// Why a transcript could not be read ([`read_transcript`]).
+#[derive(Debug)]
+enum ReadError {
+    /// It is there but does not parse, or cannot be read: what was wrong,
+    /// naming no server path (the path goes to the log).
+    Damaged(String),
+    /// Anything else (no such conversation, the task failed), as words for
+    /// the host, naming no server path.
+    Other(String),
+}
+
+impl ReadError {
+    /// The words for the host (`Outcome::Failed`), with no server path.
+    fn message(self) -> String {
+        match self {
+            ReadError::Damaged(detail) => format!("echo: the transcript cannot be read back: {detail}"),
+            ReadError::Other(message) => message,
+        }
+    }
+}
+
 /// Reads a conversation's transcript: its header fields and its turns.
 ///
 /// Errors: missing, unreadable or unparsable, as a message a person can act
-/// on.
-async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Turn>, String> {
+/// on; no message names a server path (issue 25: they reach remote clients),
+/// the log line does.
+async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Turn>, ReadError> {
     let path = dir.join(file_name(conversation_id));
     let shown = path.display().to_string();
     let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
-    match read {
-        Ok(Ok(bytes)) => echo_transcript::parse(&bytes).map_err(|e| format!("echo: transcript {shown} is unreadable: {e}")),
+    let result = match read {
+        Ok(Ok(bytes)) => echo_transcript::parse(&bytes).map_err(ReadError::Damaged),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(format!("echo: no conversation {conversation_id} to resume"))
+            return Err(ReadError::Other(format!("echo: no conversation {conversation_id} to resume")))
         }
-        Ok(Err(e)) => Err(format!("echo: could not read transcript {shown}: {e}")),
-        Err(e) => Err(format!("echo: read task failed: {e}")),
+        Ok(Err(e)) => Err(ReadError::Damaged(e.kind().to_string())),
+        Err(e) => return Err(ReadError::Other(format!("echo: read task failed: {e}"))),
+    };
+    if let Err(ReadError::Damaged(detail)) = &result {
+        tracing::warn!(file = %shown, "echo transcript cannot be read back: {detail}");
     }
+    result
+}
+
+/// Moves a damaged transcript aside as the store does a damaged record
+/// (`<name>.corrupt-<ms>`, never over an earlier one), so that it is kept
+/// for whoever restores it and a resume no longer reads it (issue 25). Run
+/// by the chat's own actor, the file's only writer.
+async fn quarantine_transcript(dir: &Path, conversation_id: &str, detail: &str) {
+    let dir = dir.to_owned();
+    let name = file_name(conversation_id);
+    let (at, detail) = (wall_ms(), detail.to_owned());
+    let _ = tokio::task::spawn_blocking(move || fsutil::quarantine(&dir, &name, at, "an echo transcript cannot be read back", &detail)).await;
 }
 
 /// Replaces a conversation's transcript durably (file and directory
@@ -1126,10 +1167,14 @@ async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: &
 /// row comes before its other chats' rows.
 ///
 /// Errors: the directory cannot be listed. A file that cannot be read or
-/// parsed is skipped and logged.
-pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
+/// parsed is skipped, logged with its path, and its conversation reported
+/// in [`Scan::damaged`] (issue 25: the host marks the chat that holds it;
+/// the file is moved aside only by the chat's own actor, when a resume
+/// reads it, since a pass runs beside the writers).
+pub fn scan(dir: &Path) -> Result<Scan, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("echo: could not list {}: {e}", dir.display()))?;
     let mut rows: Vec<(bool, ScannedRow)> = Vec::new();
+    let mut damaged: Vec<String> = Vec::new();
     let mut skipped = 0usize;
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -1144,9 +1189,13 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
                 rows.push((default_chat, row));
             }
             Ok(None) => {}
+            // Gone since the listing (a dispose, a move aside): nothing
+            // is damaged.
+            Err(_) if !entry.path().exists() => {}
             Err(message) => {
                 skipped += 1;
                 tracing::warn!(file = %entry.path().display(), "echo transcript skipped by the scan: {message}");
+                damaged.push(stem.to_owned());
             }
         }
     }
@@ -1154,7 +1203,17 @@ pub fn scan(dir: &Path) -> Result<Vec<ScannedRow>, String> {
         tracing::warn!(skipped, "echo: transcripts the scan could not read");
     }
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.conversation_id.cmp(&b.1.conversation_id)));
-    Ok(rows.into_iter().map(|(_, row)| row).collect())
+    damaged.sort();
+    Ok(Scan { rows: rows.into_iter().map(|(_, row)| row).collect(), damaged })
+}
+
+/// One pass over the echo agent's transcripts ([`scan`]).
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// The catalogue's rows, default chats first.
+    pub rows: Vec<ScannedRow>,
+    /// The conversations whose transcript could not be read, in order.
+    pub damaged: Vec<String>,
 }
 
 /// `<scheme>@<id>` for a session URI `<scheme>:/<id>` (the store key the
@@ -1263,7 +1322,8 @@ mod tests {
         std::fs::write(p.join(".ahp-session@s1.json.tmp-1-1"), b"[]").expect("write");
         std::fs::write(p.join("notes.txt"), b"x").expect("write");
 
-        let rows = scan(p).expect("scan");
+        let Scan { rows, damaged } = scan(p).expect("scan");
+        assert_eq!(damaged, ["ahp-session@bad"], "the garbage is reported, not listed");
         let ids: Vec<&str> = rows.iter().map(|r| r.conversation_id.as_str()).collect();
         assert_eq!(ids, ["ahp-session@s1", "ahp-session@s2", "ahp-chat@c2"], "default chats first");
         let s1 = &rows[0];

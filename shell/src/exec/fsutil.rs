@@ -248,6 +248,25 @@ pub fn random_bytes(n: usize) -> Vec<u8> {
     buf
 }
 
+/// Renames `dir/name`, a file that cannot be read back, to
+/// `name.corrupt-<wall_ms>` (`-<n>` added, never over an earlier one), and
+/// logs it with `what` and `error`: how the store sets a damaged record
+/// aside and the echo agent a damaged transcript (issue 25), so that the
+/// file is kept for whoever restores it and is not read again.
+pub fn quarantine(dir: &Path, name: &str, wall_ms: i64, what: &str, error: &str) {
+    let from = dir.join(name);
+    let mut to = dir.join(format!("{name}.corrupt-{wall_ms}"));
+    let mut n = 1;
+    while to.exists() {
+        to = dir.join(format!("{name}.corrupt-{wall_ms}-{n}"));
+        n += 1;
+    }
+    match std::fs::rename(&from, &to) {
+        Ok(()) => tracing::warn!(file = %from.display(), moved_to = %to.display(), error = %error, "{what}; moved aside"),
+        Err(e) => tracing::warn!(file = %from.display(), error = %error, rename_error = %e, "{what} and could not be moved aside"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use ahpd_core::git::{Changes, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
+use ahpd_core::git::{Changes, FolderKind, GitCmd, GitResult, Removal, RepoFacts, WorktreePlan, WorktreeRecord};
 use ahpd_core::worktree::{pattern_matches, tree_path};
 use ahpd_core::{Input, OpId, Outcome};
 use git2::{BranchType, ErrorCode, IndexAddOption, Repository, Signature, StatusOptions, WorktreeAddOptions};
@@ -64,7 +64,7 @@ impl GitExec {
 /// being done.
 pub fn run(command: &GitCmd, worktrees_root: Option<&str>) -> Result<GitResult, String> {
     match command {
-        GitCmd::Inspect { folder } => inspect(Path::new(folder)).map(GitResult::Repo),
+        GitCmd::Inspect { folder, also } => inspect_folders(folder, also).map(GitResult::Repo),
         GitCmd::Begin { folder, checkpoint_ref, worktree } => begin(Path::new(folder), checkpoint_ref, worktree.as_ref(), worktrees_root),
         GitCmd::Checkpoint { workdir, checkpoint_ref, base, exclude } => {
             checkpoint(Path::new(workdir), checkpoint_ref, base, exclude).map(|changes| GitResult::Checkpointed { changes })
@@ -119,6 +119,30 @@ fn main_workdir(repo: &Repository) -> String {
     workdir_string(repo)
 }
 
+/// What is at `path` when it is not a directory the daemon can open
+/// (`None`: it is one). Read without following the rules of any repository:
+/// only the path's own metadata.
+fn kind_of(path: &str) -> Option<FolderKind> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => None,
+        Ok(_) => Some(FolderKind::NotADirectory),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(FolderKind::Missing),
+        Err(_) => Some(FolderKind::Unreadable),
+    }
+}
+
+/// [`inspect`] of `folder`, with the kind of it and of each of `also` when
+/// not a directory (`RepoFacts::not_directories`; the core decides what
+/// that means). A `folder` that is not a directory is in no repository.
+fn inspect_folders(folder: &str, also: &[String]) -> Result<RepoFacts, String> {
+    let not_directories: Vec<(String, FolderKind)> =
+        std::iter::once(folder).chain(also.iter().map(String::as_str)).filter_map(|p| kind_of(p).map(|k| (p.to_owned(), k))).collect();
+    let root_is_dir = !not_directories.iter().any(|(p, _)| p == folder);
+    let mut facts = if root_is_dir { inspect(Path::new(folder))? } else { RepoFacts::not_a_repo() };
+    facts.not_directories = not_directories;
+    Ok(facts)
+}
+
 /// The facts `resolveSessionConfig` needs about the repository `folder` is
 /// in.
 pub fn inspect(folder: &Path) -> Result<RepoFacts, String> {
@@ -166,7 +190,7 @@ fn facts_of(repo: &Repository) -> Result<RepoFacts, String> {
     }
     branches.sort();
     branches.dedup();
-    Ok(RepoFacts { root: Some(workdir_string(repo)), current_branch, default_branch, branches })
+    Ok(RepoFacts { root: Some(workdir_string(repo)), current_branch, default_branch, branches, not_directories: Vec::new() })
 }
 
 /// A session's first send: its tree (for a worktree session), then

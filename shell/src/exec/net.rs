@@ -62,10 +62,6 @@ pub enum WriterCmd {
 /// Close code 1001 "going away": the host is shutting down (RFC 6455 7.4.1).
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 
-/// Close code 1008 "policy violation": e.g. a connection that kept
-/// exceeding its frame rate (RFC 6455 7.4.1).
-pub const CLOSE_POLICY: u16 = 1008;
-
 /// Close code 1007: a text frame that is not UTF-8 (RFC 6455 7.4.1).
 const CLOSE_INVALID_DATA: u16 = 1007;
 

@@ -486,29 +486,10 @@ pub fn load_each(dir: &Path, wall_ms: i64, mut each: impl FnMut(Loaded)) -> std:
     Ok(())
 }
 
-/// Renames an unreadable record aside, never overwriting an earlier one.
+/// Renames an unreadable record aside, never overwriting an earlier one
+/// ([`fsutil::quarantine`]).
 pub(crate) fn quarantine(dir: &Path, name: &str, wall_ms: i64, error: &str) {
-    let from = dir.join(name);
-    let mut to = dir.join(format!("{name}.corrupt-{wall_ms}"));
-    let mut n = 1;
-    while to.exists() {
-        to = dir.join(format!("{name}.corrupt-{wall_ms}-{n}"));
-        n += 1;
-    }
-    match fs::rename(&from, &to) {
-        Ok(()) => tracing::warn!(
-            file = %from.display(),
-            moved_to = %to.display(),
-            error = %error,
-            "a session record does not parse; moved aside"
-        ),
-        Err(e) => tracing::warn!(
-            file = %from.display(),
-            error = %error,
-            rename_error = %e,
-            "a session record does not parse and could not be moved aside"
-        ),
-    }
+    fsutil::quarantine(dir, name, wall_ms, "a session record does not parse", error);
 }
 
 #[cfg(test)]

@@ -19,6 +19,13 @@ use crate::metrics::Metrics;
 /// written; a client that does not read is not waited for longer.
 const CLOSE_FRAMES_WAIT: Duration = Duration::from_secs(1);
 
+/// How long after memory was let go (a client gone, an agent let go or a
+/// session disposed) the allocator's free pages are given back to the OS
+/// (`crate::trim_freed_memory`); later releases within it share the one
+/// trim, so there is at most one a second however many clients come and
+/// go (issue 25, docs/DECISIONS.md 27).
+const TRIM_AFTER: Duration = Duration::from_secs(1);
+
 /// Something for the driver: a core input, or a new connection's writer
 /// (registered before its `Input::Connected` is handed to the core).
 #[derive(Debug)]
@@ -47,6 +54,10 @@ pub enum Event {
         text: String,
         /// `(id, method)` of a request.
         request: Option<(u64, String)>,
+        /// The frame's room in its connection's inbound bound
+        /// (`exec::net`, `INBOUND_MAX_BYTES`), given back once the core
+        /// has handled the frame.
+        credit: tokio::sync::OwnedSemaphorePermit,
     },
     /// `/metrics` asks for the Prometheus text.
     Metrics(oneshot::Sender<String>),
@@ -176,6 +187,11 @@ pub struct Driver {
     tool_calls: HashMap<HostCallId, oneshot::Sender<HostToolResult>>,
     /// The last host tool call id given.
     last_tool_call: u64,
+    /// When freed memory is next given back to the OS, if some was let go
+    /// since the last time ([`TRIM_AFTER`]).
+    trim_at: Option<tokio::time::Instant>,
+    /// Whether a trim runs now (on a blocking thread): one at a time.
+    trimming: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How the loop ended.
@@ -203,7 +219,36 @@ impl Driver {
             registry: None,
             tool_calls: HashMap::new(),
             last_tool_call: 0,
+            trim_at: None,
+            trimming: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
+    }
+
+    /// Memory was let go (a client gone, an agent let go, a session
+    /// disposed): give the allocator's free pages back [`TRIM_AFTER`] from
+    /// now, unless a trim is already due. glibc keeps freed memory in its
+    /// heap, resident, and returns on its own only what sits at the heap's
+    /// top; after a client's big turns and its session's dispose that was
+    /// most of what the turns had used (issue 25).
+    fn memory_let_go(&mut self) {
+        if self.trim_at.is_none() {
+            self.trim_at = Some(tokio::time::Instant::now() + TRIM_AFTER);
+        }
+    }
+
+    /// Gives freed memory back on a blocking thread (the trim takes the
+    /// allocator's lock for a few ms; the driver never waits for it).
+    fn trim_now(&mut self) {
+        self.trim_at = None;
+        let trimming = Arc::clone(&self.trimming);
+        if trimming.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        tokio::task::spawn_blocking(move || {
+            let took = crate::trim_freed_memory();
+            trimming.store(false, std::sync::atomic::Ordering::Release);
+            tracing::debug!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back");
+        });
     }
 
     /// Running turns get `grace` to end after a shutdown signal.
@@ -245,18 +290,24 @@ impl Driver {
                     None => break,
                 },
                 () = sleep_until_opt(deadline.map(|d| self.clock.instant_of(d))) => Event::Input(Input::Tick),
+                () = sleep_until_opt(self.trim_at) => {
+                    self.trim_now();
+                    continue;
+                }
             };
             let mut bearer_token = None;
+            let mut credit = None;
             let input = match event {
                 Event::Opened { conn, writer, bearer } => {
                     self.writers.insert(conn, writer);
                     bearer_token = bearer.map(|token| (conn, token));
                     Input::Connected { conn }
                 }
-                Event::Frame { conn, text, request } => {
+                Event::Frame { conn, text, request, credit: room } => {
                     if let Some((id, method)) = &request {
                         self.metrics.request_in(conn, *id, method);
                     }
+                    credit = Some(room);
                     Input::Frame { conn, text }
                 }
                 Event::CheckBearer { token, reply } => {
@@ -277,6 +328,7 @@ impl Driver {
             };
             last_tick = matches!(input, Input::Tick).then(|| self.clock.now().mono);
             self.feed(input);
+            drop(credit);
             if let Some((conn, token)) = bearer_token {
                 self.feed(Input::Authenticate { conn, token });
             }
@@ -332,6 +384,7 @@ impl Driver {
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
             self.metrics.forget_conn(conn);
+            self.memory_let_go();
         }
         if merging && !self.host.view().merging_scan() {
             // A pass was merged: the pages its rows were read into are
@@ -371,8 +424,18 @@ impl Driver {
                     });
                 }
             }
-            Effect::Backend { op, provider, chat, command } => self.backends.execute(op, &provider, chat, command),
-            Effect::Store { op, command } => self.store.submit(op, command),
+            Effect::Backend { op, provider, chat, command } => {
+                if matches!(command, ahpd_core::BackendCmd::Close | ahpd_core::BackendCmd::Delete { .. }) {
+                    self.memory_let_go();
+                }
+                self.backends.execute(op, &provider, chat, command)
+            }
+            Effect::Store { op, command } => {
+                if matches!(command, ahpd_core::StoreCmd::Delete { .. }) {
+                    self.memory_let_go();
+                }
+                self.store.submit(op, command)
+            }
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
             Effect::Git { op, command } => self.backends.git(op, command),
             Effect::Registry { op, command } => match &self.registry {

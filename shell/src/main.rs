@@ -216,6 +216,10 @@ struct ServeArgs {
     /// [default: 32].
     #[arg(long, env = "AHPD_LIMIT_QUEUED_MESSAGES_PER_CHAT", value_name = "N")]
     limit_queued_messages_per_chat: Option<usize>,
+    /// Most bytes of envelopes kept for `reconnect` replays; a client that
+    /// reconnects from before them gets snapshots [default: 16777216].
+    #[arg(long, env = "AHPD_LIMIT_REPLAY_BUFFER_MAX_BYTES", value_name = "BYTES")]
+    limit_replay_buffer_max_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -259,6 +263,7 @@ impl ServeArgs {
                 connections_max: self.limit_connections_max,
                 outgoing_buffer_max_bytes: self.limit_outgoing_buffer_max_bytes,
                 queued_messages_per_chat: self.limit_queued_messages_per_chat,
+                replay_buffer_max_bytes: self.limit_replay_buffer_max_bytes,
             },
         }
     }
@@ -310,7 +315,10 @@ fn one_malloc_arena() {
 /// ~260 bytes a catalogue row (issue 21, docs/PERFORMANCE.md "Memory per
 /// catalogue row, session 17"). glibc returns on its own only free memory
 /// at the heap's top. The driver calls it on a blocking thread once a
-/// merge ends; nothing else in the process depends on it. No-op off glibc.
+/// merge ends, and a second after memory was let go (a client gone, an
+/// agent let go, a session disposed; issue 25: after big turns and their
+/// session's dispose the heap kept what they had used); nothing else in
+/// the process depends on it. No-op off glibc.
 pub fn trim_freed_memory() -> std::time::Duration {
     let started = std::time::Instant::now();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

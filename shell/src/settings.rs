@@ -69,6 +69,8 @@ pub struct FileLimits {
     pub outgoing_buffer_max_bytes: Option<usize>,
     /// Most queued messages one chat holds at once.
     pub queued_messages_per_chat: Option<usize>,
+    /// Most bytes of envelopes the replay buffer keeps for `reconnect`.
+    pub replay_buffer_max_bytes: Option<usize>,
 }
 
 /// The config file as written; every key optional.
@@ -494,6 +496,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         connections_max: g.connections_max.or(f.connections_max).unwrap_or(d.connections_max),
         outgoing_buffer_max_bytes: g.outgoing_buffer_max_bytes.or(f.outgoing_buffer_max_bytes).unwrap_or(d.outgoing_buffer_max_bytes),
         queued_messages_per_chat: g.queued_messages_per_chat.or(f.queued_messages_per_chat).unwrap_or(d.queued_messages_per_chat),
+        replay_buffer_max_bytes: g.replay_buffer_max_bytes.or(f.replay_buffer_max_bytes).unwrap_or(d.replay_buffer_max_bytes),
     };
     if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 || limits.connections_max == 0 || limits.outgoing_buffer_max_bytes == 0 {
         return Err("limits: frame_max_bytes, frames_per_second, connections_max and outgoing_buffer_max_bytes must be above 0".to_owned());
@@ -639,6 +642,7 @@ impl Settings {
         let _ = writeln!(o, "connections_max = {}", l.connections_max);
         let _ = writeln!(o, "outgoing_buffer_max_bytes = {}", l.outgoing_buffer_max_bytes);
         let _ = writeln!(o, "queued_messages_per_chat = {}", l.queued_messages_per_chat);
+        let _ = writeln!(o, "replay_buffer_max_bytes = {}", l.replay_buffer_max_bytes);
         let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
         for a in &self.agents {
             let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");

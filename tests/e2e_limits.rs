@@ -159,12 +159,12 @@ async fn reconnect_from(url: &str, last_seen: u64, channels: &[String]) -> Recon
 
 /// Issue 25: the replay buffer is bounded in bytes (16 MiB by default), not
 /// only by count. Before, it kept its last 1,000 envelopes whatever their
-/// size, so eleven turns of ~900 KB (each carried twice: the message and
-/// the echoed reply, ~20 MB in all, a few dozen envelopes) were all kept
-/// and a reconnect from before them was replayed. Now the oldest go past
+/// size, so after eleven turns of ~900 KB in another session (each carried
+/// twice: the message and the echoed reply, ~20 MB in all, a few dozen
+/// envelopes) a reconnect from before them was still replayed. Now the oldest go past
 /// 16 MiB: a reconnect from before the big turns gets snapshots (AHP's
-/// rule when the buffer no longer covers it), one from after the first of
-/// them is still replayed.
+/// rule when the buffer no longer covers it), one from after them is still
+/// replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replay_buffer_keeps_at_most_its_bytes_and_an_older_reconnect_gets_snapshots() {
     const TEXT_BYTES: usize = 900 << 10;
@@ -187,17 +187,16 @@ async fn the_replay_buffer_keeps_at_most_its_bytes_and_an_older_reconnect_gets_s
         other => panic!("a reconnect within the window is replayed, got {other:?}"),
     }
 
-    // Big turns, far past 16 MiB of envelopes but far below 1,000 of them.
-    let before_big = state.turns.len();
+    // Big turns in another session, far past 16 MiB of envelopes but far
+    // below 1,000 of them. (The buffer is one for the host; the reconnect
+    // below names only the small session, whose snapshot stays small: a
+    // reply over `outgoing_buffer_max_bytes` would drop the client.)
+    let (_big_sid, big_chat, _bsub, mut big_state, mut big_csub) = new_session(&c).await;
     let text = "x".repeat(TEXT_BYTES);
-    let mut before_last_big = 0;
     for n in 0..BIG_TURNS {
-        let seq = run_turn(&c, &chat, &mut state, &mut csub, &format!("big-{n}"), &text).await;
-        if n == BIG_TURNS - 2 {
-            before_last_big = seq;
-        }
+        run_turn(&c, &big_chat, &mut big_state, &mut big_csub, &format!("big-{n}"), &text).await;
     }
-    assert_eq!(state.turns.len(), before_big + BIG_TURNS);
+    assert_eq!(big_state.turns.len(), BIG_TURNS);
     match reconnect_from(&daemon.url, before_small, &channels).await {
         ReconnectResult::Snapshot(s) => {
             let got: Vec<&str> = s.snapshots.iter().map(|s| s.resource.as_str()).collect();
@@ -208,13 +207,15 @@ async fn the_replay_buffer_keeps_at_most_its_bytes_and_an_older_reconnect_gets_s
             r.actions.len()
         ),
     }
-    // The last turn's envelopes are within the window: still replayed.
-    match reconnect_from(&daemon.url, before_last_big, &channels).await {
+    // What came after the big turns is within the window: still replayed.
+    let after_big = run_turn(&c, &chat, &mut state, &mut csub, "small-3", "after the big ones").await;
+    run_turn(&c, &chat, &mut state, &mut csub, "small-4", "and one more").await;
+    match reconnect_from(&daemon.url, after_big, &channels).await {
         ReconnectResult::Replay(r) => assert!(
-            r.actions.iter().any(|e| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == format!("big-{}", BIG_TURNS - 1))),
-            "the last big turn is replayed"
+            r.actions.iter().any(|e| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == "small-4")),
+            "the turn after the big ones is replayed"
         ),
-        other => panic!("a reconnect from just before the last turn is replayed, got {other:?}"),
+        other => panic!("a reconnect from after the big turns is replayed, got {other:?}"),
     }
     within("ping", c.ping()).await.expect("the writer is still served");
 }

@@ -153,6 +153,13 @@ struct Cli {
     /// soak: seconds each phase is left to settle before RSS is read.
     #[arg(long, default_value_t = 3.0)]
     settle_seconds: f64,
+    /// soak: one more argument for the daemon's `serve` (repeatable), e.g.
+    /// `--daemon-arg=--limit-replay-buffer-max-bytes=1000000000`.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
+    /// Keep the temp data (the daemons' data dirs and logs) and print where.
+    #[arg(long)]
+    keep: bool,
     /// The ahpd binary [default: `ahpd` next to this executable].
     #[arg(long)]
     ahpd: Option<PathBuf>,
@@ -225,10 +232,15 @@ async fn run(cli: Cli) -> R<()> {
             flood: Duration::from_secs_f64(cli.flood_seconds.max(0.0)),
             baseline: Duration::from_secs_f64(cli.baseline_seconds.unwrap_or(5.0).max(0.5)),
             settle: Duration::from_secs_f64(cli.settle_seconds.max(0.0)),
+            daemon_args: cli.daemon_args.clone(),
         };
         soak(&env, &opts).await?;
     }
-    drop(tmp);
+    if cli.keep {
+        // Left for a look at the daemons' logs and data.
+        println!("bench_daemon: kept {}", tmp.0.display());
+        std::mem::forget(tmp);
+    }
     Ok(())
 }
 
@@ -1633,6 +1645,8 @@ struct SoakOpts {
     flood: Duration,
     baseline: Duration,
     settle: Duration,
+    /// More arguments for the daemon's `serve`.
+    daemon_args: Vec<String>,
 }
 
 /// The soak's phases, in order; the steady client's probes and the RSS
@@ -1810,7 +1824,9 @@ async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
     fs::create_dir_all(&work).map_err(|e| format!("could not create {}: {e}", work.display()))?;
     // The defaults of a real host, said out loud (the other scenarios lift
     // the rate limits).
-    let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &["--limit-frames-per-second", "200", "--limit-frames-burst", "1000"])?;
+    let mut args = vec!["--limit-frames-per-second", "200", "--limit-frames-burst", "1000"];
+    args.extend(o.daemon_args.iter().map(String::as_str));
+    let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &args)?;
     d.wait_listening().await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let empty = d.rss()?;

@@ -19,13 +19,6 @@ use crate::metrics::Metrics;
 /// written; a client that does not read is not waited for longer.
 const CLOSE_FRAMES_WAIT: Duration = Duration::from_secs(1);
 
-/// How long after memory was let go (a client gone, an agent let go or a
-/// session disposed) the allocator's free pages are given back to the OS
-/// (`crate::trim_freed_memory`); later releases within it share the one
-/// trim, so there is at most one a second however many clients come and
-/// go (issue 25, docs/DECISIONS.md 27).
-const TRIM_AFTER: Duration = Duration::from_secs(1);
-
 /// Something for the driver: a core input, or a new connection's writer
 /// (registered before its `Input::Connected` is handed to the core).
 #[derive(Debug)]
@@ -187,11 +180,6 @@ pub struct Driver {
     tool_calls: HashMap<HostCallId, oneshot::Sender<HostToolResult>>,
     /// The last host tool call id given.
     last_tool_call: u64,
-    /// When freed memory is next given back to the OS, if some was let go
-    /// since the last time ([`TRIM_AFTER`]).
-    trim_at: Option<tokio::time::Instant>,
-    /// Whether a trim runs now (on a blocking thread): one at a time.
-    trimming: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How the loop ended.
@@ -219,36 +207,7 @@ impl Driver {
             registry: None,
             tool_calls: HashMap::new(),
             last_tool_call: 0,
-            trim_at: None,
-            trimming: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
-    }
-
-    /// Memory was let go (a client gone, an agent let go, a session
-    /// disposed): give the allocator's free pages back [`TRIM_AFTER`] from
-    /// now, unless a trim is already due. glibc keeps freed memory in its
-    /// heap, resident, and returns on its own only what sits at the heap's
-    /// top; after a client's big turns and its session's dispose that was
-    /// most of what the turns had used (issue 25).
-    fn memory_let_go(&mut self) {
-        if self.trim_at.is_none() {
-            self.trim_at = Some(tokio::time::Instant::now() + TRIM_AFTER);
-        }
-    }
-
-    /// Gives freed memory back on a blocking thread (the trim takes the
-    /// allocator's lock for a few ms; the driver never waits for it).
-    fn trim_now(&mut self) {
-        self.trim_at = None;
-        let trimming = Arc::clone(&self.trimming);
-        if trimming.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
-        }
-        tokio::task::spawn_blocking(move || {
-            let took = crate::trim_freed_memory();
-            trimming.store(false, std::sync::atomic::Ordering::Release);
-            tracing::debug!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back");
-        });
     }
 
     /// Running turns get `grace` to end after a shutdown signal.
@@ -290,10 +249,6 @@ impl Driver {
                     None => break,
                 },
                 () = sleep_until_opt(deadline.map(|d| self.clock.instant_of(d))) => Event::Input(Input::Tick),
-                () = sleep_until_opt(self.trim_at) => {
-                    self.trim_now();
-                    continue;
-                }
             };
             let mut bearer_token = None;
             let mut credit = None;
@@ -384,12 +339,12 @@ impl Driver {
         if let Some(conn) = disconnected {
             self.writers.remove(&conn);
             self.metrics.forget_conn(conn);
-            self.memory_let_go();
         }
         if merging && !self.host.view().merging_scan() {
             // A pass was merged: the pages its rows were read into are
-            // free, and glibc keeps them resident (issue 21: memory per
-            // catalogue row). Trimmed off the driver's thread.
+            // free; what the scan's threads left in their heaps is
+            // collected (issue 21: memory per catalogue row), off the
+            // driver's thread.
             tokio::task::spawn_blocking(|| {
                 let took = crate::trim_freed_memory();
                 tracing::info!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back after a merge");
@@ -424,18 +379,8 @@ impl Driver {
                     });
                 }
             }
-            Effect::Backend { op, provider, chat, command } => {
-                if matches!(command, ahpd_core::BackendCmd::Close | ahpd_core::BackendCmd::Delete { .. }) {
-                    self.memory_let_go();
-                }
-                self.backends.execute(op, &provider, chat, command)
-            }
-            Effect::Store { op, command } => {
-                if matches!(command, ahpd_core::StoreCmd::Delete { .. }) {
-                    self.memory_let_go();
-                }
-                self.store.submit(op, command)
-            }
+            Effect::Backend { op, provider, chat, command } => self.backends.execute(op, &provider, chat, command),
+            Effect::Store { op, command } => self.store.submit(op, command),
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
             Effect::Git { op, command } => self.backends.git(op, command),
             Effect::Registry { op, command } => match &self.registry {
@@ -509,7 +454,16 @@ fn input_kind(input: &Input) -> &'static str {
         Input::Authenticate { .. } => "authenticate",
         Input::Frame { .. } => "frame",
         Input::Disconnected { .. } => "disconnected",
-        Input::Done { .. } => "done",
+        // Which kind of result: a 100k scan's rows and a store write's
+        // answer are both `Done`, and only one of them may be slow.
+        Input::Done { outcome, .. } => match outcome {
+            ahpd_core::input::Outcome::Started { .. } => "done.started",
+            ahpd_core::input::Outcome::Failed { .. } => "done.failed",
+            ahpd_core::input::Outcome::Scanned { .. } => "done.scanned",
+            ahpd_core::input::Outcome::Git(_) => "done.git",
+            ahpd_core::input::Outcome::RegistryScanned { .. } => "done.registry_scanned",
+            ahpd_core::input::Outcome::Ok => "done.ok",
+        },
         Input::Backend { .. } => "backend",
         Input::PolicyChanged(_) => "policy",
         Input::Shutdown { .. } => "shutdown",

@@ -3,7 +3,8 @@
 //! is the thin shell around it (docs/STYLE.md 3.5): a WebSocket listener, a
 //! session store, agent backends, and one driver loop that feeds the core.
 
-// No unsafe code but the allocator settings (`one_malloc_arena`, allowed there).
+// No unsafe code but the allocator settings (`allocator_settings`,
+// `trim_freed_memory`, allowed there).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -269,73 +270,74 @@ impl ServeArgs {
     }
 }
 
-/// Asks glibc for one malloc arena for the whole process, before any thread
-/// starts. The daemon frees on its driver thread what other threads
-/// allocated (a transcript scan's 100k rows, records read on every core);
-/// with glibc's default of an arena per thread, giving that memory back
-/// made one input of a 100k scan's merge take 60 ms (issue 21: stall goal
-/// 10 ms; measured with `bench_daemon catalogue --sessions 100000`: 4 ms
-/// with one arena). One arena also measured fewer bytes per catalogue row
-/// and per live session, and more turns/s with 10 and 50 clients
-/// (docs/PERFORMANCE.md, "Session 15"). A `MALLOC_ARENA_MAX` the user set
-/// wins.
-///
-/// It also pins the size from which glibc maps an allocation on its own
-/// (`M_MMAP_THRESHOLD`) at glibc's default, 128 KiB. Left dynamic, the
-/// first large block freed (the records read at start, a scan's rows)
-/// raises it up to 32 MiB, and later transient blocks of that size are
-/// carved from the heap, where the pages they leave stay resident once
-/// freed: 20 MiB of a 100k catalogue's RSS (issue 21: RSS per row 2.2 ->
-/// 2.0 KiB). A `MALLOC_MMAP_THRESHOLD_` the user set wins.
-fn one_malloc_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-            // SAFETY: mallopt only sets an allocator parameter; called
-            // before any other thread exists.
+/// The process's allocator: mimalloc (docs/DECISIONS.md 29). With glibc's
+/// malloc limited to one arena (chosen so memory freed on another thread
+/// came back), the records parsed on every core at start queued on that
+/// arena's lock: a 100k catalogue answered its first `listSessions` 2.0-2.6×
+/// a plain read of its files; with glibc's arena per thread, 1.6× but more
+/// bytes per row. mimalloc's per-thread heaps take no lock and free across
+/// threads cheaply: 1.13× with fewer bytes per row (969 B vs 1,022 B), in
+/// the same run (docs/PERFORMANCE.md, "Session 21: the allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc 3.3's option numbers (`mi_option_e` in its `mimalloc.h`; the
+/// crate's `extended` constants stop at 2.x's list, so they are named here,
+/// with the crate pinned exactly in shell/Cargo.toml).
+mod mi_option {
+    /// `mi_option_arena_eager_commit`: commit a new arena's memory at once.
+    pub const ARENA_EAGER_COMMIT: i32 = 4;
+    /// `mi_option_purge_delay`: milliseconds before freed pages go back to
+    /// the OS (default 10; 0 = at once).
+    pub const PURGE_DELAY: i32 = 15;
+}
+
+#[allow(unsafe_code)]
+extern "C" {
+    /// mimalloc's `mi_option_set` (linked from `libmimalloc-sys`).
+    fn mi_option_set(option: i32, value: std::ffi::c_long);
+    /// mimalloc's `mi_collect`: frees what the heaps hold unused; `force`
+    /// also collects what exited threads left.
+    fn mi_collect(force: bool);
+}
+
+/// Sets the allocator's options before any thread starts: freed pages go
+/// back to the OS at once (issue 25: memory returned once sessions and
+/// clients go; issue 21: RSS per catalogue row), and arenas are committed
+/// as they are used rather than whole. A `MIMALLOC_PURGE_DELAY` or
+/// `MIMALLOC_ARENA_EAGER_COMMIT` the user set wins.
+fn allocator_settings() {
+    for (var, option, value) in [("MIMALLOC_PURGE_DELAY", mi_option::PURGE_DELAY, 0), ("MIMALLOC_ARENA_EAGER_COMMIT", mi_option::ARENA_EAGER_COMMIT, 0)] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: sets one of mimalloc's options (an integer in its
+            // option table); takes no pointer.
             #[allow(unsafe_code)]
             unsafe {
-                libc::mallopt(libc::M_ARENA_MAX, 1);
-            }
-        }
-        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
-            // SAFETY: as above.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+                mi_option_set(option, value);
             }
         }
     }
 }
 
-/// Gives the allocator's free pages back to the OS (`malloc_trim(0)`) and
-/// returns how long that took. A pass over the backends' transcripts, once
-/// merged, leaves the heap holding the pages its rows were read into,
-/// free but resident under what was allocated later: 26 MiB at 100k rows,
-/// ~260 bytes a catalogue row (issue 21, docs/PERFORMANCE.md "Memory per
-/// catalogue row, session 17"). glibc returns on its own only free memory
-/// at the heap's top. The driver calls it on a blocking thread once a
-/// merge ends, and a second after memory was let go (a client gone, an
-/// agent let go, a session disposed; issue 25: after big turns and their
-/// session's dispose the heap kept what they had used); nothing else in
-/// the process depends on it. No-op off glibc.
+/// Gives the allocator's free pages back to the OS and returns how long that
+/// took. A pass over the backends' transcripts, once merged, leaves its
+/// rows' pages free (26 MiB at 100k rows under glibc, issue 21,
+/// docs/PERFORMANCE.md "Memory per catalogue row, session 17"); mimalloc
+/// purges freed pages itself (`allocator_settings`), and this collects what
+/// the scan's exited threads left in their heaps. The driver calls it on a
+/// blocking thread once a merge ends; nothing else depends on it.
 pub fn trim_freed_memory() -> std::time::Duration {
     let started = std::time::Instant::now();
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: malloc_trim only walks the allocator's own free lists
-        // under its lock and advises the kernel about free pages; it takes
-        // no pointer of ours.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::malloc_trim(0);
-        }
+    // SAFETY: mi_collect walks mimalloc's own heaps; takes no pointer.
+    #[allow(unsafe_code)]
+    unsafe {
+        mi_collect(true);
     }
     started.elapsed()
 }
 
 fn main() -> ExitCode {
-    one_malloc_arena();
+    allocator_settings();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return refused_command_line(e),

@@ -299,6 +299,10 @@ struct Daemon {
     addr: SocketAddr,
     url: String,
     log: PathBuf,
+    /// The log's length when this daemon was spawned: the log is appended to
+    /// by every daemon run on the same data, and a run's probes read only
+    /// its own daemon's lines (`Daemon::own_log`).
+    log_from: usize,
     /// When `spawn` was called (start times are measured from here).
     spawned: Instant,
 }
@@ -364,10 +368,11 @@ impl Daemon {
         let filter = std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn,ahpd::exec::backend=debug,ahpd::driver=info".to_owned());
         cmd.env("RUST_LOG", filter).env("NO_COLOR", "1");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
+        let log_from = fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let spawned = Instant::now();
         let child = cmd.spawn().map_err(|e| format!("could not start {}: {e}", env.exe.display()))?;
         let pid = child.id();
-        Ok(Daemon { child, pid, addr, url: format!("ws://{addr}/"), log, spawned })
+        Ok(Daemon { child, pid, addr, url: format!("ws://{addr}/"), log, log_from, spawned })
     }
 
     /// Polls the port every millisecond until it accepts a TCP connection;
@@ -385,6 +390,15 @@ impl Daemon {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    /// What this daemon logged (not the lines of an earlier daemon run on
+    /// the same data: with those, a later run's stall probe saw the first
+    /// run's "scan finished" at once and stopped before its own scan merged,
+    /// so its stall and RSS figures were read mid-scan).
+    fn own_log(&self) -> String {
+        let bytes = fs::read(&self.log).unwrap_or_default();
+        String::from_utf8_lossy(bytes.get(self.log_from..).unwrap_or_default()).into_owned()
     }
 
     /// The last 2 KB of the daemon's log.
@@ -986,7 +1000,7 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
         }
         if !merged_seen && Instant::now() >= next_log_check {
             next_log_check = Instant::now() + Duration::from_millis(50);
-            let log = fs::read_to_string(&d.log).unwrap_or_default();
+            let log = d.own_log();
             if scan_seen_at.is_none() && log.contains("scan finished") {
                 scan_seen_at = Some(Instant::now());
                 scan_finished_at = scan_seen_at;
@@ -1028,7 +1042,7 @@ async fn stall_probe(d: &Daemon, cap: Duration) -> R<(Duration, usize, bool)> {
     }
     // The inputs the daemon says took long (its driver logs each over
     // 5 ms): where a stall came from.
-    let log = fs::read_to_string(&d.log).unwrap_or_default();
+    let log = d.own_log();
     let slow: Vec<&str> = log.lines().filter(|l| l.contains("slow input")).collect();
     if !slow.is_empty() {
         println!("stall probe: the daemon logged {} slow inputs; the longest:", slow.len());

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ahp::ahp_types::actions::StateAction;
-use ahp::ahp_types::commands::DisposeSessionParams;
+use ahp::ahp_types::commands::{DisposeSessionParams, ReconnectResult};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -157,6 +157,85 @@ async fn a_client_that_does_not_read_is_dropped_and_others_are_served() {
     let sent = (turns * TEXT_BYTES * 2) as u64 / 1024;
     let grown = rss_kib(daemon.child.id()).saturating_sub(rss_before);
     assert!(grown < 64 * 1024 + 4 * sent, "RSS grew by {grown} KiB for {sent} KiB of turn text");
+}
+
+/// Runs one turn of `text` in `chat` to its end; returns the `serverSeq`
+/// of the envelope that completed it.
+async fn run_turn(c: &ahp::Client, chat: &str, state: &mut ahp::ahp_types::state::ChatState, sub: &mut ahp::SessionSubscription, turn_id: &str, text: &str) -> u64 {
+    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch");
+    let seen = follow_chat(sub, state, "turn completes", |e, _| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == turn_id)).await;
+    seen.last().map(|e| e.server_seq as u64).unwrap_or_default()
+}
+
+/// Asks a fresh connection for a `reconnect` from `last_seen` on `channels`.
+async fn reconnect_from(url: &str, last_seen: u64, channels: &[String]) -> ReconnectResult {
+    let c = connect(url).await;
+    let result = within("reconnect", c.reconnect("again".to_owned(), last_seen as i64, channels.to_vec())).await.expect("reconnect");
+    c.shutdown().await;
+    result
+}
+
+/// Issue 25: the replay buffer is bounded in bytes (16 MiB by default), not
+/// only by count. Before, it kept its last 1,000 envelopes whatever their
+/// size, so after eleven turns of ~900 KB in another session (each carried
+/// twice: the message and the echoed reply, ~20 MB in all, a few dozen
+/// envelopes) a reconnect from before them was still replayed. Now the oldest go past
+/// 16 MiB: a reconnect from before the big turns gets snapshots (AHP's
+/// rule when the buffer no longer covers it), one from after them is still
+/// replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replay_buffer_keeps_at_most_its_bytes_and_an_older_reconnect_gets_snapshots() {
+    const TEXT_BYTES: usize = 900 << 10;
+    const BIG_TURNS: usize = 11;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _, _root) = connect_init(&daemon.url, "writer").await;
+    let (sid, chat, _ssub, mut state, mut csub) = new_session(&c).await;
+    let channels = vec![sid.clone(), chat.clone()];
+
+    // A small turn, then another: a reconnect from between them is replayed.
+    let before_small = run_turn(&c, &chat, &mut state, &mut csub, "small-1", "hello").await;
+    run_turn(&c, &chat, &mut state, &mut csub, "small-2", "hello again").await;
+    match reconnect_from(&daemon.url, before_small, &channels).await {
+        ReconnectResult::Replay(r) => assert!(
+            r.actions.iter().any(|e| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == "small-2")),
+            "the replay carries the turn missed: {:?}",
+            r.actions.iter().map(|e| e.server_seq).collect::<Vec<_>>()
+        ),
+        other => panic!("a reconnect within the window is replayed, got {other:?}"),
+    }
+
+    // Big turns in another session, far past 16 MiB of envelopes but far
+    // below 1,000 of them. (The buffer is one for the host; the reconnect
+    // below names only the small session, whose snapshot stays small: a
+    // reply over `outgoing_buffer_max_bytes` would drop the client.)
+    let (_big_sid, big_chat, _bsub, mut big_state, mut big_csub) = new_session(&c).await;
+    let text = "x".repeat(TEXT_BYTES);
+    for n in 0..BIG_TURNS {
+        run_turn(&c, &big_chat, &mut big_state, &mut big_csub, &format!("big-{n}"), &text).await;
+    }
+    assert_eq!(big_state.turns.len(), BIG_TURNS);
+    match reconnect_from(&daemon.url, before_small, &channels).await {
+        ReconnectResult::Snapshot(s) => {
+            let got: Vec<&str> = s.snapshots.iter().map(|s| s.resource.as_str()).collect();
+            assert!(got.contains(&chat.as_str()) && got.contains(&sid.as_str()), "snapshots of both channels: {got:?}");
+        }
+        ReconnectResult::Replay(r) => panic!(
+            "a reconnect from before ~20 MB of envelopes was replayed ({} envelopes): the buffer kept more than its byte bound",
+            r.actions.len()
+        ),
+    }
+    // What came after the big turns is within the window: still replayed.
+    let after_big = run_turn(&c, &chat, &mut state, &mut csub, "small-3", "after the big ones").await;
+    run_turn(&c, &chat, &mut state, &mut csub, "small-4", "and one more").await;
+    match reconnect_from(&daemon.url, after_big, &channels).await {
+        ReconnectResult::Replay(r) => assert!(
+            r.actions.iter().any(|e| matches!(&e.action, StateAction::ChatTurnComplete(a) if a.turn_id == "small-4")),
+            "the turn after the big ones is replayed"
+        ),
+        other => panic!("a reconnect from after the big turns is replayed, got {other:?}"),
+    }
+    within("ping", c.ping()).await.expect("the writer is still served");
 }
 
 // ---------------------------------------------------------------------------

@@ -100,7 +100,9 @@ pub struct Config {
     pub residency_limit: usize,
     /// Period of the residency sweep, in ms ("once a minute").
     pub residency_sweep_ms: u64,
-    /// How many action envelopes `reconnect` can replay, in envelopes.
+    /// How many action envelopes `reconnect` can replay, in envelopes. The
+    /// buffer is bounded in bytes too (`Limits::replay_buffer_max_bytes`);
+    /// whichever bound is reached first drops the oldest.
     pub replay_buffer_len: usize,
     /// Largest `listSessions` page a client may ask for, in rows (500).
     pub list_limit_max: usize,
@@ -197,6 +199,16 @@ pub struct Limits {
     /// JSON (issue 25; `caps::check_message`).
     #[serde(default = "default_message_attachments_max_bytes")]
     pub message_attachments_max_bytes: usize,
+    /// Most bytes of envelope text the replay buffer keeps for `reconnect`,
+    /// in bytes (issue 25: bounded by count alone, a thousand 900 KB turns'
+    /// envelopes held ~300 MB with no session left). Past it the oldest are
+    /// dropped; a client that reconnects from before the window is answered
+    /// with snapshots, as AHP has it for any reconnect the buffer no longer
+    /// covers. One envelope bigger than the whole bound is not kept (and
+    /// ends the window there). Also at most `Config::replay_buffer_len`
+    /// envelopes.
+    #[serde(default = "default_replay_buffer_max_bytes")]
+    pub replay_buffer_max_bytes: usize,
 }
 
 fn default_title_max_bytes() -> usize {
@@ -205,6 +217,13 @@ fn default_title_max_bytes() -> usize {
 
 fn default_message_attachments_max_bytes() -> usize {
     crate::caps::MESSAGE_ATTACHMENTS_MAX_BYTES
+}
+
+/// The default `replay_buffer_max_bytes`: 16 MiB.
+pub const REPLAY_BUFFER_MAX_BYTES: usize = 16 << 20;
+
+fn default_replay_buffer_max_bytes() -> usize {
+    REPLAY_BUFFER_MAX_BYTES
 }
 
 /// The default `queued_messages_per_chat`: 32 messages.
@@ -256,6 +275,7 @@ impl Default for Limits {
             queued_messages_per_chat: QUEUED_MESSAGES_PER_CHAT,
             title_max_bytes: crate::caps::TITLE_MAX_BYTES,
             message_attachments_max_bytes: crate::caps::MESSAGE_ATTACHMENTS_MAX_BYTES,
+            replay_buffer_max_bytes: REPLAY_BUFFER_MAX_BYTES,
         }
     }
 }

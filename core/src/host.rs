@@ -53,7 +53,7 @@ use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAct
 use ahp_types::state::{AgentInfo, RootState};
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use ahp::reducers::{ReduceOutcome, apply_action_to_root};
-pub use connections::{Conn, Handshake, RATE_CLOSE_AFTER_MS, RATE_LOG_INTERVAL_MS};
+pub use connections::{Conn, Handshake, HANDSHAKE_QUEUE_MAX_BYTES, RATE_CLOSE_AFTER_MS, RATE_LOG_INTERVAL_MS};
 pub(crate) use agents::REFUSED_WHILE_STOPPING;
 pub use ops::{DetachedOp, GitOp, Op, TreeCut};
 pub use children::{CHILDREN_META_KEY, PARENT_META_KEY};
@@ -380,7 +380,7 @@ impl HostView<'_> {
     /// The replay buffer checked against the host's `serverSeq` and the
     /// configured length (`invariants::inv_replay_buffer_window`).
     pub fn check_replay(&self) -> Result<(), String> {
-        self.host.shared.replay.check(self.config.replay_buffer_len, self.server_seq)
+        self.host.shared.replay.check(crate::replay::Window::of(self.config), self.server_seq)
     }
 
     /// The window's own trees (detached worktrees), each still held by its
@@ -796,8 +796,9 @@ impl Host {
             return;
         }
         // Decoded once, here: a frame held behind a handshake waits decoded.
+        let bytes = text.len();
         let frame = codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes);
-        if let Some(frame) = self.queue_behind_handshake(conn, frame) {
+        if let Some(frame) = self.queue_behind_handshake(conn, frame, bytes) {
             self.run_frame(conn, frame);
         }
     }

@@ -664,7 +664,8 @@ pub fn inv_one_run_per_occurrence(view: &HostView<'_>) -> Result<(), Violation> 
 }
 
 /// The replay buffer a `reconnect` replays from holds at most
-/// `replay_buffer_len` envelopes, in the order they were stamped, none
+/// `replay_buffer_len` envelopes and `replay_buffer_max_bytes` bytes (its
+/// count of bytes true), in the order they were stamped, none
 /// stamped after the host's last `serverSeq` (`ReplayBuffer::check`):
 /// a replay gives a client what it missed in order, never out of it.
 pub fn inv_replay_buffer_window(view: &HostView<'_>) -> Result<(), Violation> {

@@ -8,6 +8,13 @@
 //! them whatever is live (issue 21: memory per live session with 100 peers
 //! in one folder). A reconnect, rare beside the broadcasts, decodes what it
 //! replays.
+//!
+//! Bounded twice ([`Window`]): by envelopes (`Config::replay_buffer_len`)
+//! and by bytes (`Limits::replay_buffer_max_bytes`). By count alone a
+//! client's big messages were held whatever their size (issue 25: 1,000
+//! envelopes of 900 KB turns, ~300 MB, kept with every session disposed).
+//! A disposed session's envelopes are forgotten at once ([`ReplayBuffer::forget`]):
+//! no reconnect can be replayed onto a retired channel.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,10 +34,39 @@ struct Kept {
     json: Arc<str>,
 }
 
-/// The last `len` envelopes broadcast, oldest first (see the module docs).
+impl Kept {
+    /// What this envelope counts against [`Window::max_bytes`]: its text and
+    /// its channel, in bytes.
+    fn bytes(&self) -> usize {
+        self.json.len() + self.channel.len()
+    }
+}
+
+/// How much the buffer may keep: whichever bound is reached first drops
+/// the oldest envelopes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Most envelopes kept (`Config::replay_buffer_len`).
+    pub len: usize,
+    /// Most bytes kept, counting each envelope's JSON text and its channel
+    /// URI (`Limits::replay_buffer_max_bytes`), in bytes.
+    pub max_bytes: usize,
+}
+
+impl Window {
+    /// The window `config` sets.
+    pub fn of(config: &crate::Config) -> Window {
+        Window { len: config.replay_buffer_len, max_bytes: config.limits.replay_buffer_max_bytes }
+    }
+}
+
+/// The last envelopes broadcast within a [`Window`], oldest first (see the
+/// module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplayBuffer {
     kept: VecDeque<Kept>,
+    /// The sum of `Kept::bytes` over `kept`, in bytes.
+    bytes: usize,
 }
 
 /// A kept envelope that no longer decodes (it never should: it was encoded
@@ -46,17 +82,41 @@ pub struct Undecodable {
 impl ReplayBuffer {
     /// Keeps the envelope numbered `server_seq` on `channel`, as its JSON
     /// text `json` (`crate::effect::Broadcast::json`), dropping the oldest
-    /// beyond `len` envelopes (`Config::replay_buffer_len`). An envelope
-    /// that could not be encoded (`None`: every map key is a string, so
-    /// never in practice) ends the replay window there: everything kept
-    /// before it is dropped, so a replay can never skip it silently.
-    pub fn push(&mut self, server_seq: u64, channel: &Uri, json: Option<&Arc<str>>, len: usize) {
-        match json {
-            Some(json) => self.kept.push_back(Kept { server_seq, channel: channel.clone(), json: Arc::clone(json) }),
-            None => self.kept.clear(),
+    /// beyond `window` (its envelopes or its bytes). An envelope that could
+    /// not be encoded (`None`: every map key is a string, so never in
+    /// practice) or that alone is bigger than `window.max_bytes` is not
+    /// kept and ends the replay window there: everything kept before it is
+    /// dropped, so a replay can never skip it silently (a reconnect from
+    /// before it is answered with snapshots).
+    pub fn push(&mut self, server_seq: u64, channel: &Uri, json: Option<&Arc<str>>, window: Window) {
+        let kept = json.map(|json| Kept { server_seq, channel: channel.clone(), json: Arc::clone(json) });
+        match kept {
+            Some(k) if k.bytes() <= window.max_bytes => {
+                self.bytes += k.bytes();
+                self.kept.push_back(k);
+            }
+            _ => {
+                crate::mark!("replay_window_ended");
+                self.kept.clear();
+                self.bytes = 0;
+            }
         }
-        while self.kept.len() > len {
-            self.kept.pop_front();
+        while self.kept.len() > window.len || self.bytes > window.max_bytes {
+            let Some(old) = self.kept.pop_front() else { break };
+            self.bytes -= old.bytes();
+        }
+    }
+
+    /// Forgets every kept envelope on one of `channels` (a disposed
+    /// session's and its chats': a reconnect naming a retired channel is
+    /// answered with snapshots, so they can never be replayed). Another
+    /// channel's replay is unchanged: a reconnect from before the oldest
+    /// envelope left is answered with snapshots, as always.
+    pub fn forget(&mut self, channels: &[Uri]) {
+        let before = self.kept.len();
+        self.kept.retain(|k| !channels.contains(&k.channel));
+        if self.kept.len() != before {
+            self.bytes = self.kept.iter().map(Kept::bytes).sum();
         }
     }
 
@@ -79,15 +139,23 @@ impl ReplayBuffer {
     }
 
     /// What [`crate::invariants::inv_replay_buffer_window`] checks: at most
-    /// `len` kept, in rising `serverSeq` order, none after `server_seq` (the
-    /// last stamped), so a replay sends what was missed in the order it was
-    /// sent and nothing from the future.
+    /// `window.len` envelopes and `window.max_bytes` bytes kept (the count
+    /// of bytes true to what is kept), in rising `serverSeq` order, none
+    /// after `server_seq` (the last stamped), so a replay sends what was
+    /// missed in the order it was sent and nothing from the future.
     ///
     /// # Errors
     /// Which of these does not hold.
-    pub fn check(&self, len: usize, server_seq: u64) -> Result<(), String> {
-        if self.kept.len() > len {
-            return Err(format!("{} envelopes kept, at most {len} allowed", self.kept.len()));
+    pub fn check(&self, window: Window, server_seq: u64) -> Result<(), String> {
+        if self.kept.len() > window.len {
+            return Err(format!("{} envelopes kept, at most {} allowed", self.kept.len(), window.len));
+        }
+        let bytes: usize = self.kept.iter().map(Kept::bytes).sum();
+        if bytes != self.bytes {
+            return Err(format!("{bytes} bytes kept, but the buffer counts {}", self.bytes));
+        }
+        if bytes > window.max_bytes {
+            return Err(format!("{bytes} bytes kept, at most {} allowed", window.max_bytes));
         }
         let mut last = None;
         for k in &self.kept {
@@ -107,6 +175,11 @@ impl ReplayBuffer {
         self.kept.len()
     }
 
+    /// How many bytes are kept (each envelope's text and channel), in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.kept.is_empty()
@@ -122,10 +195,25 @@ mod tests {
         ActionEnvelope { channel: channel.to_owned(), action, server_seq: seq, origin: None, rejection_reason: None }
     }
 
+    /// A window of `len` envelopes and no byte bound to speak of.
+    const fn by_count(len: usize) -> Window {
+        Window { len, max_bytes: usize::MAX }
+    }
+
     /// Keeps `envelope` as the host does: encoded once, as broadcast.
-    fn push(buffer: &mut ReplayBuffer, envelope: &ActionEnvelope, len: usize) {
+    fn push(buffer: &mut ReplayBuffer, envelope: &ActionEnvelope, window: Window) {
         let sent = crate::effect::Broadcast::new(envelope.clone());
-        buffer.push(sent.server_seq, &sent.channel, sent.json(), len);
+        buffer.push(sent.server_seq, &sent.channel, sent.json(), window);
+    }
+
+    /// What `envelope` counts against the byte bound: its text and channel.
+    fn size(envelope: &ActionEnvelope) -> usize {
+        serde_json::to_string(envelope).unwrap().len() + envelope.channel.len()
+    }
+
+    /// A turn's start carrying a message of `text_bytes` bytes.
+    fn big(seq: u64, channel: &str, text_bytes: usize) -> ActionEnvelope {
+        envelope(seq, channel, StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "x".repeat(text_bytes) }))
     }
 
     fn title(seq: u64, channel: &str) -> ActionEnvelope {
@@ -136,7 +224,7 @@ mod tests {
     fn a_replay_gives_back_the_envelopes_after_the_last_seen_on_the_asked_channels() {
         let mut buffer = ReplayBuffer::default();
         for seq in 1..=5 {
-            push(&mut buffer, &title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), 10);
+            push(&mut buffer, &title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), by_count(10));
         }
         let got = buffer.since(1, &["ahp-session:/a".to_owned()]).unwrap();
         assert_eq!(got, vec![title(3, "ahp-session:/a"), title(5, "ahp-session:/a")]);
@@ -147,7 +235,7 @@ mod tests {
     fn the_buffer_keeps_only_the_last_len_envelopes() {
         let mut buffer = ReplayBuffer::default();
         for seq in 1..=5 {
-            push(&mut buffer, &title(seq, "ahp-session:/a"), 3);
+            push(&mut buffer, &title(seq, "ahp-session:/a"), by_count(3));
         }
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.oldest(), Some(3));
@@ -161,7 +249,88 @@ mod tests {
         meta.insert("ahpd.awareness".to_owned(), serde_json::json!({"tier": "warn", "error": null, "ratio": 0.25}));
         let sent = envelope(7, "ahp-session:/a", StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) }));
         let mut buffer = ReplayBuffer::default();
-        push(&mut buffer, &sent, 10);
+        push(&mut buffer, &sent, by_count(10));
         assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]).unwrap(), vec![sent]);
+    }
+
+    #[test]
+    fn the_buffer_keeps_at_most_its_bytes_dropping_the_oldest() {
+        let a = "ahp-session:/a";
+        let one = size(&big(1, a, 10_000));
+        // Room for three such envelopes, not four; a thousand by count.
+        let window = Window { len: 1000, max_bytes: 3 * one + one / 2 };
+        let mut buffer = ReplayBuffer::default();
+        for seq in 1..=10 {
+            push(&mut buffer, &big(seq, a, 10_000), window);
+            assert!(buffer.bytes() <= window.max_bytes, "{} bytes kept after {seq}", buffer.bytes());
+            assert_eq!(buffer.check(window, seq), Ok(()));
+        }
+        assert_eq!(buffer.len(), 3);
+        assert_eq!(buffer.bytes(), (8..=10).map(|seq| size(&big(seq, a, 10_000))).sum::<usize>());
+        assert_eq!(buffer.oldest(), Some(8), "the newest three are kept");
+        let replayed: Vec<u64> = buffer.since(0, &[a.to_owned()]).unwrap().iter().map(|e| e.server_seq).collect();
+        assert_eq!(replayed, vec![8, 9, 10]);
+    }
+
+    #[test]
+    fn small_envelopes_after_big_ones_push_the_big_ones_out_by_bytes_not_count() {
+        let a = "ahp-session:/a";
+        let window = Window { len: 1000, max_bytes: 64 << 10 };
+        let mut buffer = ReplayBuffer::default();
+        push(&mut buffer, &big(1, a, 40_000), window);
+        push(&mut buffer, &big(2, a, 20_000), window);
+        assert_eq!(buffer.len(), 2);
+        // Small ones fill what is left, then push the big ones out.
+        let mut seq = 2;
+        while buffer.oldest() == Some(1) {
+            seq += 1;
+            push(&mut buffer, &title(seq, a), window);
+        }
+        assert!(buffer.bytes() <= window.max_bytes);
+        assert_eq!(buffer.oldest(), Some(2), "the oldest went first, the rest stayed");
+        assert_eq!(buffer.check(window, seq), Ok(()));
+    }
+
+    #[test]
+    fn an_envelope_bigger_than_the_whole_bound_ends_the_window() {
+        let a = "ahp-session:/a";
+        let window = Window { len: 1000, max_bytes: 4096 };
+        let mut buffer = ReplayBuffer::default();
+        push(&mut buffer, &title(1, a), window);
+        push(&mut buffer, &title(2, a), window);
+        push(&mut buffer, &big(3, a, 10_000), window);
+        assert!(buffer.is_empty(), "neither the big one nor what came before it is kept");
+        assert_eq!(buffer.bytes(), 0);
+        push(&mut buffer, &title(4, a), window);
+        // A reconnect from before 3 finds the oldest kept after its next
+        // one (the host answers it with snapshots); from 3 on it replays.
+        assert_eq!(buffer.oldest(), Some(4));
+        assert_eq!(buffer.since(3, &[a.to_owned()]).unwrap(), vec![title(4, a)]);
+        assert_eq!(buffer.check(window, 4), Ok(()));
+    }
+
+    #[test]
+    fn a_disposed_sessions_envelopes_are_forgotten_and_the_rest_kept() {
+        let (a, b) = ("ahp-session:/a", "ahp-session:/b");
+        let mut buffer = ReplayBuffer::default();
+        for seq in 1..=6 {
+            push(&mut buffer, &big(seq, if seq % 2 == 0 { b } else { a }, 1000), by_count(100));
+        }
+        buffer.forget(&[a.to_owned()]);
+        assert_eq!(buffer.len(), 3);
+        assert_eq!(buffer.bytes(), 3 * size(&big(2, b, 1000)));
+        assert_eq!(buffer.since(0, &[a.to_owned(), b.to_owned()]).unwrap().iter().map(|e| e.server_seq).collect::<Vec<_>>(), vec![2, 4, 6]);
+        assert_eq!(buffer.check(by_count(100), 6), Ok(()));
+    }
+
+    #[test]
+    fn the_check_catches_a_buffer_over_its_bytes() {
+        let a = "ahp-session:/a";
+        let mut buffer = ReplayBuffer::default();
+        for seq in 1..=3 {
+            push(&mut buffer, &big(seq, a, 1000), by_count(10));
+        }
+        let tight = Window { len: 10, max_bytes: 2 * size(&big(1, a, 1000)) };
+        assert!(buffer.check(tight, 3).is_err_and(|e| e.contains("bytes kept")));
     }
 }

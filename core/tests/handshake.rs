@@ -354,3 +354,37 @@ fn reconnect_holds_to_the_subscription_limit_as_initialize_does() {
     }));
     assert_eq!(r["error"]["code"], -32602, "{r}");
 }
+
+#[test]
+fn frames_behind_a_held_handshake_are_bounded_in_bytes_not_only_in_count() {
+    // Issue 25: 256 frames of up to 4 MiB each could wait behind one
+    // handshake, a gigabyte a connection; now at most 16 MiB of their text.
+    let mut h = Harness::new(config(10));
+    h.connect(1, "c1");
+    let (a, a_chat) = h.session_with_turn("a");
+    let mut h = Harness::with_records(config(10), records(&h));
+    let rid = initialize(&mut h, 1, &[&a, &a_chat]);
+    let pad = "p".repeat(3 << 20);
+    let max = ahpd_core::host::HANDSHAKE_QUEUE_MAX_BYTES;
+    let mut kept = Vec::new();
+    let mut refused = None;
+    for _ in 0..8 {
+        let id = h.send_request(1, "ping", json!({"channel": "ahp-root://", "pad": pad}));
+        match h.take_reply(1, id) {
+            Some(reply) => {
+                refused = Some(reply);
+                break;
+            }
+            None => kept.push(id),
+        }
+    }
+    let refused = refused.expect("a frame past the byte bound is refused at once");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap_or("").contains("bytes"), "{refused}");
+    assert_eq!(kept.len(), max / ((3 << 20) + 100), "as many wait as fit in {max} bytes");
+    h.settle();
+    assert!(h.take_reply(1, rid).is_some(), "the handshake is answered");
+    for id in kept {
+        assert!(h.take_reply(1, id).is_some(), "ping {id} waited and was answered after the handshake");
+    }
+}

@@ -47,6 +47,10 @@ pub enum Event {
         text: String,
         /// `(id, method)` of a request.
         request: Option<(u64, String)>,
+        /// The frame's room in its connection's inbound bound
+        /// (`exec::net`, `INBOUND_MAX_BYTES`), given back once the core
+        /// has handled the frame.
+        credit: tokio::sync::OwnedSemaphorePermit,
     },
     /// `/metrics` asks for the Prometheus text.
     Metrics(oneshot::Sender<String>),
@@ -247,16 +251,18 @@ impl Driver {
                 () = sleep_until_opt(deadline.map(|d| self.clock.instant_of(d))) => Event::Input(Input::Tick),
             };
             let mut bearer_token = None;
+            let mut credit = None;
             let input = match event {
                 Event::Opened { conn, writer, bearer } => {
                     self.writers.insert(conn, writer);
                     bearer_token = bearer.map(|token| (conn, token));
                     Input::Connected { conn }
                 }
-                Event::Frame { conn, text, request } => {
+                Event::Frame { conn, text, request, credit: room } => {
                     if let Some((id, method)) = &request {
                         self.metrics.request_in(conn, *id, method);
                     }
+                    credit = Some(room);
                     Input::Frame { conn, text }
                 }
                 Event::CheckBearer { token, reply } => {
@@ -277,6 +283,7 @@ impl Driver {
             };
             last_tick = matches!(input, Input::Tick).then(|| self.clock.now().mono);
             self.feed(input);
+            drop(credit);
             if let Some((conn, token)) = bearer_token {
                 self.feed(Input::Authenticate { conn, token });
             }

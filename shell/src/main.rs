@@ -225,6 +225,10 @@ struct ServeArgs {
     /// ones are refused [default: 2097152].
     #[arg(long, env = "AHPD_LIMIT_MESSAGE_ATTACHMENTS_MAX_BYTES", value_name = "BYTES")]
     limit_message_attachments_max_bytes: Option<usize>,
+    /// Most bytes of envelopes kept for `reconnect` replays; a client that
+    /// reconnects from before them gets snapshots [default: 16777216].
+    #[arg(long, env = "AHPD_LIMIT_REPLAY_BUFFER_MAX_BYTES", value_name = "BYTES")]
+    limit_replay_buffer_max_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -270,6 +274,7 @@ impl ServeArgs {
                 queued_messages_per_chat: self.limit_queued_messages_per_chat,
                 title_max_bytes: self.limit_title_max_bytes,
                 message_attachments_max_bytes: self.limit_message_attachments_max_bytes,
+                replay_buffer_max_bytes: self.limit_replay_buffer_max_bytes,
             },
         }
     }

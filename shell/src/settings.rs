@@ -73,6 +73,8 @@ pub struct FileLimits {
     pub title_max_bytes: Option<usize>,
     /// Largest attachments of one message, in bytes of their JSON.
     pub message_attachments_max_bytes: Option<usize>,
+    /// Most bytes of envelopes the replay buffer keeps for `reconnect`.
+    pub replay_buffer_max_bytes: Option<usize>,
 }
 
 /// The config file as written; every key optional.
@@ -500,6 +502,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         queued_messages_per_chat: g.queued_messages_per_chat.or(f.queued_messages_per_chat).unwrap_or(d.queued_messages_per_chat),
         title_max_bytes: g.title_max_bytes.or(f.title_max_bytes).unwrap_or(d.title_max_bytes),
         message_attachments_max_bytes: g.message_attachments_max_bytes.or(f.message_attachments_max_bytes).unwrap_or(d.message_attachments_max_bytes),
+        replay_buffer_max_bytes: g.replay_buffer_max_bytes.or(f.replay_buffer_max_bytes).unwrap_or(d.replay_buffer_max_bytes),
     };
     if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 || limits.connections_max == 0 || limits.outgoing_buffer_max_bytes == 0 {
         return Err("limits: frame_max_bytes, frames_per_second, connections_max and outgoing_buffer_max_bytes must be above 0".to_owned());
@@ -647,6 +650,7 @@ impl Settings {
         let _ = writeln!(o, "queued_messages_per_chat = {}", l.queued_messages_per_chat);
         let _ = writeln!(o, "title_max_bytes = {}", l.title_max_bytes);
         let _ = writeln!(o, "message_attachments_max_bytes = {}", l.message_attachments_max_bytes);
+        let _ = writeln!(o, "replay_buffer_max_bytes = {}", l.replay_buffer_max_bytes);
         let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
         for a in &self.agents {
             let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");

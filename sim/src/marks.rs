@@ -205,6 +205,11 @@ pub const EXPECTED: &[&str] = &[
 /// a range run, not required by the test (moved to [`EXPECTED`] as the
 /// options that reach them land).
 pub const EXPECTED_PENDING: &[&str] = &[
+    // The replay buffer's byte bound (issue 25): an envelope bigger than the
+    // whole bound ends the window; drawn bounds reach it, how often the
+    // swarm's envelopes do is not yet known (core/src/replay.rs unit tests
+    // cover it).
+    "replay_window_ended",
     // Host tools, rare in 0..1200 (1-3 hits): a message to a held sleeping
     // session, a wake whose chat is gone or whose session is disposing; the
     // wake bound (16 per session) is never reached by the sim's agents

@@ -105,6 +105,10 @@ pub struct Options {
     pub residency_sweep_ms: u64,
     /// The core's `replay_buffer_len`.
     pub replay_buffer_len: usize,
+    /// The core's `Limits::replay_buffer_max_bytes` (issue 25): small now
+    /// and then, so the byte bound, not the count, ends the window, and
+    /// now and then below one envelope's size.
+    pub replay_buffer_max_bytes: usize,
     /// The core's `list_limit_max`.
     pub list_limit_max: usize,
     /// The core's `scan_interval_ms` (transcript passes behind listings).
@@ -240,6 +244,7 @@ impl Options {
             sleep_after_ms,
             residency_sweep_ms: rng.range(100, 5_000),
             replay_buffer_len: if rng.chance(0.3) { rng.range(1, 20) as usize } else { 1000 },
+            replay_buffer_max_bytes: ahpd_core::config::REPLAY_BUFFER_MAX_BYTES,
             list_limit_max: rng.range(2, 500) as usize,
             scan_interval_ms: rng.range(200, 20_000),
             scan_merge_slice: ahpd_core::config::SCAN_MERGE_SLICE,
@@ -270,6 +275,11 @@ impl Options {
         options.faults.crash_between_move_writes = fault(&mut rng, 0.3, 0.9);
         // Drawn last for the same reason (issue 24, automations).
         options.automations = rng.chance(0.4);
+        // Drawn last for the same reason (issue 25, the replay buffer's
+        // byte bound): the sim's envelopes are 100 B to a few KB.
+        if rng.chance(0.3) {
+            options.replay_buffer_max_bytes = rng.range(200, 8_000) as usize;
+        }
         options
     }
 
@@ -313,7 +323,7 @@ impl Options {
                 None => ahpd_core::trust::Trust::default(),
             },
             // Small, so a client's queue reaches the limit (issue 23).
-            limits: ahpd_core::config::Limits { queued_messages_per_chat: 4, ..Default::default() },
+            limits: ahpd_core::config::Limits { queued_messages_per_chat: 4, replay_buffer_max_bytes: self.replay_buffer_max_bytes, ..Default::default() },
             ..Config::default()
         }
     }
@@ -325,7 +335,7 @@ impl fmt::Display for Options {
         let ms = |x: Option<u64>| x.map_or("off".to_owned(), |v| format!("{v}ms"));
         writeln!(
             f,
-            "options: clients={} ids={}({}) residency_limit={} sleep_after_ms={} sweep_ms={} replay_len={} list_max={} scan_ms={} merge_slice={} oneshot={} think={}ms net={}ms backend={}ms store={}ms safety_steps={} liveness_steps={}",
+            "options: clients={} ids={}({}) residency_limit={} sleep_after_ms={} sweep_ms={} replay_len={} replay_bytes={} list_max={} scan_ms={} merge_slice={} oneshot={} think={}ms net={}ms backend={}ms store={}ms safety_steps={} liveness_steps={}",
             self.clients,
             self.session_ids,
             if self.hot { "hot" } else { "cold" },
@@ -333,6 +343,7 @@ impl fmt::Display for Options {
             self.sleep_after_ms,
             self.residency_sweep_ms,
             self.replay_buffer_len,
+            self.replay_buffer_max_bytes,
             self.list_limit_max,
             self.scan_interval_ms,
             self.scan_merge_slice,

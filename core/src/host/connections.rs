@@ -101,9 +101,18 @@ pub struct Handshake {
     /// seconds after it came, `host/connections.rs`).
     pub until: MonoTime,
     /// The connection's frames that came while it waited, decoded, in
-    /// order: run once it is answered, as if the wakes had been instant.
-    pub queued: Vec<codec::Decoded>,
+    /// order, each with its text's length in bytes: run once it is
+    /// answered, as if the wakes had been instant.
+    pub queued: Vec<(codec::Decoded, usize)>,
 }
+
+/// Most bytes of frames (their text) one connection may have waiting
+/// behind its handshake, in bytes (issue 25: by count alone,
+/// `pending_requests_per_conn` frames of up to `frame_max_bytes` each was
+/// a gigabyte a connection held for the handshake's ten seconds). Past it
+/// a request is refused at once (-32600), as past the count. A bound, not
+/// a setting.
+pub const HANDSHAKE_QUEUE_MAX_BYTES: usize = 16 << 20;
 
 /// At most one `limit.rate` line per connection per this long, in ms.
 pub const RATE_LOG_INTERVAL_MS: u64 = 1_000;
@@ -829,12 +838,12 @@ impl Host {
             HandshakeReq::Initialize(request) => self.initialize(conn, held.id, request, false),
         }
         let mut queued = held.queued.into_iter();
-        while let Some(frame) = queued.next() {
+        while let Some((frame, bytes)) = queued.next() {
             if !self.shared.conns.contains_key(&conn) {
                 return;
             }
             if let Some(next) = self.shared.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) {
-                next.queued.push(frame);
+                next.queued.push((frame, bytes));
                 next.queued.extend(queued);
                 return;
             }
@@ -844,22 +853,26 @@ impl Host {
 
     /// Keeps a decoded frame of `conn` that came while its handshake waits,
     /// to run after the answer. Hands the frame back when there is no
-    /// handshake waiting. Past the connection's limit of waiting requests,
-    /// a request is refused at once (-32600) and anything else dropped,
-    /// with a warning.
-    pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, frame: Decoded) -> Option<Decoded> {
+    /// handshake waiting. `bytes` is the frame's text length. Past the
+    /// connection's limit of waiting requests, or of their bytes
+    /// ([`HANDSHAKE_QUEUE_MAX_BYTES`]), a request is refused at once
+    /// (-32600) and anything else dropped, with a warning.
+    pub(crate) fn queue_behind_handshake(&mut self, conn: ConnId, frame: Decoded, bytes: usize) -> Option<Decoded> {
         let max = self.shared.config.limits.pending_requests_per_conn;
         let Some(held) = self.shared.conns.get_mut(&conn).and_then(|c| c.handshake.as_mut()) else { return Some(frame) };
-        if held.queued.len() < max {
-            held.queued.push(frame);
+        let waiting: usize = held.queued.iter().map(|(_, b)| b).sum();
+        let why = if held.queued.len() >= max {
+            format!("{max} frames already wait behind this connection's handshake")
+        } else if waiting + bytes > HANDSHAKE_QUEUE_MAX_BYTES {
+            crate::mark!("limit_handshake_queue_bytes");
+            format!("{waiting} bytes of frames already wait behind this connection's handshake (at most {HANDSHAKE_QUEUE_MAX_BYTES})")
+        } else {
+            held.queued.push((frame, bytes));
             return None;
-        }
-        self.shared.log(LogLevel::Warn, "limit.pending_requests", None, format!(
-            "connection {}: {max} frames already wait behind its handshake",
-            conn.0
-        ));
+        };
+        self.shared.log(LogLevel::Warn, "limit.pending_requests", None, format!("connection {}: {why}", conn.0));
         if let Ok(Incoming::Request { id, .. }) = frame {
-            let message = format!("too many requests waiting: {max} frames already wait behind this connection's handshake");
+            let message = format!("too many requests waiting: {why}");
             self.shared.reply_error(conn, id, error(INVALID_REQUEST, message));
         }
         None

@@ -316,6 +316,10 @@ impl Host {
             channels.push(chat.resource.clone());
         }
         self.shared.retired.extend(channels.iter().cloned());
+        // Never replayed again (a retired channel is answered with
+        // snapshots): its envelopes, a client's big messages among them,
+        // go now rather than when the window passes them (issue 25).
+        self.shared.replay.forget(&channels);
         for c in self.shared.conns.values_mut() {
             for ch in &channels {
                 c.subscriptions.remove(ch);

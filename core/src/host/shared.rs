@@ -17,13 +17,14 @@ use crate::git::GitCmd;
 
 impl Shared {
     /// Stamps `action` on `channel` with the next `serverSeq`, keeps it
-    /// for replay (the last `replay_buffer_len`) and sends it to every
+    /// for replay (within `replay::Window`: the last `replay_buffer_len`,
+    /// at most `replay_buffer_max_bytes`) and sends it to every
     /// subscriber of the channel. The caller applied it to the state first.
     pub(crate) fn fan_out(&mut self, channel: &Uri, action: StateAction, origin: Option<ActionOrigin>) {
         self.server_seq += 1;
         let envelope = Arc::new(Broadcast::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None }));
         let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
-        self.replay.push(envelope.server_seq, channel, envelope.json(), self.config.replay_buffer_len);
+        self.replay.push(envelope.server_seq, channel, envelope.json(), crate::replay::Window::of(&self.config));
         for conn in subscribers {
             self.send(conn, Outbound::Action(Arc::clone(&envelope)));
         }

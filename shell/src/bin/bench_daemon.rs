@@ -16,6 +16,7 @@
 //! cargo run --release -p ahpd --bin bench_daemon -- fanout --subscribers 100
 //! cargo run --release -p ahpd --bin bench_daemon -- wake
 //! cargo run --release -p ahpd --bin bench_daemon -- peers --live 100
+//! cargo run --release -p ahpd --bin bench_daemon -- soak               # issue 25's hostile phases
 //! cargo run --release -p ahpd --bin bench_daemon -- all
 //! ```
 //!
@@ -84,6 +85,10 @@ enum Scenario {
     Wake,
     /// Many live sessions in one folder (awareness peers): memory, snapshot.
     Peers,
+    /// Issue 25's hostile phases (big turns, clients that never read, a
+    /// frame flood) with one well-behaved client measured throughout, and
+    /// RSS before, during and after each. Not part of `all`.
+    Soak,
     /// Every scenario with modest sizes.
     All,
 }
@@ -119,6 +124,42 @@ struct Cli {
     /// wake: wake rounds [default: 10].
     #[arg(long, default_value_t = 10)]
     rounds: usize,
+    /// soak: rounds of big turns, each on a fresh session disposed after.
+    #[arg(long, default_value_t = 16)]
+    soak_rounds: usize,
+    /// soak: turns per round (both the big-turn and the stuck-client phase).
+    #[arg(long, default_value_t = 20)]
+    soak_turns: usize,
+    /// soak: the size of each big turn's message, in KiB (echoed back whole).
+    #[arg(long, default_value_t = 900)]
+    message_kib: usize,
+    /// soak: clients that subscribe to the turning session and never read.
+    #[arg(long, default_value_t = 20)]
+    stuck: usize,
+    /// soak: rounds of the stuck-client phase.
+    #[arg(long, default_value_t = 6)]
+    stuck_rounds: usize,
+    /// soak: frames per second the flooding client sends.
+    #[arg(long, default_value_t = 10_000)]
+    flood_rate: u64,
+    /// soak: seconds the flood lasts (the daemon closes a connection that
+    /// keeps over its rate for 10 s).
+    #[arg(long, default_value_t = 12.0)]
+    flood_seconds: f64,
+    /// soak: seconds of the steady client's baseline, and of each settle
+    /// after a phase before its "after" RSS is read [default: 5 and 3].
+    #[arg(long)]
+    baseline_seconds: Option<f64>,
+    /// soak: seconds each phase is left to settle before RSS is read.
+    #[arg(long, default_value_t = 3.0)]
+    settle_seconds: f64,
+    /// soak: one more argument for the daemon's `serve` (repeatable), e.g.
+    /// `--daemon-arg=--limit-replay-buffer-max-bytes=1000000000`.
+    #[arg(long = "daemon-arg", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
+    /// Keep the temp data (the daemons' data dirs and logs) and print where.
+    #[arg(long)]
+    keep: bool,
     /// The ahpd binary [default: `ahpd` next to this executable].
     #[arg(long)]
     ahpd: Option<PathBuf>,
@@ -180,7 +221,26 @@ async fn run(cli: Cli) -> R<()> {
     if matches!(cli.scenario, Scenario::Peers | Scenario::All) {
         peers(&env, cli.live.unwrap_or(100)).await?;
     }
-    drop(tmp);
+    if cli.scenario == Scenario::Soak {
+        let opts = SoakOpts {
+            rounds: cli.soak_rounds,
+            turns: cli.soak_turns,
+            message_bytes: cli.message_kib << 10,
+            stuck: cli.stuck,
+            stuck_rounds: cli.stuck_rounds,
+            flood_rate: cli.flood_rate.max(1),
+            flood: Duration::from_secs_f64(cli.flood_seconds.max(0.0)),
+            baseline: Duration::from_secs_f64(cli.baseline_seconds.unwrap_or(5.0).max(0.5)),
+            settle: Duration::from_secs_f64(cli.settle_seconds.max(0.0)),
+            daemon_args: cli.daemon_args.clone(),
+        };
+        soak(&env, &opts).await?;
+    }
+    if cli.keep {
+        // Left for a look at the daemons' logs and data.
+        println!("bench_daemon: kept {}", tmp.0.display());
+        std::mem::forget(tmp);
+    }
     Ok(())
 }
 
@@ -286,12 +346,15 @@ impl Daemon {
             .arg("--config")
             .arg(&config)
             .args(["--claude-projects", ""])
-            .args(NO_RATE_LIMIT)
             .arg("--awareness-dir");
         match awareness {
             Awareness::On(dir) => cmd.arg(dir),
             Awareness::Off => cmd.arg(""),
         };
+        // A scenario that sets the rate limits itself (soak) keeps them.
+        if !extra.iter().any(|a| a.starts_with("--limit-frames")) {
+            cmd.args(NO_RATE_LIMIT);
+        }
         cmd.args(extra);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("AHPD_") {
@@ -1578,5 +1641,359 @@ async fn peers(env: &Env, live: usize) -> R<()> {
         row("fsyncs per session made (create + one turn)", format!("{:.1}", g("onf")), format!("{:.1} awareness off", g("offf")), Some(g("onf") / g("offf")), ""),
     ];
     print_table(&format!("peers ({live} live sessions in one folder; medians of {} run(s))", env.runs), &rows);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Soak (issue 25): hostile phases, one well-behaved client measured throughout
+// ---------------------------------------------------------------------------
+
+/// The soak scenario's sizes (see the command line's `soak` flags).
+struct SoakOpts {
+    rounds: usize,
+    turns: usize,
+    message_bytes: usize,
+    stuck: usize,
+    stuck_rounds: usize,
+    flood_rate: u64,
+    flood: Duration,
+    baseline: Duration,
+    settle: Duration,
+    /// More arguments for the daemon's `serve`.
+    daemon_args: Vec<String>,
+}
+
+/// The soak's phases, in order; the steady client's probes and the RSS
+/// samples are tagged with the phase running when they were taken.
+const SOAK_PHASES: [&str; 5] = ["baseline", "(a) big turns", "(b) clients that never read", "(c) frame flood", "after"];
+
+/// One probe of the steady client: a ping (or, now and then, a small turn).
+struct Probe {
+    phase: usize,
+    ms: f64,
+    ok: bool,
+    turn: bool,
+}
+
+/// What the steady client and the RSS sampler share with the phases.
+struct Watch {
+    phase: std::sync::atomic::AtomicUsize,
+    stop: AtomicBool,
+    probes: Mutex<Vec<Probe>>,
+    errors: Mutex<Vec<String>>,
+    /// Peak `VmRSS` seen per phase, in bytes.
+    peak: Mutex<[u64; SOAK_PHASES.len()]>,
+}
+
+impl Watch {
+    fn phase(&self) -> usize {
+        self.phase.load(Ordering::Relaxed)
+    }
+}
+
+/// The well-behaved client: its own session, a ping every 10 ms (under the
+/// default 200 frames/s), and every 100th probe a small turn; every
+/// failure counted, nothing retried. Ends at `stop` or when its connection
+/// is gone.
+async fn steady_client(url: String, folder: PathBuf, watch: Arc<Watch>) {
+    let run = async {
+        let mut c = Client::open_init(&url, "steady").await?;
+        let chat = c.new_session("ahp-session:/soak-steady", &folder).await?;
+        let mut n = 0u64;
+        while !watch.stop.load(Ordering::Relaxed) {
+            n += 1;
+            let phase = watch.phase();
+            let turn = n % 100 == 0;
+            let t = Instant::now();
+            let r = if turn { c.turn(&chat, &turn_id(9999, n), "/slow 0 steady", None).await.map(|_| ()) } else { c.ping().await.map(|_| ()) };
+            let took = ms(t.elapsed());
+            let ok = r.is_ok();
+            watch.probes.lock().map_err(|_| "poisoned")?.push(Probe { phase, ms: took, ok, turn });
+            if let Err(e) = r {
+                watch.errors.lock().map_err(|_| "poisoned")?.push(format!("{}: {e}", SOAK_PHASES[phase]));
+                if e.contains("closed") || e.contains("ended") || e.contains("failed: IO") {
+                    return Err::<(), String>(e);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    };
+    if let Err(e) = run.await {
+        if let Ok(mut errors) = watch.errors.lock() {
+            errors.push(format!("the steady client stopped: {e}"));
+        }
+    }
+}
+
+/// Samples the daemon's `VmRSS` every 20 ms into the running phase's peak.
+async fn rss_sampler(pid: u32, watch: Arc<Watch>) {
+    while !watch.stop.load(Ordering::Relaxed) {
+        if let Some(rss) = rss_of(pid) {
+            if let Ok(mut peak) = watch.peak.lock() {
+                let p = watch.phase();
+                peak[p] = peak[p].max(rss);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `VmRSS` of process `pid`, in bytes.
+fn rss_of(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb * 1024)
+}
+
+/// One round on a fresh session: `turns` turns of `text`, then the session
+/// disposed; with `stuck` > 0, that many clients subscribe to the session
+/// and its chat first and never read a frame. Returns the stuck sockets
+/// (the caller drops them once the round is over).
+async fn soak_round(url: &str, folder: &Path, sid: &str, turns: usize, text: &str, stuck: usize, round: usize) -> R<Vec<Client>> {
+    let mut c = Client::open_init(url, "turner").await?;
+    let chat = c.new_session(sid, folder).await?;
+    let mut stuck_clients = Vec::new();
+    for i in 0..stuck {
+        let mut s = Client::open(url).await?;
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": format!("stuck-{i}"),
+            "initialSubscriptions": ["ahp-root://", sid, chat]}});
+        s.send(init.to_string()).await?;
+        stuck_clients.push(s);
+    }
+    for t in 0..turns {
+        c.turn(&chat, &turn_id(round, t as u64), text, None).await?;
+    }
+    c.request("disposeSession", json!({"channel": sid})).await?;
+    drop(c);
+    Ok(stuck_clients)
+}
+
+/// The flood: one client sending `rate` pings a second for `length` (as
+/// fast as it can when it falls behind), reading every answer. Returns
+/// (frames sent, answered, refused with -32600, the close code and the
+/// seconds after the flood's start it came at, if the daemon closed).
+async fn flood(url: &str, rate: u64, length: Duration) -> R<(u64, u64, u64, Option<(u16, f64)>)> {
+    let c = Client::open_init(url, "flood").await?;
+    let (mut sink, mut stream) = c.ws.split();
+    let start = Instant::now();
+    let reader = tokio::spawn(async move {
+        let (mut answered, mut refused, mut closed) = (0u64, 0u64, None);
+        while let Some(Ok(m)) = stream.next().await {
+            match m {
+                WsMessage::Text(t) => {
+                    if t.as_str().contains("\"error\"") {
+                        refused += 1;
+                    } else {
+                        answered += 1;
+                    }
+                }
+                WsMessage::Close(frame) => {
+                    closed = Some((frame.map_or(1005, |f| u16::from(f.code)), start.elapsed().as_secs_f64()));
+                    break;
+                }
+                _ => {}
+            }
+        }
+        (answered, refused, closed)
+    });
+    let per_ms = (rate / 1000).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0u64;
+    'flood: while start.elapsed() < length {
+        tick.tick().await;
+        for _ in 0..per_ms {
+            sent += 1;
+            let frame = json!({"jsonrpc": "2.0", "id": 1_000_000 + sent, "method": "ping", "params": {"channel": "ahp-root://"}}).to_string();
+            if sink.feed(WsMessage::Text(frame.into())).await.is_err() {
+                break 'flood;
+            }
+        }
+        if sink.flush().await.is_err() {
+            break;
+        }
+    }
+    // Let the last answers (or the close) arrive, then hang up.
+    let _ = sink.close().await;
+    let (answered, refused, closed) = tokio::time::timeout(Duration::from_secs(5), reader).await.map_err(|_| "the flood's reader did not end".to_owned())?.map_err(|e| format!("flood reader: {e}"))?;
+    Ok((sent, answered, refused, closed))
+}
+
+/// Lines of the daemon's log containing `needle`, and the log's size.
+fn log_count(d: &Daemon, needle: &str) -> (usize, u64) {
+    let text = fs::read_to_string(&d.log).unwrap_or_default();
+    (text.lines().filter(|l| l.contains(needle)).count(), text.len() as u64)
+}
+
+/// The soak scenario (issue 25): the release daemon with its default
+/// limits, one well-behaved client pinging throughout (its baseline first,
+/// alone), then (a) rounds of big turns on sessions disposed after each,
+/// (b) rounds with clients that subscribe and never read, (c) one client
+/// flooding frames; RSS before, at its peak during, and after each phase.
+async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
+    let data = env.fresh_dir("soak")?;
+    let aw = env.fresh_dir("aware")?;
+    let work = data.with_extension("work");
+    fs::create_dir_all(&work).map_err(|e| format!("could not create {}: {e}", work.display()))?;
+    // The defaults of a real host, said out loud (the other scenarios lift
+    // the rate limits).
+    let mut args = vec!["--limit-frames-per-second", "200", "--limit-frames-burst", "1000"];
+    args.extend(o.daemon_args.iter().map(String::as_str));
+    let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &args)?;
+    d.wait_listening().await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let empty = d.rss()?;
+    let watch = Arc::new(Watch {
+        phase: std::sync::atomic::AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+        probes: Mutex::new(Vec::new()),
+        errors: Mutex::new(Vec::new()),
+        peak: Mutex::new([0; SOAK_PHASES.len()]),
+    });
+    let sampler = tokio::spawn(rss_sampler(d.pid, Arc::clone(&watch)));
+    let steady = tokio::spawn(steady_client(d.url.clone(), work.clone(), Arc::clone(&watch)));
+    tokio::time::sleep(o.baseline).await;
+    let mut before = vec![d.rss()?];
+    let mut after = Vec::new();
+    let text = format!("/slow 0 {}", "x".repeat(o.message_bytes));
+    let settle = |what: &'static str| {
+        let d = &d;
+        async move {
+            tokio::time::sleep(o.settle).await;
+            let rss = d.rss()?;
+            println!("soak: {what} settled, RSS {}", fmt_bytes(rss as f64));
+            Ok::<u64, String>(rss)
+        }
+    };
+    println!("soak: empty daemon {}, with the steady client after its {:.0} s baseline {}", fmt_bytes(empty as f64), o.baseline.as_secs_f64(), fmt_bytes(before[0] as f64));
+
+    // (a) Big turns, every session disposed after its round.
+    watch.phase.store(1, Ordering::Relaxed);
+    let started = Instant::now();
+    for r in 0..o.rounds {
+        let _ = soak_round(&d.url, &work, &format!("ahp-session:/soak-a-{r}"), o.turns, &text, 0, r).await?;
+        println!("soak (a) round {}/{}: RSS {} ({:.1} s)", r + 1, o.rounds, fmt_bytes(d.rss()? as f64), started.elapsed().as_secs_f64());
+    }
+    after.push(settle("(a)").await?);
+
+    // (b) Clients that subscribe and never read, beside the same turns.
+    before.push(d.rss()?);
+    watch.phase.store(2, Ordering::Relaxed);
+    let (dropped0, _) = log_count(&d, "slow client dropped");
+    for r in 0..o.stuck_rounds {
+        let stuck = soak_round(&d.url, &work, &format!("ahp-session:/soak-b-{r}"), o.turns, &text, o.stuck, 1000 + r).await?;
+        drop(stuck);
+        println!("soak (b) round {}/{}: RSS {}", r + 1, o.stuck_rounds, fmt_bytes(d.rss()? as f64));
+    }
+    let (dropped1, _) = log_count(&d, "slow client dropped");
+    after.push(settle("(b)").await?);
+
+    // (c) One client flooding frames at the default rate limit.
+    before.push(d.rss()?);
+    watch.phase.store(3, Ordering::Relaxed);
+    let (rate_lines0, log0) = log_count(&d, "limit.rate");
+    let flood_started = Instant::now();
+    let (sent, answered, refused, closed) = flood(&d.url, o.flood_rate, o.flood).await?;
+    let flood_secs = flood_started.elapsed().as_secs_f64();
+    let (rate_lines1, log1) = log_count(&d, "limit.rate");
+    after.push(settle("(c)").await?);
+
+    // After: the steady client alone again.
+    watch.phase.store(4, Ordering::Relaxed);
+    tokio::time::sleep(o.baseline).await;
+    let last = d.rss()?;
+    watch.stop.store(true, Ordering::Relaxed);
+    let _ = steady.await;
+    let _ = sampler.await;
+    drop(d);
+
+    let probes = watch.probes.lock().map_err(|_| "poisoned")?;
+    let errors = watch.errors.lock().map_err(|_| "poisoned")?.clone();
+    let peak = *watch.peak.lock().map_err(|_| "poisoned")?;
+    let pings = |p: usize| probes.iter().filter(|x| x.phase == p && x.ok && !x.turn).map(|x| x.ms).collect::<Vec<_>>();
+    let fails = |p: usize| probes.iter().filter(|x| x.phase == p && !x.ok).count();
+    let count = |p: usize| probes.iter().filter(|x| x.phase == p).count();
+    let base = pings(0);
+    let (b50, b99) = (median(&base), percentile(&base, 0.99));
+    let mib = |b: u64| fmt_bytes(b as f64);
+    let goal_rss = |b: u64| ((b as f64 * 1.5).max(b as f64 + 64.0 * 1024.0 * 1024.0)) as u64;
+    let mut rows = vec![
+        row("empty daemon: RSS", mib(empty), "–".into(), None, ""),
+        row(format!("steady client alone: ping p50 (p99 {}, {} probes)", fmt_ms(b99), count(0)), fmt_ms(b50), "–".into(), None, ""),
+    ];
+    for (i, name) in SOAK_PHASES.iter().enumerate().skip(1) {
+        let p = pings(i);
+        rows.push(row(
+            format!("{name}: steady ping p99 (p50 {}, {} probes)", fmt_ms(median(&p)), count(i)),
+            fmt_ms(percentile(&p, 0.99)),
+            format!("{} p99 alone", fmt_ms(b99)),
+            Some(percentile(&p, 0.99) / b99),
+            "≤ 3×",
+        ));
+        rows.push(row(format!("{name}: steady client errors"), format!("{}", fails(i)), "–".into(), None, "0"));
+        if i <= 3 {
+            rows.push(row(format!("{name}: RSS peak during"), mib(peak[i]), format!("{} before", mib(before[i - 1])), Some(peak[i] as f64 / before[i - 1] as f64), ""));
+            rows.push(row(
+                format!("{name}: RSS after ({:.0} s settle)", o.settle.as_secs_f64()),
+                mib(after[i - 1]),
+                format!("{} before", mib(before[i - 1])),
+                Some(after[i - 1] as f64 / before[i - 1] as f64),
+                "",
+            ));
+        }
+    }
+    rows.push(row(
+        "(b): clients dropped at outgoing_buffer_max_bytes",
+        format!("{}", dropped1.saturating_sub(dropped0)),
+        format!("{} stuck clients", o.stuck * o.stuck_rounds),
+        None,
+        "",
+    ));
+    rows.push(row(
+        format!("(c): frames sent in {flood_secs:.1} s / answered / refused"),
+        format!("{sent} / {answered} / {refused}"),
+        format!("{} a second asked", o.flood_rate),
+        None,
+        "",
+    ));
+    rows.push(row(
+        "(c): the flooder closed with",
+        closed.map_or("not closed".to_owned(), |(code, at)| format!("{code} after {at:.1} s")),
+        "–".into(),
+        None,
+        "1008",
+    ));
+    rows.push(row(
+        "(c): log written during the flood",
+        format!("{} in {} `limit.rate` lines", fmt_bytes(log1.saturating_sub(log0) as f64), rate_lines1.saturating_sub(rate_lines0)),
+        format!("{refused} frames refused"),
+        None,
+        "a line per interval",
+    ));
+    let verdict = if last <= goal_rss(before[0]) { "met" } else { "NOT met" };
+    rows.push(row(
+        "RSS after every phase (only the steady client left)",
+        mib(last),
+        format!("{} before the phases", mib(before[0])),
+        Some(last as f64 / before[0] as f64),
+        &format!("≤ {} ({verdict})", mib(goal_rss(before[0]))),
+    ));
+    print_table(
+        &format!(
+            "soak ({} rounds × {} turns of {} KiB, then {} rounds with {} clients that never read, then {} frames/s for {:.0} s; default limits; one steady client throughout)",
+            o.rounds,
+            o.turns,
+            o.message_bytes >> 10,
+            o.stuck_rounds,
+            o.stuck,
+            o.flood_rate,
+            o.flood.as_secs_f64()
+        ),
+        &rows,
+    );
+    for e in errors.iter().take(10) {
+        println!("steady client error: {e}");
+    }
     Ok(())
 }

@@ -17,7 +17,7 @@ use ahpd_core::{ConnId, Input};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -29,6 +29,16 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest message accepted from a client, in bytes.
 const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// Most bytes of one connection's frames handed to the driver and not yet
+/// handled by it, in bytes. The driver's event queue has no bound of its
+/// own: a client sending big frames faster than the core takes them (each
+/// is decoded, checked and, over the rate, refused) would pile them up in
+/// the daemon's memory. Past this the connection's reader waits for the
+/// driver before it reads on, so the client meets TCP's backpressure
+/// instead (issue 25). One frame over it (up to `MAX_MESSAGE_BYTES`) still
+/// goes, alone.
+const INBOUND_MAX_BYTES: usize = MAX_MESSAGE_BYTES;
 
 /// Largest HTTP request head read before the upgrade, in bytes.
 const MAX_HEAD_BYTES: usize = 16 << 10;
@@ -426,6 +436,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
         }
     });
     let closer = tx.clone();
+    let inbound = Arc::new(Semaphore::new(INBOUND_MAX_BYTES));
     events.send(Event::Opened { conn, writer: Writer { tx, backlog }, bearer });
     let mut linger = false;
     tracing::info!(conn = conn.0, "client connected");
@@ -435,9 +446,9 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
             _ = &mut stop_rx => break,
         };
         match message {
-            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str().to_owned()),
+            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str().to_owned(), &inbound).await,
             Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                Ok(text) => frame(&events, conn, text.to_owned()),
+                Ok(text) => frame(&events, conn, text.to_owned(), &inbound).await,
                 Err(_) => tracing::debug!(conn = conn.0, "ignored a binary frame that is not UTF-8"),
             },
             Some(Ok(Message::Close(_))) | None => break,
@@ -510,10 +521,16 @@ async fn linger_then_close(spare: std::net::TcpStream) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// Hands one frame to the driver with its request's method and id.
-fn frame(events: &EventSink, conn: ConnId, text: String) {
+/// Hands one frame to the driver with its request's method and id, once
+/// the connection's frames not yet handled leave room for it
+/// ([`INBOUND_MAX_BYTES`]); the room comes back when the driver has handled
+/// it (the credit travels with the event).
+async fn frame(events: &EventSink, conn: ConnId, text: String, inbound: &Arc<Semaphore>) {
+    let bytes = u32::try_from(text.len().clamp(1, INBOUND_MAX_BYTES)).unwrap_or(u32::MAX);
+    // The semaphore is never closed, so this waits or succeeds.
+    let Ok(credit) = Arc::clone(inbound).acquire_many_owned(bytes).await else { return };
     let request = peek_request(&text);
-    events.send(Event::Frame { conn, text, request });
+    events.send(Event::Frame { conn, text, request, credit });
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! automations channel; docs/DECISIONS.md 25 and 26): an automation made
 //! on `ahp-automations://`, a manual run whose fresh session answers (echo),
 //! the run's history, a pinned automation waking a sleeping session, and
-//! the catalogue across a restart. Schedules firing (a minute's resolution)
-//! are tested in the core with its clock in hand (`core/tests/automations.rs`).
+//! the catalogue across a restart, and an every-minute schedule firing at
+//! the occurrence it announced. Misfires, clock jumps and zones are tested
+//! in the core with its clock in hand (`core/tests/automations.rs`).
 
 mod common;
 
@@ -188,5 +189,55 @@ async fn a_restart_keeps_the_automation() {
     let after = serde_json::to_value(&catalogue.entries[0]).unwrap_or_default();
     assert_eq!(after["definition"], before["definition"]);
     assert_eq!(after["nextRunAt"], before["nextRunAt"]);
+    c.shutdown().await;
+}
+
+/// A schedule fires through the daemon (the issue's "a scheduled automation
+/// creates its run on time"): an every-minute schedule in UTC makes one run
+/// at the occurrence it announced as `nextRunAt`, from its trigger (not a
+/// catch-up), and the run's fresh session answers. Waits for the next
+/// minute's boundary (at most ~60 s): cron's resolution is a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_creates_its_run_at_the_occurrence_it_announced() {
+    use ahp::ahp_types::state::AutomationRunOrigin;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start(&tmp.path().join("data"));
+    let (c, _init, _root) = connect_init(&daemon.url, "auto-schedule").await;
+    let (_catalogue, mut sub) = subscribe_catalogue(&c).await;
+    let mut def = definition("on the minute", None);
+    def.triggers = vec![AutomationTrigger::Schedule(AutomationScheduleTrigger {
+        id: "every-minute".to_owned(),
+        schedule: AutomationSchedule { expression: "* * * * *".to_owned(), time_zone: "UTC".to_owned() },
+        misfire_policy: None,
+    })];
+    let entry = create_automation(&c, &mut sub, "minutely", def).await;
+    let announced = entry["nextRunAt"].as_str().expect("nextRunAt").to_owned();
+    let first = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            match sub.recv().await {
+                Some(SubscriptionEvent::Action(ActionEnvelope { action: StateAction::AutomationSet(a), .. })) if !a.automation.runs.is_empty() => {
+                    return a.automation.runs.last().cloned().expect("a run");
+                }
+                Some(_) => {}
+                None => panic!("the catalogue subscription closed"),
+            }
+        }
+    })
+    .await
+    .expect("no run within 90 s of an every-minute schedule");
+    match &first.origin {
+        AutomationRunOrigin::Trigger(t) => {
+            assert_eq!(t.trigger_id, "every-minute");
+            assert_eq!(t.scheduled_for.as_deref(), Some(announced.as_str()), "the run is for the occurrence announced");
+            assert_ne!(t.catch_up, Some(true), "on time, not a catch-up");
+        }
+        other => panic!("origin: {other:?}"),
+    }
+    let state = run_ends(&c, &first.resource).await;
+    assert!(matches!(state.lifecycle, AutomationRunLifecycle::Completed(_)), "{:?}", state.lifecycle);
+    let session = state.primary_session.expect("its session");
+    let (s, _ss) = subscribe_session(&c, &session).await;
+    let chat = wait_turn_with(&c, &default_chat(&s), "on the minute").await;
+    assert!(chat.turns.iter().any(|t| markdown(t).contains("Echo: on the minute")));
     c.shutdown().await;
 }

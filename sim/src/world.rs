@@ -836,7 +836,7 @@ impl World {
         let view = self.host.view();
         // A wake is due by the wall clock, which may have jumped since the
         // deadline was derived (issue 24).
-        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono) || view.wake_index().first().is_some_and(|(at, _, _)| *at <= now.wall);
+        let due = self.host.next_deadline().is_some_and(|d| d <= now.mono) || view.wall_clock_work_due(now.wall);
         let (frame, text) = match input {
             Input::Frame { conn, text } => {
                 let frame = match sent {

@@ -987,6 +987,17 @@ impl crate::HostView<'_> {
         &self.host.automations.due
     }
 
+    /// Whether work kept in wall-clock time is due at `wall`: an agent's
+    /// wake or an automation's occurrence. Their deadlines are folded into
+    /// `next_deadline` as the monotonic time the wall clock reached them at
+    /// the last input, so after the wall clock jumps one can be due with no
+    /// deadline passed; the next input of any kind runs it (the simulator's
+    /// checkers ask this to tell such a step from one where only a frame
+    /// acted; seed 611).
+    pub fn wall_clock_work_due(&self, wall: WallTime) -> bool {
+        self.wake_index().first().is_some_and(|(at, _, _)| *at <= wall) || self.host.automations.due.first().is_some_and(|(at, _, _)| *at <= wall)
+    }
+
     /// The automations pinned to each session (for the invariants: a
     /// disposed session has none).
     pub fn automation_pins(&self) -> &BTreeMap<Uri, BTreeSet<Uri>> {

@@ -133,16 +133,28 @@ async fn child_status_is_for_ones_own_children_and_refusals_change_nothing() {
 
 /// An ACP agent calls `start_child_session` over the host's MCP server:
 /// the child runs on the same agent in the parent's folder, and the
-/// parent's agent is handed `childFinished` as a turn.
+/// parent's agent is handed `childFinished` as a turn. The Rust test agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acp_agent_starts_a_child_over_mcp_and_hears_it_finish() {
+    an_agent_starts_a_child(AGENT.to_owned(), "children-3").await;
+}
+
+/// The same through the Node test agent (the npm ACP and MCP SDKs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_agent_starts_a_child_over_mcp_and_hears_it_finish() {
+    an_agent_starts_a_child(node_agent(), "children-4").await;
+}
+
+/// Agent command `agent` (named `good` on the daemon) starts a child over
+/// MCP, hears its `childFinished`, and is refused an unknown provider.
+async fn an_agent_starts_a_child(agent: String, client: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let work = tmp.path().join("work");
     std::fs::create_dir(&work).expect("mkdir work");
-    let good = format!("good={AGENT}");
+    let good = format!("good={agent}");
     let daemon = Daemon::start_with(&data, &["--agent", &good]);
-    let (c, _, _root) = connect_init(&daemon.url, "children-3").await;
+    let (c, _, _root) = connect_init(&daemon.url, client).await;
     let (_p, p_chat, _ps, mut p_state, mut psub) = session_on(&c, "good", &work).await;
     let call = format!("/tool start_child_session {}", serde_json::json!({ "provider": "good", "prompt": "hello from the parent" }));
     prompt(&c, &p_chat, &mut p_state, &mut psub, "a1", &call).await;

@@ -158,16 +158,6 @@ async fn host_tools_off_gives_the_agent_no_mcp_server() {
     c.shutdown().await;
 }
 
-/// `node <tests/acp_node_agent/agent.mjs>`, or a failure saying how to get
-/// its packages (`npm ci --prefix tests/acp_node_agent`).
-fn node_agent() -> String {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/acp_node_agent");
-    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
-    assert!(sdk.is_file(), "{} is missing: run `npm ci --prefix tests/acp_node_agent` (Node 20+)", sdk.display());
-    let script = dir.join("agent.mjs").canonicalize().expect("agent.mjs");
-    format!("node {}", script.display())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_agent_calls_the_hosts_tools_over_http_and_over_the_bridge() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -463,3 +463,13 @@ pub async fn turn(c: &Client, chat: &str, csub: &mut SessionSubscription, turn_i
     })
     .await;
 }
+
+/// `node <tests/acp_node_agent/agent.mjs>`, or a failure saying how to get
+/// its packages (`npm ci --prefix tests/acp_node_agent`).
+pub fn node_agent() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/acp_node_agent");
+    let sdk = dir.join("node_modules/@modelcontextprotocol/sdk/package.json");
+    assert!(sdk.is_file(), "{} is missing: run `npm ci --prefix tests/acp_node_agent` (Node 20+)", sdk.display());
+    let script = dir.join("agent.mjs").canonicalize().expect("agent.mjs");
+    format!("node {}", script.display())
+}

@@ -455,19 +455,31 @@ impl Host {
 
     // ---- Commands ----
 
+    /// What every automation command checks first, in this order: its
+    /// `params` parse as `T` (-32602), the connection holds `op` (-32009),
+    /// and `channel` names the catalogue (-32602). The error is the answer.
+    fn command_params<T: serde::de::DeserializeOwned>(
+        &self,
+        conn: ConnId,
+        params: Value,
+        op: Operation,
+        channel: impl Fn(&T) -> &String,
+    ) -> Result<T, ahp_types::messages::JsonRpcError> {
+        let params: T = parse(params)?;
+        self.shared.authorize(conn, op)?;
+        if channel(&params) != AUTOMATIONS_URI {
+            return Err(error(INVALID_PARAMS, format!("channel must be {AUTOMATIONS_URI}")));
+        }
+        Ok(params)
+    }
+
     /// `runAutomation`: a manual run, whatever `enabled` says; the same
     /// `requestId` answers the run it made before.
     pub(crate) fn on_run_automation(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: RunAutomationParams = match parse(params) {
+        let params: RunAutomationParams = match self.command_params(conn, params, Operation::ChatSend, |p: &RunAutomationParams| &p.channel) {
             Ok(p) => p,
             Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if let Err(e) = self.shared.authorize(conn, Operation::ChatSend) {
-            return self.shared.reply_error(conn, id, e);
-        }
-        if params.channel != AUTOMATIONS_URI {
-            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("channel must be {AUTOMATIONS_URI}")));
-        }
         if params.request_id.is_empty() || params.request_id.len() > automation::MAX_NAME_BYTES {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("requestId must be 1 to {} bytes", automation::MAX_NAME_BYTES)));
         }
@@ -495,16 +507,10 @@ impl Host {
     /// told every catalogue subscriber as `automation/set`. A cursor this
     /// host did not give is -32602.
     pub(crate) fn on_fetch_automation_runs(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: FetchAutomationRunsParams = match parse(params) {
+        let params: FetchAutomationRunsParams = match self.command_params(conn, params, Operation::SessionList, |p: &FetchAutomationRunsParams| &p.channel) {
             Ok(p) => p,
             Err(e) => return self.shared.reply_error(conn, id, e),
         };
-        if let Err(e) = self.shared.authorize(conn, Operation::SessionList) {
-            return self.shared.reply_error(conn, id, e);
-        }
-        if params.channel != AUTOMATIONS_URI {
-            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("channel must be {AUTOMATIONS_URI}")));
-        }
         let Some(a) = self.automations.by_uri.get(&params.automation) else {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("automation: no automation {}", crate::ids::printable(&params.automation))));
         };
@@ -532,15 +538,8 @@ impl Host {
     /// `listAutomationTriggerDefinitions`: this host defines no event
     /// trigger types (schedules are AHP's own and never listed).
     pub(crate) fn on_list_trigger_definitions(&mut self, conn: ConnId, id: u64, params: Value) {
-        let params: ListAutomationTriggerDefinitionsParams = match parse(params) {
-            Ok(p) => p,
-            Err(e) => return self.shared.reply_error(conn, id, e),
-        };
-        if let Err(e) = self.shared.authorize(conn, Operation::SessionList) {
+        if let Err(e) = self.command_params(conn, params, Operation::SessionList, |p: &ListAutomationTriggerDefinitionsParams| &p.channel) {
             return self.shared.reply_error(conn, id, e);
-        }
-        if params.channel != AUTOMATIONS_URI {
-            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("channel must be {AUTOMATIONS_URI}")));
         }
         self.shared.reply(conn, id, json!({"items": []}));
     }

@@ -34,19 +34,6 @@ fn row<'a>(rows: &'a [ahp::ahp_types::state::SessionSummary], sid: &str) -> &'a 
     rows.iter().find(|r| r.resource == sid).unwrap_or_else(|| panic!("{sid} not listed"))
 }
 
-/// Counts log lines of `event` naming `sid` since `from`.
-fn count_events(data: &std::path::Path, from: usize, event: &str, sid: &str) -> usize {
-    log_since(data, from).lines().filter(|l| l.contains(event) && l.contains(sid)).count()
-}
-
-async fn wait_log(data: &std::path::Path, from: usize, event: &str, sid: &str) {
-    within(&format!("log {event} for {sid}"), async {
-        while count_events(data, from, event, sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_turn_is_never_cut_and_evicted_sessions_wake_under_their_uri() {
@@ -62,12 +49,12 @@ async fn a_long_turn_is_never_cut_and_evicted_sessions_wake_under_their_uri() {
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let rows = list(&c).await;
     assert_eq!(row(&rows, &a).status & ACTIVITY, 8, "A still in progress");
-    assert_eq!(count_events(&data, 0, "session.evicted", &a), 0, "A not evicted mid-turn");
-    assert_eq!(count_events(&data, 0, "session.slept", &a), 0, "A not asleep mid-turn");
+    assert_eq!(count_log(&data, 0, "session.evicted", &a), 0, "A not evicted mid-turn");
+    assert_eq!(count_log(&data, 0, "session.slept", &a), 0, "A not asleep mid-turn");
     // B (least recently used) went for the limit; it is listed, not running.
     wait_log(&data, 0, "session.evicted", &b).await;
     assert_eq!(row(&rows, &b).status & ACTIVITY, 1);
-    assert_eq!(count_events(&data, 0, "session.evicted", &cc), 0);
+    assert_eq!(count_log(&data, 0, "session.evicted", &cc), 0);
     // A's turn completes and is recorded as completed.
     within("A completes", async {
         loop {
@@ -89,7 +76,7 @@ async fn a_long_turn_is_never_cut_and_evicted_sessions_wake_under_their_uri() {
     within("dispatch", c.dispatch(b_chat.clone(), user_turn("t2", "again"))).await.expect("dispatch");
     follow_chat(&mut bsub, &mut b_state, "B's second turn", |env, _| is_turn_complete(env)).await;
     assert!(markdown(b_state.turns.last().expect("turn")).contains("Echo: again"));
-    assert!(count_events(&data, mark, "session.woke", &b) >= 1);
+    assert!(count_log(&data, mark, "session.woke", &b) >= 1);
     assert!(list(&c).await.iter().any(|r| r.resource == b));
     c.shutdown().await;
 }
@@ -108,7 +95,7 @@ async fn two_subscribers_at_once_share_one_resume() {
     let (s1, s2) = tokio::join!(subscribe_chat(&c1, &a_chat), subscribe_chat(&c2, &a_chat));
     assert_eq!(s1.0.turns, s2.0.turns, "both got the same snapshot");
     assert_eq!(s1.0.turns.len(), 1);
-    assert_eq!(count_events(&data, mark, "session.waking", &a), 1, "exactly one resume");
+    assert_eq!(count_log(&data, mark, "session.waking", &a), 1, "exactly one resume");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,5 +147,5 @@ async fn a_quiet_session_sleeps_stays_listed_and_a_prompt_wakes_it() {
     within("dispatch", c.dispatch(a_chat.clone(), user_turn("t2", "wake up"))).await.expect("dispatch");
     follow_chat(&mut sub, &mut state, "turn after waking", |env, _| is_turn_complete(env)).await;
     assert!(markdown(state.turns.last().expect("turn")).contains("Echo: wake up"));
-    assert_eq!(count_events(&data, mark, "session.woke", &a), 1);
+    assert_eq!(count_log(&data, mark, "session.woke", &a), 1);
 }

@@ -8,37 +8,14 @@ mod common;
 
 use common::*;
 
-use std::path::Path;
 use std::time::Duration;
 
 use ahp::ahp_types::state::{ChatState, TurnState};
-use ahp::{Client, SessionSubscription};
+use ahp::Client;
 
 /// Sleep after 1.2 s of quiet.
 const SLEEP_MINUTES: &str = "0.02";
 
-/// Sends `text` as turn `turn_id` on `chat` and returns the agent's reply
-/// once the turn completes.
-async fn ask(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str, text: &str) -> String {
-    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch");
-    follow_chat(sub, state, turn_id, |_, s| s.turns.iter().any(|t| t.id == turn_id)).await;
-    let turn = state.turns.iter().find(|t| t.id == turn_id).expect("the turn");
-    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
-    markdown(turn)
-}
-
-fn count_log(data: &Path, from: usize, event: &str, sid: &str) -> usize {
-    log_since(data, from).lines().filter(|l| l.contains(event) && l.contains(sid)).count()
-}
-
-async fn wait_log(data: &Path, from: usize, event: &str, sid: &str) {
-    within(&format!("log {event} for {sid}"), async {
-        while count_log(data, from, event, sid) == 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await;
-}
 
 /// Subscribes to `chat` and waits until a completed turn whose message is
 /// `text` is in it; returns the chat's state then.

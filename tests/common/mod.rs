@@ -473,3 +473,29 @@ pub fn node_agent() -> String {
     let script = dir.join("agent.mjs").canonicalize().expect("agent.mjs");
     format!("node {}", script.display())
 }
+
+/// Sends `text` as turn `turn_id` on `chat` and returns the agent's reply
+/// once the turn completes.
+pub async fn ask(c: &Client, chat: &str, state: &mut ChatState, sub: &mut SessionSubscription, turn_id: &str, text: &str) -> String {
+    within("dispatch", c.dispatch(chat.to_owned(), user_turn(turn_id, text))).await.expect("dispatch");
+    follow_chat(sub, state, turn_id, |_, s| s.turns.iter().any(|t| t.id == turn_id)).await;
+    let turn = state.turns.iter().find(|t| t.id == turn_id).expect("the turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}");
+    markdown(turn)
+}
+
+/// Counts the log lines of `event` naming `sid` the daemon on `data` wrote
+/// since byte `from`.
+pub fn count_log(data: &Path, from: usize, event: &str, sid: &str) -> usize {
+    log_since(data, from).lines().filter(|l| l.contains(event) && l.contains(sid)).count()
+}
+
+/// Waits (bounded by [`STEP`]) for a log line of `event` naming `sid`.
+pub async fn wait_log(data: &Path, from: usize, event: &str, sid: &str) {
+    within(&format!("log {event} for {sid}"), async {
+        while count_log(data, from, event, sid) == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}

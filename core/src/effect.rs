@@ -331,7 +331,7 @@ pub enum Outbound {
     },
     /// An `action` notification carrying one envelope. Shared: every
     /// subscriber's copy of one fan-out is the same [`Broadcast`], encoded
-    /// once, when it was made (issue 21, fan-out).
+    /// once, by whoever first asks for its frame (issue 21, fan-out).
     Action(std::sync::Arc<Broadcast>),
     /// Any other notification (`root/sessionAdded`, `root/sessionRemoved`,
     /// `root/sessionSummaryChanged`).
@@ -385,24 +385,30 @@ impl Serialize for ResultBody {
     }
 }
 
-/// One envelope as it goes out, with its JSON text made once when it is
-/// broadcast: every subscriber's frame and the replay buffer
-/// (`crate::replay`) use that text, so the driver does not encode the same
-/// envelope twice (issue 21, fan-out). Reads as the envelope (`Deref`).
+/// One envelope as it goes out. Its frame (the whole `action`
+/// notification's JSON text) is made once, on first asking
+/// ([`Broadcast::frame`]), and shared by every subscriber's writer: the
+/// shell asks from the connections' writer tasks, so an envelope carrying a
+/// 900 KB message is encoded off the thread every client waits on (issue
+/// 25, the steady client's ping under big turns; issue 21, fan-out). The
+/// core never encodes one: what it needs of the size (the replay buffer's
+/// byte bound) is the envelope's weight ([`crate::json_size`]), fixed
+/// when it is made. Reads as the envelope (`Deref`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Broadcast {
     envelope: ActionEnvelope,
-    /// The envelope as JSON; `None` in the case serde cannot encode it
-    /// (never in practice: every map key is a string), when the frame is
-    /// encoded the slow way and the replay window restarts.
-    json: Option<std::sync::Arc<str>>,
+    /// The length of the envelope's JSON text, weighed
+    /// ([`crate::json_size::weigh`]), in bytes.
+    weight: usize,
+    /// The frame, once someone asked for it.
+    frame: std::sync::OnceLock<std::sync::Arc<str>>,
 }
 
 impl Broadcast {
-    /// `envelope`, encoded.
+    /// `envelope`, weighed (not encoded).
     pub fn new(envelope: ActionEnvelope) -> Broadcast {
-        let json = serde_json::to_string(&envelope).ok().map(std::sync::Arc::from);
-        Broadcast { envelope, json }
+        let weight = crate::json_size::weigh(&envelope);
+        Broadcast { envelope, weight, frame: std::sync::OnceLock::new() }
     }
 
     /// The envelope.
@@ -410,11 +416,33 @@ impl Broadcast {
         &self.envelope
     }
 
-    /// The envelope's JSON text, shared.
-    pub fn json(&self) -> Option<&std::sync::Arc<str>> {
-        self.json.as_ref()
+    /// The length of the envelope's JSON text, as weighed
+    /// ([`crate::json_size`]: exact but for escapes), in bytes.
+    pub fn weight(&self) -> usize {
+        self.weight
+    }
+
+    /// The `action` notification carrying the envelope, as frame text:
+    /// encoded by the first caller, shared by every later one (callers on
+    /// other threads wait for the first to finish). Serializing an
+    /// envelope cannot fail in practice (every map key is a string);
+    /// should it, the frame is an internal-error frame.
+    pub fn frame(&self) -> &std::sync::Arc<str> {
+        self.frame.get_or_init(|| {
+            #[derive(Serialize)]
+            struct Notify<'a> {
+                jsonrpc: &'static str,
+                method: &'static str,
+                params: &'a ActionEnvelope,
+            }
+            let text = serde_json::to_string(&Notify { jsonrpc: "2.0", method: "action", params: &self.envelope });
+            std::sync::Arc::from(text.unwrap_or_else(|_| UNENCODABLE.to_owned()))
+        })
     }
 }
+
+/// The frame sent in place of a message serde could not encode.
+const UNENCODABLE: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error: unencodable message"}}"#;
 
 impl std::ops::Deref for Broadcast {
     type Target = ActionEnvelope;
@@ -457,22 +485,14 @@ impl Outbound {
                 result: None,
                 error: Some(error),
             }),
-            Outbound::Action(broadcast) => match broadcast.json() {
-                // The envelope's text made when it was broadcast: the same
-                // bytes serde writes for the whole frame below.
-                Some(json) => Ok(format!(r#"{{"jsonrpc":"2.0","method":"action","params":{json}}}"#)),
-                None => serde_json::to_string(&Notify { jsonrpc: "2.0", method: "action", params: broadcast.envelope() }),
-            },
+            Outbound::Action(broadcast) => Ok(broadcast.frame().to_string()),
             Outbound::Notification { method, params } => serde_json::to_string(&Notify {
                 jsonrpc: "2.0",
                 method,
                 params: &**params,
             }),
         };
-        text.unwrap_or_else(|_| {
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error: unencodable message"}}"#
-                .to_owned()
-        })
+        text.unwrap_or_else(|_| UNENCODABLE.to_owned())
     }
 }
 

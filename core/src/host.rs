@@ -702,8 +702,18 @@ impl Host {
         match input {
             Input::Connected { conn } => self.on_connected(conn),
             Input::Authenticate { conn, token } => self.on_bearer(conn, &token),
-            Input::Frame { conn, text } if self.refused.contains(&conn) => self.on_refused_frame(conn, &text),
-            Input::Frame { conn, text } => self.on_frame(conn, &text),
+            Input::Frame { conn, text } => {
+                let frame = codec::decode_bounded(&text, self.shared.config.limits.frame_max_bytes);
+                self.on_frame(conn, text.len(), frame)
+            }
+            Input::FrameDecoded { conn, bytes, frame } => {
+                // Whatever bound the caller decoded with, the host's holds.
+                let frame = match codec::over_limit(bytes, self.shared.config.limits.frame_max_bytes) {
+                    Some(refused) => Err(refused),
+                    None => frame,
+                };
+                self.on_frame(conn, bytes, frame)
+            }
             Input::Disconnected { conn } => {
                 self.refused.remove(&conn);
                 self.on_disconnected(conn)
@@ -764,14 +774,20 @@ impl Host {
         }
     }
 
-    fn on_frame(&mut self, conn: ConnId, text: &str) {
+    /// One client frame, decoded (`frame`, `bytes` long): refused on a
+    /// connection over `connections_max` or over its rate, held behind a
+    /// handshake, or run.
+    fn on_frame(&mut self, conn: ConnId, bytes: usize, frame: codec::Decoded) {
+        if self.refused.contains(&conn) {
+            return self.on_refused_frame(conn, &frame);
+        }
         if !self.shared.conns.contains_key(&conn) {
             // A frame for a connection the host never saw connect: accept it
             // as connected (within the connection limit) rather than drop
             // the client's request.
             self.on_connected(conn);
             if self.refused.contains(&conn) {
-                return self.on_refused_frame(conn, text);
+                return self.on_refused_frame(conn, &frame);
             }
         }
         if self.shared.conns.get(&conn).is_some_and(|c| c.rate_closed) {
@@ -781,11 +797,7 @@ impl Host {
         if !self.take_frame_credit(conn) {
             let limit = self.shared.config.limits.frames_per_second;
             crate::mark!("limit_rate_refused");
-            let id = match codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes) {
-                Ok(Incoming::Request { id, .. }) => Some(id),
-                _ => None,
-            };
-            if let Some(id) = id {
+            if let Ok(Incoming::Request { id, .. }) = frame {
                 self.shared.reply_error(conn, id, crate::protocol::error::error(
                     crate::protocol::error::INVALID_REQUEST,
                     format!("rate limit: more than {limit} frames per second; slow down"),
@@ -795,9 +807,7 @@ impl Host {
             self.on_rate_refused(conn);
             return;
         }
-        // Decoded once, here: a frame held behind a handshake waits decoded.
-        let bytes = text.len();
-        let frame = codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes);
+        // A frame held behind a handshake waits decoded.
         if let Some(frame) = self.queue_behind_handshake(conn, frame, bytes) {
             self.run_frame(conn, frame);
         }
@@ -856,6 +866,7 @@ impl Host {
         match frame {
             Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
+            Ok(Incoming::Action(params)) => self.on_action_notification(conn, *params),
             Ok(Incoming::Response) => {}
             Err(e) => self.shared.send(conn, Outbound::Error { id: e.id, error: e.error }),
         }
@@ -920,6 +931,16 @@ impl Host {
                 self.shared.reply_error(conn, id, not_initialized());
                 false
             }
+        }
+    }
+
+    /// A `dispatchAction` whose params decoded to their type
+    /// ([`Incoming::Action`]): as [`Host::on_notification`] takes it.
+    fn on_action_notification(&mut self, conn: ConnId, params: ahp_types::commands::DispatchActionParams) {
+        if self.shared.conns.get(&conn).is_some_and(|c| c.initialized) {
+            self.on_dispatch_action_params(conn, params);
+        } else {
+            self.shared.log(LogLevel::Warn, "protocol.notification_ignored", None, "ignored notification dispatchAction".to_owned());
         }
     }
 

@@ -39,6 +39,20 @@ pub enum Input {
         /// The frame's text, undecoded.
         text: String,
     },
+    /// One client frame as [`Input::Frame`], decoded already by the caller
+    /// with [`crate::protocol::codec::decode_bounded`] (the daemon decodes
+    /// in the connection's reader, off the thread every client waits on:
+    /// issue 25). Handled exactly as the same text sent as `Frame` would
+    /// be: a frame longer than the host's `frame_max_bytes` is refused as
+    /// that decoder refuses it, whatever bound the caller decoded with.
+    FrameDecoded {
+        /// Which connection sent it.
+        conn: ConnId,
+        /// The frame's length, in bytes.
+        bytes: usize,
+        /// What the decoder made of it.
+        frame: crate::protocol::codec::Decoded,
+    },
     /// The connection is gone. Its subscriptions end; sessions it watched may
     /// sleep.
     Disconnected {

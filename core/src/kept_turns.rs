@@ -33,8 +33,10 @@ pub struct KeptTurn {
     pub id: String,
     /// When the turn started (ISO-8601, the client's `startedAt`).
     pub started_at: String,
-    /// The user's message as the client sent it.
-    pub message: Message,
+    /// The user's message as the client sent it. Shared: the record is
+    /// cloned for every write while the turn is kept, and a message may be
+    /// megabytes (issue 25); written as the message itself.
+    pub message: std::sync::Arc<Message>,
     /// The id of the turn before it when it started (`None`: the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
@@ -128,7 +130,7 @@ pub fn as_turn(held: &KeptTurn) -> Turn {
         id: held.id.clone(),
         started_at: Some(held.started_at.clone()),
         duration: None,
-        message: held.message.clone(),
+        message: Message::clone(&held.message),
         response_parts,
         usage: None,
         state,
@@ -194,7 +196,7 @@ mod tests {
     }
 
     fn held(id: &str, text: &str, after: Option<&str>) -> KeptTurn {
-        KeptTurn { id: id.to_owned(), started_at: "2026-12-01T00:00:00.000Z".to_owned(), message: message(text), after: after.map(str::to_owned), index: usize::from(after.is_some()), ended: None }
+        KeptTurn { id: id.to_owned(), started_at: "2026-12-01T00:00:00.000Z".to_owned(), message: std::sync::Arc::new(message(text)), after: after.map(str::to_owned), index: usize::from(after.is_some()), ended: None }
     }
 
     fn turn(id: &str, text: &str) -> Turn {

@@ -43,6 +43,7 @@ pub mod host;
 pub mod ids;
 pub mod input;
 pub mod invariants;
+pub mod json_size;
 pub mod lru;
 pub mod marks;
 pub mod policy;

@@ -2,12 +2,12 @@
 //! (AHP: a client that reconnects with a `lastSeenServerSeq` still covered
 //! is sent the envelopes it missed instead of snapshots).
 //!
-//! Kept encoded, not as envelopes: an envelope's tree of JSON values (a
-//! `session/metaChanged` carries the whole `_meta`, one map per key) took
-//! several times its text in memory, and the buffer holds a thousand of
-//! them whatever is live (issue 21: memory per live session with 100 peers
-//! in one folder). A reconnect, rare beside the broadcasts, decodes what it
-//! replays.
+//! Kept as the broadcasts themselves (`crate::effect::Broadcast`, the
+//! same shared value every subscriber's writer was handed): keeping adds no
+//! copy, and a reconnect, rare beside the broadcasts, clones what it
+//! replays. Each counts its weight (its JSON text's length, weighed when it
+//! was made) against the byte bound: the core never encodes an envelope
+//! (issue 25: encoding a 900 KB message stalled every client).
 //!
 //! Bounded twice ([`Window`]): by envelopes (`Config::replay_buffer_len`)
 //! and by bytes (`Limits::replay_buffer_max_bytes`). By count alone a
@@ -22,24 +22,12 @@ use std::sync::Arc;
 use ahp_types::actions::ActionEnvelope;
 use ahp_types::Uri;
 
-/// One kept envelope: what a replay filters on, and the envelope's text.
-#[derive(Debug, Clone, PartialEq)]
-struct Kept {
-    /// The envelope's `serverSeq`.
-    server_seq: u64,
-    /// The envelope's channel.
-    channel: Uri,
-    /// The envelope as JSON (`ActionEnvelope` encoded), the same text its
-    /// frames were made of (`crate::effect::Broadcast`).
-    json: Arc<str>,
-}
+use crate::effect::Broadcast;
 
-impl Kept {
-    /// What this envelope counts against [`Window::max_bytes`]: its text and
-    /// its channel, in bytes.
-    fn bytes(&self) -> usize {
-        self.json.len() + self.channel.len()
-    }
+/// What one kept envelope counts against [`Window::max_bytes`]: its
+/// weight and its channel, in bytes.
+fn bytes(kept: &Broadcast) -> usize {
+    kept.weight() + kept.channel.len()
 }
 
 /// How much the buffer may keep: whichever bound is reached first drops
@@ -48,8 +36,9 @@ impl Kept {
 pub struct Window {
     /// Most envelopes kept (`Config::replay_buffer_len`).
     pub len: usize,
-    /// Most bytes kept, counting each envelope's JSON text and its channel
-    /// URI (`Limits::replay_buffer_max_bytes`), in bytes.
+    /// Most bytes kept, counting each envelope's weight (its JSON text's
+    /// length, `crate::json_size`) and its channel URI
+    /// (`Limits::replay_buffer_max_bytes`), in bytes.
     pub max_bytes: usize,
 }
 
@@ -64,38 +53,25 @@ impl Window {
 /// module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplayBuffer {
-    kept: VecDeque<Kept>,
-    /// The sum of `Kept::bytes` over `kept`, in bytes.
+    kept: VecDeque<Arc<Broadcast>>,
+    /// The sum of [`bytes`] over `kept`, in bytes.
     bytes: usize,
 }
 
-/// A kept envelope that no longer decodes (it never should: it was encoded
-/// from the same type); the caller answers with snapshots instead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Undecodable {
-    /// The envelope's `serverSeq`.
-    pub server_seq: u64,
-    /// What the decoder said.
-    pub error: String,
-}
-
 impl ReplayBuffer {
-    /// Keeps the envelope numbered `server_seq` on `channel`, as its JSON
-    /// text `json` (`crate::effect::Broadcast::json`), dropping the oldest
-    /// beyond `window` (its envelopes or its bytes). An envelope that could
-    /// not be encoded (`None`: every map key is a string, so never in
-    /// practice) or that alone is bigger than `window.max_bytes` is not
-    /// kept and ends the replay window there: everything kept before it is
-    /// dropped, so a replay can never skip it silently (a reconnect from
-    /// before it is answered with snapshots).
-    pub fn push(&mut self, server_seq: u64, channel: &Uri, json: Option<&Arc<str>>, window: Window) {
-        let kept = json.map(|json| Kept { server_seq, channel: channel.clone(), json: Arc::clone(json) });
-        match kept {
-            Some(k) if k.bytes() <= window.max_bytes => {
-                self.bytes += k.bytes();
-                self.kept.push_back(k);
+    /// Keeps `sent`, dropping the oldest beyond `window` (its envelopes or
+    /// its bytes). An envelope that alone is bigger than `window.max_bytes`
+    /// is not kept and ends the replay window there: everything kept
+    /// before it is dropped, so a replay can never skip it silently (a
+    /// reconnect from before it is answered with snapshots).
+    pub fn push(&mut self, sent: &Arc<Broadcast>, window: Window) {
+        let size = bytes(sent);
+        match size <= window.max_bytes {
+            true => {
+                self.bytes += size;
+                self.kept.push_back(Arc::clone(sent));
             }
-            _ => {
+            false => {
                 crate::mark!("replay_window_ended");
                 self.kept.clear();
                 self.bytes = 0;
@@ -103,7 +79,7 @@ impl ReplayBuffer {
         }
         while self.kept.len() > window.len || self.bytes > window.max_bytes {
             let Some(old) = self.kept.pop_front() else { break };
-            self.bytes -= old.bytes();
+            self.bytes -= bytes(&old);
         }
     }
 
@@ -116,7 +92,7 @@ impl ReplayBuffer {
         let before = self.kept.len();
         self.kept.retain(|k| !channels.contains(&k.channel));
         if self.kept.len() != before {
-            self.bytes = self.kept.iter().map(Kept::bytes).sum();
+            self.bytes = self.kept.iter().map(|k| bytes(k)).sum();
         }
     }
 
@@ -126,16 +102,9 @@ impl ReplayBuffer {
     }
 
     /// The kept envelopes after `last_seen` on any of `channels`, oldest
-    /// first, decoded.
-    ///
-    /// # Errors
-    /// [`Undecodable`] for the first one that does not decode.
-    pub fn since(&self, last_seen: u64, channels: &[Uri]) -> Result<Vec<ActionEnvelope>, Undecodable> {
-        self.kept
-            .iter()
-            .filter(|k| k.server_seq > last_seen && channels.contains(&k.channel))
-            .map(|k| serde_json::from_str(&k.json).map_err(|e| Undecodable { server_seq: k.server_seq, error: e.to_string() }))
-            .collect()
+    /// first.
+    pub fn since(&self, last_seen: u64, channels: &[Uri]) -> Vec<ActionEnvelope> {
+        self.kept.iter().filter(|k| k.server_seq > last_seen && channels.contains(&k.channel)).map(|k| k.envelope().clone()).collect()
     }
 
     /// What [`crate::invariants::inv_replay_buffer_window`] checks: at most
@@ -150,7 +119,7 @@ impl ReplayBuffer {
         if self.kept.len() > window.len {
             return Err(format!("{} envelopes kept, at most {} allowed", self.kept.len(), window.len));
         }
-        let bytes: usize = self.kept.iter().map(Kept::bytes).sum();
+        let bytes: usize = self.kept.iter().map(|k| bytes(k)).sum();
         if bytes != self.bytes {
             return Err(format!("{bytes} bytes kept, but the buffer counts {}", self.bytes));
         }
@@ -175,7 +144,7 @@ impl ReplayBuffer {
         self.kept.len()
     }
 
-    /// How many bytes are kept (each envelope's text and channel), in bytes.
+    /// How many bytes are kept (each envelope's weight and channel), in bytes.
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -200,13 +169,13 @@ mod tests {
         Window { len, max_bytes: usize::MAX }
     }
 
-    /// Keeps `envelope` as the host does: encoded once, as broadcast.
+    /// Keeps `envelope` as the host does: the broadcast it was sent as.
     fn push(buffer: &mut ReplayBuffer, envelope: &ActionEnvelope, window: Window) {
-        let sent = crate::effect::Broadcast::new(envelope.clone());
-        buffer.push(sent.server_seq, &sent.channel, sent.json(), window);
+        buffer.push(&Arc::new(Broadcast::new(envelope.clone())), window);
     }
 
-    /// What `envelope` counts against the byte bound: its text and channel.
+    /// What `envelope` counts against the byte bound: its text (nothing in
+    /// these to escape, so its weight is its length) and channel.
     fn size(envelope: &ActionEnvelope) -> usize {
         serde_json::to_string(envelope).unwrap().len() + envelope.channel.len()
     }
@@ -226,7 +195,7 @@ mod tests {
         for seq in 1..=5 {
             push(&mut buffer, &title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), by_count(10));
         }
-        let got = buffer.since(1, &["ahp-session:/a".to_owned()]).unwrap();
+        let got = buffer.since(1, &["ahp-session:/a".to_owned()]);
         assert_eq!(got, vec![title(3, "ahp-session:/a"), title(5, "ahp-session:/a")]);
         assert_eq!(buffer.oldest(), Some(1));
     }
@@ -239,7 +208,7 @@ mod tests {
         }
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.oldest(), Some(3));
-        assert_eq!(buffer.since(0, &["ahp-session:/a".to_owned()]).unwrap().len(), 3);
+        assert_eq!(buffer.since(0, &["ahp-session:/a".to_owned()]).len(), 3);
     }
 
     #[test]
@@ -250,7 +219,7 @@ mod tests {
         let sent = envelope(7, "ahp-session:/a", StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) }));
         let mut buffer = ReplayBuffer::default();
         push(&mut buffer, &sent, by_count(10));
-        assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]).unwrap(), vec![sent]);
+        assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]), vec![sent]);
     }
 
     #[test]
@@ -268,7 +237,7 @@ mod tests {
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.bytes(), (8..=10).map(|seq| size(&big(seq, a, 10_000))).sum::<usize>());
         assert_eq!(buffer.oldest(), Some(8), "the newest three are kept");
-        let replayed: Vec<u64> = buffer.since(0, &[a.to_owned()]).unwrap().iter().map(|e| e.server_seq).collect();
+        let replayed: Vec<u64> = buffer.since(0, &[a.to_owned()]).iter().map(|e| e.server_seq).collect();
         assert_eq!(replayed, vec![8, 9, 10]);
     }
 
@@ -305,7 +274,7 @@ mod tests {
         // A reconnect from before 3 finds the oldest kept after its next
         // one (the host answers it with snapshots); from 3 on it replays.
         assert_eq!(buffer.oldest(), Some(4));
-        assert_eq!(buffer.since(3, &[a.to_owned()]).unwrap(), vec![title(4, a)]);
+        assert_eq!(buffer.since(3, &[a.to_owned()]), vec![title(4, a)]);
         assert_eq!(buffer.check(window, 4), Ok(()));
     }
 
@@ -319,7 +288,7 @@ mod tests {
         buffer.forget(&[a.to_owned()]);
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.bytes(), 3 * size(&big(2, b, 1000)));
-        assert_eq!(buffer.since(0, &[a.to_owned(), b.to_owned()]).unwrap().iter().map(|e| e.server_seq).collect::<Vec<_>>(), vec![2, 4, 6]);
+        assert_eq!(buffer.since(0, &[a.to_owned(), b.to_owned()]).iter().map(|e| e.server_seq).collect::<Vec<_>>(), vec![2, 4, 6]);
         assert_eq!(buffer.check(by_count(100), 6), Ok(()));
     }
 

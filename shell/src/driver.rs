@@ -38,13 +38,16 @@ pub enum Event {
         /// `Input::Connected`, before the client's first frame.
         bearer: Option<String>,
     },
-    /// One frame from a client (fed as `Input::Frame`), with its request's
-    /// id and method when it is a request (for the metrics).
+    /// One frame from a client, decoded by its connection's reader (fed as
+    /// `Input::FrameDecoded`), with its request's id and method when it is
+    /// a request (for the metrics).
     Frame {
         /// Which connection sent it.
         conn: ConnId,
-        /// The frame's text.
-        text: String,
+        /// The frame's length, in bytes.
+        bytes: usize,
+        /// The frame, decoded (`protocol::codec::decode_bounded`).
+        frame: ahpd_core::protocol::codec::Decoded,
         /// `(id, method)` of a request.
         request: Option<(u64, String)>,
         /// The frame's room in its connection's inbound bound
@@ -258,12 +261,12 @@ impl Driver {
                     bearer_token = bearer.map(|token| (conn, token));
                     Input::Connected { conn }
                 }
-                Event::Frame { conn, text, request, credit: room } => {
+                Event::Frame { conn, bytes, frame, request, credit: room } => {
                     if let Some((id, method)) = &request {
                         self.metrics.request_in(conn, *id, method);
                     }
                     credit = Some(room);
-                    Input::Frame { conn, text }
+                    Input::FrameDecoded { conn, bytes, frame }
                 }
                 Event::CheckBearer { token, reply } => {
                     let _ = reply.send(self.host.view().bearer_accepted(&token));
@@ -364,10 +367,11 @@ impl Driver {
                     self.metrics.reply_out(conn, id, code.map(i64::from));
                 }
                 match self.writers.get(&conn) {
-                    Some(w) => {
-                        let text = self.encoded.text(&message);
-                        w.send(WriterCmd::Frame(text))
-                    }
+                    // An envelope is encoded by the writers, off this thread.
+                    Some(w) => match &message {
+                        Outbound::Action(broadcast) => w.send(WriterCmd::Action(Arc::clone(broadcast))),
+                        _ => w.send(WriterCmd::Frame(self.encoded.text(&message))),
+                    },
                     None => tracing::debug!(conn = conn.0, "frame for a connection that is gone"),
                 }
             }
@@ -398,38 +402,35 @@ impl Driver {
     }
 }
 
-/// The last fanned-out message the driver encoded, by the address of what
-/// it shares: the core sends one envelope (or root notification) to every
+/// The last fanned-out notification the driver encoded, by the address of
+/// what it shares: the core sends one root notification to every
 /// subscriber as clones of one `Arc`, one `Effect::Send` after another, so
 /// remembering the last one encodes each fan-out once and hands every
 /// subscriber's writer the same bytes (issue 21: "an envelope encoded once
-/// and its bytes shared by every subscriber's writer").
+/// and its bytes shared by every subscriber's writer"). Envelopes do not
+/// come here: their writers encode them ([`WriterCmd::Action`]).
 #[derive(Default)]
 struct Encoded {
     /// The shared value's address and the text it encoded to, with the
     /// value itself, kept so that its address cannot be taken by another
     /// value while it is remembered.
-    last: Option<(usize, Utf8Bytes, Arc<dyn std::any::Any + Send + Sync>)>,
+    last: Option<(usize, Utf8Bytes, Arc<serde_json::Value>)>,
 }
 
 impl Encoded {
     /// `message` as frame text: the remembered bytes when it shares the
-    /// last encoded value, else encoded now (and remembered when shared).
+    /// last encoded notification, else encoded now (and remembered when
+    /// shared).
     fn text(&mut self, message: &Outbound) -> Utf8Bytes {
-        let shared: Option<Arc<dyn std::any::Any + Send + Sync>> = match message {
-            Outbound::Action(envelope) => Some(Arc::clone(envelope) as _),
-            Outbound::Notification { params, .. } => Some(Arc::clone(params) as _),
-            _ => None,
-        };
-        let Some(keep) = shared else { return Utf8Bytes::from(message.to_json()) };
-        let addr = Arc::as_ptr(&keep) as *const () as usize;
+        let Outbound::Notification { params, .. } = message else { return Utf8Bytes::from(message.to_json()) };
+        let addr = Arc::as_ptr(params) as usize;
         if let Some((last, text, _)) = &self.last {
             if *last == addr {
                 return text.clone();
             }
         }
         let text = Utf8Bytes::from(message.to_json());
-        self.last = Some((addr, text.clone(), keep));
+        self.last = Some((addr, text.clone(), Arc::clone(params)));
         text
     }
 }
@@ -452,7 +453,7 @@ fn input_kind(input: &Input) -> &'static str {
     match input {
         Input::Connected { .. } => "connected",
         Input::Authenticate { .. } => "authenticate",
-        Input::Frame { .. } => "frame",
+        Input::Frame { .. } | Input::FrameDecoded { .. } => "frame",
         Input::Disconnected { .. } => "disconnected",
         // Which kind of result: a 100k scan's rows and a store write's
         // answer are both `Done`, and only one of them may be slow.
@@ -484,26 +485,24 @@ fn log(e: &LogEvent) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ahp_types::actions::{ActionEnvelope, SessionTitleChangedAction, StateAction};
 
-    fn envelope(seq: u64) -> Arc<ahpd_core::effect::Broadcast> {
-        let action = StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "t".into() });
-        Arc::new(ahpd_core::effect::Broadcast::new(ActionEnvelope { channel: "ahp-session:/a".into(), action, server_seq: seq, origin: None, rejection_reason: None }))
+    fn notification(n: u64) -> Outbound {
+        Outbound::Notification { method: "root/sessionRemoved", params: Arc::new(serde_json::json!({"session": format!("ahp-session:/{n}")})) }
     }
 
     /// One fan-out (clones of one `Arc`) is encoded once: every subscriber
     /// gets the same bytes, equal to the message's own encoding; the next
-    /// envelope is encoded anew.
+    /// notification is encoded anew.
     #[test]
-    fn a_fanned_out_envelope_is_encoded_once_and_shared() {
+    fn a_fanned_out_notification_is_encoded_once_and_shared() {
         let mut encoded = Encoded::default();
-        let first = envelope(1);
-        let a = encoded.text(&Outbound::Action(Arc::clone(&first)));
-        let b = encoded.text(&Outbound::Action(Arc::clone(&first)));
-        assert_eq!(a.as_str(), Outbound::Action(Arc::clone(&first)).to_json());
+        let first = notification(1);
+        let a = encoded.text(&first);
+        let b = encoded.text(&first.clone());
+        assert_eq!(a.as_str(), first.to_json());
         assert_eq!(a.as_str().as_ptr(), b.as_str().as_ptr(), "the second subscriber shares the first one's bytes");
-        let c = encoded.text(&Outbound::Action(envelope(2)));
+        let c = encoded.text(&notification(2));
         assert_ne!(a.as_str(), c.as_str());
-        assert!(c.as_str().contains("\"serverSeq\":2"));
+        assert!(c.as_str().contains("ahp-session:/2"));
     }
 }

@@ -662,7 +662,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
         .with_acp_agents(settings.agents.clone(), acp_home, host_tools);
-    let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), settings.limits.outgoing_buffer_max_bytes));
+    let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), settings.limits.outgoing_buffer_max_bytes, settings.limits.frame_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     let driver_events = events.clone();
     drop(events);

@@ -271,8 +271,9 @@ impl Host {
 
     /// A frame from a refused connection: a request gets the refusal under
     /// its id; anything else is dropped.
-    pub(crate) fn on_refused_frame(&mut self, conn: ConnId, text: &str) {
-        if let Ok(Incoming::Request { id, .. }) = codec::decode_bounded(text, self.shared.config.limits.frame_max_bytes) {
+    pub(crate) fn on_refused_frame(&mut self, conn: ConnId, frame: &codec::Decoded) {
+        if let Ok(Incoming::Request { id, .. }) = frame {
+            let id = *id;
             let error = refusal(self.shared.config.limits.connections_max);
             self.shared.effects.push(Effect::Send { conn, message: Outbound::Error { id: Some(id), error } });
         }
@@ -420,17 +421,12 @@ impl Host {
         }
         let replay = (replayable && last_seen <= self.shared.server_seq && !rebuilt).then(|| self.shared.replay.since(last_seen, &live));
         let result = match replay {
-            Some(Ok(actions)) => {
+            Some(actions) => {
                 crate::mark!("reconnect_replayed");
                 ReconnectResult::Replay(ReconnectReplayResult { actions, missing })
             }
-            failed => {
+            None => {
                 crate::mark!("reconnect_answered_with_snapshots");
-                if let Some(Err(e)) = failed {
-                    // Snapshots are always right; a replay that cannot be
-                    // read back is not sent half.
-                    self.shared.log(LogLevel::Warn, "replay.undecodable", None, format!("envelope {} of the replay buffer does not decode ({}); answered with snapshots", e.server_seq, e.error));
-                }
                 let snapshots = live.iter().filter_map(|uri| self.snapshot(uri, None)).collect();
                 ReconnectResult::Snapshot(ReconnectSnapshotResult { snapshots })
             }

@@ -839,12 +839,14 @@ fn operation_of(action: &StateAction) -> Option<crate::grants::Operation> {
 // ---- Client-dispatched actions (module docs) ----
 impl Host {
     pub(crate) fn on_dispatch_action(&mut self, conn: ConnId, params: Value) {
-        let params: DispatchActionParams = match parse(params) {
-            Ok(p) => p,
-            Err(e) => {
-                return self.shared.log(LogLevel::Warn, "action.undecodable", None, e.message);
-            }
-        };
+        match parse(params) {
+            Ok(p) => self.on_dispatch_action_params(conn, p),
+            Err(e) => self.shared.log(LogLevel::Warn, "action.undecodable", None, e.message),
+        }
+    }
+
+    /// [`Host::on_dispatch_action`] once its params are decoded.
+    pub(crate) fn on_dispatch_action_params(&mut self, conn: ConnId, params: DispatchActionParams) {
         let channel = params.channel;
         let origin = self.shared.origin_of(conn, params.client_seq);
         if channel == ROOT_RESOURCE_URI {

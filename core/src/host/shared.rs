@@ -24,7 +24,7 @@ impl Shared {
         self.server_seq += 1;
         let envelope = Arc::new(Broadcast::new(ActionEnvelope { channel: channel.clone(), action, server_seq: self.server_seq, origin, rejection_reason: None }));
         let subscribers: Vec<ConnId> = self.conns.iter().filter(|(_, c)| c.subscriptions.contains(channel)).map(|(id, _)| *id).collect();
-        self.replay.push(envelope.server_seq, channel, envelope.json(), crate::replay::Window::of(&self.config));
+        self.replay.push(&envelope, crate::replay::Window::of(&self.config));
         for conn in subscribers {
             self.send(conn, Outbound::Action(Arc::clone(&envelope)));
         }

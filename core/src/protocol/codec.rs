@@ -28,6 +28,13 @@ pub enum Incoming {
         /// The params (`null` when absent).
         params: Value,
     },
+    /// A `dispatchAction` notification, its params decoded to their type
+    /// already (with the frame, wherever the frame was decoded: the daemon
+    /// decodes in the connection's reader, so a 900 KB message is never
+    /// decoded on the thread every client waits on, issue 25). The same
+    /// notification whose params do not decode to the type comes as
+    /// [`Incoming::Notification`] (the host logs why and drops it).
+    Action(Box<ahp_types::commands::DispatchActionParams>),
     /// A response to a request the host sent; the host sends none, so these
     /// are ignored.
     Response,
@@ -51,6 +58,13 @@ impl Incoming {
                 m.insert("jsonrpc".into(), Value::from("2.0"));
                 m.insert("method".into(), Value::from(method.as_str()));
                 m.insert("params".into(), params.clone());
+                Value::Object(m)
+            }
+            Incoming::Action(params) => {
+                let mut m = serde_json::Map::new();
+                m.insert("jsonrpc".into(), Value::from("2.0"));
+                m.insert("method".into(), Value::from(DISPATCH_ACTION));
+                m.insert("params".into(), serde_json::to_value(params).unwrap_or(Value::Null));
                 Value::Object(m)
             }
             Incoming::Response => {
@@ -92,13 +106,16 @@ pub fn decode(text: &str) -> Result<Incoming, DecodeError> {
     decode_bounded(text, FRAME_MAX_BYTES)
 }
 
+/// The one notification decoded to its params' type ([`Incoming::Action`]).
+const DISPATCH_ACTION: &str = "dispatchAction";
+
 /// [`decode`] with a frame limit of `max_bytes`.
 pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeError> {
-    if text.len() > max_bytes {
-        return Err(DecodeError {
-            id: None,
-            error: error(INVALID_REQUEST, format!("frame larger than the limit of {max_bytes} bytes")),
-        });
+    if let Some(refused) = over_limit(text.len(), max_bytes) {
+        return Err(refused);
+    }
+    if let Some(action) = as_action(text) {
+        return Ok(action);
     }
     let value: Value = serde_json::from_str(text).map_err(|e| DecodeError {
         id: None,
@@ -159,6 +176,45 @@ pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeEr
     })
 }
 
+/// `text` as an [`Incoming::Action`] when it is a well-formed
+/// `dispatchAction` notification whose params decode to their type, read
+/// straight from the text (no tree of JSON values first, no copy of its
+/// strings); `None` for anything else, which the general decoder then reads
+/// (and answers or drops exactly as before: a frame decoded here is one it
+/// would have taken as this notification).
+fn as_action(text: &str) -> Option<Incoming> {
+    #[derive(serde::Deserialize)]
+    struct ActionFrame {
+        jsonrpc: String,
+        method: String,
+        /// Present (even `null`) makes it a request, which this is not.
+        #[serde(default, deserialize_with = "present")]
+        id: Option<()>,
+        params: ahp_types::commands::DispatchActionParams,
+    }
+    /// `Some` whatever the value, when the field is there at all.
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<()>, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| Some(()))
+    }
+    use serde::Deserialize;
+    // Only a frame that names the method is tried: anything else costs
+    // one search of its text, not a failed decode.
+    if !text.contains(DISPATCH_ACTION) {
+        return None;
+    }
+    let frame: ActionFrame = serde_json::from_str(text).ok()?;
+    (frame.jsonrpc == "2.0" && frame.method == DISPATCH_ACTION && frame.id.is_none()).then(|| Incoming::Action(Box::new(frame.params)))
+}
+
+/// The error for a frame of `bytes` bytes when the limit is `max_bytes`
+/// (-32600 naming the limit), or `None` when it is within it.
+pub fn over_limit(bytes: usize, max_bytes: usize) -> Option<DecodeError> {
+    (bytes > max_bytes).then(|| DecodeError {
+        id: None,
+        error: error(INVALID_REQUEST, format!("frame larger than the limit of {max_bytes} bytes")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +241,25 @@ mod tests {
             assert_eq!(message, Ok(Incoming::Response), "{frame}");
             assert_eq!(decode(&Incoming::Response.to_json()), Ok(Incoming::Response));
         }
+    }
+
+    /// A `dispatchAction` notification is decoded to its type at once; one
+    /// whose params are not an action, or sent with an id, is what the
+    /// general decoder makes of it; the typed one round-trips.
+    #[test]
+    fn actions_are_decoded_to_their_type() {
+        let frame = r#"{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"ahp-session:/a","clientSeq":4,"action":{"type":"session/titleChanged","title":"t"}}}"#;
+        let Ok(Incoming::Action(params)) = decode(frame) else { panic!("not an action: {:?}", decode(frame)) };
+        assert_eq!((params.channel.as_str(), params.client_seq), ("ahp-session:/a", 4));
+        assert_eq!(decode(&Incoming::Action(params.clone()).to_json()), Ok(Incoming::Action(params)));
+        let bad = r#"{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"ahp-session:/a","clientSeq":"four","action":{"type":"session/titleChanged","title":"t"}}}"#;
+        assert!(matches!(decode(bad), Ok(Incoming::Notification { ref method, .. }) if method == "dispatchAction"));
+        let with_id = frame.replacen("{\"jsonrpc\"", "{\"id\":null,\"jsonrpc\"", 1);
+        assert_eq!(decode(&with_id).map_err(|e| e.error.code), Err(INVALID_REQUEST), "a null id is a request, refused as before");
+        let with_id = frame.replacen("{\"jsonrpc\"", "{\"id\":5,\"jsonrpc\"", 1);
+        assert!(matches!(decode(&with_id), Ok(Incoming::Request { id: 5, .. })));
+        let old = frame.replace("\"2.0\"", "\"1.0\"");
+        assert_eq!(decode(&old).map_err(|e| e.error.code), Err(INVALID_REQUEST));
     }
 
     #[test]

@@ -437,7 +437,7 @@ pub(crate) fn record_turn_start(chat: &mut crate::record::ChatRecord, turn_id: &
     crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
         id: turn_id.to_owned(),
         started_at: started_at.to_owned(),
-        message: message.clone(),
+        message: std::sync::Arc::new(message.clone()),
         after: after.map(|(id, _)| id.to_owned()),
         index: after.map_or(0, |(_, n)| n),
         ended: None,

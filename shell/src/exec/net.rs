@@ -2,9 +2,12 @@
 //! request head itself: a WebSocket upgrade (any path) becomes a client
 //! connection with a reader (frames in) and a writer task (frames out, in
 //! order); a plain `GET /healthz` or `GET /metrics` is answered on the spot;
-//! anything else is 404. Nothing here interprets a frame beyond peeking at
-//! a request's `method` and `id` for the metrics: the core decodes every
-//! message itself.
+//! anything else is 404. A client's frames are decoded here, in the
+//! connection's reader, with the core's own decoder
+//! (`protocol::codec::decode_bounded`), and an envelope's frame is encoded in
+//! the writer of the first connection to send it: a 900 KB message is never
+//! decoded or encoded on the driver's thread, which every client waits on
+//! (issue 25). What a frame means is the core's business.
 
 use std::io;
 use std::pin::Pin;
@@ -13,6 +16,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use ahpd_core::effect::Broadcast;
+use ahpd_core::protocol::codec::{self, Incoming};
 use ahpd_core::{ConnId, Input};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -53,9 +58,13 @@ const WRITE_BATCH_BYTES: usize = 256 << 10;
 /// A command for a connection's writer task.
 #[derive(Debug)]
 pub enum WriterCmd {
-    /// Write one text frame. Cheap to clone: one envelope fanned out to
+    /// Write one text frame. Cheap to clone: one notification fanned out to
     /// many connections is encoded once and its bytes shared (issue 21).
     Frame(Utf8Bytes),
+    /// Write one envelope's `action` frame ([`Broadcast::frame`]): encoded
+    /// here, by the first writer to reach it, and shared by every other
+    /// (issue 25: not on the driver's thread).
+    Action(Arc<Broadcast>),
     /// Close the connection once everything queued before this is written.
     Close,
     /// Like [`WriterCmd::Close`], with an RFC 6455 close code and a reason
@@ -67,6 +76,41 @@ pub enum WriterCmd {
         /// close frame holds).
         reason: String,
     },
+}
+
+/// The bytes an `action` frame adds around its envelope:
+/// `{"jsonrpc":"2.0","method":"action","params":` and `}`.
+const ACTION_FRAME_OVERHEAD: usize = 45;
+
+impl WriterCmd {
+    /// What the command counts against its connection's backlog, in bytes:
+    /// a frame's length; an envelope's weight and its frame's wrapping (the
+    /// frame is not encoded yet when it is queued).
+    fn bytes(&self) -> usize {
+        match self {
+            WriterCmd::Frame(text) => text.len(),
+            WriterCmd::Action(broadcast) => broadcast.weight() + ACTION_FRAME_OVERHEAD,
+            WriterCmd::Close | WriterCmd::CloseWith { .. } => 0,
+        }
+    }
+}
+
+/// An envelope's frame text, shared with the [`Broadcast`] that made it
+/// (no copy): the bytes a `Utf8Bytes` is built over.
+struct SharedText(Arc<str>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// `broadcast`'s frame as a WebSocket text payload, encoded now if no
+/// writer has yet.
+fn action_frame(broadcast: &Broadcast) -> Utf8Bytes {
+    let text = Arc::clone(broadcast.frame());
+    // Always UTF-8 (it is a `str`); the check is a scan, not a copy.
+    Utf8Bytes::try_from(bytes::Bytes::from_owner(SharedText(Arc::clone(&text)))).unwrap_or_else(|_| Utf8Bytes::from(text.to_string()))
 }
 
 /// Close code 1001 "going away": the host is shutting down (RFC 6455 7.4.1).
@@ -91,7 +135,9 @@ const LINGER_MAX_BYTES: u64 = 256 << 20;
 /// without waiting, but only up to a bound in bytes: a client that does not
 /// read its socket while frames pile up past it is dropped (issue 11, slow
 /// clients), so one stuck client never grows the daemon's memory without end
-/// and never holds up the others.
+/// and never holds up the others. One frame bigger than the whole bound
+/// (a reconnect's snapshots of a huge chat) still goes when nothing else
+/// is queued: the bound is on what piles up, not on one answer.
 #[derive(Debug, Clone)]
 pub struct Writer {
     tx: mpsc::UnboundedSender<WriterCmd>,
@@ -113,17 +159,19 @@ struct Backlog {
 
 impl Writer {
     /// Queues `cmd`; a connection that is already gone drops it. A frame
-    /// that would take the connection's backlog past its bound is not
-    /// queued: the connection is dropped instead (a log line says so; its
-    /// reader then reports `Input::Disconnected`).
+    /// that would take the connection's backlog past its bound, with other
+    /// frames still unwritten, is not queued: the connection is dropped
+    /// instead (a log line says so; its reader then reports
+    /// `Input::Disconnected`).
     pub fn send(&self, cmd: WriterCmd) {
         let b = &self.backlog;
         if b.overflowed.load(Ordering::Relaxed) {
             return;
         }
-        if let WriterCmd::Frame(text) = &cmd {
-            let queued = b.queued.fetch_add(text.len(), Ordering::Relaxed) + text.len();
-            if queued > b.max {
+        let len = cmd.bytes();
+        if len > 0 {
+            let before = b.queued.fetch_add(len, Ordering::Relaxed);
+            if before > 0 && before + len > b.max {
                 b.overflowed.store(true, Ordering::Relaxed);
                 // The writer task logs the drop, naming the connection.
                 b.overflow.notify_one();
@@ -145,14 +193,25 @@ impl Writer {
 /// `outgoing_max_bytes` of frames queued and unread. Accept errors (e.g.
 /// out of file descriptors) are logged and retried after a short pause;
 /// they never end the daemon.
-pub async fn serve(listeners: Vec<TcpListener>, events: EventSink, outgoing_max_bytes: usize) {
+/// Frames are decoded with a bound of `frame_max_bytes`
+/// (`Limits::frame_max_bytes`; the core holds its own bound too).
+pub async fn serve(listeners: Vec<TcpListener>, events: EventSink, outgoing_max_bytes: usize, frame_max_bytes: usize) {
     let next_conn = Arc::new(AtomicU64::new(1));
-    let loops = listeners.into_iter().map(|l| accept_loop(l, events.clone(), outgoing_max_bytes, next_conn.clone()));
+    let loops = listeners.into_iter().map(|l| accept_loop(l, events.clone(), Bounds { outgoing_max_bytes, frame_max_bytes }, next_conn.clone()));
     futures_util::future::join_all(loops).await;
 }
 
+/// A connection's two byte bounds (see [`serve`]).
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    /// `Limits::outgoing_buffer_max_bytes`, in bytes.
+    outgoing_max_bytes: usize,
+    /// `Limits::frame_max_bytes`, in bytes.
+    frame_max_bytes: usize,
+}
+
 /// One listener's accept loop of [`serve`]; `next_conn` is shared by all.
-async fn accept_loop(listener: TcpListener, events: EventSink, outgoing_max_bytes: usize, next_conn: Arc<AtomicU64>) {
+async fn accept_loop(listener: TcpListener, events: EventSink, bounds: Bounds, next_conn: Arc<AtomicU64>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
@@ -160,7 +219,7 @@ async fn accept_loop(listener: TcpListener, events: EventSink, outgoing_max_byte
                 let events = events.clone();
                 tokio::spawn(async move {
                     tracing::debug!(conn = conn.0, %peer, "tcp connection");
-                    connection(stream, conn, events, outgoing_max_bytes).await;
+                    connection(stream, conn, events, bounds).await;
                 });
             }
             Err(e) => {
@@ -282,22 +341,19 @@ async fn http(mut stream: TcpStream, head: Head, events: &EventSink) {
     let _ = stream.shutdown().await;
 }
 
-/// A request frame's `method` and numeric `id`, for the metrics; `None`
-/// for notifications and frames that are not JSON-RPC requests.
-fn peek_request(text: &str) -> Option<(u64, String)> {
-    #[derive(serde::Deserialize)]
-    struct Peek {
-        id: Option<serde_json::Value>,
-        method: Option<String>,
+/// A request's `id` and `method`, for the metrics; `None` for
+/// notifications and frames that are not JSON-RPC requests.
+fn request_of(frame: &codec::Decoded) -> Option<(u64, String)> {
+    match frame {
+        Ok(Incoming::Request { id, method, .. }) => Some((*id, method.clone())),
+        _ => None,
     }
-    let p: Peek = serde_json::from_str(text).ok()?;
-    Some((p.id?.as_u64()?, p.method?))
 }
 
 /// Runs one connection: read the request head; answer plain HTTP, or do
 /// the WebSocket handshake, register the writer, then read frames until the
 /// client closes, the socket fails, or the writer closes it.
-async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outgoing_max_bytes: usize) {
+async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, bounds: Bounds) {
     let _ = stream.set_nodelay(true);
     let (bytes, head_len) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(Some(read))) => read,
@@ -365,7 +421,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
     let (tx, mut rx) = mpsc::unbounded_channel::<WriterCmd>();
     let backlog = Arc::new(Backlog {
         queued: AtomicUsize::new(0),
-        max: outgoing_max_bytes,
+        max: bounds.outgoing_max_bytes,
         overflow: Notify::new(),
         overflowed: AtomicBool::new(false),
     });
@@ -383,11 +439,15 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
                 // WRITE_BATCH_BYTES; a close ends the batch.
                 let (mut len, mut frames, mut fed, mut close) = (0, 0, Ok(()), None);
                 loop {
+                    len += cmd.bytes();
                     match cmd {
                         WriterCmd::Frame(text) => {
-                            len += text.len();
                             frames += 1;
                             fed = sink.feed(Message::Text(text)).await;
+                        }
+                        WriterCmd::Action(broadcast) => {
+                            frames += 1;
+                            fed = sink.feed(Message::Text(action_frame(&broadcast))).await;
                         }
                         WriterCmd::Close => {
                             close = Some(None);
@@ -446,9 +506,9 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, outg
             _ = &mut stop_rx => break,
         };
         match message {
-            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str().to_owned(), &inbound).await,
+            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str(), bounds.frame_max_bytes, &inbound).await,
             Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
-                Ok(text) => frame(&events, conn, text.to_owned(), &inbound).await,
+                Ok(text) => frame(&events, conn, text, bounds.frame_max_bytes, &inbound).await,
                 Err(_) => tracing::debug!(conn = conn.0, "ignored a binary frame that is not UTF-8"),
             },
             Some(Ok(Message::Close(_))) | None => break,
@@ -521,16 +581,17 @@ async fn linger_then_close(spare: std::net::TcpStream) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
-/// Hands one frame to the driver with its request's method and id, once
-/// the connection's frames not yet handled leave room for it
-/// ([`INBOUND_MAX_BYTES`]); the room comes back when the driver has handled
-/// it (the credit travels with the event).
-async fn frame(events: &EventSink, conn: ConnId, text: String, inbound: &Arc<Semaphore>) {
-    let bytes = u32::try_from(text.len().clamp(1, INBOUND_MAX_BYTES)).unwrap_or(u32::MAX);
+/// Decodes one frame (bounded by `max_bytes`) and hands it to the driver
+/// with its request's method and id, once the connection's frames not yet
+/// handled leave room for it ([`INBOUND_MAX_BYTES`]); the room comes back
+/// when the driver has handled it (the credit travels with the event).
+async fn frame(events: &EventSink, conn: ConnId, text: &str, max_bytes: usize, inbound: &Arc<Semaphore>) {
+    let room = u32::try_from(text.len().clamp(1, INBOUND_MAX_BYTES)).unwrap_or(u32::MAX);
     // The semaphore is never closed, so this waits or succeeds.
-    let Ok(credit) = Arc::clone(inbound).acquire_many_owned(bytes).await else { return };
-    let request = peek_request(&text);
-    events.send(Event::Frame { conn, text, request, credit });
+    let Ok(credit) = Arc::clone(inbound).acquire_many_owned(room).await else { return };
+    let decoded = codec::decode_bounded(text, max_bytes);
+    let request = request_of(&decoded);
+    events.send(Event::Frame { conn, bytes: text.len(), frame: decoded, request, credit });
 }
 
 #[cfg(test)]
@@ -549,10 +610,57 @@ mod tests {
         assert!(parse_head(b"nonsense\r\n\r\n").is_none());
     }
 
+    fn writer(max: usize) -> (Writer, mpsc::UnboundedReceiver<WriterCmd>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog { queued: AtomicUsize::new(0), max, overflow: Notify::new(), overflowed: AtomicBool::new(false) });
+        (Writer { tx, backlog }, rx)
+    }
+
+    fn text(len: usize) -> WriterCmd {
+        WriterCmd::Frame(Utf8Bytes::from("x".repeat(len)))
+    }
+
+    /// One answer bigger than the whole bound (a reconnect's snapshots of a
+    /// huge chat) goes when nothing else waits; a frame behind it that
+    /// would pile past the bound drops the client, as any pile-up does.
     #[test]
-    fn requests_are_peeked() {
-        assert_eq!(peek_request(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#), Some((3, "ping".to_owned())));
-        assert_eq!(peek_request(r#"{"jsonrpc":"2.0","method":"dispatchAction"}"#), None);
-        assert_eq!(peek_request("nope"), None);
+    fn one_frame_over_the_bound_goes_alone_but_nothing_piles_up_behind_it() {
+        let (w, mut rx) = writer(100);
+        w.send(text(500));
+        assert!(matches!(rx.try_recv(), Ok(WriterCmd::Frame(t)) if t.len() == 500), "the big answer is queued");
+        assert!(!w.backlog.overflowed.load(Ordering::Relaxed));
+        w.send(text(10));
+        assert!(w.backlog.overflowed.load(Ordering::Relaxed), "a frame behind an unwritten one past the bound drops the client");
+        assert!(rx.try_recv().is_err());
+        let (w, mut rx) = writer(100);
+        w.send(text(60));
+        w.send(text(60));
+        assert!(w.backlog.overflowed.load(Ordering::Relaxed), "two that pile past the bound, as before");
+        assert!(matches!(rx.try_recv(), Ok(WriterCmd::Frame(_))));
+        assert!(rx.try_recv().is_err());
+    }
+
+    /// An envelope's frame, encoded by the writer, is the `action`
+    /// notification serde writes, shared by every writer; it counts its
+    /// weight and wrapping against the backlog, which for text with nothing
+    /// to escape is the frame's length.
+    #[test]
+    fn an_envelope_is_encoded_by_its_first_writer_and_shared() {
+        use ahp_types::actions::{ActionEnvelope, SessionTitleChangedAction, StateAction};
+        let envelope = ActionEnvelope { channel: "ahp-session:/a".into(), action: StateAction::SessionTitleChanged(SessionTitleChangedAction { title: "a title".into() }), server_seq: 9, origin: None, rejection_reason: None };
+        let expected = serde_json::to_string(&serde_json::json!({"jsonrpc": "2.0", "method": "action", "params": envelope})).unwrap_or_default();
+        let broadcast = Arc::new(Broadcast::new(envelope));
+        let (a, b) = (action_frame(&broadcast), action_frame(&broadcast));
+        assert_eq!(a.as_str(), expected);
+        assert_eq!(a.as_str().as_ptr(), b.as_str().as_ptr(), "one encoding, shared");
+        assert_eq!(WriterCmd::Action(broadcast).bytes(), expected.len());
+    }
+
+    #[test]
+    fn requests_are_named_for_the_metrics() {
+        let of = |text: &str| request_of(&codec::decode(text));
+        assert_eq!(of(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#), Some((3, "ping".to_owned())));
+        assert_eq!(of(r#"{"jsonrpc":"2.0","method":"dispatchAction"}"#), None);
+        assert_eq!(of("nope"), None);
     }
 }

@@ -136,6 +136,35 @@ pub enum Effect {
     /// A line for the operator's log (one per session lifecycle event, and
     /// every refusal worth a look). Never carries secrets.
     Log(LogEvent),
+    /// State the host let go of (a disposed session, the envelopes it will
+    /// never replay), for the shell to free off the thread every client
+    /// waits on: freeing a session that held 20 turns of 900 KB took the
+    /// driver 5-9 ms (issue 25). Dropping it at once is always right.
+    Release(Released),
+}
+
+/// Memory handed over with [`Effect::Release`]: opaque, only to be dropped.
+/// Clones share it; two are equal when they share it.
+#[derive(Clone)]
+pub struct Released(std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl Released {
+    /// `value`, to be dropped by whoever executes the effect.
+    pub fn new<T: Send + Sync + 'static>(value: T) -> Released {
+        Released(std::sync::Arc::new(value))
+    }
+}
+
+impl std::fmt::Debug for Released {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Released")
+    }
+}
+
+impl PartialEq for Released {
+    fn eq(&self, other: &Released) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A command for a chat's agent.

@@ -88,12 +88,15 @@ impl ReplayBuffer {
     /// answered with snapshots, so they can never be replayed). Another
     /// channel's replay is unchanged: a reconnect from before the oldest
     /// envelope left is answered with snapshots, as always.
-    pub fn forget(&mut self, channels: &[Uri]) {
-        let before = self.kept.len();
-        self.kept.retain(|k| !channels.contains(&k.channel));
-        if self.kept.len() != before {
+    /// Returns what was forgotten (for the caller to let go of off its
+    /// thread: a client's big messages among them).
+    pub fn forget(&mut self, channels: &[Uri]) -> Vec<Arc<Broadcast>> {
+        let (gone, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.kept).into_iter().partition(|k| channels.contains(&k.channel));
+        self.kept = kept;
+        if !gone.is_empty() {
             self.bytes = self.kept.iter().map(|k| bytes(k)).sum();
         }
+        gone.into()
     }
 
     /// The `serverSeq` of the oldest envelope kept, if any.

@@ -333,7 +333,7 @@ impl Harness {
                 }
                 Effect::Backend { op, .. } | Effect::Store { op, .. } | Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
                 Effect::Git { op, command } => Some((op, git(&command))),
-                Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) | Effect::HostToolAnswer { .. } => None,
+                Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) | Effect::HostToolAnswer { .. } | Effect::Release(_) => None,
             };
             if let Some((op, outcome)) = done {
                 self.done(op, outcome);

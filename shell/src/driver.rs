@@ -398,6 +398,11 @@ impl Driver {
                 None => tracing::debug!(call = call.0, "answer to a host tool call nobody waits for"),
             },
             Effect::Log(event) => log(&event),
+            // Freed on a blocking thread: freeing megabytes (and giving
+            // the pages back) on this one stalled every client (issue 25).
+            Effect::Release(released) => {
+                tokio::task::spawn_blocking(move || drop(released));
+            }
         }
     }
 }

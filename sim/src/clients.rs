@@ -609,7 +609,13 @@ impl Client {
             }
             8 => {
                 let action = match rng.below(3) {
-                    0 => json!({"type": "session/titleChanged", "title": format!("title {}", rng.below(100))}),
+                    0 => {
+                        // One in a hundred is over the title cap (issue 25):
+                        // refused with a reason, the title kept.
+                        let n = rng.below(100);
+                        let title = if n == 99 { "t".repeat(ahpd_core::caps::TITLE_MAX_BYTES + 1) } else { format!("title {n}") };
+                        json!({"type": "session/titleChanged", "title": title})
+                    }
                     1 => json!({"type": "session/isReadChanged", "isRead": rng.chance(0.5)}),
                     _ => json!({"type": "session/isArchivedChanged", "isArchived": rng.chance(0.3)}),
                 };

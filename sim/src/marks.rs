@@ -139,6 +139,8 @@ pub const EXPECTED: &[&str] = &[
     "chat_created",
     "chat_disposed",
     "action_rejected",
+    // A sim client's title over the cap (issue 25).
+    "title_refused_over_cap",
     // The state a session reports.
     "modified_at_clamped",
     // Finding one.
@@ -256,11 +258,10 @@ pub const EXPECTED_PENDING: &[&str] = &[
     "limit_pending_requests_refused",
     "limit_connections_refused",
     "limit_rate_refused",
-    // Issue 25's caps and damaged transcripts: no sim client sends a title
-    // or a message over a cap, and no sim backend's transcript is damaged
-    // (core/tests/limits.rs and core/tests/damaged_transcripts.rs cover
-    // each).
-    "title_refused_over_cap",
+    // Issue 25's caps and damaged transcripts: no sim client sends a
+    // message over a cap (a title over it, yes), and no sim backend's
+    // transcript is damaged (core/tests/limits.rs and
+    // core/tests/damaged_transcripts.rs cover each).
     "message_refused_over_cap",
     "transcript_damaged_marked",
     "transcript_damage_cleared",

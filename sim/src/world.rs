@@ -804,6 +804,7 @@ impl World {
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
                     Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
                     Effect::HostToolAnswer { call, result } => format!("  -> host tool answer call{} {result:?}", call.0),
+                    Effect::Release(_) => "  -> release".to_owned(),
                 };
                 self.trace.note(self.steps, now.mono.0, &text.chars().take(400).collect::<String>());
             }
@@ -927,6 +928,8 @@ impl World {
                 }
             }
             Effect::HostToolAnswer { .. } => {}
+            // Dropped here, at once: what the daemon frees off its thread.
+            Effect::Release(_) => {}
             Effect::Registry { op, command } => {
                 let wall_ms = self.now_host().wall.0;
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);

@@ -319,7 +319,7 @@ impl Host {
         // Never replayed again (a retired channel is answered with
         // snapshots): its envelopes, a client's big messages among them,
         // go now rather than when the window passes them (issue 25).
-        self.shared.replay.forget(&channels);
+        let forgotten = self.shared.replay.forget(&channels);
         for c in self.shared.conns.values_mut() {
             for ch in &channels {
                 c.subscriptions.remove(ch);
@@ -340,7 +340,10 @@ impl Host {
         self.recount_active();
         self.shared.reply(conn, id, Value::Null);
         self.shared.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
-        if !session.record.working_directories.is_empty() {
+        let worked_in_trees = !session.record.working_directories.is_empty();
+        // Its state and envelopes are freed by the shell, off this thread.
+        self.shared.effects.push(crate::effect::Effect::Release(crate::effect::Released::new((session, forgotten))));
+        if worked_in_trees {
             // Trees it worked in that an archived session kept for it.
             self.trees_freed();
         }

@@ -1852,7 +1852,21 @@ async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
         peak: Mutex::new([0; SOAK_PHASES.len()]),
     });
     let sampler = tokio::spawn(rss_sampler(d.pid, Arc::clone(&watch)));
-    let steady = tokio::spawn(steady_client(d.url.clone(), work.clone(), Arc::clone(&watch)));
+    // The steady client runs on a thread and runtime of its own, as a real
+    // client is a process of its own: on the bench's shared runtime its
+    // pings waited behind the bench's other clients decoding 900 KB
+    // frames, and that wait was counted as the daemon's.
+    let steady = {
+        let (url, folder, watch) = (d.url.clone(), work.clone(), Arc::clone(&watch));
+        let (done, ended) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(steady_client(url, folder, watch));
+            }
+            let _ = done.send(());
+        });
+        ended
+    };
     tokio::time::sleep(o.baseline).await;
     let mut before = vec![d.rss()?];
     let mut after = Vec::new();

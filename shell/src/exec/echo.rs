@@ -1157,12 +1157,20 @@ async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, tu
 ///
 /// Errors: encoding or IO, as a message; the file may then end in part of
 /// a line, so the caller rewrites it whole next time.
+///
+/// Encoded on the blocking thread that writes it, from a copy: encoding a
+/// turn of megabytes on the runtime's workers held up every connection's
+/// reader and writer queued behind it (issue 25); a copy is a memcpy.
 async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: &Turn) -> Result<(), String> {
-    let bytes = echo_transcript::encode_turn(header, turn).map_err(|e| format!("echo: could not encode a turn: {e}"))?;
     let path = dir.join(file_name(conversation_id));
-    match tokio::task::spawn_blocking(move || fsutil::append_durable(&path, &bytes)).await {
+    let (header, turn, id) = (header.clone(), turn.clone(), conversation_id.to_owned());
+    let append = move || match echo_transcript::encode_turn(&header, &turn) {
+        Ok(bytes) => fsutil::append_durable(&path, &bytes).map_err(|e| format!("echo: could not append to the transcript of {id}: {e}")),
+        Err(e) => Err(format!("echo: could not encode a turn: {e}")),
+    };
+    match tokio::task::spawn_blocking(append).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("echo: could not append to the transcript of {conversation_id}: {e}")),
+        Ok(Err(e)) => Err(e),
         Err(e) => Err(format!("echo: write task failed: {e}")),
     }
 }

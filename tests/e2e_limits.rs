@@ -159,6 +159,32 @@ async fn a_client_that_does_not_read_is_dropped_and_others_are_served() {
     assert!(grown < 64 * 1024 + 4 * sent, "RSS grew by {grown} KiB for {sent} KiB of turn text");
 }
 
+/// One answer bigger than `outgoing_buffer_max_bytes` (a reconnect's
+/// replay or snapshots of a chat holding more than the bound) goes to a
+/// client that reads: the bound is on frames piling up unread, not on one
+/// answer. Before, the client was dropped as a stuck one would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_answer_over_the_outgoing_bound_reaches_a_client_that_reads() {
+    const BOUND: usize = 64 << 10;
+    const TEXT_BYTES: usize = 40 << 10;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let bound = BOUND.to_string();
+    let daemon = Daemon::start_with(&data, &["--limit-outgoing-buffer-max-bytes", &bound]);
+    let (c, _, _) = connect_init(&daemon.url, "writer").await;
+    let (_sid, chat, _ssub, mut chat_state, mut csub) = new_session(&c).await;
+    // The chat now holds a message and its echo, each 40 KiB: more than
+    // the bound together.
+    run_turn(&c, &chat, &mut chat_state, &mut csub, "big", &"x".repeat(TEXT_BYTES)).await;
+
+    let late = connect(&daemon.url).await;
+    let answer = within("reconnect", late.reconnect("late".to_owned(), 0, vec![chat.clone()])).await.expect("the reconnect is answered");
+    let size = serde_json::to_string(&answer).map(|t| t.len()).unwrap_or_default();
+    assert!(size > BOUND, "the answer ({size} bytes) is over the bound ({BOUND})");
+    within("ping", late.ping()).await.expect("the client is still served after the big answer");
+    assert!(!daemon.log_text().contains("slow client dropped"), "nobody was dropped");
+}
+
 /// Runs one turn of `text` in `chat` to its end; returns the `serverSeq`
 /// of the envelope that completed it.
 async fn run_turn(c: &ahp::Client, chat: &str, state: &mut ahp::ahp_types::state::ChatState, sub: &mut ahp::SessionSubscription, turn_id: &str, text: &str) -> u64 {

@@ -451,6 +451,11 @@ impl Broadcast {
         self.weight
     }
 
+    /// The frame, if someone asked for it already ([`Broadcast::frame`]).
+    pub fn encoded(&self) -> Option<&std::sync::Arc<str>> {
+        self.frame.get()
+    }
+
     /// The `action` notification carrying the envelope, as frame text:
     /// encoded by the first caller, shared by every later one (callers on
     /// other threads wait for the first to finish). Serializing an

@@ -3,11 +3,16 @@
 //! is sent the envelopes it missed instead of snapshots).
 //!
 //! Kept as the broadcasts themselves (`crate::effect::Broadcast`, the
-//! same shared value every subscriber's writer was handed): keeping adds no
-//! copy, and a reconnect, rare beside the broadcasts, clones what it
-//! replays. Each counts its weight (its JSON text's length, weighed when it
-//! was made) against the byte bound: the core never encodes an envelope
-//! (issue 25: encoding a 900 KB message stalled every client).
+//! same shared value every subscriber's writer was handed: keeping adds no
+//! copy), and, once a writer has encoded one, as its frame text alone: an
+//! envelope's tree of values (a `session/metaChanged` carries the whole
+//! `_meta`) took several times its text in memory, and the buffer holds a
+//! thousand (issue 21: memory per live session with 100 peers in one
+//! folder). Each counts its weight (its JSON text's length, weighed when it
+//! was made) against the byte bound, whichever form it is in: the core
+//! never encodes an envelope (issue 25: encoding a 900 KB message stalled
+//! every client). A reconnect, rare beside the broadcasts, clones or
+//! decodes what it replays; both give the envelope broadcast.
 //!
 //! Bounded twice ([`Window`]): by envelopes (`Config::replay_buffer_len`)
 //! and by bytes (`Limits::replay_buffer_max_bytes`). By count alone a
@@ -24,11 +29,69 @@ use ahp_types::Uri;
 
 use crate::effect::Broadcast;
 
-/// What one kept envelope counts against [`Window::max_bytes`]: its
-/// weight and its channel, in bytes.
-fn bytes(kept: &Broadcast) -> usize {
-    kept.weight() + kept.channel.len()
+/// One kept envelope: the broadcast, or (once encoded) its frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kept {
+    /// The broadcast as it was sent.
+    Sent(Arc<Broadcast>),
+    /// Its frame text, with what a replay filters on.
+    Text {
+        /// The envelope's `serverSeq`.
+        server_seq: u64,
+        /// The envelope's channel.
+        channel: Uri,
+        /// The envelope's weight ([`Broadcast::weight`]), in bytes.
+        weight: usize,
+        /// The `action` frame ([`Broadcast::frame`]).
+        frame: Arc<str>,
+    },
 }
+
+impl Kept {
+    fn server_seq(&self) -> u64 {
+        match self {
+            Kept::Sent(b) => b.server_seq,
+            Kept::Text { server_seq, .. } => *server_seq,
+        }
+    }
+    fn channel(&self) -> &Uri {
+        match self {
+            Kept::Sent(b) => &b.channel,
+            Kept::Text { channel, .. } => channel,
+        }
+    }
+    /// What it counts against [`Window::max_bytes`]: its weight and its
+    /// channel, in bytes (the same in either form).
+    fn bytes(&self) -> usize {
+        match self {
+            Kept::Sent(b) => b.weight() + b.channel.len(),
+            Kept::Text { weight, channel, .. } => weight + channel.len(),
+        }
+    }
+    /// The envelope again; `None` for a frame that does not decode (it was
+    /// encoded from the same type: never in practice).
+    fn envelope(&self) -> Option<ActionEnvelope> {
+        #[derive(serde::Deserialize)]
+        struct Frame {
+            params: ActionEnvelope,
+        }
+        match self {
+            Kept::Sent(b) => Some(b.envelope().clone()),
+            Kept::Text { frame, .. } => serde_json::from_str::<Frame>(frame).ok().map(|f| f.params),
+        }
+    }
+    /// The text form, when a writer has encoded the broadcast.
+    fn compacted(&self) -> Option<Kept> {
+        let Kept::Sent(b) = self else { return None };
+        let frame = b.encoded()?;
+        Some(Kept::Text { server_seq: b.server_seq, channel: b.channel.clone(), weight: b.weight(), frame: Arc::clone(frame) })
+    }
+}
+
+/// How many of the newest kept envelopes each push looks at to keep the
+/// encoded ones as text only (writers encode an envelope right after it is
+/// broadcast; one no subscriber was sent stays a value, within the bounds).
+const COMPACT_LOOKBACK: usize = 32;
 
 /// How much the buffer may keep: whichever bound is reached first drops
 /// the oldest envelopes.
@@ -53,8 +116,8 @@ impl Window {
 /// module docs).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplayBuffer {
-    kept: VecDeque<Arc<Broadcast>>,
-    /// The sum of [`bytes`] over `kept`, in bytes.
+    kept: VecDeque<Kept>,
+    /// The sum of [`Kept::bytes`] over `kept`, in bytes.
     bytes: usize,
 }
 
@@ -65,11 +128,13 @@ impl ReplayBuffer {
     /// before it is dropped, so a replay can never skip it silently (a
     /// reconnect from before it is answered with snapshots).
     pub fn push(&mut self, sent: &Arc<Broadcast>, window: Window) {
-        let size = bytes(sent);
+        self.compact();
+        let kept = Kept::Sent(Arc::clone(sent));
+        let size = kept.bytes();
         match size <= window.max_bytes {
             true => {
                 self.bytes += size;
-                self.kept.push_back(Arc::clone(sent));
+                self.kept.push_back(kept);
             }
             false => {
                 crate::mark!("replay_window_ended");
@@ -79,7 +144,17 @@ impl ReplayBuffer {
         }
         while self.kept.len() > window.len || self.bytes > window.max_bytes {
             let Some(old) = self.kept.pop_front() else { break };
-            self.bytes -= bytes(&old);
+            self.bytes -= old.bytes();
+        }
+    }
+
+    /// Keeps the newest envelopes a writer has encoded as their text alone
+    /// (see the module docs); what they count and replay is unchanged.
+    fn compact(&mut self) {
+        for k in self.kept.iter_mut().rev().take(COMPACT_LOOKBACK) {
+            if let Some(text) = k.compacted() {
+                *k = text;
+            }
         }
     }
 
@@ -90,24 +165,25 @@ impl ReplayBuffer {
     /// envelope left is answered with snapshots, as always.
     /// Returns what was forgotten (for the caller to let go of off its
     /// thread: a client's big messages among them).
-    pub fn forget(&mut self, channels: &[Uri]) -> Vec<Arc<Broadcast>> {
-        let (gone, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.kept).into_iter().partition(|k| channels.contains(&k.channel));
+    pub fn forget(&mut self, channels: &[Uri]) -> Vec<Kept> {
+        let (gone, kept): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.kept).into_iter().partition(|k| channels.contains(k.channel()));
         self.kept = kept;
         if !gone.is_empty() {
-            self.bytes = self.kept.iter().map(|k| bytes(k)).sum();
+            self.bytes = self.kept.iter().map(Kept::bytes).sum();
         }
         gone.into()
     }
 
     /// The `serverSeq` of the oldest envelope kept, if any.
     pub fn oldest(&self) -> Option<u64> {
-        self.kept.front().map(|k| k.server_seq)
+        self.kept.front().map(Kept::server_seq)
     }
 
     /// The kept envelopes after `last_seen` on any of `channels`, oldest
-    /// first.
-    pub fn since(&self, last_seen: u64, channels: &[Uri]) -> Vec<ActionEnvelope> {
-        self.kept.iter().filter(|k| k.server_seq > last_seen && channels.contains(&k.channel)).map(|k| k.envelope().clone()).collect()
+    /// first; `None` when one of them no longer decodes (never in practice:
+    /// the caller answers with snapshots, which are always right).
+    pub fn since(&self, last_seen: u64, channels: &[Uri]) -> Option<Vec<ActionEnvelope>> {
+        self.kept.iter().filter(|k| k.server_seq() > last_seen && channels.contains(k.channel())).map(Kept::envelope).collect()
     }
 
     /// What [`crate::invariants::inv_replay_buffer_window`] checks: at most
@@ -122,7 +198,7 @@ impl ReplayBuffer {
         if self.kept.len() > window.len {
             return Err(format!("{} envelopes kept, at most {} allowed", self.kept.len(), window.len));
         }
-        let bytes: usize = self.kept.iter().map(|k| bytes(k)).sum();
+        let bytes: usize = self.kept.iter().map(Kept::bytes).sum();
         if bytes != self.bytes {
             return Err(format!("{bytes} bytes kept, but the buffer counts {}", self.bytes));
         }
@@ -131,13 +207,13 @@ impl ReplayBuffer {
         }
         let mut last = None;
         for k in &self.kept {
-            if last.is_some_and(|l| k.server_seq <= l) {
-                return Err(format!("envelope {} kept after {}", k.server_seq, last.unwrap_or_default()));
+            if last.is_some_and(|l| k.server_seq() <= l) {
+                return Err(format!("envelope {} kept after {}", k.server_seq(), last.unwrap_or_default()));
             }
-            if k.server_seq > server_seq {
-                return Err(format!("envelope {} kept, but the last serverSeq stamped is {server_seq}", k.server_seq));
+            if k.server_seq() > server_seq {
+                return Err(format!("envelope {} kept, but the last serverSeq stamped is {server_seq}", k.server_seq()));
             }
-            last = Some(k.server_seq);
+            last = Some(k.server_seq());
         }
         Ok(())
     }
@@ -198,9 +274,30 @@ mod tests {
         for seq in 1..=5 {
             push(&mut buffer, &title(seq, if seq % 2 == 0 { "ahp-session:/b" } else { "ahp-session:/a" }), by_count(10));
         }
-        let got = buffer.since(1, &["ahp-session:/a".to_owned()]);
+        let got = buffer.since(1, &["ahp-session:/a".to_owned()]).unwrap_or_default();
         assert_eq!(got, vec![title(3, "ahp-session:/a"), title(5, "ahp-session:/a")]);
         assert_eq!(buffer.oldest(), Some(1));
+    }
+
+    /// A broadcast a writer has encoded is kept as its text from the next
+    /// push on: it counts the same bytes and replays the same envelope;
+    /// one never encoded stays as it was sent.
+    #[test]
+    fn an_encoded_envelope_is_kept_as_its_text_and_replays_the_same() {
+        let a = "ahp-session:/a";
+        let mut meta = serde_json::Map::new();
+        meta.insert("ahpd.peers".to_owned(), serde_json::json!({"count": 3, "list": ["x", "y"]}));
+        let first = Arc::new(Broadcast::new(envelope(1, a, StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) }))));
+        let second = Arc::new(Broadcast::new(title(2, a)));
+        let mut buffer = ReplayBuffer::default();
+        buffer.push(&first, by_count(10));
+        let _ = first.frame();
+        buffer.push(&second, by_count(10));
+        assert!(matches!(buffer.kept[0], Kept::Text { .. }), "the encoded one is text now");
+        assert!(matches!(buffer.kept[1], Kept::Sent(_)), "the other was never encoded");
+        assert_eq!(buffer.bytes(), size(first.envelope()) + size(second.envelope()));
+        assert_eq!(buffer.since(0, &[a.to_owned()]), Some(vec![first.envelope().clone(), second.envelope().clone()]));
+        assert_eq!(buffer.check(by_count(10), 2), Ok(()));
     }
 
     #[test]
@@ -211,7 +308,7 @@ mod tests {
         }
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.oldest(), Some(3));
-        assert_eq!(buffer.since(0, &["ahp-session:/a".to_owned()]).len(), 3);
+        assert_eq!(buffer.since(0, &["ahp-session:/a".to_owned()]).unwrap_or_default().len(), 3);
     }
 
     #[test]
@@ -222,7 +319,7 @@ mod tests {
         let sent = envelope(7, "ahp-session:/a", StateAction::SessionMetaChanged(SessionMetaChangedAction { meta: Some(meta) }));
         let mut buffer = ReplayBuffer::default();
         push(&mut buffer, &sent, by_count(10));
-        assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]), vec![sent]);
+        assert_eq!(buffer.since(6, &["ahp-session:/a".to_owned()]).unwrap_or_default(), vec![sent]);
     }
 
     #[test]
@@ -240,7 +337,7 @@ mod tests {
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.bytes(), (8..=10).map(|seq| size(&big(seq, a, 10_000))).sum::<usize>());
         assert_eq!(buffer.oldest(), Some(8), "the newest three are kept");
-        let replayed: Vec<u64> = buffer.since(0, &[a.to_owned()]).iter().map(|e| e.server_seq).collect();
+        let replayed: Vec<u64> = buffer.since(0, &[a.to_owned()]).unwrap_or_default().iter().map(|e| e.server_seq).collect();
         assert_eq!(replayed, vec![8, 9, 10]);
     }
 
@@ -277,7 +374,7 @@ mod tests {
         // A reconnect from before 3 finds the oldest kept after its next
         // one (the host answers it with snapshots); from 3 on it replays.
         assert_eq!(buffer.oldest(), Some(4));
-        assert_eq!(buffer.since(3, &[a.to_owned()]), vec![title(4, a)]);
+        assert_eq!(buffer.since(3, &[a.to_owned()]).unwrap_or_default(), vec![title(4, a)]);
         assert_eq!(buffer.check(window, 4), Ok(()));
     }
 
@@ -291,7 +388,7 @@ mod tests {
         buffer.forget(&[a.to_owned()]);
         assert_eq!(buffer.len(), 3);
         assert_eq!(buffer.bytes(), 3 * size(&big(2, b, 1000)));
-        assert_eq!(buffer.since(0, &[a.to_owned(), b.to_owned()]).iter().map(|e| e.server_seq).collect::<Vec<_>>(), vec![2, 4, 6]);
+        assert_eq!(buffer.since(0, &[a.to_owned(), b.to_owned()]).unwrap_or_default().iter().map(|e| e.server_seq).collect::<Vec<_>>(), vec![2, 4, 6]);
         assert_eq!(buffer.check(by_count(100), 6), Ok(()));
     }
 

@@ -419,7 +419,7 @@ impl Host {
                 self.touch(&session);
             }
         }
-        let replay = (replayable && last_seen <= self.shared.server_seq && !rebuilt).then(|| self.shared.replay.since(last_seen, &live));
+        let replay = (replayable && last_seen <= self.shared.server_seq && !rebuilt).then(|| self.shared.replay.since(last_seen, &live)).flatten();
         let result = match replay {
             Some(actions) => {
                 crate::mark!("reconnect_replayed");

@@ -560,7 +560,12 @@ impl Client {
                 };
                 self.turns += 1;
                 let turn_id = format!("c{}-t{}", self.index, self.turns);
-                let text = if rng.chance(0.5) { format!("hello {turn_id}\nsecond line") } else { format!("msg {turn_id}") };
+                let mut text = if rng.chance(0.5) { format!("hello {turn_id}\nsecond line") } else { format!("msg {turn_id}") };
+                if self.turns % 13 == 7 {
+                    // Now and then a message over the sim's text cap
+                    // (`options.rs`, issue 25): refused with a reason.
+                    text.push_str(&"x".repeat(crate::options::SIM_MESSAGE_TEXT_MAX_BYTES));
+                }
                 let action = json!({
                     "type": "chat/turnStarted",
                     "turnId": turn_id,

@@ -139,8 +139,9 @@ pub const EXPECTED: &[&str] = &[
     "chat_created",
     "chat_disposed",
     "action_rejected",
-    // A sim client's title over the cap (issue 25).
+    // A sim client's title and message over the caps (issue 25).
     "title_refused_over_cap",
+    "message_refused_over_cap",
     // The state a session reports.
     "modified_at_clamped",
     // Finding one.
@@ -258,11 +259,8 @@ pub const EXPECTED_PENDING: &[&str] = &[
     "limit_pending_requests_refused",
     "limit_connections_refused",
     "limit_rate_refused",
-    // Issue 25's caps and damaged transcripts: no sim client sends a
-    // message over a cap (a title over it, yes), and no sim backend's
-    // transcript is damaged (core/tests/limits.rs and
-    // core/tests/damaged_transcripts.rs cover each).
-    "message_refused_over_cap",
+    // Issue 25's damaged transcripts: no sim backend's transcript is
+    // damaged (core/tests/damaged_transcripts.rs covers it).
     "transcript_damaged_marked",
     "transcript_damage_cleared",
     // createSession's folder rule (issue 25): every twelfth plain create of

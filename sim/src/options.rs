@@ -323,7 +323,12 @@ impl Options {
                 None => ahpd_core::trust::Trust::default(),
             },
             // Small, so a client's queue reaches the limit (issue 23).
-            limits: ahpd_core::config::Limits { queued_messages_per_chat: 4, replay_buffer_max_bytes: self.replay_buffer_max_bytes, ..Default::default() },
+            limits: ahpd_core::config::Limits {
+                queued_messages_per_chat: 4,
+                replay_buffer_max_bytes: self.replay_buffer_max_bytes,
+                message_text_max_bytes: SIM_MESSAGE_TEXT_MAX_BYTES,
+                ..Default::default()
+            },
             ..Config::default()
         }
     }
@@ -397,3 +402,8 @@ impl fmt::Display for Options {
         write!(f, "\n{}", self.awareness)
     }
 }
+
+/// The sim host's cap on a message's text (`limits.message_text_max_bytes`),
+/// in bytes: small, so that a sim client's message over it (its 7th,
+/// 20th, ... turn) stays cheap to send (issue 25's caps).
+pub const SIM_MESSAGE_TEXT_MAX_BYTES: usize = 2048;

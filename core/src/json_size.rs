@@ -17,15 +17,16 @@ use serde::ser::{self, Serialize};
 /// The length of `value`'s JSON text (`serde_json::to_string`) as weighed
 /// above, in bytes; 0 for a value serde cannot encode.
 pub fn weigh<T: Serialize + ?Sized>(value: &T) -> usize {
-    let mut scale = Scale(0);
+    let mut scale = Scale(0, 0);
     match value.serialize(&mut scale) {
         Ok(()) => scale.0,
         Err(Unweighable) => 0,
     }
 }
 
-/// The running count, in bytes.
-struct Scale(usize);
+/// The running count, in bytes, and how many strings it counted (a map
+/// key that adds none was not a string, and serde_json quotes it).
+struct Scale(usize, usize);
 
 /// Never made: weighing cannot fail, but serde's error type must exist.
 #[derive(Debug)]
@@ -63,7 +64,12 @@ impl Scale {
         self.add(usize::from(v < 0) + digits(v.unsigned_abs()));
     }
     fn string(&mut self, s: &str) {
-        self.add(s.len() + 2);
+        self.quoted(s.len());
+    }
+    /// A quoted text of `len` bytes.
+    fn quoted(&mut self, len: usize) {
+        self.add(len + 2);
+        self.1 += 1;
     }
     fn float(&mut self, v: f64) {
         // serde_json writes NaN and the infinities as null.
@@ -172,7 +178,7 @@ impl<'a> ser::Serializer for &'a mut Scale {
         Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), Unweighable> {
-        self.add(v.len_utf8() + 2);
+        self.quoted(v.len_utf8());
         Ok(())
     }
     fn serialize_str(self, v: &str) -> Result<(), Unweighable> {
@@ -257,38 +263,23 @@ impl ser::SerializeSeq for Compound<'_> {
     }
 }
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Unweighable;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unweighable> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<(), Unweighable> {
-        Ok(())
-    }
+/// The tuple shapes weigh as a sequence does.
+macro_rules! weigh_as_seq {
+    ($($trait:ident :: $method:ident),*) => {$(
+        impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = Unweighable;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unweighable> {
+                ser::SerializeSeq::serialize_element(self, value)
+            }
+            fn end(self) -> Result<(), Unweighable> {
+                Ok(())
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Unweighable;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unweighable> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<(), Unweighable> {
-        Ok(())
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Unweighable;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Unweighable> {
-        ser::SerializeSeq::serialize_element(self, value)
-    }
-    fn end(self) -> Result<(), Unweighable> {
-        Ok(())
-    }
-}
+weigh_as_seq!(SerializeTuple::serialize_element, SerializeTupleStruct::serialize_field, SerializeTupleVariant::serialize_field);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();
@@ -296,9 +287,9 @@ impl ser::SerializeMap for Compound<'_> {
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Unweighable> {
         self.comma();
         // A key that is not a string (a number) is written quoted.
-        let before = self.scale.0;
+        let strings = self.scale.1;
         key.serialize(&mut *self.scale)?;
-        if self.scale.0 > before && !is_string_key(key) {
+        if self.scale.1 == strings {
             self.scale.add(2);
         }
         self.scale.add(1);
@@ -310,107 +301,6 @@ impl ser::SerializeMap for Compound<'_> {
     fn end(self) -> Result<(), Unweighable> {
         Ok(())
     }
-}
-
-/// Whether `key` serializes as a JSON string (else serde_json quotes it).
-fn is_string_key<T: Serialize + ?Sized>(key: &T) -> bool {
-    struct Probe;
-    impl ser::Serializer for Probe {
-        type Ok = bool;
-        type Error = Unweighable;
-        type SerializeSeq = ser::Impossible<bool, Unweighable>;
-        type SerializeTuple = ser::Impossible<bool, Unweighable>;
-        type SerializeTupleStruct = ser::Impossible<bool, Unweighable>;
-        type SerializeTupleVariant = ser::Impossible<bool, Unweighable>;
-        type SerializeMap = ser::Impossible<bool, Unweighable>;
-        type SerializeStruct = ser::Impossible<bool, Unweighable>;
-        type SerializeStructVariant = ser::Impossible<bool, Unweighable>;
-        fn serialize_str(self, _: &str) -> Result<bool, Unweighable> {
-            Ok(true)
-        }
-        fn serialize_char(self, _: char) -> Result<bool, Unweighable> {
-            Ok(true)
-        }
-        fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> Result<bool, Unweighable> {
-            Ok(true)
-        }
-        fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, v: &T) -> Result<bool, Unweighable> {
-            v.serialize(self)
-        }
-        fn serialize_bool(self, _: bool) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_i8(self, _: i8) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_i16(self, _: i16) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_i32(self, _: i32) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_i64(self, _: i64) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_u8(self, _: u8) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_u16(self, _: u16) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_u32(self, _: u32) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_u64(self, _: u64) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_f32(self, _: f32) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_f64(self, _: f64) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_bytes(self, _: &[u8]) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_none(self) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<bool, Unweighable> {
-            v.serialize(self)
-        }
-        fn serialize_unit(self) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_unit_struct(self, _: &'static str) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_newtype_variant<T: Serialize + ?Sized>(self, _: &'static str, _: u32, _: &'static str, _: &T) -> Result<bool, Unweighable> {
-            Ok(false)
-        }
-        fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_tuple_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self::SerializeTupleVariant, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Unweighable> {
-            Err(Unweighable)
-        }
-        fn serialize_struct_variant(self, _: &'static str, _: u32, _: &'static str, _: usize) -> Result<Self::SerializeStructVariant, Unweighable> {
-            Err(Unweighable)
-        }
-    }
-    key.serialize(Probe).unwrap_or(true)
 }
 
 impl ser::SerializeStruct for Compound<'_> {

@@ -194,8 +194,9 @@ pub enum BackendCmd {
     Send {
         /// The turn id the client chose.
         turn_id: String,
-        /// The message.
-        message: Message,
+        /// The message, shared with the record's kept turn (one copy per
+        /// turn, however big).
+        message: std::sync::Arc<Message>,
     },
     /// Stop the running turn `turn_id`.
     Cancel {

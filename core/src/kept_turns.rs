@@ -11,6 +11,8 @@
 //! still running when the process stopped stays, and [`merge`] gives it
 //! back wherever the backend's history is read (a wake, an export), at
 //! the place it had, unless the backend's history has it after all.
+use std::sync::Arc;
+
 use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, ResponsePart, Turn, TurnState};
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +62,12 @@ pub enum KeptEnd {
     /// It failed with these words (a send the backend refused, an agent
     /// that exited).
     Error(String),
+}
+
+/// The message `chat` keeps for turn `turn_id`, shared (not copied), if
+/// it keeps the turn.
+pub fn message_of(chat: &ChatRecord, turn_id: &str) -> Option<Arc<Message>> {
+    chat.kept.iter().find(|k| k.id == turn_id).map(|k| Arc::clone(&k.message))
 }
 
 /// Keeps `turn` on `chat` (a turn just echoed).

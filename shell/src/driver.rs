@@ -348,7 +348,7 @@ impl Driver {
             // free; what the scan's threads left in their heaps is
             // collected (issue 21: memory per catalogue row), off the
             // driver's thread.
-            tokio::task::spawn_blocking(|| {
+            crate::exec::bulk::spawn(|| {
                 let took = crate::trim_freed_memory();
                 tracing::info!(trim_ms = took.as_secs_f64() * 1e3, "freed memory given back after a merge");
             });
@@ -401,7 +401,7 @@ impl Driver {
             // Freed on a blocking thread: freeing megabytes (and giving
             // the pages back) on this one stalled every client (issue 25).
             Effect::Release(released) => {
-                tokio::task::spawn_blocking(move || drop(released));
+                drop(crate::exec::bulk::spawn(move || drop(released)));
             }
         }
     }

@@ -277,7 +277,7 @@ impl Backend {
                 let agent = self.agents.entry(chat.clone()).or_default();
                 agent.script.retain(|s| !s.is_turn());
                 agent.script.extend(script);
-                agent.turn = Some(TurnRun { turn_id, message, parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new(), steer: None });
+                agent.turn = Some(TurnRun { turn_id, message: Message::clone(&message), parts: Vec::new(), open_part: None, waiting: None, writes: Vec::new(), steer: None });
                 self.done(cx, chat, op, Outcome::Ok, latency);
                 self.schedule_step(cx, chat);
                 self.maybe_call_tool(cx, chat);

@@ -213,7 +213,7 @@ impl Host {
 
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
-    pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: ahp_types::state::Message) {
+    pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: std::sync::Arc<ahp_types::state::Message>) {
         let live = self.sessions.get(session_uri).is_some_and(|s| s.phase.is_live() && !s.start_owed);
         // A session's first send asks git first (its tree and `turn/0`);
         // a sleeping session is woken first and asks once it is live.

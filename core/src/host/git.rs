@@ -43,7 +43,7 @@ impl Host {
     /// ([`Session::hold_for_git`](crate::session::Session::hold_for_git));
     /// true when the turn is held for it (or failed because no tree can
     /// be named).
-    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &ahp_types::state::Message) -> bool {
+    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &std::sync::Arc<ahp_types::state::Message>) -> bool {
         match self.in_session(session_uri, |s, sh| s.hold_for_git(sh, chat, turn_id, message)) {
             None | Some(GitHold::NotNeeded) => false,
             Some(GitHold::Held) => true,

@@ -179,7 +179,7 @@ impl Host {
         let op = self.sessions.get(&destination_uri).and_then(|s| s.work.parked.as_ref()).map(|p| p.op);
         let Some(op) = op else { return };
         if let Some(s) = self.sessions.get_mut(&source_uri) {
-            s.work.parked = Some(Box::new(Parked { op, work: ParkedWork::MoveHold }));
+            s.work.parked = Some(Box::new(Parked { op, work: ParkedWork::MoveHold, kept: None }));
         }
         crate::mark!("move_first_write");
     }
@@ -234,7 +234,7 @@ impl Host {
             s.work.parked.as_ref().map(|p| p.op)
         });
         match (op.flatten(), self.sessions.get_mut(&destination)) {
-            (Some(op), Some(s)) => s.work.parked = Some(Box::new(Parked { op, work: ParkedWork::MoveHold })),
+            (Some(op), Some(s)) => s.work.parked = Some(Box::new(Parked { op, work: ParkedWork::MoveHold, kept: None })),
             // The store was not asked (not reachable: a session a move
             // holds is not disposed): the move ends on the first write.
             (None, _) => self.finish_move(kept, None),

@@ -47,7 +47,7 @@ impl Host {
         let next = self.in_session(session_uri, |s, sh| s.start_queued(sh, &chat, turn_id, queued_id)).flatten();
         if let Some(ActionNext::TurnStarted { turn_id, message }) = next {
             self.recount_active();
-            self.send_turn(session_uri, chat, turn_id, *message);
+            self.send_turn(session_uri, chat, turn_id, message);
         }
     }
 

@@ -1000,11 +1000,12 @@ impl Host {
     pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         let Some(parked) = session.work.parked.take() else { return };
+        let mut kept = parked.kept;
         match (parked.work, failure) {
             (ParkedWork::Action(q), None) => {
                 let client_id = self.shared.sender_of(q.conn);
                 if let Some(session) = self.sessions.get_mut(session_uri) {
-                    session.write_ahead(&q, client_id);
+                    session.write_ahead(&q, client_id, &mut kept);
                 }
                 self.apply_client_action(session_uri, q);
             }
@@ -1092,7 +1093,7 @@ impl Host {
                     None => {}
                     Some(ActionNext::TurnStarted { turn_id, message }) => {
                         self.recount_active();
-                        self.send_turn(session_uri, q.channel, turn_id, *message);
+                        self.send_turn(session_uri, q.channel, turn_id, message);
                     }
                     Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false),
                     Some(ActionNext::TurnResumed) => self.recount_active(),

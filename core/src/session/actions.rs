@@ -24,7 +24,7 @@ pub enum ActionNext {
         /// The turn's id.
         turn_id: String,
         /// The person's message.
-        message: Box<Message>,
+        message: std::sync::Arc<Message>,
     },
     /// The chat's running turn was cancelled: what every turn's end does.
     TurnCancelled,
@@ -256,7 +256,12 @@ impl Session {
                 // wins over the client's optimistic copy.
                 a.started_at = sh.now.wall.to_iso();
                 let turn_id = a.turn_id.clone();
-                let message = a.message.clone();
+                let title = self.title_from_first_message(&a.message.text);
+                // The agent gets the record's kept copy of the message,
+                // shared: a copy of a 900 KB message is a millisecond of
+                // page faults on the driver (issue 25).
+                let kept = self.record.chats.iter().find(|c| c.resource == *channel).and_then(|c| crate::kept_turns::message_of(c, &turn_id));
+                let message = kept.unwrap_or_else(|| std::sync::Arc::new(a.message.clone()));
                 if !self.emit(sh, channel, StateAction::ChatTurnStarted(a), origin) {
                     return None;
                 }
@@ -265,13 +270,13 @@ impl Session {
                 }
                 self.mark_activity(sh);
                 self.touch(sh);
-                if let Some(title) = self.title_from_first_message(&message.text) {
+                if let Some(title) = title {
                     self.record.title = title.as_str().into();
                     self.emit(sh, &session_uri, StateAction::SessionTitleChanged(SessionTitleChangedAction { title }), None);
                 }
                 self.adopt(sh);
                 self.after_chat_change(sh, channel);
-                Some(ActionNext::TurnStarted { turn_id, message: Box::new(message) })
+                Some(ActionNext::TurnStarted { turn_id, message })
             }
             StateAction::ChatTurnCancelled(a) => self.cancel_turn(sh, channel, a, origin).then_some(ActionNext::TurnCancelled),
             StateAction::ChatTurnResume(a) => self.apply_resume(sh, channel, a, origin).then_some(ActionNext::TurnResumed),
@@ -348,8 +353,9 @@ impl Session {
     /// `sender` is who a started turn is recorded as sent by.
     pub(crate) fn park(&mut self, sh: &mut Shared, work: ParkedWork, sender: Option<String>) {
         let saved = self.record.clone();
+        let mut kept = None;
         match &work {
-            ParkedWork::Action(q) => self.write_ahead(q, sender),
+            ParkedWork::Action(q) => self.write_ahead(q, sender, &mut kept),
             ParkedWork::CreateChat { chat, .. } => self.record.chats.push((**chat).clone()),
             ParkedWork::DisposeChat { chat, .. } => self.record.chats.retain(|c| c.resource != *chat),
             ParkedWork::Reorder { chat, after, .. } => crate::session::moves::reorder(&mut self.record.chats, chat, after.as_ref()),
@@ -362,17 +368,18 @@ impl Session {
         let op = self.store_put(sh);
         self.record = saved;
         if let Some(op) = op {
-            self.work.parked = Some(Box::new(Parked { op, work }));
+            self.work.parked = Some(Box::new(Parked { op, work, kept }));
         }
     }
 
     /// Writes the host-owned part of client action `q` into the record, as
     /// it will be once the action applies (the store gets this copy before
     /// the action is echoed). `sender` is who a started turn is recorded as
-    /// sent by.
-    pub fn write_ahead(&mut self, q: &QueuedAction, sender: Option<String>) {
+    /// sent by; `kept` is a started turn's message as the record keeps it,
+    /// shared by every write of the same action (set by the first).
+    pub fn write_ahead(&mut self, q: &QueuedAction, sender: Option<String>, kept: &mut Option<std::sync::Arc<Message>>) {
         let after = self.last_turn(&q.channel);
-        apply_to_record(&mut self.record, q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)));
+        apply_to_record(&mut self.record, q, sender, after.as_ref().map(|(id, n)| (id.as_str(), *n)), kept);
         if let StateAction::ChatTruncated(a) = &q.action {
             let dropped = self.truncated_away(&q.channel, a.turn_id.as_deref());
             crate::session::rewind::record_truncation(&mut self.record, &q.channel, &dropped);
@@ -399,8 +406,9 @@ impl Session {
 }
 
 /// Applies the host-owned part of an action to the durable record. `after`
-/// is the chat's last turn id and turn count (a started turn's place).
-fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>) {
+/// is the chat's last turn id and turn count (a started turn's place);
+/// `kept`, a started turn's message as already kept (else kept now).
+fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<String>, after: Option<(&str, usize)>, kept: &mut Option<std::sync::Arc<Message>>) {
     match &q.action {
         StateAction::SessionTitleChanged(a) => record.title = a.title.as_str().into(),
         StateAction::SessionIsReadChanged(a) => record.is_read = a.is_read,
@@ -420,7 +428,8 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
         action if crate::session::pending::is_pending_action(action) => crate::session::pending::apply_to_record(record, q, sender),
         StateAction::ChatTurnStarted(a) => {
             if let Some(chat) = record.chats.iter_mut().find(|c| c.resource == q.channel) {
-                record_turn_start(chat, &a.turn_id, &a.started_at, &a.message, sender.unwrap_or_default(), after);
+                let message = std::sync::Arc::clone(kept.get_or_insert_with(|| std::sync::Arc::new(a.message.clone())));
+                record_turn_start(chat, &a.turn_id, &a.started_at, message, sender.unwrap_or_default(), after);
             }
         }
         _ => {}
@@ -432,12 +441,12 @@ fn apply_to_record(record: &mut SessionRecord, q: &QueuedAction, sender: Option<
 /// it, and the turn kept from its echo on until the backend has it
 /// (`crate::kept_turns`). `after` is the chat's last turn id and turn
 /// count (the turn's place).
-pub(crate) fn record_turn_start(chat: &mut crate::record::ChatRecord, turn_id: &str, started_at: &str, message: &Message, sender: String, after: Option<(&str, usize)>) {
+pub(crate) fn record_turn_start(chat: &mut crate::record::ChatRecord, turn_id: &str, started_at: &str, message: std::sync::Arc<Message>, sender: String, after: Option<(&str, usize)>) {
     chat.senders.insert(turn_id.to_owned(), sender);
     crate::kept_turns::hold(chat, crate::kept_turns::KeptTurn {
         id: turn_id.to_owned(),
         started_at: started_at.to_owned(),
-        message: std::sync::Arc::new(message.clone()),
+        message,
         after: after.map(|(id, _)| id.to_owned()),
         index: after.map_or(0, |(_, n)| n),
         ended: None,

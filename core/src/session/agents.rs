@@ -82,7 +82,7 @@ impl Session {
     /// the answer names the conversation the turn is kept under, and a
     /// turn the backend ended under a conversation the record never
     /// learnt was gone after a restart (issue 19, seed 12609).
-    pub(crate) fn hand_to_agent(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: Message) {
+    pub(crate) fn hand_to_agent(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: std::sync::Arc<Message>) {
         self.start_owed_agent(sh, &chat);
         let starting = self.phase.awaited().is_some_and(|ops| ops.iter().any(|op| sh.starts_chat(op, &chat)));
         if starting {

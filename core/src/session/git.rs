@@ -27,7 +27,7 @@ pub enum BegunNext {
     /// The tree could not be made: the held turns fail with `reason`.
     FailTurns {
         /// The turns held: (chat, turn id, message).
-        pending: Vec<(Uri, String, Message)>,
+        pending: Vec<(Uri, String, std::sync::Arc<Message>)>,
         /// What they are told.
         reason: String,
     },
@@ -49,7 +49,7 @@ pub enum GitHold {
     /// No tree can be named: every held turn fails with `reason`.
     Failed {
         /// The turns held: (chat, turn id, message).
-        pending: Vec<(Uri, String, Message)>,
+        pending: Vec<(Uri, String, std::sync::Arc<Message>)>,
         /// What they are told.
         reason: String,
     },
@@ -63,7 +63,7 @@ impl Session {
     /// the folder it was moved to: no tree is cut there (the one it had
     /// stays its own). A worktree whose config names no base reads the
     /// folder's facts first (`GitOp::Base`).
-    pub(crate) fn hold_for_git(&mut self, sh: &mut Shared, chat: &Uri, turn_id: &str, message: &Message) -> GitHold {
+    pub(crate) fn hold_for_git(&mut self, sh: &mut Shared, chat: &Uri, turn_id: &str, message: &std::sync::Arc<Message>) -> GitHold {
         let begun = self.record.git.as_ref().is_some_and(|g| !g.moved);
         let beginning = self.work.git_begin.is_some();
         if begun && !beginning {

@@ -109,6 +109,10 @@ pub struct Parked {
     pub op: OpId,
     /// What to do once durable.
     pub work: ParkedWork,
+    /// A started turn's message as the written record keeps it, shared
+    /// again when the action applies (one copy of a message per turn,
+    /// however big; issue 25).
+    pub kept: Option<std::sync::Arc<Message>>,
 }
 
 /// What a parked store write is for.
@@ -252,7 +256,7 @@ pub struct Work {
     pub sends_in_flight: BTreeMap<OpId, (Uri, String)>,
     /// Turns accepted while the agent was not running, handed to it once
     /// the wake ends: (chat, turn id, message).
-    pub pending_sends: Vec<(Uri, String, Message)>,
+    pub pending_sends: Vec<(Uri, String, std::sync::Arc<Message>)>,
     /// Every chat start not answered yet, by op, whatever the phase does
     /// meanwhile: a late answer still names the conversation an agent
     /// assigned, which the next wake must resume (`Session::start_answered`).

@@ -221,7 +221,7 @@ impl Session {
         self.record = saved;
         if let Some(op) = op {
             crate::mark!("queued_start_parked");
-            self.work.parked = Some(Box::new(Parked { op, work: ParkedWork::StartQueued { chat: chat.clone(), turn_id, queued_id } }));
+            self.work.parked = Some(Box::new(Parked { op, work: ParkedWork::StartQueued { chat: chat.clone(), turn_id, queued_id }, kept: None }));
         }
     }
 
@@ -245,7 +245,7 @@ impl Session {
             record.steering = None;
         }
         let after = after.as_ref().map(|(id, n)| (id.as_str(), *n));
-        crate::session::actions::record_turn_start(record, turn_id, started_at, &taken.message, taken.sender.clone(), after);
+        crate::session::actions::record_turn_start(record, turn_id, started_at, std::sync::Arc::new(taken.message.clone()), taken.sender.clone(), after);
         Some((taken, kind))
     }
 

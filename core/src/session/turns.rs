@@ -180,7 +180,7 @@ impl Session {
     /// The turns held for `chat`'s agent while it started, taken to be
     /// handed over (or failed); `None` while the session's first git
     /// command is out (they wait for it).
-    pub(crate) fn take_held_sends(&mut self, chat: &Uri) -> Option<Vec<(Uri, String, Message)>> {
+    pub(crate) fn take_held_sends(&mut self, chat: &Uri) -> Option<Vec<(Uri, String, std::sync::Arc<Message>)>> {
         if self.work.git_begin.is_some() {
             return None;
         }

@@ -25,7 +25,7 @@ pub enum WakeEnd {
     /// A resume failed: each turn and waiter fails with `reason`.
     Failed {
         /// The turns accepted while asleep: (chat, turn id, message).
-        pending: Vec<(Uri, String, Message)>,
+        pending: Vec<(Uri, String, std::sync::Arc<Message>)>,
         /// What waited, in arrival order.
         waiters: Vec<Waiter>,
         /// What they are told.
@@ -34,7 +34,7 @@ pub enum WakeEnd {
     /// The session is live: the turns go to their agents, the waiters run.
     Woke {
         /// The turns accepted while asleep: (chat, turn id, message).
-        pending: Vec<(Uri, String, Message)>,
+        pending: Vec<(Uri, String, std::sync::Arc<Message>)>,
         /// What waited, in arrival order.
         waiters: Vec<Waiter>,
     },

@@ -91,7 +91,7 @@ impl Backends {
         let provider = provider.to_owned();
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let outcome = match tokio::task::spawn_blocking(pass).await {
+            let outcome = match super::bulk::spawn(pass).await {
                 Ok(Ok(echo::Scan { rows, damaged })) => {
                     tracing::debug!(provider, rows = rows.len(), damaged = damaged.len(), ms = started.elapsed().as_millis() as u64, "scan finished");
                     Outcome::Scanned { rows, damaged }

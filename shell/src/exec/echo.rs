@@ -283,7 +283,7 @@ impl Actor {
                     // says what was asked and how it ended.
                     let scratch = Mutex::new(scratch_chat(&self.chat));
                     let started_at = WallTime(wall_ms()).to_iso();
-                    apply(&scratch, &StateAction::ChatTurnStarted(ChatTurnStartedAction { turn_id: turn_id.clone(), started_at, message, queued_message_id: None, meta: None }));
+                    apply(&scratch, &StateAction::ChatTurnStarted(ChatTurnStartedAction { turn_id: turn_id.clone(), started_at, message: Message::clone(&message), queued_message_id: None, meta: None }));
                     self.record_failed(&scratch, &turn_id, "echo: asked to fail", 0).await;
                     return failed("echo: asked to fail".to_owned());
                 }
@@ -338,7 +338,7 @@ impl Actor {
                 }
                 let dir = self.dir.clone();
                 let name = file_name(&conversation_id);
-                match tokio::task::spawn_blocking(move || fsutil::remove_durable(&dir, &name)).await {
+                match super::bulk::spawn(move || fsutil::remove_durable(&dir, &name)).await {
                     Ok(Ok(())) => Outcome::Ok,
                     Ok(Err(e)) => failed(format!("echo: could not delete conversation {conversation_id}: {e}")),
                     Err(e) => failed(format!("echo: delete task failed: {e}")),
@@ -374,7 +374,7 @@ impl Actor {
         forget_in_file(&self.dir, &self.chat, &conversation_id, &turn_ids).await
     }
 
-    fn send(&mut self, turn_id: String, message: Message) -> Outcome {
+    fn send(&mut self, turn_id: String, message: Arc<Message>) -> Outcome {
         let Some(agent) = self.agent.as_mut() else {
             return failed("echo: the agent for this chat is not running".to_owned());
         };
@@ -395,7 +395,7 @@ impl Actor {
             &StateAction::ChatTurnStarted(ChatTurnStartedAction {
                 turn_id: turn_id.clone(),
                 started_at,
-                message: message.clone(),
+                message: Message::clone(&message),
                 queued_message_id: None,
                 meta: None,
             }),
@@ -407,7 +407,7 @@ impl Actor {
         let ctx = TurnCtx {
             chat: self.chat.clone(),
             turn_id: turn_id.clone(),
-            text: message.text,
+            message,
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
@@ -444,7 +444,7 @@ impl Actor {
         };
         let Some(turn) = agent.transcript.pop() else { return failed("echo: no turn to resume".to_owned()) };
         agent.appendable = false;
-        let text = turn.message.text.clone();
+        let message = Arc::new(turn.message.clone());
         let mut chat = scratch_chat(&self.chat);
         chat.turns.push(turn);
         let scratch = Arc::new(Mutex::new(chat));
@@ -456,7 +456,7 @@ impl Actor {
         let ctx = TurnCtx {
             chat: self.chat.clone(),
             turn_id: turn_id.clone(),
-            text,
+            message,
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
@@ -543,7 +543,8 @@ impl Actor {
 struct TurnCtx {
     chat: Uri,
     turn_id: String,
-    text: String,
+    /// The person's message (shared with the host's record of the turn).
+    message: Arc<Message>,
     events: EventSink,
     actor: mpsc::UnboundedSender<ChatMsg>,
     scratch: Arc<Mutex<ChatState>>,
@@ -555,8 +556,13 @@ struct TurnCtx {
 }
 
 impl TurnCtx {
+    /// The person's message's text.
+    fn text(&self) -> &str {
+        &self.message.text
+    }
+
     async fn run(self, directive: Directive, confirm: oneshot::Receiver<bool>, answer: oneshot::Receiver<Answer>) {
-        let reply = format!("Echo: {}", self.text);
+        let reply = format!("Echo: {}", self.text());
         match directive {
             Directive::Plain | Directive::Fail => {
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
@@ -575,7 +581,7 @@ impl TurnCtx {
             }
             Directive::Resumed => {
                 let part_id = format!("{}.resumed", self.turn_id);
-                self.stream_in(&part_id, &format!("Echo (resumed): {}", self.text), CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
+                self.stream_in(&part_id, &format!("Echo (resumed): {}", self.text()), CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;
                 self.complete().await;
             }
             Directive::Error => {
@@ -605,7 +611,7 @@ impl TurnCtx {
             }
             Directive::Write => self.write_file(confirm).await,
             Directive::Tool => {
-                let reply = match tool_request(&self.text) {
+                let reply = match tool_request(&self.text()) {
                     Ok(request) => match self.events.host_tool(self.chat.clone(), request).await {
                         Ok(answer) => format!("Echo: tool answered: {answer}"),
                         Err(e) => format!("Echo: tool refused: {e}"),
@@ -673,7 +679,7 @@ impl TurnCtx {
     /// own copy as the host applied it, so the transcript keeps the
     /// question answered.
     async fn ask(&self, answer: oneshot::Receiver<Answer>) {
-        let question = self.text.trim_start().strip_prefix("/ask").unwrap_or_default().trim();
+        let question = self.text().trim_start().strip_prefix("/ask").unwrap_or_default().trim();
         let question = if question.is_empty() { "What should I echo?" } else { question };
         let request: ChatInputRequest = match serde_json::from_value(serde_json::json!({
             "id": format!("{}.ask", self.turn_id),
@@ -717,7 +723,7 @@ impl TurnCtx {
     /// `/write <path> [text]`: a declared write that waits for the host's
     /// word, then writes `text` (or a fixed line) and a newline.
     async fn write_file(&self, confirm: oneshot::Receiver<bool>) {
-        let mut words = self.text.trim_start().splitn(3, char::is_whitespace);
+        let mut words = self.text().trim_start().splitn(3, char::is_whitespace);
         let _directive = words.next();
         let rel = words.next().unwrap_or_default().to_owned();
         let content = match words.next().map(str::trim) {
@@ -1111,7 +1117,7 @@ impl ReadError {
 async fn read_transcript(dir: &Path, conversation_id: &str) -> Result<FileIn<Turn>, ReadError> {
     let path = dir.join(file_name(conversation_id));
     let shown = path.display().to_string();
-    let read = tokio::task::spawn_blocking(move || std::fs::read(&path)).await;
+    let read = super::bulk::spawn(move || std::fs::read(&path)).await;
     let result = match read {
         Ok(Ok(bytes)) => echo_transcript::parse(&bytes).map_err(ReadError::Damaged),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -1134,7 +1140,7 @@ async fn quarantine_transcript(dir: &Path, conversation_id: &str, detail: &str) 
     let dir = dir.to_owned();
     let name = file_name(conversation_id);
     let (at, detail) = (wall_ms(), detail.to_owned());
-    let _ = tokio::task::spawn_blocking(move || fsutil::quarantine(&dir, &name, at, "an echo transcript cannot be read back", &detail)).await;
+    let _ = super::bulk::spawn(move || fsutil::quarantine(&dir, &name, at, "an echo transcript cannot be read back", &detail)).await;
 }
 
 /// Replaces a conversation's transcript durably (file and directory
@@ -1145,7 +1151,7 @@ async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, tu
     let bytes = echo_transcript::encode(header, turns).map_err(|e| format!("echo: could not encode transcript: {e}"))?;
     let dir = dir.to_owned();
     let name = file_name(conversation_id);
-    match tokio::task::spawn_blocking(move || fsutil::write_durable(&dir, &name, &bytes, None)).await {
+    match super::bulk::spawn(move || fsutil::write_durable(&dir, &name, &bytes, None)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(format!("echo: could not write transcript for {conversation_id}: {e}")),
         Err(e) => Err(format!("echo: write task failed: {e}")),
@@ -1168,7 +1174,7 @@ async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: &
         Ok(bytes) => fsutil::append_durable(&path, &bytes).map_err(|e| format!("echo: could not append to the transcript of {id}: {e}")),
         Err(e) => Err(format!("echo: could not encode a turn: {e}")),
     };
-    match tokio::task::spawn_blocking(append).await {
+    match super::bulk::spawn(append).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e),
         Err(e) => Err(format!("echo: write task failed: {e}")),

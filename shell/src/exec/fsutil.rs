@@ -162,7 +162,7 @@ fn write_via_temp(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>, sync:
         #[cfg(not(unix))]
         let _ = mode;
         let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
+        write_in_pieces(&mut file, bytes)?;
         if sync {
             sync_all_counted(&file)?;
         }
@@ -208,8 +208,27 @@ pub fn mtime_of(meta: &fs::Metadata) -> ahpd_core::WallTime {
 /// in part of `bytes`).
 pub fn append_durable(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = OpenOptions::new().append(true).open(path)?;
-    file.write_all(bytes)?;
+    write_in_pieces(&mut file, bytes)?;
     sync_data_counted(&file)
+}
+
+/// Most bytes one `write` call hands the kernel, in bytes (see
+/// [`write_in_pieces`]).
+pub const WRITE_PIECE_BYTES: usize = 64 << 10;
+
+/// `writer.write_all(bytes)` in calls of at most [`WRITE_PIECE_BYTES`].
+/// The kernel copies a write's bytes without yielding the core (the
+/// kernels this runs on are built without kernel preemption): one call of
+/// megabytes held a core for milliseconds, and a thread answering a small
+/// request waited behind it (issue 25). Between pieces the thread is back
+/// in user space, where the scheduler can take the core.
+///
+/// Errors: the first failed write (the file may then end in part of `bytes`).
+pub fn write_in_pieces(writer: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    for piece in bytes.chunks(WRITE_PIECE_BYTES) {
+        writer.write_all(piece)?;
+    }
+    Ok(())
 }
 
 /// Removes `dir/name` durably; a file that is already gone is fine.

@@ -50,7 +50,7 @@ impl GitExec {
         let events = self.events.clone();
         let root = self.worktrees_root.clone();
         tokio::spawn(async move {
-            let outcome = match tokio::task::spawn_blocking(move || run(&command, root.as_deref())).await {
+            let outcome = match super::bulk::spawn(move || run(&command, root.as_deref())).await {
                 Ok(Ok(result)) => Outcome::Git(result),
                 Ok(Err(message)) => Outcome::Failed { message },
                 Err(e) => Outcome::Failed { message: format!("the git task failed: {e}") },

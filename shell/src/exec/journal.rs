@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read as _, Write};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use ahpd_core::SessionRecord;
@@ -111,7 +111,7 @@ impl Journal {
             serde_json::to_writer(&mut bytes, entry).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
         }
-        let written = self.file.write_all(&bytes).and_then(|()| fsutil::sync_data_counted(&self.file));
+        let written = fsutil::write_in_pieces(&mut self.file, &bytes).and_then(|()| fsutil::sync_data_counted(&self.file));
         match written {
             Ok(()) => {
                 self.len += bytes.len() as u64;
@@ -341,6 +341,7 @@ pub fn recover(dir: &Path, wall_ms: i64) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write as _;
 
     fn record(key: &str, title: &str) -> SessionRecord {
         let at = "2026-01-01T00:00:00.000Z";

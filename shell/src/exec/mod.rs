@@ -4,6 +4,7 @@
 
 pub mod acp;
 pub mod backend;
+pub mod bulk;
 pub mod claude;
 pub mod echo;
 pub mod echo_transcript;

@@ -27,6 +27,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+use super::bulk;
 use crate::driver::{Event, EventSink};
 
 /// How long a client may take over the WebSocket handshake.
@@ -312,8 +313,13 @@ impl AsyncRead for Replay {
 }
 
 impl AsyncWrite for Replay {
+    /// At most `fsutil::WRITE_PIECE_BYTES` per call: a socket write of a
+    /// megabyte is one long stretch in the kernel (on loopback it carries
+    /// the receiving side's work too) that no other thread can preempt;
+    /// the WebSocket layer writes the rest in further calls (issue 25).
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let piece = buf.len().min(super::fsutil::WRITE_PIECE_BYTES);
+        Pin::new(&mut self.inner).poll_write(cx, &buf[..piece])
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -452,7 +458,7 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, boun
                         }
                         WriterCmd::Action(broadcast) => {
                             frames += 1;
-                            fed = sink.feed(Message::Text(action_frame(&broadcast))).await;
+                            fed = sink.feed(Message::Text(action_frame_off_workers(&broadcast).await)).await;
                         }
                         WriterCmd::Close => {
                             close = Some(None);
@@ -511,8 +517,8 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, boun
             _ = &mut stop_rx => break,
         };
         match message {
-            Some(Ok(Message::Text(text))) => frame(&events, conn, text.as_str(), bounds.frame_max_bytes, &inbound).await,
-            Some(Ok(Message::Binary(bytes))) => match std::str::from_utf8(&bytes) {
+            Some(Ok(Message::Text(text))) => frame(&events, conn, text, bounds.frame_max_bytes, &inbound).await,
+            Some(Ok(Message::Binary(bytes))) => match Utf8Bytes::try_from(bytes) {
                 Ok(text) => frame(&events, conn, text, bounds.frame_max_bytes, &inbound).await,
                 Err(_) => tracing::debug!(conn = conn.0, "ignored a binary frame that is not UTF-8"),
             },
@@ -589,14 +595,34 @@ async fn linger_then_close(spare: std::net::TcpStream) {
 /// Decodes one frame (bounded by `max_bytes`) and hands it to the driver
 /// with its request's method and id, once the connection's frames not yet
 /// handled leave room for it ([`INBOUND_MAX_BYTES`]); the room comes back
-/// when the driver has handled it (the credit travels with the event).
-async fn frame(events: &EventSink, conn: ConnId, text: &str, max_bytes: usize, inbound: &Arc<Semaphore>) {
-    let room = u32::try_from(text.len().clamp(1, INBOUND_MAX_BYTES)).unwrap_or(u32::MAX);
+/// when the driver has handled it (the credit travels with the event). A
+/// frame over [`bulk::BULK_BYTES`] is decoded on a bulk thread, so the
+/// runtime's workers stay free for small requests (issue 25).
+async fn frame(events: &EventSink, conn: ConnId, text: Utf8Bytes, max_bytes: usize, inbound: &Arc<Semaphore>) {
+    let len = text.len();
+    let room = u32::try_from(len.clamp(1, INBOUND_MAX_BYTES)).unwrap_or(u32::MAX);
     // The semaphore is never closed, so this waits or succeeds.
     let Ok(credit) = Arc::clone(inbound).acquire_many_owned(room).await else { return };
-    let decoded = codec::decode_bounded(text, max_bytes);
-    let request = request_of(&decoded);
-    events.send(Event::Frame { conn, bytes: text.len(), frame: decoded, request, credit });
+    let decode = move || {
+        let decoded = codec::decode_bounded(text.as_str(), max_bytes);
+        let request = request_of(&decoded);
+        (decoded, request)
+    };
+    let (decoded, request) = if len > bulk::BULK_BYTES { bulk::run(decode).await } else { decode() };
+    events.send(Event::Frame { conn, bytes: len, frame: decoded, request, credit });
+}
+
+/// `broadcast`'s frame, encoded on a bulk thread first if it is big and
+/// no writer has encoded it yet (issue 25).
+async fn action_frame_off_workers(broadcast: &Arc<Broadcast>) -> Utf8Bytes {
+    if broadcast.encoded().is_none() && broadcast.weight() > bulk::BULK_BYTES {
+        let shared = Arc::clone(broadcast);
+        bulk::run(move || {
+            shared.frame();
+        })
+        .await;
+    }
+    action_frame(broadcast)
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ impl Registry {
                 while let Some((op, command)) = rx.recv().await {
                     let dir = dir.clone();
                     let own = own.clone();
-                    let outcome = tokio::task::spawn_blocking(move || run(&dir, &own, command))
+                    let outcome = super::bulk::spawn(move || run(&dir, &own, command))
                         .await
                         .unwrap_or_else(|e| Outcome::Failed { message: format!("registry task failed: {e}") });
                     events.input(Input::Done { op, outcome });
@@ -77,7 +77,7 @@ impl Registry {
         }
         let names: Vec<String> = lock(&self.own).iter().cloned().collect();
         let dir = self.dir.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let _ = super::bulk::spawn(move || {
             for name in names {
                 if let Err(e) = fsutil::remove_durable(&dir, &name) {
                     tracing::warn!(name, error = %e, "could not remove this process's awareness record");

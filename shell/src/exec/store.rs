@@ -118,7 +118,7 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
         let (autos, batch): (Vec<_>, Vec<_>) = batch.into_iter().partition(|(_, c)| matches!(c, StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. }));
         if !autos.is_empty() {
             let adir = automations_dir(&dir);
-            let results = tokio::task::spawn_blocking(move || write_automations(&adir, autos)).await.unwrap_or_default();
+            let results = super::bulk::spawn(move || write_automations(&adir, autos)).await.unwrap_or_default();
             for (op, outcome) in results {
                 if let Outcome::Failed { message } = &outcome {
                     tracing::warn!(op = op.0, detail = %message, "automation store write failed");
@@ -132,7 +132,7 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
         let ops: Vec<OpId> = batch.iter().map(|(op, _)| *op).collect();
         let dir = dir.clone();
         let mut taken = journal.take();
-        let written = tokio::task::spawn_blocking(move || {
+        let written = super::bulk::spawn(move || {
             let results = match taken.as_mut() {
                 Some(journal) => write_batch(journal, batch),
                 None => write_batch_direct(&dir, batch),
@@ -164,7 +164,7 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
     if let Some(mut journal) = journal {
         // A graceful stop leaves the record files whole and the journal
         // empty, so offline commands read the files alone.
-        if let Err(e) = tokio::task::spawn_blocking(move || journal.checkpoint()).await.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
+        if let Err(e) = super::bulk::spawn(move || journal.checkpoint()).await.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
             tracing::warn!(error = %e, "store checkpoint at stop failed; the journal is replayed at the next start");
         }
     }

@@ -166,7 +166,7 @@ impl ChatActor {
             BackendCmd::Start { conversation_id, working_directory, resume, session: _, peer_directories: _ } => {
                 self.start(conversation_id, working_directory, resume).await
             }
-            BackendCmd::Send { turn_id, message } => self.send(turn_id, message),
+            BackendCmd::Send { turn_id, message } => self.send(turn_id, &message),
             BackendCmd::Cancel { turn_id } => {
                 if let Some(live) = self.live.as_mut().filter(|l| l.turn.as_ref().is_some_and(|t| t.turn_id() == turn_id)) {
                     if let Err(e) = live.cx.send_notification(CancelNotification::new(live.session_id.clone())) {
@@ -316,14 +316,14 @@ impl ChatActor {
         failed(message)
     }
 
-    fn send(&mut self, turn_id: String, message: Message) -> Outcome {
+    fn send(&mut self, turn_id: String, message: &Message) -> Outcome {
         let Some(live) = self.live.as_mut() else {
             return failed(format!("{}: the agent for this chat is not running", self.agent.name));
         };
         if live.turn.is_some() {
             return failed(format!("{}: a turn is already running in this chat", self.agent.name));
         }
-        let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(message.text))]);
+        let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(message.text.clone()))]);
         let tx = live.tx.clone();
         let id = turn_id.clone();
         let sent = live.cx.prepare_request(prompt).on_receiving_result(move |result| async move {

@@ -290,6 +290,34 @@ pub fn quarantine(dir: &Path, name: &str, wall_ms: i64, what: &str, error: &str)
 mod tests {
     use super::*;
 
+    /// A writer that takes what it is given and remembers each call's size.
+    #[derive(Default)]
+    struct Calls {
+        bytes: Vec<u8>,
+        sizes: Vec<usize>,
+    }
+
+    impl Write for Calls {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.sizes.push(buf.len());
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_big_write_reaches_the_writer_whole_in_pieces_of_at_most_64_kib() {
+        let bytes: Vec<u8> = (0..900_000u32).map(|i| (i % 251) as u8).collect();
+        let mut w = Calls::default();
+        write_in_pieces(&mut w, &bytes).expect("written");
+        assert_eq!(w.bytes, bytes);
+        assert!(w.sizes.iter().all(|&n| n <= WRITE_PIECE_BYTES), "{:?}", w.sizes);
+        assert_eq!(w.sizes.len(), bytes.len().div_ceil(WRITE_PIECE_BYTES));
+    }
+
     #[test]
     fn safe_components() {
         assert!(is_safe_component("ahp-session@abc"));

@@ -528,9 +528,19 @@ impl Actor {
                 agent.header.title = ahpd_core::transcript::clean_title(&first.message.text);
             }
         }
-        let saved = match agent.transcript.last() {
-            Some(turn) if agent.appendable => append_turn(&self.dir, &agent.conversation_id, &agent.header, turn).await,
-            _ => write_transcript(&self.dir, &agent.conversation_id, &agent.header, &agent.transcript).await,
+        let saved = match agent.transcript.pop() {
+            // The turn goes to the writing thread and comes back: the
+            // actor does nothing else meanwhile, and a copy of a turn of
+            // megabytes was a millisecond on a runtime worker (issue 25).
+            Some(turn) if agent.appendable => {
+                let (saved, turn) = append_turn(&self.dir, &agent.conversation_id, &agent.header, turn).await;
+                agent.transcript.extend(turn);
+                saved
+            }
+            last => {
+                agent.transcript.extend(last);
+                write_transcript(&self.dir, &agent.conversation_id, &agent.header, &agent.transcript).await
+            }
         };
         agent.appendable = saved.is_ok();
         if let Err(message) = saved {
@@ -1164,20 +1174,27 @@ async fn write_transcript(dir: &Path, conversation_id: &str, header: &Header, tu
 /// Errors: encoding or IO, as a message; the file may then end in part of
 /// a line, so the caller rewrites it whole next time.
 ///
-/// Encoded on the blocking thread that writes it, from a copy: encoding a
-/// turn of megabytes on the runtime's workers held up every connection's
-/// reader and writer queued behind it (issue 25); a copy is a memcpy.
-async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: &Turn) -> Result<(), String> {
+/// Encoded on the bulk thread that writes it, which borrows the turn and
+/// hands it back (with it, the result): encoding a turn of megabytes on
+/// the runtime's workers held up every connection's reader and writer
+/// queued behind it (issue 25). The turn comes back whatever happened
+/// (`None` only if the runtime cancelled the task, at shutdown).
+async fn append_turn(dir: &Path, conversation_id: &str, header: &Header, turn: Turn) -> (Result<(), String>, Option<Turn>) {
     let path = dir.join(file_name(conversation_id));
-    let (header, turn, id) = (header.clone(), turn.clone(), conversation_id.to_owned());
-    let append = move || match echo_transcript::encode_turn(&header, &turn) {
-        Ok(bytes) => fsutil::append_durable(&path, &bytes).map_err(|e| format!("echo: could not append to the transcript of {id}: {e}")),
-        Err(e) => Err(format!("echo: could not encode a turn: {e}")),
+    let (header, id) = (header.clone(), conversation_id.to_owned());
+    let append = move || {
+        // Caught here so the turn always comes back: the caller holds no
+        // other copy of it.
+        let write = std::panic::AssertUnwindSafe(|| match echo_transcript::encode_turn(&header, &turn) {
+            Ok(bytes) => fsutil::append_durable(&path, &bytes).map_err(|e| format!("echo: could not append to the transcript of {id}: {e}")),
+            Err(e) => Err(format!("echo: could not encode a turn: {e}")),
+        });
+        let result = std::panic::catch_unwind(write).unwrap_or_else(|_| Err("echo: writing the transcript panicked".to_owned()));
+        (result, turn)
     };
     match super::bulk::spawn(append).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e),
-        Err(e) => Err(format!("echo: write task failed: {e}")),
+        Ok((result, turn)) => (result, Some(turn)),
+        Err(e) => (Err(format!("echo: write task failed: {e}")), None),
     }
 }
 

@@ -16,7 +16,7 @@ use ahp_types::Uri;
 use crate::host::{HostView, Went};
 use crate::session::Session;
 use crate::time::WallTime;
-use crate::session::state::{ACTIVITY_MASK, IDLE, INPUT_NEEDED, IN_PROGRESS};
+use crate::session::state::{ACTIVITY_MASK, ERROR, IDLE, INPUT_NEEDED, IN_PROGRESS};
 use crate::session::Phase;
 
 /// A broken rule: its id and what was seen.
@@ -686,6 +686,9 @@ pub fn inv_row_aggregate(uri: &Uri, s: &Session) -> Result<(), Violation> {
             INPUT_NEEDED
         } else if bits.contains(&IN_PROGRESS) {
             IN_PROGRESS
+        } else if s.transcript_damaged() {
+            // At rest, a damaged transcript's Error (session/damage.rs).
+            ERROR
         } else if default == 0 {
             IDLE
         } else {

@@ -116,3 +116,40 @@ fn a_pass_over_the_transcripts_that_cannot_read_one_lists_its_session_at_error()
     assert_eq!(listed["activity"], DAMAGED_TRANSCRIPT);
     assert!(h.frames(2).iter().any(|f| f["method"] == "root/sessionSummaryChanged"), "told");
 }
+
+/// Found by the sim once its echo backend damaged transcripts (seed 6): a
+/// turn sent to a sleeping session (its state still held) whose transcript
+/// is marked damaged applies at once and wakes it to try the transcript
+/// again; while it tried, the row said Error and the chat's state said in
+/// progress (rows and state must agree). The row now follows the work, and
+/// rests at Error with what to do again once the retry fails.
+#[test]
+fn a_turn_sent_to_a_damaged_session_lists_it_working_while_the_wake_tries_again() {
+    let mut h = Harness::new(Config { residency_limit: 0, sleep_after_ms: 10, ..Config::default() });
+    h.connect(1, "c1");
+    let (a, chat) = h.session_with_turn("a");
+    let mut seq = 0;
+    let mut turn_then_damaged = |h: &mut Harness, turn: &str| -> Value {
+        h.advance(100);
+        h.settle_store();
+        seq += 1;
+        h.start_turn(1, &chat, seq, turn, "once more");
+        let cmds = h.backend_cmds();
+        let op = cmds
+            .iter()
+            .find_map(|(op, _, c)| matches!(c, BackendCmd::Start { resume: true, .. }).then_some(*op))
+            .unwrap_or_else(|| panic!("the turn wakes the session: {cmds:?}"));
+        let working = row(h, &a);
+        h.done(op, Outcome::TranscriptDamaged { detail: "line 3: expected value".into() });
+        written(h);
+        working
+    };
+    turn_then_damaged(&mut h, "t2");
+    assert_eq!(row(&mut h, &a)["activity"], DAMAGED_TRANSCRIPT, "marked");
+    let working = turn_then_damaged(&mut h, "t3");
+    assert_eq!(working["status"].as_u64().unwrap_or(0) & 0x1f, 8, "in progress while the wake tries: {working}");
+    assert_ne!(working["activity"], DAMAGED_TRANSCRIPT, "{working}");
+    let resting = row(&mut h, &a);
+    assert_eq!(resting["status"].as_u64().unwrap_or(0) & 0x1f, ERROR, "{resting}");
+    assert_eq!(resting["activity"], DAMAGED_TRANSCRIPT, "{resting}");
+}

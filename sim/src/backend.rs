@@ -106,6 +106,10 @@ pub struct BackendStats {
     pub resumed_turns: u64,
     /// Steering messages taken into a running turn.
     pub steered: u64,
+    /// Resumes that found a transcript damaged (newly or still).
+    pub transcripts_damaged: u64,
+    /// Damaged transcripts restored.
+    pub transcripts_restored: u64,
 }
 
 /// What the backend writes down about one conversation besides its turns
@@ -127,6 +131,9 @@ struct Meta {
 pub struct Backend {
     agents: BTreeMap<Uri, Agent>,
     conversations: BTreeMap<String, Vec<Turn>>,
+    /// Conversations whose transcript a resume found damaged, until
+    /// restored (`Faults::transcript_damaged`).
+    damaged: std::collections::BTreeSet<String>,
     meta: BTreeMap<String, Meta>,
     next_assigned: u64,
     parts: u64,
@@ -139,6 +146,11 @@ pub struct Backend {
     /// the backend outlives the host).
     next_call: u64,
 }
+
+/// Where the simulated backend says its transcripts are: a server path no
+/// client may read (issue 25: the words of a damaged transcript name none;
+/// `World::route` checks every frame a client is sent).
+pub const SERVER_PATH: &str = "/var/lib/ahpd-sim/echo/";
 
 /// What the backend needs from the world to act.
 pub struct Ctx<'a> {
@@ -205,6 +217,26 @@ impl Backend {
         cx.q.to_host(Some(Lane::FromChat(chat.clone())), delay, Input::HostTool { call, chat: chat.clone(), tool }, format!("agent tool call{} {chat}", call.0));
     }
 
+    /// Whether resuming `conversation` finds its transcript damaged: one
+    /// already damaged stays so until restored (a chance per resume, and
+    /// at once once faults heal); another turns damaged by chance.
+    fn resume_finds_damage(&mut self, cx: &mut Ctx<'_>, conversation: &str) -> bool {
+        if self.damaged.contains(conversation) {
+            let restored = cx.faults.transcript_damaged == 0.0 || cx.faults_rng.chance(0.3);
+            if restored {
+                self.damaged.remove(conversation);
+                self.stats.transcripts_restored += 1;
+            }
+            return !restored;
+        }
+        if cx.faults.transcript_damaged > 0.0 && cx.faults_rng.chance(cx.faults.transcript_damaged) {
+            self.damaged.insert(conversation.to_owned());
+            self.stats.transcripts_damaged += 1;
+            return true;
+        }
+        false
+    }
+
     /// Executes one `Effect::Backend`.
     pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
         let latency = cx.world.exp_ms(cx.options.backend_ms);
@@ -223,6 +255,13 @@ impl Backend {
                     Self::stop(agent);
                     let message = if resume { "the conversation could not be resumed" } else { "the agent would not start" };
                     self.done(cx, chat, op, Outcome::Failed { message: message.to_owned() }, delay);
+                    return;
+                }
+                if resume && provider == "echo" && self.resume_finds_damage(cx, &conversation_id) {
+                    let agent = self.agents.entry(chat.clone()).or_default();
+                    Self::stop(agent);
+                    let detail = format!("echo: transcript {SERVER_PATH}{conversation_id}.json is unreadable");
+                    self.done(cx, chat, op, Outcome::TranscriptDamaged { detail }, delay);
                     return;
                 }
                 let conversation = if !resume && cx.world.chance(cx.options.backend_assigns_id) {

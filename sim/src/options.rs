@@ -58,6 +58,11 @@ pub struct Faults {
     /// times in 2,000 seeds. Restore must keep the copy with the higher
     /// move generation (`restore_moved_chat_settled`).
     pub crash_between_move_writes: f64,
+    /// An echo conversation's transcript found damaged when a start
+    /// resumes it (`Outcome::TranscriptDamaged`, issue 25): it stays
+    /// damaged for later resumes until restored (as from a backup: a
+    /// chance per resume, and at once when faults heal).
+    pub transcript_damaged: f64,
 }
 
 impl Faults {
@@ -82,6 +87,7 @@ impl Faults {
             registry_fail: 0.0,
             trust_narrows: 0.0,
             crash_between_move_writes: 0.0,
+            transcript_damaged: 0.0,
         }
     }
 }
@@ -215,6 +221,7 @@ impl Options {
             registry_fail: 0.0,
             trust_narrows: 0.0,
             crash_between_move_writes: 0.0,
+            transcript_damaged: 0.0,
         };
         // Awareness is drawn from its own stream so that its knobs never
         // shift the values of the others.
@@ -280,6 +287,8 @@ impl Options {
         if rng.chance(0.3) {
             options.replay_buffer_max_bytes = rng.range(200, 8_000) as usize;
         }
+        // Drawn last for the same reason (issue 25, damaged transcripts).
+        options.faults.transcript_damaged = fault(&mut rng, 0.02, 0.25);
         options
     }
 
@@ -375,7 +384,7 @@ impl fmt::Display for Options {
         let x = &self.faults;
         write!(
             f,
-            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={} trust_narrows={} crash_between_move_writes={}",
+            "faults: start_fail={} resume_fail={} slow_resume={} crash_mid_turn={} busy_flap={} late_done={} dup_done={} disconnect={} store_fail={} send_fail={} stale_event={} delete_keeps_copy={} git_fail={} host_crash={} wall_jump={} registry_fail={} trust_narrows={} crash_between_move_writes={} transcript_damaged={}",
             p(x.start_fail),
             p(x.resume_fail),
             p(x.slow_resume),
@@ -394,6 +403,7 @@ impl fmt::Display for Options {
             p(x.registry_fail),
             p(x.trust_narrows),
             p(x.crash_between_move_writes),
+            p(x.transcript_damaged),
         )?;
         match &self.users {
             Some(cast) => write!(f, "\n{cast}")?,

@@ -871,6 +871,12 @@ impl World {
             Effect::Send { conn, message } => {
                 let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
                 let text = text.unwrap_or_else(|| message.to_json());
+                if text.contains(backend::SERVER_PATH) {
+                    return Err(self.violation(ahpd_core::invariants::Violation {
+                        rule: "no_server_path_to_clients",
+                        detail: format!("conn{} was sent the backend's server path: {text}", conn.0),
+                    }));
+                }
                 let delay = self.world_rng.exp_ms(self.options.net_ms);
                 self.q.push_lane(Lane::ToClient(conn), delay, Event::Deliver { client, conn, text });
             }

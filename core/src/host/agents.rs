@@ -42,11 +42,12 @@ impl Host {
     /// A chat's agent started (or failed to): the session takes the answer
     /// ([`Session::start_answered`](crate::session::Session::start_answered)), and the host does what reaches past it.
     pub(crate) fn on_started(&mut self, session_uri: &Uri, chat: &Uri, op: OpId, outcome: Outcome) {
-        let damaged = |host: &Host| host.sessions.get(session_uri).map(|s| s.transcript_damaged());
+        let damaged = |host: &Host| host.sessions.get(session_uri).map(|s| s.damaged_chats());
         let damaged_before = damaged(self);
         let Some(next) = self.in_session(session_uri, |s, sh| s.start_answered(sh, chat, op, outcome)) else { return };
         if damaged(self) != damaged_before {
-            // The row's status and words changed (issue 25).
+            // The row's status and words, or a chat's status, changed
+            // (issue 25): any chat marked or cleared, not only the first.
             self.summary_changed(session_uri);
         }
         // A rewind whose forget the backend never confirmed: asked again

@@ -26,6 +26,11 @@ impl Session {
         self.record.chats.iter().any(|c| c.damaged)
     }
 
+    /// The chats whose transcript is marked damaged, in the record's order.
+    pub fn damaged_chats(&self) -> Vec<Uri> {
+        self.record.chats.iter().filter(|c| c.damaged).map(|c| c.resource.clone()).collect()
+    }
+
     /// Marks `chat`'s transcript damaged: its record's status rests at
     /// Error and the mark is written. Returns whether anything changed (the
     /// host then says the row changed).

@@ -231,11 +231,6 @@ pub fn external_meta() -> serde_json::Map<String, serde_json::Value> {
 impl Session {
     /// The session's aggregate status: chat activity plus its own flags.
     pub fn status(&self) -> (u32, Option<String>) {
-        // A transcript that cannot be read back: Error, with what to do
-        // (issue 25, `session/damage.rs`).
-        if self.transcript_damaged() {
-            return (ERROR | flags(&self.record), Some(crate::session::damage::DAMAGED_TRANSCRIPT.to_owned()));
-        }
         let (activity, text) = match &self.resident {
             Some(resident) => aggregate_activity(
                 |c| self.record.is_default_chat(c),
@@ -246,6 +241,13 @@ impl Session {
                 self.record.chats.iter().map(|c| (c.resource.as_str(), c.status, None)),
             ),
         };
+        // A transcript that cannot be read back rests the row at Error,
+        // with what to do (issue 25, `session/damage.rs`); while a chat
+        // works (a turn sent to it wakes the session to try the transcript
+        // again) the row says so, as the state does.
+        if self.transcript_damaged() && !matches!(activity, IN_PROGRESS | INPUT_NEEDED) {
+            return (ERROR | flags(&self.record), Some(crate::session::damage::DAMAGED_TRANSCRIPT.to_owned()));
+        }
         (activity | flags(&self.record), text)
     }
 

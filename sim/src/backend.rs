@@ -237,6 +237,12 @@ impl Backend {
         false
     }
 
+    /// The conversations of `provider` whose transcript is damaged, as a
+    /// pass over its transcripts reports them (it cannot read them back).
+    fn damaged_of(&self, provider: &str) -> Vec<String> {
+        self.damaged.iter().filter(|c| self.meta.get(*c).is_some_and(|m| m.provider == provider)).cloned().collect()
+    }
+
     /// Executes one `Effect::Backend`.
     pub fn on_command(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str, chat: &Uri, command: BackendCmd) {
         let latency = cx.world.exp_ms(cx.options.backend_ms);
@@ -457,12 +463,14 @@ impl Backend {
 
     /// Executes one `Effect::Scan`: a row for every conversation of
     /// `provider` that holds a prompt (a transcript is written with the
-    /// first message), naming the session and chat it was started for.
+    /// first message), naming the session and chat it was started for; the
+    /// damaged ones reported as such instead.
     pub fn on_scan(&mut self, cx: &mut Ctx<'_>, op: OpId, provider: &str) {
         let rows = self
             .meta
             .iter()
-            .filter(|(_, m)| m.provider == provider && m.prompted)
+            // A damaged transcript gives no row: it is reported as damaged.
+            .filter(|(id, m)| m.provider == provider && m.prompted && !self.damaged.contains(*id))
             .map(|(id, m)| ahpd_core::input::ScannedRow {
                 conversation_id: id.clone(),
                 session: Some(m.session.clone()),
@@ -474,7 +482,7 @@ impl Backend {
             })
             .collect();
         let delay = cx.world.exp_ms(cx.options.backend_ms);
-        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows, damaged: Vec::new() } }, format!("done op{} scanned {provider}", op.0));
+        cx.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Scanned { rows, damaged: self.damaged_of(provider) } }, format!("done op{} scanned {provider}", op.0));
     }
 
     /// Stops an agent: nothing it scheduled will run.

@@ -46,6 +46,14 @@ const MAX_MESSAGE_BYTES: usize = 16 << 20;
 /// goes, alone.
 const INBOUND_MAX_BYTES: usize = MAX_MESSAGE_BYTES;
 
+/// The kernel's send buffer asked for each client connection, in bytes
+/// (the kernel doubles it for its bookkeeping). Without it the kernel grows
+/// a connection's buffer up to `net.ipv4.tcp_wmem`'s maximum (4 MiB here)
+/// for a client that does not read, besides the daemon's own
+/// `outgoing_buffer_max_bytes`: memory a client grows that no bound of
+/// ours counts, and megabytes copied into it (issue 25).
+const SEND_BUFFER_BYTES: usize = 512 << 10;
+
 /// Largest HTTP request head read before the upgrade, in bytes.
 const MAX_HEAD_BYTES: usize = 16 << 10;
 
@@ -366,6 +374,7 @@ fn request_of(frame: &codec::Decoded) -> Option<(u64, String)> {
 /// client closes, the socket fails, or the writer closes it.
 async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, bounds: Bounds) {
     let _ = stream.set_nodelay(true);
+    let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER_BYTES);
     let (bytes, head_len) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(Some(read))) => read,
         Ok(Ok(None)) | Ok(Err(_)) => {

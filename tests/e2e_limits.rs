@@ -90,6 +90,14 @@ async fn connections_over_the_limit_read_why_and_the_place_comes_back() {
     within("ping c", c.ping()).await.expect("ping");
 }
 
+/// A daemon on a fresh data directory with `outgoing_buffer_max_bytes` at
+/// `bound` bytes; the directory lives as long as the returned guard.
+fn daemon_with_outgoing_bound(bound: usize) -> (tempfile::TempDir, Daemon) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let daemon = Daemon::start_with(&tmp.path().join("data"), &["--limit-outgoing-buffer-max-bytes", &bound.to_string()]);
+    (tmp, daemon)
+}
+
 /// The daemon's resident set size, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc status");
@@ -108,10 +116,7 @@ async fn a_client_that_does_not_read_is_dropped_and_others_are_served() {
     const BOUND: usize = 1 << 20;
     const TEXT_BYTES: usize = 256 << 10;
     const MAX_TURNS: usize = 80;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
-    let bound = BOUND.to_string();
-    let daemon = Daemon::start_with(&data, &["--limit-outgoing-buffer-max-bytes", &bound]);
+    let (_tmp, daemon) = daemon_with_outgoing_bound(BOUND);
     let (c, _, _) = connect_init(&daemon.url, "reader").await;
     let (sid, chat, _ssub, mut chat_state, mut csub) = new_session(&c).await;
     let rss_before = rss_kib(daemon.child.id());
@@ -167,10 +172,7 @@ async fn a_client_that_does_not_read_is_dropped_and_others_are_served() {
 async fn one_answer_over_the_outgoing_bound_reaches_a_client_that_reads() {
     const BOUND: usize = 64 << 10;
     const TEXT_BYTES: usize = 40 << 10;
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let data = tmp.path().join("data");
-    let bound = BOUND.to_string();
-    let daemon = Daemon::start_with(&data, &["--limit-outgoing-buffer-max-bytes", &bound]);
+    let (_tmp, daemon) = daemon_with_outgoing_bound(BOUND);
     let (c, _, _) = connect_init(&daemon.url, "writer").await;
     let (_sid, chat, _ssub, mut chat_state, mut csub) = new_session(&c).await;
     // The chat now holds a message and its echo, each 40 KiB: more than

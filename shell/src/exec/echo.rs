@@ -621,7 +621,7 @@ impl TurnCtx {
             }
             Directive::Write => self.write_file(confirm).await,
             Directive::Tool => {
-                let reply = match tool_request(&self.text()) {
+                let reply = match tool_request(self.text()) {
                     Ok(request) => match self.events.host_tool(self.chat.clone(), request).await {
                         Ok(answer) => format!("Echo: tool answered: {answer}"),
                         Err(e) => format!("Echo: tool refused: {e}"),

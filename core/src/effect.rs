@@ -87,8 +87,9 @@ pub enum Effect {
         command: BackendCmd,
     },
     /// Write to the session store; answered by `Input::Done { op, .. }` with
-    /// `Outcome::Ok` only once the write is durable (fsynced), or
-    /// `Outcome::Failed`.
+    /// `Outcome::Ok` once the write is durable (fsynced), or, for a put
+    /// made [`Durability::WithNext`], once it is written and ordered before
+    /// every later write; `Outcome::Failed` otherwise.
     Store {
         /// Ties the answer to this command.
         op: OpId,
@@ -277,6 +278,8 @@ pub enum StoreCmd {
     Put {
         /// The whole record; its `key` names the file.
         record: Box<SessionRecord>,
+        /// When the write must be durable before it is answered.
+        durability: Durability,
     },
     /// Remove one session's record.
     Delete {
@@ -294,6 +297,24 @@ pub enum StoreCmd {
         /// Its store key (`ahp-automation@<id>`, validated).
         key: String,
     },
+}
+
+/// How soon a session record's write must be durable (issue 21: a turn's
+/// end need not cost an fsync of its own; docs/DECISIONS.md, 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable (fsynced) before it is answered: what every write that
+    /// acknowledges something to a client, or that nothing else could
+    /// rebuild, must be.
+    Now,
+    /// Answered once written in order; durable with the store's next
+    /// durable write, its stop, or within a second of quiet at the latest.
+    /// A crash of the machine before then may lose it (never a later
+    /// write's content, and never a write before it), so the core asks
+    /// this only of a write whose loss a restart rebuilds: a turn its
+    /// agent ended, whose record only drops the kept turn the agent's own
+    /// history now holds (`crate::kept_turns`).
+    WithNext,
 }
 
 /// A command for the awareness registry directory (`exec/registry`).

@@ -62,7 +62,7 @@ pub mod trust;
 pub mod worktree;
 
 pub use config::{AgentSpec, Config, Limits};
-pub use effect::{BackendCmd, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound, RegistryCmd, ResultBody, StoreCmd};
+pub use effect::{BackendCmd, ConnId, Durability, Effect, LogEvent, LogLevel, OpId, Outbound, RegistryCmd, ResultBody, StoreCmd};
 pub use host::{Host, HostView, Went};
 pub use input::{BackendEvent, Input, Outcome, ScannedRow};
 pub use record::{ChatRecord, SessionRecord};

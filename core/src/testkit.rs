@@ -350,7 +350,7 @@ impl Harness {
                 return;
             }
             for (op, cmd) in ops {
-                if let StoreCmd::Put { record } = cmd {
+                if let StoreCmd::Put { record, .. } = cmd {
                     disk.insert(record.key().into_owned(), *record);
                 }
                 self.done(op, Outcome::Ok);

@@ -64,7 +64,7 @@ fn durable_automations(h: &mut Harness, disk: &mut BTreeMap<String, AutomationRe
                 StoreCmd::DeleteAutomation { key } => {
                     disk.remove(&key);
                 }
-                StoreCmd::Put { record } => {
+                StoreCmd::Put { record, .. } => {
                     sessions.insert(record.key().into_owned(), *record);
                 }
                 StoreCmd::Delete { key } => {

@@ -123,7 +123,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
     // First write: b's record with the chat, under move generation 1.
     let first = h.store_ops();
     assert_eq!(first.len(), 1, "{first:?}");
-    let StoreCmd::Put { record } = &first[0].1 else { panic!("a put") };
+    let StoreCmd::Put { record, .. } = &first[0].1 else { panic!("a put") };
     assert_eq!(record.resource, b);
     let moved = record.chats.iter().find(|c| c.resource == side).expect("b's record holds the chat");
     assert_eq!(moved.moves(), 1);
@@ -132,7 +132,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
     // Second write: a's record without it.
     let second = h.store_ops();
     assert_eq!(second.len(), 1, "{second:?}");
-    let StoreCmd::Put { record } = &second[0].1 else { panic!("a put") };
+    let StoreCmd::Put { record, .. } = &second[0].1 else { panic!("a put") };
     assert_eq!(record.resource, a);
     assert!(record.chats.iter().all(|c| c.resource != side), "a's record no longer holds it");
     assert!(h.take_reply(1, rid).is_none(), "no answer before both writes are durable");
@@ -344,7 +344,7 @@ fn crashed_between_writes() -> (BTreeMap<String, SessionRecord>, String, String,
     let _rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b}}));
     let first = h.store_ops();
     assert_eq!(first.len(), 1);
-    if let StoreCmd::Put { record } = &first[0].1 {
+    if let StoreCmd::Put { record, .. } = &first[0].1 {
         disk.insert(record.key().into_owned(), (**record).clone());
     }
     // The process stops here: a's write never happens.
@@ -368,7 +368,7 @@ fn a_restart_between_the_two_writes_keeps_the_chat_in_one_session_whichever_reco
         assert_eq!(row_chats(&mut h, &b), vec![side.clone(), "ahp-chat:/ahp-session@b".to_owned()]);
         // The record that lost it is written again without it.
         let writes = h.store_ops();
-        let rewritten: Vec<&SessionRecord> = writes.iter().filter_map(|(_, c)| match c { StoreCmd::Put { record } => Some(&**record), _ => None }).collect();
+        let rewritten: Vec<&SessionRecord> = writes.iter().filter_map(|(_, c)| match c { StoreCmd::Put { record, .. } => Some(&**record), _ => None }).collect();
         assert!(rewritten.iter().any(|r| r.resource == a && r.chats.iter().all(|c| c.resource != side)), "{rewritten:?}");
         // Its turns come back in b (a new process: from the backend).
         let rid = h.send_request(1, "subscribe", json!({"channel": side}));

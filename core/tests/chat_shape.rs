@@ -141,7 +141,7 @@ fn a_rewind_keeps_turns_up_to_the_one_named_and_asks_the_backend_to_forget_the_r
     h.dispatch(1, &chat, 1, json!({"type": "chat/truncated", "turnId": "t1"}));
     // Written ahead: the record owes the backend the forget before the echo.
     let puts = h.store_ops();
-    let written = puts.iter().find_map(|(_, c)| match c { ahpd_core::StoreCmd::Put { record } => Some(record.clone()), _ => None }).expect("a write");
+    let written = puts.iter().find_map(|(_, c)| match c { ahpd_core::StoreCmd::Put { record, .. } => Some(record.clone()), _ => None }).expect("a write");
     let rec = written.chats.iter().find(|c| c.resource == chat).expect("chat");
     assert_eq!(*rec.forgetting, vec!["t2".to_owned(), "t3".to_owned()]);
     assert!(h.frames(1).iter().all(|f| f["params"]["action"]["type"] != "chat/truncated"), "no echo before the write is durable");

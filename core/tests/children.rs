@@ -156,7 +156,7 @@ fn a_finish_is_delivered_exactly_once_across_restarts() {
     // Only the child's writes land.
     let kid_key = record(&h, &kid).key().into_owned();
     for (_, cmd) in h.store_ops() {
-        if let StoreCmd::Put { record } = cmd {
+        if let StoreCmd::Put { record, .. } = cmd {
             if record.key() == kid_key {
                 disk.insert(kid_key.clone(), *record);
             }
@@ -185,7 +185,7 @@ fn a_finish_is_delivered_exactly_once_across_restarts() {
     reply_unsettled(&mut h, &kid_chat, id, "second");
     let parent_key = record(&h, &parent).key().into_owned();
     for (_, cmd) in h.store_ops() {
-        if let StoreCmd::Put { record } = cmd {
+        if let StoreCmd::Put { record, .. } = cmd {
             if record.key() == parent_key {
                 disk.insert(parent_key.clone(), *record);
             }

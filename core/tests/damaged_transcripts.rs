@@ -39,7 +39,7 @@ fn row(h: &mut Harness, uri: &str) -> Value {
 fn written(h: &mut Harness) -> Option<SessionRecord> {
     let mut last = None;
     for (op, command) in h.store_ops() {
-        if let StoreCmd::Put { record } = command {
+        if let StoreCmd::Put { record, .. } = command {
             last = Some(*record);
         }
         h.done(op, Outcome::Ok);

@@ -261,7 +261,7 @@ fn settle_into(h: &mut Harness, store: &mut std::collections::BTreeMap<String, a
         }
         for (op, command) in ops {
             match command {
-                ahpd_core::StoreCmd::Put { record } => {
+                ahpd_core::StoreCmd::Put { record, .. } => {
                     store.insert(record.key().into_owned(), *record);
                 }
                 ahpd_core::StoreCmd::Delete { key } => {

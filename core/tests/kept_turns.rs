@@ -144,3 +144,52 @@ fn a_draft_is_kept_without_a_wake_and_comes_back_with_the_chat() {
     let reply = h.take_reply(1, id).expect("subscribe answered");
     assert_eq!(reply["result"]["snapshot"]["state"]["draft"]["text"], "half a thought", "{reply}");
 }
+
+/// The agent ends `turn` in `chat` (`chat/turnComplete`), the store's
+/// writes left unanswered.
+fn agent_completes(h: &mut Harness, chat: &str, turn: &str) {
+    use ahp_types::actions::{ChatTurnCompleteAction, StateAction};
+    let done = StateAction::ChatTurnComplete(ChatTurnCompleteAction { turn_id: turn.into(), duration: 0, meta: None });
+    h.input(ahpd_core::Input::Backend { chat: chat.into(), event: ahpd_core::BackendEvent::Action(done) });
+}
+
+/// Issue 21: the record write of a turn its agent ended is durable with the
+/// next write (no fsync of its own); a machine crash that loses it brings
+/// the turn back as the agent's history has it, completed, not as an
+/// interrupted error. A turn the host ended is written durably at once: how
+/// it ended is in that write only.
+#[test]
+fn a_turn_its_agent_ended_rides_the_next_write_and_comes_back_completed_if_that_write_is_lost() {
+    use ahpd_core::{Durability, StoreCmd};
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat) = second_turn_running(&mut h, &mut disk);
+    let kept: Vec<&str> = disk.values().next().expect("stored").chats[0].kept.iter().map(|k| k.id.as_str()).collect();
+    assert_eq!(kept, ["t2"], "the running turn is in the durable record");
+    agent_completes(&mut h, &chat, "t2");
+    let writes: Vec<Durability> = h.store_ops().into_iter().filter_map(|(_, c)| match c {
+        StoreCmd::Put { durability, .. } => Some(durability),
+        _ => None,
+    }).collect();
+    assert_eq!(writes, [Durability::WithNext], "the turn's end is written with the next write");
+    // The machine crashes before any other write: the record on disk is the
+    // turn start's. The agent's history has t2, completed.
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    let mut t2 = replayed("t2", "hello again");
+    t2.state = ahp_types::state::TurnState::Complete;
+    let turns = wake_with(&mut h, &chat, vec![replayed("t1", "hello"), t2]);
+    let shown: Vec<(&str, &str)> = turns.iter().map(|t| (t["id"].as_str().unwrap_or(""), t["state"].as_str().unwrap_or(""))).collect();
+    assert_eq!(shown, [("t1", "complete"), ("t2", "complete")], "{turns:?}");
+    let rows = h.list(1);
+    assert_eq!(rows[0]["status"].as_u64().unwrap_or(0) & 0x1F, 1, "the row is idle once the wake found the turn: {:?}", rows[0]);
+    // A turn the host ends (a client's cancel) is written durable now.
+    turn_started(&mut h, &chat, 3, "t3", "third");
+    h.durable(&mut disk);
+    h.settle_backend();
+    h.dispatch(1, &chat, 4, json!({"type": "chat/turnCancelled", "turnId": "t3", "duration": 0}));
+    let writes: Vec<Durability> = h.store_ops().into_iter().filter_map(|(_, c)| match c {
+        StoreCmd::Put { durability, .. } => Some(durability),
+        _ => None,
+    }).collect();
+    assert_eq!(writes, [Durability::Now], "a cancel's end is durable before it is answered");
+}

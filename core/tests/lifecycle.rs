@@ -168,7 +168,7 @@ fn dispose_tears_down_deletes_and_tells_every_client() {
     // session is deleted before that write is durable.
     assert!(h.backend_cmds().is_empty(), "no backend delete before the tombstone is durable");
     let stores = h.store_ops();
-    assert!(stores.iter().any(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record } if record.deleted)));
+    assert!(stores.iter().any(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record, .. } if record.deleted)));
     for (op, _) in stores {
         h.done(op, Outcome::Ok);
     }
@@ -228,7 +228,7 @@ fn stored_records(h: &mut Harness) -> Vec<ahpd_core::SessionRecord> {
             return latest.into_values().collect();
         }
         for (op, cmd) in ops {
-            if let ahpd_core::StoreCmd::Put { record } = cmd {
+            if let ahpd_core::StoreCmd::Put { record, .. } = cmd {
                 latest.insert(record.key().into_owned(), *record);
             }
             h.done(op, ahpd_core::Outcome::Ok);

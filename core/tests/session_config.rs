@@ -175,7 +175,7 @@ fn create_in(h: &mut Harness, id: &str, config: Value, facts: RepoFacts) -> (Str
 
 fn last_record(ops: &[(ahpd_core::OpId, StoreCmd)]) -> Option<ahpd_core::SessionRecord> {
     ops.iter().rev().find_map(|(_, c)| match c {
-        StoreCmd::Put { record } => Some((**record).clone()),
+        StoreCmd::Put { record, .. } => Some((**record).clone()),
         _ => None,
     })
 }

@@ -143,7 +143,7 @@ fn a_failed_resume_fails_the_waker_and_leaves_the_session_asleep_and_intact() {
     assert!(h.list(1).iter().any(|row| row["resource"] == a.as_str()), "nothing deleted or replaced");
     assert!(h.store_ops().iter().all(|(_, c)| match c {
         ahpd_core::StoreCmd::Delete { .. } => false,
-        ahpd_core::StoreCmd::Put { record } => !record.deleted,
+        ahpd_core::StoreCmd::Put { record, .. } => !record.deleted,
         ahpd_core::StoreCmd::PutAutomation { .. } | ahpd_core::StoreCmd::DeleteAutomation { .. } => true,
     }));
     // The next waker tries again.
@@ -297,7 +297,7 @@ fn the_residency_limit_never_takes_a_session_whose_turns_could_not_be_rebuilt() 
     let (a, _) = h.session_with_turn("a");
     let rid = h.send_request(1, "disposeSession", json!({"channel": a}));
     h.settle_backend();
-    let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record } if record.deleted)).expect("the record's tombstone");
+    let (op, _) = h.store_ops().into_iter().find(|(_, c)| matches!(c, ahpd_core::StoreCmd::Put { record, .. } if record.deleted)).expect("the record's tombstone");
     h.done(op, Outcome::Failed { message: "disk full".into() });
     let reply = h.take_reply(1, rid).expect("dispose reply");
     assert!(reply.get("error").is_some(), "{reply}");

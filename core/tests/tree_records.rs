@@ -103,7 +103,7 @@ fn a_move_out_of_the_tree_is_written_with_the_tree_it_leaves_in_one_record() {
     let mut h = Harness::new(Config::default());
     moved_out_of_its_tree(&mut h, "m");
     let puts: Vec<_> = h.store_ops().into_iter().filter_map(|(_, c)| match c {
-        StoreCmd::Put { record } => Some(record),
+        StoreCmd::Put { record, .. } => Some(record),
         _ => None,
     }).collect();
     // The first write after the move is the one a stopped process leaves.

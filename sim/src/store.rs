@@ -3,10 +3,15 @@
 //!
 //! Writes to one key are applied and answered in the order they were issued
 //! (the shell writes one file per session, atomically); writes to different
-//! keys complete out of order. A write is durable when its `Done` is sent.
-//! At a host crash every unanswered write is lost or, by a coin per key in
-//! issue order, made durable without its answer (the fsync finished, the
-//! reply did not).
+//! keys complete out of order. A write is durable when its `Done` is sent,
+//! except a put made `Durability::WithNext` (a turn's end): answered, it
+//! waits in [`Store::volatile`] until the next durable write's answer
+//! makes it durable too (the shell's journal: one fsync covers every line
+//! before it). At a host crash every unanswered or volatile write is lost
+//! or, by a coin per key in issue order, made durable without its answer
+//! (the fsync finished, the reply did not). (The shell also syncs a
+//! volatile write after a second of quiet; the sim never does, so a crash
+//! may take back more than the daemon's would.)
 
 use std::collections::BTreeMap;
 
@@ -30,6 +35,8 @@ pub struct Write {
     /// Whether it is an automation's write (applied when issued, in
     /// [`Store::automations`]; only its answer waits).
     pub automation: bool,
+    /// Made `Durability::WithNext`: answered before it is durable.
+    pub with_next: bool,
 }
 
 /// The last write to a key that the host was told is durable.
@@ -52,6 +59,11 @@ pub struct StoreStats {
     pub lost: u64,
     /// Writes that reached the disk at a crash without an answer.
     pub durable_unacked: u64,
+    /// Writes made `Durability::WithNext` answered before they were
+    /// durable.
+    pub with_next: u64,
+    /// Of those, lost at a crash before another write made them durable.
+    pub with_next_lost: u64,
 }
 
 /// The store.
@@ -61,8 +73,12 @@ pub struct Store {
     pub durable: BTreeMap<String, SessionRecord>,
     /// Writes in flight, by the store's own id.
     pub inflight: BTreeMap<u64, Write>,
-    /// The last acknowledged write per key.
+    /// The last acknowledged write per key that is durable.
     pub acked: BTreeMap<String, Acked>,
+    /// Puts made `Durability::WithNext` that were answered but are not
+    /// durable yet, in answer order: the next durable write's answer makes
+    /// them durable; a crash loses them (or, by a coin, not).
+    pub volatile: Vec<(String, SessionRecord)>,
     /// The write that landed last (its key and record, `None` for a
     /// delete): a crash between its landing and the host hearing of it
     /// leaves it on disk unacknowledged, like a write in flight.
@@ -79,9 +95,9 @@ impl Store {
     /// Executes one `Effect::Store`.
     #[allow(clippy::too_many_arguments)]
     pub fn on_command(&mut self, q: &mut Queue, world: &mut SimRng, faults_rng: &mut SimRng, store_fail: f64, options: &Options, op: OpId, command: StoreCmd) {
-        let (key, record) = match command {
-            StoreCmd::Put { record } => (record.key().into_owned(), Some(*record)),
-            StoreCmd::Delete { key } => (key, None),
+        let (key, record, with_next) = match command {
+            StoreCmd::Put { record, durability } => (record.key().into_owned(), Some(*record), durability == ahpd_core::Durability::WithNext),
+            StoreCmd::Delete { key } => (key, None, false),
             StoreCmd::PutAutomation { record } => {
                 let key = record.key().unwrap_or_default();
                 self.automations.insert(key.clone(), *record);
@@ -95,7 +111,7 @@ impl Store {
         let fail = faults_rng.chance(store_fail);
         self.next_id += 1;
         let id = self.next_id;
-        self.inflight.insert(id, Write { op, key: key.clone(), record, fail, automation: false });
+        self.inflight.insert(id, Write { op, key: key.clone(), record, fail, automation: false, with_next });
         let delay = world.exp_ms(options.store_ms);
         q.push_lane(Lane::Store(key), delay, Event::StoreAck { id });
     }
@@ -104,7 +120,7 @@ impl Store {
     fn answer_automation(&mut self, q: &mut Queue, world: &mut SimRng, options: &Options, op: OpId, key: String) {
         self.next_id += 1;
         let id = self.next_id;
-        self.inflight.insert(id, Write { op, key: key.clone(), record: None, fail: false, automation: true });
+        self.inflight.insert(id, Write { op, key: key.clone(), record: None, fail: false, automation: true, with_next: false });
         let delay = world.exp_ms(options.store_ms);
         q.push_lane(Lane::Store(key), delay, Event::StoreAck { id });
     }
@@ -121,6 +137,18 @@ impl Store {
             return Some((Input::Done { op: write.op, outcome: Outcome::Failed { message: "simulated disk error (EIO)".to_owned() } }, format!("{label} failed")));
         }
         self.stats.acked += 1;
+        if write.with_next {
+            if let Some(record) = write.record {
+                self.stats.with_next += 1;
+                self.volatile.push((write.key, record));
+            }
+            return Some((Input::Done { op: write.op, outcome: Outcome::Ok }, format!("{label} ok (durable with the next write)")));
+        }
+        // This write's fsync makes every volatile write before it durable.
+        for (key, record) in std::mem::take(&mut self.volatile) {
+            self.durable.insert(key.clone(), record.clone());
+            self.acked.insert(key, Acked::Put(Box::new(record)));
+        }
         self.last_landed = Some((write.key.clone(), write.record.clone()));
         match write.record {
             Some(record) => {
@@ -146,6 +174,17 @@ impl Store {
     /// issue order) reached the disk; the rest are lost.
     pub fn on_host_crash(&mut self, faults_rng: &mut SimRng) {
         let mut stopped: BTreeMap<String, bool> = BTreeMap::new();
+        // Answered but not durable yet: the same coin, before the writes
+        // still in flight (they were issued after).
+        for (key, record) in std::mem::take(&mut self.volatile) {
+            let stop = stopped.entry(key.clone()).or_insert(false);
+            if *stop || !faults_rng.chance(0.5) {
+                *stop = true;
+                self.stats.with_next_lost += 1;
+                continue;
+            }
+            self.durable.insert(key, record);
+        }
         let writes = std::mem::take(&mut self.inflight);
         for (_, write) in writes.into_iter().filter(|(_, w)| !w.automation) {
             let stop = stopped.entry(write.key.clone()).or_insert(false);
@@ -172,9 +211,13 @@ impl Store {
         self.acked = self.durable.iter().map(|(k, r)| (k.clone(), Acked::Put(Box::new(r.clone())))).collect();
     }
 
-    /// Unanswered writes per key (what may or may not reach the disk).
+    /// Unanswered writes per key, after the volatile ones (what may or
+    /// may not reach the disk).
     pub fn unacked_by_key(&self) -> BTreeMap<String, Vec<Option<SessionRecord>>> {
         let mut out: BTreeMap<String, Vec<Option<SessionRecord>>> = BTreeMap::new();
+        for (key, record) in &self.volatile {
+            out.entry(key.clone()).or_default().push(Some(record.clone()));
+        }
         for write in self.inflight.values().filter(|w| !w.automation) {
             out.entry(write.key.clone()).or_default().push(write.record.clone());
         }

@@ -370,6 +370,8 @@ impl World {
                 events.insert("sim.creations_judged", self.grants.creations_judged);
                 events.insert("sim.let_go_judged", self.residency.let_go_judged);
                 events.insert("sim.root_rows_compared", self.row_checks);
+                events.insert("sim.store.with_next_answered", self.store.stats.with_next);
+                events.insert("sim.store.with_next_lost_at_crash", self.store.stats.with_next_lost);
                 events.insert("sim.lru_victims_judged", self.residency.victims_judged);
                 let (r, a) = (&self.registry.stats, &self.aware.stats);
                 for (name, n) in [
@@ -787,7 +789,7 @@ impl World {
                     Effect::Close { conn, .. } => format!("  -> close conn{}", conn.0),
                     Effect::Backend { op, chat, command, .. } => format!("  -> backend op{} {chat} {command:?}", op.0),
                     Effect::Store { op, command } => format!("  -> store op{} {}", op.0, match command {
-                        StoreCmd::Put { record } => format!(
+                        StoreCmd::Put { record, .. } => format!(
                             "put {} read={} archived={} title={:?} kept={:?}",
                             record.key(),
                             record.is_read,
@@ -894,7 +896,7 @@ impl World {
             }
             Effect::Store { op, command } => {
                 let subject = match &command {
-                    StoreCmd::Put { record } => record.resource.clone(),
+                    StoreCmd::Put { record, .. } => record.resource.clone(),
                     StoreCmd::Delete { key } | StoreCmd::DeleteAutomation { key } => key.replacen('@', ":/", 1),
                     StoreCmd::PutAutomation { record } => record.resource.clone(),
                 };

@@ -64,7 +64,7 @@ fn a_record_write_never_lands_after_a_parked_change_with_stale_bits() {
     // Whatever is written before the parked write is answered must carry
     // the change, or be held back.
     for (_, cmd) in d.store_ops() {
-        if let StoreCmd::Put { record } = cmd {
+        if let StoreCmd::Put { record, .. } = cmd {
             assert!(record.is_read, "a stale record write was issued behind the parked change");
         }
     }
@@ -72,7 +72,7 @@ fn a_record_write_never_lands_after_a_parked_change_with_stale_bits() {
     let later = d.store_ops();
     assert!(!later.is_empty(), "the held-back write is issued once the parked one settles");
     for (_, cmd) in later {
-        if let StoreCmd::Put { record } = cmd {
+        if let StoreCmd::Put { record, .. } = cmd {
             assert!(record.is_read);
         }
     }

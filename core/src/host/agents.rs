@@ -28,7 +28,7 @@
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp_types::Uri;
 use super::{Host, Op};
-use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
+use crate::effect::{BackendCmd, ConnId, Durability, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
 use crate::session::starts::StartNext;
 use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
@@ -37,6 +37,17 @@ use crate::session::sleep::SleepRefusal;
 use crate::session::wake::WakeEnd;
 use crate::session::{Phase, Waiter};
 use crate::time::MonoTime;
+
+/// Who ended a turn, for its end's record write
+/// ([`Host::end_turn_bookkeeping`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnEnder {
+    /// The chat's agent (`chat/turnComplete` or its own `chat/error`): its
+    /// history holds the turn.
+    Agent,
+    /// The host: a client's cancel, a failed send, an agent gone.
+    Host,
+}
 
 impl Host {
     /// A chat's agent started (or failed to): the session takes the answer
@@ -199,7 +210,7 @@ impl Host {
         self.mark_activity(session_uri);
         if ends_turn {
             self.kept_turn_ended(session_uri, chat, &turn_id, None);
-            self.end_turn_bookkeeping(session_uri, chat, for_good);
+            self.end_turn_bookkeeping(session_uri, chat, for_good, TurnEnder::Agent);
         } else {
             self.after_chat_change(session_uri, chat);
         }
@@ -266,7 +277,7 @@ impl Host {
     /// `root/sessionAdded`, and its start is owed to the next send.
     pub(crate) fn fail_turn(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &str) {
         let Some(running) = self.in_session(session_uri, |s, sh| s.error_turn(sh, chat, turn_id, message)) else {
-            return self.end_turn_bookkeeping(session_uri, chat, false);
+            return self.end_turn_bookkeeping(session_uri, chat, false, TurnEnder::Host);
         };
         if self.in_session(session_uri, |s, sh| s.fail_creation(sh, message)).unwrap_or(false) {
             // The creation failed: its agent goes, and the next send starts
@@ -277,7 +288,7 @@ impl Host {
             crate::mark!("creation_failed_start_owed");
             self.shared.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
-        self.end_turn_bookkeeping(session_uri, chat, running);
+        self.end_turn_bookkeeping(session_uri, chat, running, TurnEnder::Host);
     }
 
     /// After a turn ended (completed, cancelled, failed): clear its clock,
@@ -288,7 +299,16 @@ impl Host {
     /// checkpoint is work in hand that keeps the session from being evicted
     /// under it (issue 18: an eviction at a turn's end left its checkpoint
     /// running on a session that had gone).
-    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool) {
+    ///
+    /// The record's write is [`Durability::WithNext`] when the turn's agent
+    /// ended it and nothing else rides on the write (no child's finish is
+    /// numbered in it, the host is not stopping): all it adds is the end
+    /// of a turn the agent's own history holds, which a restart rebuilds
+    /// (`crate::kept_turns::merge`) if a crash of the machine loses it
+    /// (issue 21: a turn's end costs no fsync of its own; docs/DECISIONS.md,
+    /// 32). A turn the host ended keeps how it ended in this write only:
+    /// durable now.
+    pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool, ender: TurnEnder) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
         // An automation run waiting for this turn ends as it did.
         self.runs_follow_turn(session_uri, chat);
@@ -296,7 +316,14 @@ impl Host {
         // A child's turn end is numbered in the record it is written with,
         // then told to its parent (`host/children.rs`).
         let child_finished = self.note_child_finish(session_uri, chat);
-        self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put(sh)));
+        let durability = match ender {
+            TurnEnder::Agent if !child_finished && !self.stopping() => {
+                crate::mark!("turn_end_written_with_next");
+                Durability::WithNext
+            }
+            _ => Durability::Now,
+        };
+        self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put_with(sh, durability)));
         if child_finished {
             self.deliver_child_finish(session_uri);
         }

@@ -1095,7 +1095,7 @@ impl Host {
                         self.recount_active();
                         self.send_turn(session_uri, q.channel, turn_id, message);
                     }
-                    Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false),
+                    Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false, super::agents::TurnEnder::Host),
                     Some(ActionNext::TurnResumed) => self.recount_active(),
                     // Before the residency check: a live session archived now
                     // lets its agents go there, which takes its trees then.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use ahp_types::Uri;
 
-use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, StoreCmd};
+use crate::effect::{BackendCmd, ConnId, Durability, Effect, LogLevel, OpId, StoreCmd};
 use crate::host::{Op, Shared};
 use crate::protocol::error::{error, INTERNAL_ERROR};
 use crate::record::SessionRecord;
@@ -30,7 +30,7 @@ impl Session {
         self.work.pending_sends.clear();
         let record = Box::new(tombstone_of(&self.record));
         let op = sh.new_op(Op::StoreDelete { session: self.record.resource.clone() });
-        sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record, durability: Durability::Now } });
         sh.log(LogLevel::Info, "session.disposing", Some(self.record.resource.clone()), String::new());
     }
 

@@ -9,7 +9,7 @@ use ahp::reducers::{apply_action_to_chat, apply_action_to_session, ReduceOutcome
 use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::Uri;
 
-use crate::effect::{BackendCmd, Effect, LogLevel, OpId, StoreCmd};
+use crate::effect::{BackendCmd, Durability, Effect, LogLevel, OpId, StoreCmd};
 use crate::host::{Op, Shared};
 use crate::session::{Phase, Session};
 use crate::time::WallTime;
@@ -53,12 +53,20 @@ impl Session {
         }
     }
 
-    /// Writes this session's record (`Effect::Store` put), unless its
-    /// tombstone is written or on its way (a record written after it would
-    /// bring the session back without the conversations the dispose
-    /// deletes: issue 19, sim seed 17), or a parked write is in flight (the
-    /// write is owed until it settles: see [`crate::session::Work::put_owed`]).
+    /// Writes this session's record (`Effect::Store` put, durable before it
+    /// is answered), unless its tombstone is written or on its way (a
+    /// record written after it would bring the session back without the
+    /// conversations the dispose deletes: issue 19, sim seed 17), or a
+    /// parked write is in flight (the write is owed until it settles: see
+    /// [`crate::session::Work::put_owed`]).
     pub(crate) fn store_put(&mut self, sh: &mut Shared) -> Option<OpId> {
+        self.store_put_with(sh, Durability::Now)
+    }
+
+    /// [`Session::store_put`] with the write's [`Durability`]. An owed
+    /// write goes out later as [`Durability::Now`]: it may carry what
+    /// other changes waited for.
+    pub(crate) fn store_put_with(&mut self, sh: &mut Shared, durability: Durability) -> Option<OpId> {
         if matches!(self.phase, Phase::Disposing(_)) {
             return None;
         }
@@ -68,7 +76,7 @@ impl Session {
         }
         let record = Box::new(self.record.clone());
         let op = sh.new_op(Op::StorePut { session: self.record.resource.clone() });
-        sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record } });
+        sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record, durability } });
         Some(op)
     }
 

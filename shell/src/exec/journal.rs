@@ -75,6 +75,10 @@ pub struct Journal {
     /// An append failed and could not be cut back: the file may end in a
     /// half-written line, so nothing more is appended after it.
     broken: bool,
+    /// Bytes were appended without an fsync (writes made
+    /// `Durability::WithNext`): the next [`Journal::append`] with `sync`,
+    /// [`Journal::sync`] or checkpoint makes them durable.
+    unsynced: bool,
 }
 
 impl Journal {
@@ -91,18 +95,22 @@ impl Journal {
             fsutil::sync_dir(dir)?;
         }
         let len = file.metadata()?.len();
-        Ok(Journal { dir: dir.to_owned(), file, len, dirty: BTreeSet::new(), broken: false })
+        Ok(Journal { dir: dir.to_owned(), file, len, dirty: BTreeSet::new(), broken: false, unsynced: false })
     }
 
-    /// Appends `entries` and makes them durable with one fsync: once this
-    /// returns `Ok`, they survive a crash. On failure nothing of this call
-    /// is acknowledged and the journal is cut back to where it was (so a
-    /// later append never follows a half-written line).
+    /// Appends `entries` and, with `sync`, makes them (and every entry
+    /// appended before them) durable with one fsync: once this returns
+    /// `Ok`, they survive a crash. Without `sync` they are written in order
+    /// after every earlier entry and become durable with the next fsync (a
+    /// crash of the machine before it may lose them, and only them and
+    /// what came after). On failure nothing of this call is acknowledged
+    /// and the journal is cut back to where it was (so a later append
+    /// never follows a half-written line).
     ///
     /// Errors: encoding or IO. When the cut back failed too, every later
     /// append is refused (the store then fails its writes rather than
     /// acknowledge one the journal might not replay).
-    pub fn append<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>) -> std::io::Result<()> {
+    pub fn append<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>, sync: bool) -> std::io::Result<()> {
         if self.broken {
             return Err(std::io::Error::other("the journal could not be cut back after a failed write"));
         }
@@ -111,10 +119,11 @@ impl Journal {
             serde_json::to_writer(&mut bytes, entry).map_err(std::io::Error::other)?;
             bytes.push(b'\n');
         }
-        let written = fsutil::write_in_pieces(&mut self.file, &bytes).and_then(|()| fsutil::sync_data_counted(&self.file));
+        let written = fsutil::write_in_pieces(&mut self.file, &bytes).and_then(|()| if sync { fsutil::sync_data_counted(&self.file) } else { Ok(()) });
         match written {
             Ok(()) => {
                 self.len += bytes.len() as u64;
+                self.unsynced = !sync;
                 Ok(())
             }
             Err(e) => {
@@ -124,6 +133,24 @@ impl Journal {
                 Err(e)
             }
         }
+    }
+
+    /// Whether entries were appended since the last fsync.
+    pub fn unsynced(&self) -> bool {
+        self.unsynced
+    }
+
+    /// Makes every entry appended so far durable (one fsync), if any was
+    /// appended without one.
+    ///
+    /// Errors: the fsync failed; the entries stay unsynced and a later
+    /// sync, append or checkpoint tries again.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        if self.unsynced {
+            fsutil::sync_data_counted(&self.file)?;
+            self.unsynced = false;
+        }
+        Ok(())
     }
 
     /// Bytes in the journal now (every one acknowledged): where
@@ -160,9 +187,11 @@ impl Journal {
         }
         self.len = len;
         if keep.is_empty() {
-            return fsutil::sync_data_counted(&self.file);
+            fsutil::sync_data_counted(&self.file)?;
+            self.unsynced = false;
+            return Ok(());
         }
-        self.append(keep.iter())
+        self.append(keep.iter(), true)
     }
 
     /// Whether the journal has grown past [`CHECKPOINT_BYTES`].
@@ -185,6 +214,7 @@ impl Journal {
         self.file.set_len(0)?;
         fsutil::sync_data_counted(&self.file)?;
         self.len = 0;
+        self.unsynced = false;
         Ok(())
     }
 }
@@ -371,7 +401,7 @@ mod tests {
             Entry::Put(Box::new(record("ahp-session@a", "two"))),
             Entry::Delete("ahp-session@b".to_owned()),
         ];
-        journal.append(&entries).expect("append");
+        journal.append(&entries, true).expect("append");
         // The crash: the journal is durable, no record file was written,
         // and the next write was cut short mid-line.
         drop(journal);
@@ -399,21 +429,21 @@ mod tests {
         let d = dir.path();
         let mut journal = Journal::open(d).expect("open");
         let put = Entry::Put(Box::new(record("ahp-session@a", "one")));
-        journal.append(std::slice::from_ref(&put)).expect("append");
+        journal.append(std::slice::from_ref(&put), true).expect("append");
         journal.apply(&put).expect("apply");
         assert_eq!(title_on_disk(d, "ahp-session@a").as_deref(), Some("one"), "readers see it before any checkpoint");
         assert!(!journal.wants_checkpoint());
         journal.checkpoint().expect("checkpoint");
         assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), 0);
         let gone = Entry::Delete("ahp-session@a".to_owned());
-        journal.append(std::slice::from_ref(&gone)).expect("append");
+        journal.append(std::slice::from_ref(&gone), true).expect("append");
         journal.apply(&gone).expect("apply");
         assert!(!d.join("ahp-session@a.json").exists());
         assert_eq!(read(d).expect("read").entries.len(), 1);
         // A batch whose second file could not be written keeps only the first.
         let at = journal.len();
         let b = Entry::Put(Box::new(record("ahp-session@b", "b")));
-        journal.append(&[b.clone(), Entry::Put(Box::new(record("ahp-session@c", "c")))]).expect("append");
+        journal.append(&[b.clone(), Entry::Put(Box::new(record("ahp-session@c", "c")))], true).expect("append");
         journal.cut_back(at, std::slice::from_ref(&b)).expect("cut back");
         let words = last_words(d).expect("read");
         assert_eq!(words.keys().map(String::as_str).collect::<Vec<_>>(), ["ahp-session@a", "ahp-session@b"]);

@@ -7,7 +7,10 @@
 //! commit). A batch is appended to the journal and fsynced once; only then
 //! is each command answered `Input::Done { outcome: Ok }`, and each record
 //! is written to its own file (temp file, rename; made durable by the
-//! journal's next checkpoint). A store whose journal cannot be opened
+//! journal's next checkpoint). A batch of puts that are all
+//! `Durability::WithNext` (a turn's end) is appended and answered without
+//! an fsync: the next batch's fsync covers it, or the store syncs it after
+//! [`WITH_NEXT_MAX`] of quiet. A store whose journal cannot be opened
 //! writes each file durably instead (file fsync, rename, one directory
 //! fsync per batch), and says so in the log.
 //!
@@ -20,13 +23,19 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ahpd_core::{Input, OpId, Outcome, SessionRecord, StoreCmd};
+use ahpd_core::{Durability, Input, OpId, Outcome, SessionRecord, StoreCmd};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fsutil::{self, TEMP_MARKER};
 use super::journal::{self, Entry, Journal};
 use crate::driver::EventSink;
+
+/// The longest a write made `Durability::WithNext` waits for another
+/// write's fsync before the store syncs the journal for it (issue 21;
+/// docs/DECISIONS.md, 32): the most a crash of the machine can take back
+/// of a quiet daemon.
+pub const WITH_NEXT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Which store `--sessions` chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -98,7 +107,30 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
     // journal (`load`); no write comes before the host is built from them.
     let mut journal: Option<Journal> = None;
     let mut opened = false;
-    while let Some(first) = rx.recv().await {
+    loop {
+        // Writes made `Durability::WithNext` wait for the next batch's
+        // fsync, or for [`WITH_NEXT_MAX`] of quiet at most.
+        let unsynced = journal.as_ref().is_some_and(Journal::unsynced);
+        let next = if unsynced {
+            match tokio::time::timeout(WITH_NEXT_MAX, rx.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let mut taken = journal.take();
+                    journal = super::bulk::spawn(move || {
+                        if let Some(Err(e)) = taken.as_mut().map(Journal::sync) {
+                            tracing::warn!(error = %e, "store journal sync failed; the next write tries again");
+                        }
+                        taken
+                    })
+                    .await
+                    .unwrap_or(None);
+                    continue;
+                }
+            }
+        } else {
+            rx.recv().await
+        };
+        let Some(first) = next else { break };
         let mut batch = vec![first];
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
@@ -171,7 +203,9 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
 }
 
 /// Executes `batch` through the journal: every command appended and made
-/// durable with one fsync, then written to its record file. A command that
+/// durable with one fsync (none when every command is a put made
+/// `Durability::WithNext`: those ride the next one), then written to its
+/// record file. A command that
 /// cannot be journaled (an unsafe key) is answered `Failed` on its own; a
 /// journal that cannot be written fails every command of the batch; a
 /// command whose file cannot be written is taken back out of the journal
@@ -182,10 +216,18 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
     let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
     // Each journaled entry with the index of its command's result.
     let mut entries: Vec<(usize, Entry)> = Vec::with_capacity(batch.len());
+    // One write that must be durable now makes the whole batch so.
+    let mut sync = false;
     for (op, command) in batch {
         let entry = match command {
-            StoreCmd::Put { record } => Entry::Put(record),
-            StoreCmd::Delete { key } => Entry::Delete(key),
+            StoreCmd::Put { record, durability } => {
+                sync |= durability == Durability::Now;
+                Entry::Put(record)
+            }
+            StoreCmd::Delete { key } => {
+                sync = true;
+                Entry::Delete(key)
+            }
             // Taken out of the batch before it comes here.
             StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. } => {
                 results.push((op, Err("an automation write reached the session journal".to_owned())));
@@ -204,7 +246,7 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
     }
     let start = journal.len();
     // Encoded from where they are: a record is not copied to be journaled.
-    if let Err(e) = journal.append(entries.iter().map(|(_, e)| e)) {
+    if let Err(e) = journal.append(entries.iter().map(|(_, e)| e), sync) {
         let message = format!("could not write the store journal: {e}");
         for (i, _) in &entries {
             results[*i].1 = Err(message.clone());
@@ -250,7 +292,7 @@ fn write_batch_direct(dir: &Path, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId, Ou
     let mut results: Vec<(OpId, Result<(), String>)> = Vec::with_capacity(batch.len());
     for (op, command) in batch {
         let result = match command {
-            StoreCmd::Put { record } => put(dir, &record),
+            StoreCmd::Put { record, .. } => put(dir, &record),
             StoreCmd::Delete { key } => delete(dir, &key),
             StoreCmd::PutAutomation { .. } | StoreCmd::DeleteAutomation { .. } => Err("an automation write reached the session store".to_owned()),
         };
@@ -518,12 +560,12 @@ mod tests {
         let out = write_batch(
             &mut journal,
             vec![
-                (OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@abc")) }),
-                (OpId(2), StoreCmd::Put { record: Box::new(record("ahp-session@gone")) }),
+                (OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@abc")), durability: Durability::Now }),
+                (OpId(2), StoreCmd::Put { record: Box::new(record("ahp-session@gone")), durability: Durability::Now }),
                 (OpId(3), StoreCmd::Delete { key: "ahp-session@gone".to_owned() }),
                 (OpId(4), StoreCmd::Delete { key: "never-there".to_owned() }),
                 (OpId(5), StoreCmd::Delete { key: "../etc".to_owned() }),
-                (OpId(6), StoreCmd::Put { record: Box::new(record(".hidden")) }),
+                (OpId(6), StoreCmd::Put { record: Box::new(record(".hidden")), durability: Durability::Now }),
             ],
         );
         let ok: Vec<bool> = out.iter().map(|(_, o)| *o == Outcome::Ok).collect();
@@ -535,7 +577,7 @@ mod tests {
         let direct = write_batch_direct(
             d,
             vec![
-                (OpId(7), StoreCmd::Put { record: Box::new(record("ahp-session@abc")) }),
+                (OpId(7), StoreCmd::Put { record: Box::new(record("ahp-session@abc")), durability: Durability::Now }),
                 (OpId(8), StoreCmd::Delete { key: "../etc".to_owned() }),
             ],
         );
@@ -560,10 +602,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         let mut journal = Journal::open(d).expect("journal");
-        write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@old")) })]);
+        write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@old")), durability: Durability::Now })]);
         // The crash: a later batch reached the journal but not the files.
         journal
-            .append(&[Entry::Delete("ahp-session@old".to_owned()), Entry::Put(Box::new(record("ahp-session@new")))])
+            .append(&[Entry::Delete("ahp-session@old".to_owned()), Entry::Put(Box::new(record("ahp-session@new")))], true)
             .expect("append");
         drop(journal);
         assert!(d.join("ahp-session@old.json").exists() && !d.join("ahp-session@new.json").exists());
@@ -571,6 +613,43 @@ mod tests {
         assert_eq!(loaded.iter().map(|r| r.key().into_owned()).collect::<Vec<_>>(), ["ahp-session@new"]);
         assert!(!d.join("ahp-session@old.json").exists() && d.join("ahp-session@new.json").exists());
         assert_eq!(fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len(), 0);
+    }
+
+    #[test]
+    fn a_turn_ends_write_rides_the_next_fsync_and_is_read_back_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut journal = Journal::open(d).expect("journal");
+        let titled = |title: &str| {
+            let mut r = record("ahp-session@abc");
+            r.title = title.into();
+            Box::new(r)
+        };
+        let out = write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: titled("start"), durability: Durability::Now })]);
+        assert_eq!(out, vec![(OpId(1), Outcome::Ok)]);
+        assert!(!journal.unsynced(), "a write made durable now is fsynced before its answer");
+        let out = write_batch(&mut journal, vec![(OpId(2), StoreCmd::Put { record: titled("end"), durability: Durability::WithNext })]);
+        assert_eq!(out, vec![(OpId(2), Outcome::Ok)]);
+        assert!(journal.unsynced(), "a batch of with-next writes is answered before any fsync");
+        // The next durable batch covers it (one fsync for both).
+        let out = write_batch(
+            &mut journal,
+            vec![
+                (OpId(3), StoreCmd::Put { record: Box::new(record("ahp-session@other")), durability: Durability::WithNext }),
+                (OpId(4), StoreCmd::Put { record: Box::new(record("ahp-session@new")), durability: Durability::Now }),
+            ],
+        );
+        assert!(out.iter().all(|(_, o)| *o == Outcome::Ok));
+        assert!(!journal.unsynced(), "one write made durable now syncs the whole batch and what came before it");
+        write_batch(&mut journal, vec![(OpId(5), StoreCmd::Put { record: titled("later"), durability: Durability::WithNext })]);
+        journal.sync().expect("sync");
+        assert!(!journal.unsynced());
+        drop(journal);
+        // A restart replays the journal in order: the last write wins.
+        let loaded = load(d, 1).expect("load");
+        let abc = loaded.iter().find(|r| r.key() == "ahp-session@abc").expect("the record");
+        assert_eq!(&*abc.title, "later");
+        assert_eq!(loaded.len(), 3);
     }
 
     #[test]

@@ -14,6 +14,10 @@
 //! - `echoed_turn_kept`: a turn the host took (echoed) is in its chat's
 //!   history from then on, across sleep, eviction, crash and restart
 //!   ([`History::after_step`]; issue 19, `ahpd_core::kept_turns`).
+//! - `completed_turn_stays_complete`: a turn a chat showed completed shows
+//!   completed from then on, across sleep, eviction, crash and restart,
+//!   though the write of its end was durable only with the next write
+//!   (issue 21, `Durability::WithNext`): its agent's history has it.
 //! - `lifecycle_transition`: every phase change is in the core's legal
 //!   table (sled's verifier), using the previous step's phases.
 
@@ -28,7 +32,7 @@ pub mod questions;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::actions::StateAction;
-use ahp_types::state::{SessionConfigState, SessionState};
+use ahp_types::state::{SessionConfigState, SessionState, TurnState};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 use ahpd_core::invariants::Violation;
 use ahpd_core::session::lifecycle;
@@ -57,6 +61,8 @@ pub struct History {
     /// session and chat, while the session exists (a URI made anew starts
     /// empty).
     echoed: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
+    /// Of those, the turns shown completed (`completed_turn_stays_complete`).
+    completed: BTreeMap<Uri, BTreeMap<Uri, BTreeSet<String>>>,
     /// The turns a rewind (`chat/truncated`) took away, by session and
     /// chat (issue 23): never shown again, across sleep, eviction and
     /// restarts.
@@ -221,10 +227,15 @@ impl History {
         for chats in self.rewound.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
+        self.completed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
+        for chats in self.completed.values_mut() {
+            chats.retain(|chat, _| view.chats.contains_key(chat));
+        }
         // A chat moved to another session (`moveChat`, issue 23) takes what
         // it showed with it: its turns must still be shown there.
         follow_moved_chats(&mut self.echoed, view);
         follow_moved_chats(&mut self.rewound, view);
+        follow_moved_chats(&mut self.completed, view);
         // A session no input touched shows what it showed when last checked.
         let touched = view.sessions.touched();
         let sessions: Box<dyn Iterator<Item = (&Uri, &ahpd_core::session::Session)>> = match touched {
@@ -247,6 +258,9 @@ impl History {
                         gone.insert(id.clone());
                     }
                 }
+                if let Some(done) = self.completed.get_mut(uri).and_then(|m| m.get_mut(&rec.resource)) {
+                    done.retain(|id| !rec.forgetting.contains(id));
+                }
             }
             let Some(r) = s.resident.as_ref().filter(|_| s.can_resume) else { continue };
             for (chat, state) in &r.chats {
@@ -260,6 +274,11 @@ impl History {
                     return Err(breach("echoed_turn_kept", format!("{chat} no longer shows turn {lost} (shows {shown:?})")));
                 }
                 seen.extend(shown.into_iter().map(str::to_owned));
+                let done = self.completed.entry(uri.clone()).or_default().entry(chat.clone()).or_default();
+                if let Some(undone) = done.iter().find(|id| state.turns.iter().any(|t| t.id == **id && t.state != TurnState::Complete)) {
+                    return Err(breach("completed_turn_stays_complete", format!("{chat} shows turn {undone}, which it showed completed, in another state")));
+                }
+                done.extend(state.turns.iter().filter(|t| t.state == TurnState::Complete).map(|t| t.id.clone()));
             }
         }
         Ok(())

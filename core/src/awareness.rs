@@ -419,19 +419,97 @@ pub fn same_workspace(a: &ActiveRecord, b: &ActiveRecord) -> bool {
 /// live records, not in sessions × peers).
 pub type Peers = BTreeMap<Arc<str>, Arc<ActiveRecord>>;
 
+/// A session's peers (spec 004): the live records of its workspace, less
+/// its own. The workspace's records are one map that every session seeing
+/// the same records shares ([`PeerSet::share`]), its own key left out when
+/// read: a folder of N live sessions keeps one map of N, not N maps of N-1
+/// (issue 21: "a peer list per folder shared").
+#[derive(Debug, Clone, Default)]
+pub struct PeerSet {
+    /// The live records of the workspace, the session's own among them
+    /// when it is live.
+    workspace: Arc<Peers>,
+    /// The session's own key in `workspace`, if there.
+    own: Option<Arc<str>>,
+}
+
+impl PeerSet {
+    /// The peers, in key order: `(key, record)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<ActiveRecord>)> + '_ {
+        self.workspace.iter().filter(move |(k, _)| self.own.as_deref() != Some(&***k))
+    }
+
+    /// The peers' keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Arc<str>> + '_ {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// The peers' records, in key order.
+    pub fn values(&self) -> impl Iterator<Item = &Arc<ActiveRecord>> + '_ {
+        self.iter().map(|(_, r)| r)
+    }
+
+    /// How many peers.
+    pub fn len(&self) -> usize {
+        self.workspace.len() - usize::from(self.own.is_some())
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The peer with key `key` (never the session's own record).
+    pub fn get(&self, key: &str) -> Option<&Arc<ActiveRecord>> {
+        if self.own.as_deref() == Some(key) {
+            return None;
+        }
+        self.workspace.get(key)
+    }
+
+    /// Whether `key` is a peer.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Takes `other`'s workspace map when it holds the same records (the
+    /// same shared copies, key for key), so both point at one map. Returns
+    /// whether they now share it.
+    pub fn share(&mut self, other: &PeerSet) -> bool {
+        if Arc::ptr_eq(&self.workspace, &other.workspace) {
+            return true;
+        }
+        let same = self.workspace.len() == other.workspace.len()
+            && self.workspace.iter().zip(other.workspace.iter()).all(|((k, r), (ok, or))| k == ok && Arc::ptr_eq(r, or));
+        if same {
+            self.workspace = Arc::clone(&other.workspace);
+        }
+        same
+    }
+}
+
 /// A session's peers: the records of `live` in `me`'s workspace, except
-/// `me`'s own (same session, pid and host).
-pub fn peers_of(me: &ActiveRecord, live: &Peers) -> Peers {
-    live.iter()
-        .filter(|(_, r)| !(r.session == me.session && r.pid == me.pid && r.host == me.host))
-        .filter(|(_, r)| same_workspace(me, r))
+/// `me`'s own (same session, pid and host: its key).
+pub fn peers_of(me: &ActiveRecord, live: &Peers) -> PeerSet {
+    let own_key = me.key();
+    let mut own = None;
+    let workspace: Peers = live
+        .iter()
+        .filter(|(k, r)| {
+            let mine = ***k == *own_key;
+            if mine {
+                own = Some(Arc::clone(k));
+            }
+            mine || same_workspace(me, r)
+        })
         .map(|(k, r)| (Arc::clone(k), Arc::clone(r)))
-        .collect()
+        .collect();
+    PeerSet { workspace: Arc::new(workspace), own }
 }
 
 /// The claims of `peers` that `paths` would touch: `(peer session, path of
 /// `paths`)` pairs, in peer-key then path order.
-pub fn claimed_by_peers(paths: &[String], peers: &Peers) -> Vec<(String, String)> {
+pub fn claimed_by_peers(paths: &[String], peers: &PeerSet) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for peer in peers.values() {
         for path in paths {
@@ -475,7 +553,7 @@ pub struct Warning {
 
 /// The warnings for `me` among `peers`, given the HEAD it had when it went
 /// live (`baseline_head`). Sorted; empty for the `passive` tier.
-pub fn warnings(tier: Tier, me: &ActiveRecord, baseline_head: Option<&str>, peers: &Peers) -> Vec<Warning> {
+pub fn warnings(tier: Tier, me: &ActiveRecord, baseline_head: Option<&str>, peers: &PeerSet) -> Vec<Warning> {
     if tier == Tier::Passive {
         return Vec::new();
     }
@@ -597,9 +675,12 @@ pub fn meaningful_change(old: &ActiveRecord, new: &ActiveRecord) -> bool {
 }
 
 /// The events between two peer sets, in key order: `(kind, peer key)`.
-pub fn diff(old: &Peers, new: &Peers) -> Vec<(PeerEventKind, Arc<str>)> {
+pub fn diff(old: &PeerSet, new: &PeerSet) -> Vec<(PeerEventKind, Arc<str>)> {
     let mut out = Vec::new();
-    for (key, record) in new {
+    if Arc::ptr_eq(&old.workspace, &new.workspace) && old.own == new.own {
+        return out;
+    }
+    for (key, record) in new.iter() {
         match old.get(key) {
             None => out.push((PeerEventKind::Joined, Arc::clone(key))),
             // The same shared record: nothing changed (most peers, most scans).
@@ -608,7 +689,7 @@ pub fn diff(old: &Peers, new: &Peers) -> Vec<(PeerEventKind, Arc<str>)> {
             Some(_) => {}
         }
     }
-    for key in old.keys().filter(|k| !new.contains_key(*k)) {
+    for key in old.keys().filter(|k| !new.contains_key(k)) {
         out.push((PeerEventKind::Left, Arc::clone(key)));
     }
     out
@@ -813,8 +894,42 @@ mod tests {
         assert!(summary[0].message.ends_with("(and 1 more)"), "{summary:?}");
     }
 
+    /// `records` as the peers of a session of `/w` that is not among them.
+    fn seen(records: &[ActiveRecord]) -> PeerSet {
+        peers_of(&rec("s:/observer", 1, &["/w"], &[]), &set(records))
+    }
+
+    #[test]
+    fn the_sessions_of_one_folder_share_one_map_and_each_leaves_itself_out() {
+        let (a, b, c) = (rec("s:/a", 5, &["/w"], &[]), rec("s:/b", 5, &["/w"], &[]), rec("s:/c", 5, &["/w/sub"], &[]));
+        let live = set(&[a.clone(), b.clone(), c.clone()]);
+        let (mut of_a, mut of_b) = (peers_of(&a, &live), peers_of(&b, &live));
+        assert!(of_b.share(&of_a), "same workspace, same records: one map");
+        assert!(Arc::ptr_eq(&of_a.workspace, &of_b.workspace));
+        assert_eq!(of_a.keys().map(|k| k.to_string()).collect::<Vec<_>>(), vec![b.key(), c.key()]);
+        assert_eq!(of_b.keys().map(|k| k.to_string()).collect::<Vec<_>>(), vec![a.key(), c.key()]);
+        assert_eq!((of_a.len(), of_b.len()), (2, 2));
+        assert!(!of_a.contains_key(&a.key()) && of_b.contains_key(&a.key()));
+        assert!(diff(&of_a, &of_a.clone()).is_empty());
+        // Another copy of a record (a new heartbeat with a change): no
+        // longer the same map.
+        let mut busy = c.clone();
+        busy.activity = "editing".into();
+        let moved = set(&[a.clone(), b.clone(), busy]);
+        let mut of_a2 = peers_of(&a, &moved);
+        assert!(!of_a2.share(&of_b));
+        assert_eq!(diff(&of_a, &of_a2), vec![(PeerEventKind::Updated, Arc::from(c.key()))]);
+        // A session elsewhere sees other records.
+        let d = rec("s:/d", 5, &["/elsewhere"], &[]);
+        let mut of_d = peers_of(&d, &live);
+        assert!(of_d.is_empty() && !of_d.share(&of_a));
+        of_a = of_a2;
+        assert!(of_a.get(&a.key()).is_none() && of_a.get(&b.key()).is_some());
+    }
+
     #[test]
     fn heartbeat_noise_is_no_update() {
+        let set = |records: &[ActiveRecord]| seen(records);
         let a = rec("s:/a", 5, &["/w"], &["/w/x"]);
         let old = set(&[a.clone()]);
         let key = |r: &ActiveRecord| -> Arc<str> { Arc::from(r.key()) };

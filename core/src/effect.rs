@@ -308,7 +308,7 @@ pub enum Durability {
     /// rebuild, must be.
     Now,
     /// Answered once written in order; durable with the store's next
-    /// durable write, its stop, or within a second of quiet at the latest.
+    /// durable write, its stop, or after 200 ms of quiet at the latest.
     /// A crash of the machine before then may lose it (never a later
     /// write's content, and never a write before it), so the core asks
     /// this only of a write whose loss a restart rebuilds: a turn its

@@ -10,7 +10,7 @@
 //! before it). At a host crash every unanswered or volatile write is lost
 //! or, by a coin per key in issue order, made durable without its answer
 //! (the fsync finished, the reply did not). (The shell also syncs a
-//! volatile write after a second of quiet; the sim never does, so a crash
+//! volatile write after 200 ms of quiet; the sim never does, so a crash
 //! may take back more than the daemon's would.)
 
 use std::collections::BTreeMap;

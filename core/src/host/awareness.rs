@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use super::{Op, Shared};
 use crate::config::Config;
 use crate::session::table::SessionTable;
-use crate::awareness::{self as rules, ActiveRecord, Liveness, Peers, RepoObservation, Tier, Warning};
+use crate::awareness::{self as rules, ActiveRecord, Liveness, PeerSet, Peers, RepoObservation, Tier, Warning};
 use crate::effect::{ConnId, Effect, LogLevel, OpId, RegistryCmd};
 use crate::input::Outcome;
 use crate::ids::{printable, ResourceId};
@@ -52,6 +52,10 @@ use crate::time::MonoTime;
 /// How many recent awareness events a session keeps (answered by
 /// `ahpd/listPeers`; also the most one change shows on `_meta`).
 pub const EVENTS_KEPT: usize = 32;
+
+/// How many recently computed workspace maps a fresh peer set is compared
+/// with to share one: the sessions of a few folders refreshed in turn.
+const RECENT_WORKSPACES: usize = 8;
 
 /// One awareness event of a session (spec 004: a peer joined, updated or
 /// left, or the registry failed). Kept typed and made JSON only when shown.
@@ -156,8 +160,13 @@ pub struct Awareness {
     /// one seen before (spec 004, "heartbeat timestamp noise is ignored").
     /// The one copy of each that every session's peer set shares.
     live: Peers,
-    /// Each session's peers as last computed (pointing into `live`).
-    peers: BTreeMap<Uri, Peers>,
+    /// Each session's peers as last computed (pointing into `live`); the
+    /// sessions of one workspace share one map ([`PeerSet::share`]).
+    peers: BTreeMap<Uri, PeerSet>,
+    /// The workspace maps computed last, newest last (at most
+    /// [`RECENT_WORKSPACES`]): where a session's fresh peer set finds the
+    /// map it shares when its own last one no longer fits.
+    recent: VecDeque<PeerSet>,
     /// Each session's warnings as last exposed.
     warnings: BTreeMap<Uri, Vec<Warning>>,
     /// Each session's recent events.
@@ -484,8 +493,9 @@ impl Aware<'_> {
         }
         // A peer that only refreshed its heartbeat is the record shown
         // before (`Awareness::live`): no event, nothing re-sent.
-        let fresh = rules::peers_of(&me, &self.state.live);
+        let mut fresh = rules::peers_of(&me, &self.state.live);
         let had = self.state.peers.remove(uri);
+        self.share_workspace(&mut fresh, had.as_ref());
         let force = force || had.is_none();
         let old = had.unwrap_or_default();
         let events = rules::diff(&old, &fresh);
@@ -513,6 +523,19 @@ impl Aware<'_> {
         }
     }
 
+    /// Makes `fresh` share its workspace map with the session's last peer
+    /// set or a recent one holding the same records; a map shared by none
+    /// is remembered for the next sessions.
+    fn share_workspace(&mut self, fresh: &mut PeerSet, had: Option<&PeerSet>) {
+        if had.is_some_and(|h| fresh.share(h)) || self.state.recent.iter().rev().any(|r| fresh.share(r)) {
+            return;
+        }
+        if self.state.recent.len() >= RECENT_WORKSPACES {
+            self.state.recent.pop_front();
+        }
+        self.state.recent.push_back(fresh.clone());
+    }
+
     fn push_event(&mut self, uri: &Uri, kind: &'static str, peer: Option<(String, Arc<str>)>, message: Option<Arc<str>>) {
         self.state.event_seq += 1;
         let event = Event { seq: self.state.event_seq, kind, at: self.shared.now.wall, peer, message };
@@ -529,7 +552,7 @@ impl Aware<'_> {
     /// `new_from` on (none without).
     fn awareness_meta(&self, uri: &Uri, new_from: Option<u64>) -> [(&'static str, Value); 4] {
         let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
-        let count = self.state.peers.get(uri).map_or(0, BTreeMap::len);
+        let count = self.state.peers.get(uri).map_or(0, PeerSet::len);
         let warnings: &[Warning] = self.state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
         let events: Vec<&Event> = match (self.state.events.get(uri), new_from) {
             (Some(e), Some(from)) => e.kept.iter().filter(|ev| ev.seq >= from).collect(),

@@ -34,8 +34,9 @@ use crate::driver::EventSink;
 /// The longest a write made `Durability::WithNext` waits for another
 /// write's fsync before the store syncs the journal for it (issue 21;
 /// docs/DECISIONS.md, 32): the most a crash of the machine can take back
-/// of a quiet daemon.
-pub const WITH_NEXT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+/// of a quiet daemon. Under the bulk threads' keep-alive, so the thread
+/// that appended the write syncs it (no thread started for one fsync).
+pub const WITH_NEXT_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Which store `--sessions` chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

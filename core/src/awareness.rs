@@ -472,6 +472,12 @@ impl PeerSet {
         self.get(key).is_some()
     }
 
+    /// The keys of the workspace's live records, the session's own among
+    /// them: what sessions that may share one map have in common.
+    pub fn workspace_keys(&self) -> Vec<Arc<str>> {
+        self.workspace.keys().cloned().collect()
+    }
+
     /// Takes `other`'s workspace map when it holds the same records (the
     /// same shared copies, key for key), so both point at one map. Returns
     /// whether they now share it.
@@ -911,6 +917,10 @@ mod tests {
         assert_eq!((of_a.len(), of_b.len()), (2, 2));
         assert!(!of_a.contains_key(&a.key()) && of_b.contains_key(&a.key()));
         assert!(diff(&of_a, &of_a.clone()).is_empty());
+        // The session's own record coming or going is no peer event.
+        let without_a = peers_of(&a, &set(&[b.clone(), c.clone()]));
+        assert_eq!((without_a.len(), of_a.len()), (2, 2));
+        assert!(diff(&without_a, &of_a).is_empty() && diff(&of_a, &without_a).is_empty());
         // Another copy of a record (a new heartbeat with a change): no
         // longer the same map.
         let mut busy = c.clone();

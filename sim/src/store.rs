@@ -145,10 +145,7 @@ impl Store {
             return Some((Input::Done { op: write.op, outcome: Outcome::Ok }, format!("{label} ok (durable with the next write)")));
         }
         // This write's fsync makes every volatile write before it durable.
-        for (key, record) in std::mem::take(&mut self.volatile) {
-            self.durable.insert(key.clone(), record.clone());
-            self.acked.insert(key, Acked::Put(Box::new(record)));
-        }
+        self.make_volatile_durable();
         self.last_landed = Some((write.key.clone(), write.record.clone()));
         match write.record {
             Some(record) => {
@@ -202,6 +199,26 @@ impl Store {
                     self.durable.remove(&write.key);
                 }
             }
+        }
+    }
+
+    /// Whether a write (not an automation's) waits for its answer.
+    pub fn writes_in_flight(&self) -> bool {
+        self.inflight.values().any(|w| !w.automation)
+    }
+
+    /// The host stops gracefully: the store's stop makes every write it
+    /// answered durable (the shell's journal checkpoint), the volatile ones
+    /// included.
+    pub fn on_graceful_stop(&mut self) {
+        self.make_volatile_durable();
+    }
+
+    /// Every volatile write becomes durable, in order.
+    fn make_volatile_durable(&mut self) {
+        for (key, record) in std::mem::take(&mut self.volatile) {
+            self.durable.insert(key.clone(), record.clone());
+            self.acked.insert(key, Acked::Put(Box::new(record)));
         }
     }
 

@@ -441,9 +441,11 @@ impl World {
             };
             self.row_checks += checkers::check_rows(&self.host.view(), clients, &self.q, agreed).map_err(|v| self.violation(v))?;
         }
-        if self.stopping && self.host.drained() && self.store.unacked_by_key().is_empty() {
-            // Drained and every write on disk: the process exits and starts
-            // again.
+        if self.stopping && self.host.drained() && !self.store.writes_in_flight() {
+            // Drained and every write answered: the store's stop makes the
+            // writes answered before they were durable durable (the shell's
+            // checkpoint), and the process exits and starts again.
+            self.store.on_graceful_stop();
             self.stopping = false;
             self.crash()?;
         }

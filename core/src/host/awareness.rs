@@ -53,10 +53,6 @@ use crate::time::MonoTime;
 /// `ahpd/listPeers`; also the most one change shows on `_meta`).
 pub const EVENTS_KEPT: usize = 32;
 
-/// How many recently computed workspace maps a fresh peer set is compared
-/// with to share one: the sessions of a few folders refreshed in turn.
-const RECENT_WORKSPACES: usize = 8;
-
 /// One awareness event of a session (spec 004: a peer joined, updated or
 /// left, or the registry failed). Kept typed and made JSON only when shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,10 +159,11 @@ pub struct Awareness {
     /// Each session's peers as last computed (pointing into `live`); the
     /// sessions of one workspace share one map ([`PeerSet::share`]).
     peers: BTreeMap<Uri, PeerSet>,
-    /// The workspace maps computed last, newest last (at most
-    /// [`RECENT_WORKSPACES`]): where a session's fresh peer set finds the
-    /// map it shares when its own last one no longer fits.
-    recent: VecDeque<PeerSet>,
+    /// The workspace maps computed since the last scan, by their records'
+    /// keys: where a session's fresh peer set finds the map the other
+    /// sessions of its workspace share ([`PeerSet::share`]). Emptied at
+    /// each scan (its records are new copies then).
+    workspaces: BTreeMap<Vec<Arc<str>>, PeerSet>,
     /// Each session's warnings as last exposed.
     warnings: BTreeMap<Uri, Vec<Warning>>,
     /// Each session's recent events.
@@ -417,6 +414,7 @@ impl Aware<'_> {
 
     fn on_scanned_registry(&mut self, files: Vec<rules::RegistryFile>, repos: BTreeMap<String, Option<RepoObservation>>) {
         let now_ms = self.shared.now.wall.0;
+        self.state.workspaces.clear();
         let mut live = Peers::new();
         let mut parsed = BTreeMap::new();
         for file in files {
@@ -523,17 +521,19 @@ impl Aware<'_> {
         }
     }
 
-    /// Makes `fresh` share its workspace map with the session's last peer
-    /// set or a recent one holding the same records; a map shared by none
-    /// is remembered for the next sessions.
+    /// Makes `fresh` share its workspace map with the one the sessions of
+    /// its workspace share since the last scan, or else with the session's
+    /// last peer set when it holds the same records; the map is remembered
+    /// for the workspace's next sessions.
     fn share_workspace(&mut self, fresh: &mut PeerSet, had: Option<&PeerSet>) {
-        if had.is_some_and(|h| fresh.share(h)) || self.state.recent.iter().rev().any(|r| fresh.share(r)) {
+        let keys = fresh.workspace_keys();
+        if self.state.workspaces.get(&keys).is_some_and(|known| fresh.share(known)) {
             return;
         }
-        if self.state.recent.len() >= RECENT_WORKSPACES {
-            self.state.recent.pop_front();
+        if let Some(had) = had {
+            fresh.share(had);
         }
-        self.state.recent.push_back(fresh.clone());
+        self.state.workspaces.insert(keys, fresh.clone());
     }
 
     fn push_event(&mut self, uri: &Uri, kind: &'static str, peer: Option<(String, Arc<str>)>, message: Option<Arc<str>>) {

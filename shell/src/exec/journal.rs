@@ -16,9 +16,15 @@
 //! journal is not. [`recover`], run before the store is read, writes every
 //! record the journal names to its file durably and then empties the
 //! journal, so the files alone are the store again. A last line cut short
-//! by the crash was never acknowledged (its fsync had not returned) and is
-//! ignored; a damaged line elsewhere is skipped with a warning and the
-//! journal is kept aside as `journal.damaged-<ms>` for a person to read.
+//! by the crash was never acknowledged as durable (its fsync had not
+//! returned: a write the core made `Durability::WithNext` may have been
+//! answered, which is what that durability allows) and is ignored; a
+//! damaged line elsewhere is skipped with a warning and the journal is kept
+//! aside as `journal.damaged-<ms>` for a person to read. (Lines appended
+//! after the last fsync may reach the disk out of order after a crash of
+//! the machine, so such a line can also be a lost `WithNext` write; a
+//! record file is replaced only once its line is durable, so the files
+//! never run ahead of the journal.)
 //!
 //! No rule of the Sessions page lives here: this only makes the core's
 //! writes durable.
@@ -79,6 +85,13 @@ pub struct Journal {
     /// `Durability::WithNext`): the next [`Journal::append`] with `sync`,
     /// [`Journal::sync`] or checkpoint makes them durable.
     unsynced: bool,
+    /// Entries appended without an fsync whose record files are not
+    /// written yet: a file is replaced only once its journal line is
+    /// durable, so that [`recover`] can always write it again (a rename
+    /// not yet on disk may leave the old file or none). Written, in order,
+    /// once the journal is synced; one whose file could not be written
+    /// stays until it is, or until a later write of its key supersedes it.
+    deferred: Vec<Entry>,
 }
 
 impl Journal {
@@ -95,7 +108,7 @@ impl Journal {
             fsutil::sync_dir(dir)?;
         }
         let len = file.metadata()?.len();
-        Ok(Journal { dir: dir.to_owned(), file, len, dirty: BTreeSet::new(), broken: false, unsynced: false })
+        Ok(Journal { dir: dir.to_owned(), file, len, dirty: BTreeSet::new(), broken: false, unsynced: false, deferred: Vec::new() })
     }
 
     /// Appends `entries` and, with `sync`, makes them (and every entry
@@ -124,6 +137,9 @@ impl Journal {
             Ok(()) => {
                 self.len += bytes.len() as u64;
                 self.unsynced = !sync;
+                if sync {
+                    self.apply_deferred();
+                }
                 Ok(())
             }
             Err(e) => {
@@ -141,7 +157,7 @@ impl Journal {
     }
 
     /// Makes every entry appended so far durable (one fsync), if any was
-    /// appended without one.
+    /// appended without one, then writes the deferred entries' files.
     ///
     /// Errors: the fsync failed; the entries stay unsynced and a later
     /// sync, append or checkpoint tries again.
@@ -150,7 +166,35 @@ impl Journal {
             fsutil::sync_data_counted(&self.file)?;
             self.unsynced = false;
         }
+        self.apply_deferred();
         Ok(())
+    }
+
+    /// Holds `entries`, just appended without an fsync, until the journal
+    /// is synced: only then are their files written ([`Journal::deferred`]).
+    pub fn defer(&mut self, entries: impl IntoIterator<Item = Entry>) {
+        self.deferred.extend(entries);
+    }
+
+    /// Writes the deferred entries' files, in order (the journal is
+    /// synced). One that fails is logged and kept for the next sync.
+    fn apply_deferred(&mut self) {
+        if self.unsynced || self.deferred.is_empty() {
+            return;
+        }
+        let mut failed = Vec::new();
+        for entry in std::mem::take(&mut self.deferred) {
+            match write_file(&self.dir, &entry, false) {
+                Ok(()) => {
+                    self.dirty.insert(entry.key().into_owned());
+                }
+                Err(message) => {
+                    tracing::warn!(key = %entry.key(), detail = %message, "a record file could not be written; its journal line keeps it");
+                    failed.push(entry);
+                }
+            }
+        }
+        self.deferred = failed;
     }
 
     /// Bytes in the journal now (every one acknowledged): where
@@ -168,6 +212,9 @@ impl Journal {
     /// the journal ([`Journal::cut_back`]) and its write refused, so a
     /// restart never brings back a write the client was told failed.
     pub fn apply(&mut self, entry: &Entry) -> Result<(), String> {
+        // A deferred entry of the same key that could not be written is
+        // older than this one: it must not be written after it.
+        self.deferred.retain(|d| d.key() != entry.key());
         write_file(&self.dir, entry, false)?;
         self.dirty.insert(entry.key().into_owned());
         Ok(())
@@ -206,6 +253,12 @@ impl Journal {
     /// cut; the journal then keeps every entry (nothing is lost, the next
     /// checkpoint tries again).
     pub fn checkpoint(&mut self) -> std::io::Result<()> {
+        // Every line durable and every file written first: a line whose
+        // file could not be written stays in the journal.
+        self.sync()?;
+        if !self.deferred.is_empty() {
+            return Err(std::io::Error::other("a record file could not be written; the journal keeps its line"));
+        }
         for key in &self.dirty {
             sync_file(&self.dir, key)?;
         }
@@ -421,6 +474,27 @@ mod tests {
         assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), 0, "emptied once the files hold it");
         assert!(!d.join("journal.damaged-7").exists(), "a torn last line is not damage");
         assert_eq!(recover(d, 8).expect("again"), 0);
+    }
+
+    #[test]
+    fn an_unsynced_line_writes_its_file_only_once_durable_and_a_checkpoint_or_a_stop_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut journal = Journal::open(d).expect("open");
+        let first = Entry::Put(Box::new(record("ahp-session@a", "one")));
+        journal.append(std::slice::from_ref(&first), true).expect("append");
+        journal.apply(&first).expect("apply");
+        let later = Entry::Put(Box::new(record("ahp-session@a", "two")));
+        journal.append(std::slice::from_ref(&later), false).expect("append");
+        journal.defer([later]);
+        assert!(journal.unsynced());
+        assert_eq!(title_on_disk(d, "ahp-session@a").as_deref(), Some("one"), "the file waits for its line's fsync");
+        assert_eq!(last_words(d).expect("read")["ahp-session@a"].as_ref().map(|r| r.title.to_string()).as_deref(), Some("two"), "readers of the journal see it");
+        // The store's stop (a checkpoint) syncs, writes the file, empties the journal.
+        journal.checkpoint().expect("checkpoint");
+        assert!(!journal.unsynced());
+        assert_eq!(title_on_disk(d, "ahp-session@a").as_deref(), Some("two"));
+        assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), 0);
     }
 
     #[test]

@@ -38,6 +38,10 @@ use crate::driver::EventSink;
 /// that appended the write syncs it (no thread started for one fsync).
 pub const WITH_NEXT_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// How long after a failed sync of the journal the store tries again
+/// when no write comes (one log line per try).
+const SYNC_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Which store `--sessions` chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreKind {
@@ -108,28 +112,41 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
     // journal (`load`); no write comes before the host is built from them.
     let mut journal: Option<Journal> = None;
     let mut opened = false;
+    // When the journal must be synced for writes made
+    // `Durability::WithNext`: [`WITH_NEXT_MAX`] after the first of them,
+    // unless a durable batch syncs it before.
+    let mut sync_due: Option<tokio::time::Instant> = None;
     loop {
-        // Writes made `Durability::WithNext` wait for the next batch's
-        // fsync, or for [`WITH_NEXT_MAX`] of quiet at most.
-        let unsynced = journal.as_ref().is_some_and(Journal::unsynced);
-        let next = if unsynced {
-            match tokio::time::timeout(WITH_NEXT_MAX, rx.recv()).await {
+        if !journal.as_ref().is_some_and(Journal::unsynced) {
+            sync_due = None;
+        } else if sync_due.is_none() {
+            sync_due = Some(tokio::time::Instant::now() + WITH_NEXT_MAX);
+        }
+        let next = match sync_due {
+            Some(due) => match tokio::time::timeout_at(due, rx.recv()).await {
                 Ok(next) => next,
                 Err(_) => {
                     let mut taken = journal.take();
-                    journal = super::bulk::spawn(move || {
-                        if let Some(Err(e)) = taken.as_mut().map(Journal::sync) {
-                            tracing::warn!(error = %e, "store journal sync failed; the next write tries again");
-                        }
-                        taken
+                    let (back, failed) = super::bulk::spawn(move || {
+                        let failed = match taken.as_mut().map(Journal::sync) {
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, "store journal sync failed; tried again with the next write or in 5 s");
+                                true
+                            }
+                            _ => false,
+                        };
+                        (taken, failed)
                     })
                     .await
-                    .unwrap_or(None);
+                    .unwrap_or((None, false));
+                    journal = back;
+                    if failed {
+                        sync_due = Some(tokio::time::Instant::now() + SYNC_RETRY);
+                    }
                     continue;
                 }
-            }
-        } else {
-            rx.recv().await
+            },
+            None => rx.recv().await,
         };
         let Some(first) = next else { break };
         let mut batch = vec![first];
@@ -252,6 +269,11 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
         for (i, _) in &entries {
             results[*i].1 = Err(message.clone());
         }
+        return answer(results);
+    }
+    if !sync {
+        // Their files wait for the fsync that makes their lines durable.
+        journal.defer(entries.into_iter().map(|(_, e)| e));
         return answer(results);
     }
     let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
@@ -629,9 +651,18 @@ mod tests {
         let out = write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: titled("start"), durability: Durability::Now })]);
         assert_eq!(out, vec![(OpId(1), Outcome::Ok)]);
         assert!(!journal.unsynced(), "a write made durable now is fsynced before its answer");
+        let on_disk = || -> String {
+            let bytes = fs::read(d.join("ahp-session@abc.json")).expect("the record file");
+            serde_json::from_slice::<SessionRecord>(&bytes).expect("a record").title.to_string()
+        };
+        let journal_len = || fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len();
+        assert_eq!(on_disk(), "start");
+        let before = journal_len();
         let out = write_batch(&mut journal, vec![(OpId(2), StoreCmd::Put { record: titled("end"), durability: Durability::WithNext })]);
         assert_eq!(out, vec![(OpId(2), Outcome::Ok)]);
         assert!(journal.unsynced(), "a batch of with-next writes is answered before any fsync");
+        assert!(journal_len() > before, "its line is in the journal");
+        assert_eq!(on_disk(), "start", "its file waits until its line is durable: the files never run ahead of the journal");
         // The next durable batch covers it (one fsync for both).
         let out = write_batch(
             &mut journal,
@@ -642,9 +673,13 @@ mod tests {
         );
         assert!(out.iter().all(|(_, o)| *o == Outcome::Ok));
         assert!(!journal.unsynced(), "one write made durable now syncs the whole batch and what came before it");
+        assert_eq!(on_disk(), "end", "written once the next batch's fsync made its line durable");
+        assert!(d.join("ahp-session@other.json").exists() && d.join("ahp-session@new.json").exists());
         write_batch(&mut journal, vec![(OpId(5), StoreCmd::Put { record: titled("later"), durability: Durability::WithNext })]);
+        assert_eq!(on_disk(), "end");
         journal.sync().expect("sync");
         assert!(!journal.unsynced());
+        assert_eq!(on_disk(), "later", "the store's own sync writes it too");
         drop(journal);
         // A restart replays the journal in order: the last write wins.
         let loaded = load(d, 1).expect("load");

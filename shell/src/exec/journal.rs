@@ -476,14 +476,21 @@ mod tests {
         assert_eq!(recover(d, 8).expect("again"), 0);
     }
 
+    /// A journal in `d` holding one durable put of `ahp-session@a` titled
+    /// "one", its file written.
+    fn holding_one(d: &Path) -> Journal {
+        let mut journal = Journal::open(d).expect("open");
+        let put = Entry::Put(Box::new(record("ahp-session@a", "one")));
+        journal.append(std::slice::from_ref(&put), true).expect("append");
+        journal.apply(&put).expect("apply");
+        journal
+    }
+
     #[test]
     fn an_unsynced_line_writes_its_file_only_once_durable_and_a_checkpoint_or_a_stop_does() {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let mut journal = Journal::open(d).expect("open");
-        let first = Entry::Put(Box::new(record("ahp-session@a", "one")));
-        journal.append(std::slice::from_ref(&first), true).expect("append");
-        journal.apply(&first).expect("apply");
+        let mut journal = holding_one(d);
         let later = Entry::Put(Box::new(record("ahp-session@a", "two")));
         journal.append(std::slice::from_ref(&later), false).expect("append");
         journal.defer([later]);
@@ -501,10 +508,7 @@ mod tests {
     fn applied_writes_are_on_their_files_and_a_checkpoint_empties_the_journal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        let mut journal = Journal::open(d).expect("open");
-        let put = Entry::Put(Box::new(record("ahp-session@a", "one")));
-        journal.append(std::slice::from_ref(&put), true).expect("append");
-        journal.apply(&put).expect("apply");
+        let mut journal = holding_one(d);
         assert_eq!(title_on_disk(d, "ahp-session@a").as_deref(), Some("one"), "readers see it before any checkpoint");
         assert!(!journal.wants_checkpoint());
         journal.checkpoint().expect("checkpoint");

@@ -126,21 +126,15 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
             Some(due) => match tokio::time::timeout_at(due, rx.recv()).await {
                 Ok(next) => next,
                 Err(_) => {
-                    let mut taken = journal.take();
-                    let (back, failed) = super::bulk::spawn(move || {
-                        let failed = match taken.as_mut().map(Journal::sync) {
-                            Some(Err(e)) => {
-                                tracing::warn!(error = %e, "store journal sync failed; tried again with the next write or in 5 s");
-                                true
-                            }
-                            _ => false,
-                        };
-                        (taken, failed)
+                    let synced = on_bulk(&mut journal, |journal| match journal.as_mut().map(Journal::sync) {
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "store journal sync failed; tried again with the next write or in 5 s");
+                            false
+                        }
+                        _ => true,
                     })
-                    .await
-                    .unwrap_or((None, false));
-                    journal = back;
-                    if failed {
+                    .await;
+                    if synced == Ok(false) {
                         sync_due = Some(tokio::time::Instant::now() + SYNC_RETRY);
                     }
                     continue;
@@ -181,28 +175,14 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
         }
         let ops: Vec<OpId> = batch.iter().map(|(op, _)| *op).collect();
         let dir = dir.clone();
-        let mut taken = journal.take();
-        let written = super::bulk::spawn(move || {
-            let results = match taken.as_mut() {
-                Some(journal) => write_batch(journal, batch),
-                None => write_batch_direct(&dir, batch),
-            };
-            (taken, results)
+        let written = on_bulk(&mut journal, move |journal| match journal.as_mut() {
+            Some(journal) => write_batch(journal, batch),
+            None => write_batch_direct(&dir, batch),
         })
         .await;
         let results = match written {
-            Ok((back, results)) => {
-                journal = back;
-                results
-            }
-            Err(e) => {
-                // The journal went down with the task: what it held is
-                // durable and replayed at the next start; from here on
-                // each record is written durably on its own.
-                tracing::error!(error = %e, "store write task failed; the journal is closed");
-                let message = format!("store write task failed: {e}");
-                ops.into_iter().map(|op| (op, Outcome::Failed { message: message.clone() })).collect()
-            }
+            Ok(results) => results,
+            Err(message) => ops.into_iter().map(|op| (op, Outcome::Failed { message: message.clone() })).collect(),
         };
         for (op, outcome) in results {
             if let Outcome::Failed { message } = &outcome {
@@ -216,6 +196,30 @@ async fn run_file_store(dir: PathBuf, mut rx: mpsc::UnboundedReceiver<(OpId, Sto
         // empty, so offline commands read the files alone.
         if let Err(e) = super::bulk::spawn(move || journal.checkpoint()).await.unwrap_or_else(|e| Err(std::io::Error::other(e))) {
             tracing::warn!(error = %e, "store checkpoint at stop failed; the journal is replayed at the next start");
+        }
+    }
+}
+
+/// Runs `work` on the journal (or on `None`: no journal) on a bulk thread
+/// and puts the journal back. Errors: the task failed (panicked); the
+/// journal went down with it, which is logged: what it held is durable and
+/// replayed at the next start, and from here on each record is written
+/// durably on its own.
+async fn on_bulk<R: Send + 'static>(journal: &mut Option<Journal>, work: impl FnOnce(&mut Option<Journal>) -> R + Send + 'static) -> Result<R, String> {
+    let mut taken = journal.take();
+    match super::bulk::spawn(move || {
+        let result = work(&mut taken);
+        (taken, result)
+    })
+    .await
+    {
+        Ok((back, result)) => {
+            *journal = back;
+            Ok(result)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "store write task failed; the journal is closed");
+            Err(format!("store write task failed: {e}"))
         }
     }
 }

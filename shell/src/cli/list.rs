@@ -296,7 +296,7 @@ mod tests {
                 Entry::Put(Box::new(record("ahp-session@kept", "journaled", "2026-03-01T00:00:00.000Z"))),
                 Entry::Delete("ahp-session@gone".to_owned()),
                 Entry::Put(Box::new(record("ahp-session@fresh", "only in the journal", "2026-02-01T00:00:00.000Z"))),
-            ], true)
+            ])
             .expect("append");
         let journal_len = fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len();
         let records = read_records(d).expect("read");

@@ -82,7 +82,7 @@ pub struct Journal {
     /// half-written line, so nothing more is appended after it.
     broken: bool,
     /// Bytes were appended without an fsync (writes made
-    /// `Durability::WithNext`): the next [`Journal::append`] with `sync`,
+    /// `Durability::WithNext`): the next [`Journal::append`],
     /// [`Journal::sync`] or checkpoint makes them durable.
     unsynced: bool,
     /// Entries appended without an fsync whose record files are not
@@ -111,19 +111,35 @@ impl Journal {
         Ok(Journal { dir: dir.to_owned(), file, len, dirty: BTreeSet::new(), broken: false, unsynced: false, deferred: Vec::new() })
     }
 
-    /// Appends `entries` and, with `sync`, makes them (and every entry
-    /// appended before them) durable with one fsync: once this returns
-    /// `Ok`, they survive a crash. Without `sync` they are written in order
-    /// after every earlier entry and become durable with the next fsync (a
-    /// crash of the machine before it may lose them, and only them and
-    /// what came after). On failure nothing of this call is acknowledged
-    /// and the journal is cut back to where it was (so a later append
-    /// never follows a half-written line).
+    /// Appends `entries` and makes them (and every entry appended before
+    /// them) durable with one fsync: once this returns `Ok`, they survive a
+    /// crash. On failure nothing of this call is acknowledged and the
+    /// journal is cut back to where it was (so a later append never follows
+    /// a half-written line).
     ///
     /// Errors: encoding or IO. When the cut back failed too, every later
     /// append is refused (the store then fails its writes rather than
     /// acknowledge one the journal might not replay).
-    pub fn append<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>, sync: bool) -> std::io::Result<()> {
+    pub fn append<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>) -> std::io::Result<()> {
+        self.write_lines(entries, true)
+    }
+
+    /// Appends `entries` (writes made `Durability::WithNext`) without an
+    /// fsync: they are written in order after every earlier entry and
+    /// become durable with the next fsync ([`Journal::append`],
+    /// [`Journal::sync`], a checkpoint); a crash of the machine before it
+    /// may lose them, and only them and what came after. Their files are
+    /// written only then ([`Journal::deferred`]).
+    ///
+    /// Errors: as [`Journal::append`].
+    pub fn append_with_next(&mut self, entries: Vec<Entry>) -> std::io::Result<()> {
+        self.write_lines(&entries, false)?;
+        self.deferred.extend(entries);
+        Ok(())
+    }
+
+    /// Writes `entries` as lines, with an fsync when `sync`.
+    fn write_lines<'a>(&mut self, entries: impl IntoIterator<Item = &'a Entry>, sync: bool) -> std::io::Result<()> {
         if self.broken {
             return Err(std::io::Error::other("the journal could not be cut back after a failed write"));
         }
@@ -170,12 +186,6 @@ impl Journal {
         Ok(())
     }
 
-    /// Holds `entries`, just appended without an fsync, until the journal
-    /// is synced: only then are their files written ([`Journal::deferred`]).
-    pub fn defer(&mut self, entries: impl IntoIterator<Item = Entry>) {
-        self.deferred.extend(entries);
-    }
-
     /// Writes the deferred entries' files, in order (the journal is
     /// synced). One that fails is logged and kept for the next sync.
     fn apply_deferred(&mut self) {
@@ -184,10 +194,8 @@ impl Journal {
         }
         let mut failed = Vec::new();
         for entry in std::mem::take(&mut self.deferred) {
-            match write_file(&self.dir, &entry, false) {
-                Ok(()) => {
-                    self.dirty.insert(entry.key().into_owned());
-                }
+            match self.apply(&entry) {
+                Ok(()) => {}
                 Err(message) => {
                     tracing::warn!(key = %entry.key(), detail = %message, "a record file could not be written; its journal line keeps it");
                     failed.push(entry);
@@ -238,7 +246,7 @@ impl Journal {
             self.unsynced = false;
             return Ok(());
         }
-        self.append(keep.iter(), true)
+        self.append(keep.iter())
     }
 
     /// Whether the journal has grown past [`CHECKPOINT_BYTES`].
@@ -454,7 +462,7 @@ mod tests {
             Entry::Put(Box::new(record("ahp-session@a", "two"))),
             Entry::Delete("ahp-session@b".to_owned()),
         ];
-        journal.append(&entries, true).expect("append");
+        journal.append(&entries).expect("append");
         // The crash: the journal is durable, no record file was written,
         // and the next write was cut short mid-line.
         drop(journal);
@@ -481,7 +489,7 @@ mod tests {
     fn holding_one(d: &Path) -> Journal {
         let mut journal = Journal::open(d).expect("open");
         let put = Entry::Put(Box::new(record("ahp-session@a", "one")));
-        journal.append(std::slice::from_ref(&put), true).expect("append");
+        journal.append(std::slice::from_ref(&put)).expect("append");
         journal.apply(&put).expect("apply");
         journal
     }
@@ -492,8 +500,7 @@ mod tests {
         let d = dir.path();
         let mut journal = holding_one(d);
         let later = Entry::Put(Box::new(record("ahp-session@a", "two")));
-        journal.append(std::slice::from_ref(&later), false).expect("append");
-        journal.defer([later]);
+        journal.append_with_next(vec![later]).expect("append");
         assert!(journal.unsynced());
         assert_eq!(title_on_disk(d, "ahp-session@a").as_deref(), Some("one"), "the file waits for its line's fsync");
         assert_eq!(last_words(d).expect("read")["ahp-session@a"].as_ref().map(|r| r.title.to_string()).as_deref(), Some("two"), "readers of the journal see it");
@@ -514,14 +521,14 @@ mod tests {
         journal.checkpoint().expect("checkpoint");
         assert_eq!(fs::metadata(d.join(JOURNAL_NAME)).expect("journal").len(), 0);
         let gone = Entry::Delete("ahp-session@a".to_owned());
-        journal.append(std::slice::from_ref(&gone), true).expect("append");
+        journal.append(std::slice::from_ref(&gone)).expect("append");
         journal.apply(&gone).expect("apply");
         assert!(!d.join("ahp-session@a.json").exists());
         assert_eq!(read(d).expect("read").entries.len(), 1);
         // A batch whose second file could not be written keeps only the first.
         let at = journal.len();
         let b = Entry::Put(Box::new(record("ahp-session@b", "b")));
-        journal.append(&[b.clone(), Entry::Put(Box::new(record("ahp-session@c", "c")))], true).expect("append");
+        journal.append(&[b.clone(), Entry::Put(Box::new(record("ahp-session@c", "c")))]).expect("append");
         journal.cut_back(at, std::slice::from_ref(&b)).expect("cut back");
         let words = last_words(d).expect("read");
         assert_eq!(words.keys().map(String::as_str).collect::<Vec<_>>(), ["ahp-session@a", "ahp-session@b"]);

@@ -267,17 +267,23 @@ fn write_batch(journal: &mut Journal, batch: Vec<(OpId, StoreCmd)>) -> Vec<(OpId
         return answer(results);
     }
     let start = journal.len();
+    if !sync {
+        // Their files wait for the fsync that makes their lines durable.
+        let indices: Vec<usize> = entries.iter().map(|(i, _)| *i).collect();
+        if let Err(e) = journal.append_with_next(entries.into_iter().map(|(_, e)| e).collect()) {
+            let message = format!("could not write the store journal: {e}");
+            for i in indices {
+                results[i].1 = Err(message.clone());
+            }
+        }
+        return answer(results);
+    }
     // Encoded from where they are: a record is not copied to be journaled.
-    if let Err(e) = journal.append(entries.iter().map(|(_, e)| e), sync) {
+    if let Err(e) = journal.append(entries.iter().map(|(_, e)| e)) {
         let message = format!("could not write the store journal: {e}");
         for (i, _) in &entries {
             results[*i].1 = Err(message.clone());
         }
-        return answer(results);
-    }
-    if !sync {
-        // Their files wait for the fsync that makes their lines durable.
-        journal.defer(entries.into_iter().map(|(_, e)| e));
         return answer(results);
     }
     let mut kept: Vec<Entry> = Vec::with_capacity(entries.len());
@@ -632,7 +638,7 @@ mod tests {
         write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: Box::new(record("ahp-session@old")), durability: Durability::Now })]);
         // The crash: a later batch reached the journal but not the files.
         journal
-            .append(&[Entry::Delete("ahp-session@old".to_owned()), Entry::Put(Box::new(record("ahp-session@new")))], true)
+            .append(&[Entry::Delete("ahp-session@old".to_owned()), Entry::Put(Box::new(record("ahp-session@new")))])
             .expect("append");
         drop(journal);
         assert!(d.join("ahp-session@old.json").exists() && !d.join("ahp-session@new.json").exists());

@@ -372,6 +372,8 @@ impl World {
                 events.insert("sim.root_rows_compared", self.row_checks);
                 events.insert("sim.store.with_next_answered", self.store.stats.with_next);
                 events.insert("sim.store.with_next_lost_at_crash", self.store.stats.with_next_lost);
+                events.insert("sim.backend.transcripts_damaged", self.backend.stats.transcripts_damaged);
+                events.insert("sim.backend.transcripts_restored", self.backend.stats.transcripts_restored);
                 events.insert("sim.lru_victims_judged", self.residency.victims_judged);
                 let (r, a) = (&self.registry.stats, &self.aware.stats);
                 for (name, n) in [

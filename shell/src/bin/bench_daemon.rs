@@ -153,6 +153,12 @@ struct Cli {
     /// soak: seconds each phase is left to settle before RSS is read.
     #[arg(long, default_value_t = 3.0)]
     settle_seconds: f64,
+    /// soak: print each steady probe slower than this many ms, with its
+    /// phase and its start and end on CLOCK_MONOTONIC (seconds), to stderr:
+    /// the times a `perf sched record -k CLOCK_MONOTONIC` trace of the same
+    /// run can be read at (docs/PERFORMANCE.md "Session 25").
+    #[arg(long)]
+    trace_slow_ms: Option<f64>,
     /// soak: one more argument for the daemon's `serve` (repeatable), e.g.
     /// `--daemon-arg=--limit-replay-buffer-max-bytes=1000000000`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
@@ -233,6 +239,7 @@ async fn run(cli: Cli) -> R<()> {
             baseline: Duration::from_secs_f64(cli.baseline_seconds.unwrap_or(5.0).max(0.5)),
             settle: Duration::from_secs_f64(cli.settle_seconds.max(0.0)),
             daemon_args: cli.daemon_args.clone(),
+            trace_slow: cli.trace_slow_ms.map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3)),
         };
         soak(&env, &opts).await?;
     }
@@ -1661,6 +1668,8 @@ struct SoakOpts {
     settle: Duration,
     /// More arguments for the daemon's `serve`.
     daemon_args: Vec<String>,
+    /// Print the steady client's probes slower than this (`--trace-slow-ms`).
+    trace_slow: Option<Duration>,
 }
 
 /// The soak's phases, in order; the steady client's probes and the RSS
@@ -1683,6 +1692,8 @@ struct Watch {
     errors: Mutex<Vec<String>>,
     /// Peak `VmRSS` seen per phase, in bytes.
     peak: Mutex<[u64; SOAK_PHASES.len()]>,
+    /// Probes slower than this are printed with their monotonic times.
+    trace_slow: Option<Duration>,
 }
 
 impl Watch {
@@ -1706,7 +1717,13 @@ async fn steady_client(url: String, folder: PathBuf, watch: Arc<Watch>) {
             let turn = n % 100 == 0;
             let t = Instant::now();
             let r = if turn { c.turn(&chat, &turn_id(9999, n), "/slow 0 steady", None).await.map(|_| ()) } else { c.ping().await.map(|_| ()) };
-            let took = ms(t.elapsed());
+            let elapsed = t.elapsed();
+            let took = ms(elapsed);
+            if watch.trace_slow.is_some_and(|slow| elapsed > slow) {
+                let end = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+                let end = end.tv_sec as f64 + end.tv_nsec as f64 * 1e-9;
+                eprintln!("slow probe: phase {phase} turn {turn} start {:.6} end {end:.6} ms {took:.3}", end - elapsed.as_secs_f64());
+            }
             let ok = r.is_ok();
             watch.probes.lock().map_err(|_| "poisoned")?.push(Probe { phase, ms: took, ok, turn });
             if let Err(e) = r {
@@ -1850,6 +1867,7 @@ async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
         probes: Mutex::new(Vec::new()),
         errors: Mutex::new(Vec::new()),
         peak: Mutex::new([0; SOAK_PHASES.len()]),
+        trace_slow: o.trace_slow,
     });
     let sampler = tokio::spawn(rss_sampler(d.pid, Arc::clone(&watch)));
     // The steady client runs on a thread and runtime of its own, as a real
@@ -1859,12 +1877,15 @@ async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
     let steady = {
         let (url, folder, watch) = (d.url.clone(), work.clone(), Arc::clone(&watch));
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
-        std::thread::spawn(move || {
+        // Named, so that a scheduler trace (`perf sched`) tells its
+        // waits from the bench's other threads'.
+        let spawned = std::thread::Builder::new().name("soak-steady".into()).spawn(move || {
             if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 rt.block_on(steady_client(url, folder, watch));
             }
             let _ = done.send(());
         });
+        spawned.map_err(|e| format!("could not start the steady client's thread: {e}"))?;
         ended
     };
     tokio::time::sleep(o.baseline).await;

@@ -316,9 +316,46 @@ struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A wrapper given as `--ahpd` (a profiler, an RSS sampler) may run the
+        // daemon as its own child, which killing the wrapper leaves running
+        // (idle daemons from earlier diagnostics were found still up, taking
+        // their share of a later measurement): its descendants go first.
+        for pid in descendants_of(self.child.id()) {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The processes descended from `root`, children before grandchildren, read
+/// from `/proc/<pid>/stat` (empty where there is no `/proc`).
+fn descendants_of(root: u32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(|pid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The field after the command (which may hold spaces, in parentheses) and the state.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse::<i32>().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![i32::try_from(root).unwrap_or(-1)];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid) in &parents {
+            if ppid == parent && !found.contains(&pid) {
+                found.push(pid);
+                frontier.push(pid);
+            }
+        }
+    }
+    found
 }
 
 /// A loopback port nobody listens on now (bound then released; the daemon

@@ -429,6 +429,14 @@ pub fn recover(dir: &Path, wall_ms: i64) -> Result<usize, String> {
     Ok(last.len())
 }
 
+/// The title of the record file of `key` in `dir`, if it reads (the
+/// journal's and the store's tests).
+#[cfg(test)]
+pub(crate) fn title_on_disk(dir: &Path, key: &str) -> Option<String> {
+    let bytes = fs::read(dir.join(format!("{key}.json"))).ok()?;
+    serde_json::from_slice::<SessionRecord>(&bytes).ok().map(|r| r.title.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,11 +452,6 @@ mod tests {
                        "modifiedAt": at, "status": 1}]
         }))
         .expect("a valid record")
-    }
-
-    fn title_on_disk(dir: &Path, key: &str) -> Option<String> {
-        let bytes = fs::read(dir.join(format!("{key}.json"))).ok()?;
-        serde_json::from_slice::<SessionRecord>(&bytes).ok().map(|r| r.title.into())
     }
 
     #[test]

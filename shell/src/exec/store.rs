@@ -661,10 +661,7 @@ mod tests {
         let out = write_batch(&mut journal, vec![(OpId(1), StoreCmd::Put { record: titled("start"), durability: Durability::Now })]);
         assert_eq!(out, vec![(OpId(1), Outcome::Ok)]);
         assert!(!journal.unsynced(), "a write made durable now is fsynced before its answer");
-        let on_disk = || -> String {
-            let bytes = fs::read(d.join("ahp-session@abc.json")).expect("the record file");
-            serde_json::from_slice::<SessionRecord>(&bytes).expect("a record").title.to_string()
-        };
+        let on_disk = || journal::title_on_disk(d, "ahp-session@abc").unwrap_or_default();
         let journal_len = || fs::metadata(d.join(journal::JOURNAL_NAME)).expect("journal").len();
         assert_eq!(on_disk(), "start");
         let before = journal_len();

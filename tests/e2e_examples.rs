@@ -36,9 +36,13 @@ fn the_python_example_walks_the_protocol_guide_against_the_daemon() {
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).expect("work folder");
     let daemon = Daemon::start_with(&dir.path().join("data"), &["--awareness-dir", ""]);
+    // As the guide says: the URL, and the token `ahpd token` prints.
+    let token = ahpd_cli(&["token", "--data-dir", dir.path().join("data").to_str().expect("utf-8")], None);
+    let token = String::from_utf8_lossy(&token.stdout).trim().to_owned();
+    assert_eq!(Some(&token), daemon.token.as_ref(), "ahpd token prints the daemon's connection token");
     let out = Command::new("python3")
         .arg(&script)
-        .args(["--url", &daemon.url, "--folder"])
+        .args(["--url", &format!("ws://{}/", daemon.addr), "--token", &token, "--folder"])
         .arg(&work)
         .output()
         .expect("run the Python example");

@@ -98,7 +98,7 @@ async fn a_fleet_of_daemons_is_one_inbox_and_a_killed_one_comes_back() {
     // Machine b dies; the others stay listed; b is restarted on the same
     // address and the fleet reconnects to it by itself.
     let (_, data_b, mut b) = daemons.remove(1);
-    let listen = b.url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+    let listen = b.addr.clone();
     b.kill();
     drop(b);
     within("b seen down", async {

@@ -265,7 +265,7 @@ fn version_flag_completions_and_host_names_in_listen() {
     assert!(text(&out.stdout).contains("listen = \"localhost:8765\""), "{}", text(&out.stdout));
     let mut daemon = Daemon::start_at("localhost:0", &tmp.path().join("data"), &[], &[]);
     let url = daemon.url.clone();
-    let status = http_get(&authority(&url), "/healthz").0;
+    let status = http_get(&daemon.addr, "/healthz").0;
     let _ = daemon.terminate();
     assert_eq!(status, 200, "{url}");
 }
@@ -388,11 +388,6 @@ async fn a_connection_that_keeps_flooding_is_closed_with_1008_and_logged_in_summ
 // HTTP: /healthz, /metrics
 // ---------------------------------------------------------------------------
 
-/// `host:port` of a `ws://host:port/` URL.
-fn authority(url: &str) -> String {
-    url.trim_start_matches("ws://").trim_end_matches('/').to_owned()
-}
-
 /// One plain HTTP GET; returns (status code, body).
 fn http_get(addr: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
@@ -420,7 +415,7 @@ async fn metrics_move_with_a_workload_and_healthz_is_ok() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
     let daemon = Daemon::start(&data);
-    let addr = authority(&daemon.url);
+    let addr = daemon.addr.clone();
 
     let (status, body) = http_get(&addr, "/healthz");
     assert_eq!((status, body.as_str()), (200, "ok\n"));

@@ -11,7 +11,10 @@ message if it is not what the guide says (CI runs it against the release
 daemon: tests/e2e_python_example.rs).
 
     pip install websockets
-    python3 examples/python/ahp_client.py --url ws://127.0.0.1:8765/ --folder /tmp/work
+    python3 examples/python/ahp_client.py --url ws://127.0.0.1:8765/ --token "$(ahpd token)" --folder /tmp/work
+
+The daemon asks every connection for its connection token (`ahpd token`
+prints it); it goes in the handshake as `Authorization: Bearer <token>`.
 
 The session runs the built-in `echo` agent, so nothing else is needed.
 """
@@ -20,6 +23,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import os
 import pathlib
 import sys
 import uuid
@@ -139,9 +143,15 @@ def streamed_text(envelopes):
     return "".join(e["action"]["content"] for e in envelopes if e["action"]["type"] == "chat/delta")
 
 
-async def main(url, folder, trace):
+def connect(url, token):
+    """Opens the WebSocket, presenting the connection token, if any."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    return websockets.connect(url, additional_headers=headers)
+
+
+async def main(url, token, folder, trace):
     client_id = f"python-example-{uuid.uuid4()}"
-    async with websockets.connect(url) as ws:
+    async with connect(url, token) as ws:
         c = Client(ws, trace)
         # 1. initialize: the first message on a connection.
         init = await c.request("initialize", {"channel": ROOT, "protocolVersions": ["1.0.0"], "clientId": client_id, "initialSubscriptions": [ROOT]})
@@ -212,12 +222,12 @@ async def main(url, folder, trace):
     # coming back with the same clientId and the last serverSeq it saw,
     # it is sent what it missed (a replay; snapshots once the replay
     # window has passed).
-    async with websockets.connect(url) as ws:
+    async with connect(url, token) as ws:
         other = Client(ws, trace)
         await other.request("initialize", {"channel": ROOT, "protocolVersions": ["1.0.0"], "clientId": f"python-example-other-{uuid.uuid4()}", "initialSubscriptions": [chat]})
         await other.dispatch(chat, turn_started("t3", "while you were away"))
         await other.actions_until(chat, "t3", {"chat/turnComplete", "chat/error"})
-    async with websockets.connect(url) as ws:
+    async with connect(url, token) as ws:
         c = Client(ws, trace)
         result = await c.request("reconnect", {"channel": ROOT, "clientId": client_id, "lastSeenServerSeq": last_seen, "subscriptions": [ROOT, session, chat]})
         if result.get("type") == "replay":
@@ -238,11 +248,12 @@ async def main(url, folder, trace):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="ws://127.0.0.1:8765/")
+    parser.add_argument("--token", default=os.environ.get("AHPD_TOKEN"), help="the connection token (`ahpd token`; default: $AHPD_TOKEN)")
     parser.add_argument("--folder", default=".", help="the session's working directory (must exist)")
     parser.add_argument("--trace", action="store_true", help="print every frame sent (>>) and received (<<)")
     args = parser.parse_args()
     try:
-        asyncio.run(main(args.url, args.folder, args.trace))
+        asyncio.run(main(args.url, args.token, args.folder, args.trace))
     except (Failed, RpcError, asyncio.TimeoutError, OSError) as e:
         print(f"FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(1)

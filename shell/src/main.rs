@@ -73,6 +73,12 @@ enum Command {
     Sessions(cli::SessionsArgs),
     /// Check the config file, users directory and policy file.
     Config(ConfigArgs),
+    /// Print the connection token a client presents to this daemon
+    /// (`Authorization: Bearer <token>`, or `?token=<token>` in the URL),
+    /// making it first if the data directory has none yet. It is the file
+    /// `<data-dir>/host-token`, readable by its owner only.
+    #[command(after_long_help = PRECEDENCE)]
+    Token(ServeArgs),
     /// Print the version and exit (the same as `ahpd --version`).
     Version,
     /// Print a shell completion script for SHELL on stdout, e.g.
@@ -229,6 +235,23 @@ struct ServeArgs {
     /// reconnects from before them gets snapshots [default: 16777216].
     #[arg(long, env = "AHPD_LIMIT_REPLAY_BUFFER_MAX_BYTES", value_name = "BYTES")]
     limit_replay_buffer_max_bytes: Option<usize>,
+    /// Web origins, besides the daemon's own and VS Code desktop's, whose
+    /// pages may open a WebSocket to it (comma-separated, e.g.
+    /// https://vscode.dev); an upgrade from any other origin is refused
+    /// with 403.
+    #[arg(long, env = "AHPD_ALLOWED_ORIGINS", value_name = "ORIGIN", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Host names a request may be addressed to besides loopback ones (or
+    /// the address it arrived on), e.g. a reverse proxy's name
+    /// (comma-separated, HOST or HOST:PORT); any other Host is refused with
+    /// 403 (DNS rebinding).
+    #[arg(long, env = "AHPD_ALLOWED_HOSTS", value_name = "HOST", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// Take WebSocket connections without the connection token on a host
+    /// with no users directory: any local program or user may then drive
+    /// the daemon. Off by default.
+    #[arg(long, env = "AHPD_NO_TOKEN", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    no_token: bool,
 }
 
 impl ServeArgs {
@@ -276,6 +299,9 @@ impl ServeArgs {
                 message_attachments_max_bytes: self.limit_message_attachments_max_bytes,
                 replay_buffer_max_bytes: self.limit_replay_buffer_max_bytes,
             },
+            allowed_origins: self.allowed_origins,
+            allowed_hosts: self.allowed_hosts,
+            no_token: self.no_token.then_some(true),
         }
     }
 }
@@ -358,6 +384,22 @@ fn main() -> ExitCode {
         Command::Version => {
             println!("ahpd {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
+        }
+        Command::Token(args) => {
+            let token = settings::resolve(args.given()).and_then(|s| s.data_dir).and_then(|dir| {
+                create_private_dir(&dir)?;
+                host_token(&dir)
+            });
+            match token {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(message) => {
+                    eprintln!("ahpd: {message}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
+            }
         }
         Command::McpBridge { url } => {
             let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -544,8 +586,14 @@ fn awareness_dir(given: Option<&Path>, data_dir: &Path) -> Option<PathBuf> {
     }
 }
 
-fn create_dir(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))
+/// Makes `dir` (and its missing parents) readable by this user only (0700),
+/// whatever the umask; an existing one with wider modes is tightened
+/// (issue 46: any other user of the machine could read every
+/// conversation). Returns whether it had to be tightened.
+///
+/// Errors: it cannot be made, or its mode cannot be read or set.
+fn create_private_dir(dir: &Path) -> Result<bool, String> {
+    fsutil::create_private_dir(dir).map_err(|e| format!("could not create {} (mode 0700): {e}", dir.display()))
 }
 
 /// Reads `<data-dir>/cursor-secret`, creating it (32 random bytes, mode
@@ -568,12 +616,16 @@ fn cursor_secret(data_dir: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// The host's own token, `<data-dir>/host-token` (64 hex digits, mode
-/// 0600), made on first start. A local program that can read it (the
-/// daemon's own user) proves it is this host and authenticates as
-/// `root:<host>`, with `authenticate` or an `Authorization: Bearer` header
-/// (docs/USER-GUIDE.md). Returns its SHA-256 for the core; the token itself
-/// never leaves this function.
-fn host_token_hash(data_dir: &Path) -> Result<String, String> {
+/// 0600), made on first start. On a host with no users directory it is the
+/// connection token every WebSocket upgrade presents (issue 46); on one
+/// with a users directory a local program that can read it (the daemon's
+/// own user) proves it is this host and authenticates as `root:<host>`,
+/// with `authenticate` or an `Authorization: Bearer` header
+/// (docs/USER-GUIDE.md "Security"). `ahpd token` prints it; the daemon
+/// keeps only its SHA-256 ([`host_token_hash`]).
+///
+/// Errors: the file cannot be read or written, or is empty.
+fn host_token(data_dir: &Path) -> Result<String, String> {
     let path = data_dir.join("host-token");
     let token = match std::fs::read_to_string(&path) {
         Ok(text) if !text.trim().is_empty() => text.trim().to_owned(),
@@ -587,7 +639,13 @@ fn host_token_hash(data_dir: &Path) -> Result<String, String> {
         }
         Err(e) => return Err(format!("could not read {}: {e}", path.display())),
     };
-    Ok(ahpd_core::grants::token_hash(&token))
+    Ok(token)
+}
+
+/// The SHA-256 of [`host_token`], for the core and the front door; the
+/// token itself is not kept.
+fn host_token_hash(data_dir: &Path) -> Result<String, String> {
+    host_token(data_dir).map(|token| ahpd_core::grants::token_hash(&token))
 }
 
 /// This machine's name for `serverInfo` and `root:<host>` owners.
@@ -607,11 +665,14 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let sessions_dir = data_dir.join("sessions");
     let echo_dir = data_dir.join("echo");
     let automations_dir = exec::store::automations_dir(&sessions_dir);
-    for dir in [&data_dir, &sessions_dir, &echo_dir, &automations_dir] {
-        create_dir(dir)?;
-    }
     let acp_home = data_dir.join("acp");
-    create_dir(&acp_home)?;
+    let mut tightened = false;
+    for dir in [&data_dir, &sessions_dir, &echo_dir, &automations_dir, &acp_home] {
+        tightened |= create_private_dir(dir)?;
+    }
+    if tightened {
+        tracing::warn!(data_dir = %data_dir.display(), "the data directory was readable by other users of this machine: its folders are now 0700 and the files in them are being made 0600");
+    }
     for agent in &settings.agents {
         tracing::info!(agent = %agent.name, command = %agent.command_line(), can_resume = agent.can_resume, "ACP agent offered to clients");
     }
@@ -621,6 +682,11 @@ async fn serve(settings: Settings) -> Result<(), String> {
     let claude_projects = claude_projects_root(settings.claude_projects.as_deref());
     let awareness_dir = awareness_dir(settings.awareness_dir.as_deref(), &data_dir);
     let trust = trust(settings.trusted_folders.as_deref());
+    let host_token_sha256 = host_token_hash(&data_dir)?;
+    let gate = settings.gate(Some(host_token_sha256.clone()))?;
+    if !settings.token_required() && settings.users.is_none() {
+        tracing::warn!("--no-token: WebSocket connections are taken without the connection token, so any local program or user of this machine can drive this daemon and its agents");
+    }
     let config = Config {
         host_name: host_name(),
         // Fractions of a minute are allowed (tests use seconds); the value
@@ -628,7 +694,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         sleep_after_ms: (settings.sleep_after_minutes * 60_000.0).round() as u64,
         residency_limit: settings.residency_limit,
         cursor_secret: cursor_secret(&data_dir)?,
-        host_token_sha256: Some(host_token_hash(&data_dir)?),
+        host_token_sha256: Some(host_token_sha256.clone()),
         external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
         show_external_sessions: settings.show_external_sessions,
         limits: settings.limits.clone(),
@@ -662,13 +728,22 @@ async fn serve(settings: Settings) -> Result<(), String> {
         .with_claude_projects(claude_projects)
         .with_worktrees_root(settings.worktrees_root.clone())
         .with_acp_agents(settings.agents.clone(), acp_home, host_tools);
-    let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), settings.limits.outgoing_buffer_max_bytes, settings.limits.frame_max_bytes));
+    let accept = tokio::spawn(exec::net::serve(listeners, events.clone(), gate, settings.limits.outgoing_buffer_max_bytes, settings.limits.frame_max_bytes));
     let reload = tokio::spawn(reload_policy_on_hup(settings.policy_file.clone(), events.clone()));
     let driver_events = events.clone();
     drop(events);
 
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "ahpd listening on ws://{local}/").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
+    // The first line is the URL alone (tools read it); the second says how
+    // a client gets in.
+    let how = if settings.token_required() {
+        format!("ahpd connection token: `ahpd token` prints it (the file {}); send it as Authorization: Bearer <token> or ws://{local}/?token=<token>", data_dir.join("host-token").display())
+    } else if settings.users.is_some() {
+        "ahpd users: sign in with your token (Authorization: Bearer <token>, ?token=<token>, or authenticate)".to_owned()
+    } else {
+        "ahpd connection token: none asked (--no-token): any local program or user can drive this daemon".to_owned()
+    };
+    writeln!(stdout, "ahpd listening on ws://{local}/\n{how}").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 
@@ -679,9 +754,16 @@ async fn serve(settings: Settings) -> Result<(), String> {
     // and before the host answers anything: once it answers, no
     // half-written file is left.
     let sweep_dirs: Vec<PathBuf> = std::iter::once(echo_dir.clone()).chain(awareness_dir.clone()).collect();
+    // A data directory an older build wrote under the usual umask (0644
+    // files) is narrowed once, here, off the listening path.
+    let narrow = tightened.then(|| data_dir.clone());
     let sweep = tokio::task::spawn_blocking(move || {
         for dir in &sweep_dirs {
             exec::fsutil::remove_stray_temps(dir);
+        }
+        if let Some(dir) = narrow {
+            let (narrowed, failed) = exec::fsutil::narrow_modes_below(&dir);
+            tracing::info!(data_dir = %dir.display(), narrowed, failed, "files and folders of the data directory made this user's alone (0600, 0700)");
         }
     });
     let seed = u64::from_le_bytes(fsutil::random_bytes(8).try_into().unwrap_or([0x5e; 8]));

@@ -110,6 +110,11 @@ impl Metrics {
         counter(&mut o, "ahpd_action_rejections_total", "Client actions rejected.", stats.rejections);
         gauge(&mut o, "ahpd_connected_clients", "WebSocket clients connected now.", clients as u64);
         counter(&mut o, "ahpd_fsyncs_total", "Fsyncs of files and directories made by this process.", crate::exec::fsutil::fsyncs());
+        let _ = writeln!(o, "# HELP ahpd_http_refused_total Requests the front door refused, by reason (host: a foreign Host, DNS rebinding; origin: a web page of a foreign origin; token: no or a wrong connection token).");
+        let _ = writeln!(o, "# TYPE ahpd_http_refused_total counter");
+        for (reason, n) in crate::exec::net::refused_counts() {
+            let _ = writeln!(o, "ahpd_http_refused_total{{reason=\"{reason}\"}} {n}");
+        }
         let _ = writeln!(o, "# HELP ahpd_requests_total JSON-RPC requests answered, by method and code (ok or the error code).");
         let _ = writeln!(o, "# TYPE ahpd_requests_total counter");
         for ((method, code), n) in &self.requests {

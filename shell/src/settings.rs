@@ -104,6 +104,12 @@ pub struct FileConfig {
     /// Folders agents may run in (relative to the file's folder).
     trusted_folders: Option<Vec<PathBuf>>,
     log_format: Option<LogFormat>,
+    /// Web origins besides the daemon's own that may open a WebSocket.
+    allowed_origins: Option<Vec<String>>,
+    /// Host names besides loopback ones a request may be addressed to.
+    allowed_hosts: Option<Vec<String>>,
+    /// Take connections without a token on a host with no users directory.
+    no_token: Option<bool>,
 }
 
 fn de_minutes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -402,6 +408,12 @@ pub struct Given {
     pub agents: Vec<String>,
     /// `--limit-*` flags.
     pub limits: FileLimits,
+    /// `--allowed-origins` (empty: not given).
+    pub allowed_origins: Vec<String>,
+    /// `--allowed-hosts` (empty: not given).
+    pub allowed_hosts: Vec<String>,
+    /// `--no-token`.
+    pub no_token: Option<bool>,
 }
 
 /// Trusted folders as the command line or the environment gave them, and
@@ -466,6 +478,16 @@ pub struct Settings {
     pub trusted_folders: Option<Vec<PathBuf>>,
     /// How to log.
     pub log_format: LogFormat,
+    /// Web origins besides the daemon's own (and VS Code desktop's) whose
+    /// pages may open a WebSocket, as given (checked by
+    /// `front_door::Gate::new`).
+    pub allowed_origins: Vec<String>,
+    /// Host names a request may be addressed to besides the daemon's own
+    /// (loopback names, or the address a connection arrived on), as given.
+    pub allowed_hosts: Vec<String>,
+    /// Whether a host with no users directory takes connections without
+    /// its connection token (`--no-token`; off by default).
+    pub no_token: bool,
 }
 
 /// Settles every option (flag > env > file > default) and reads the users
@@ -511,7 +533,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
     let users = users_file.as_deref().map(load_users).transpose()?;
     let policy_file = given.policy.or(file.policy);
     let policy = policy_file.as_deref().map(load_policy).transpose()?.unwrap_or_default();
-    Ok(Settings {
+    let settings = Settings {
         config_file,
         listen,
         listen_addrs,
@@ -541,7 +563,31 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
             Some(given.trusted_folders.folders.iter().map(|p| trusted_folder(p, &cwd)).collect::<Result<_, _>>().map_err(|e| format!("{source}: {e}"))?)
         },
         log_format: given.log_format.or(file.log_format).unwrap_or_default(),
-    })
+        allowed_origins: if given.allowed_origins.is_empty() { file.allowed_origins.unwrap_or_default() } else { given.allowed_origins },
+        allowed_hosts: if given.allowed_hosts.is_empty() { file.allowed_hosts.unwrap_or_default() } else { given.allowed_hosts },
+        no_token: given.no_token.or(file.no_token).unwrap_or(false),
+    };
+    settings.gate(None).map_err(|e| format!("allowed_origins / allowed_hosts: {e}"))?;
+    Ok(settings)
+}
+
+impl Settings {
+    /// The front door's settings (`front_door::Gate`): the allowed origins
+    /// and host names, and the connection token whose SHA-256 is
+    /// `token_sha256` when the host asks for one (no users directory and no
+    /// `--no-token`).
+    ///
+    /// Errors: an origin or a host name that cannot be read, named.
+    pub fn gate(&self, token_sha256: Option<String>) -> Result<ahpd_core::protocol::front_door::Gate, String> {
+        let token = token_sha256.filter(|_| self.token_required());
+        ahpd_core::protocol::front_door::Gate::new(&self.allowed_hosts, &self.allowed_origins, token)
+    }
+
+    /// Whether every WebSocket upgrade must present the connection token:
+    /// on a host with no users directory, unless `--no-token`.
+    pub fn token_required(&self) -> bool {
+        self.users.is_none() && !self.no_token
+    }
 }
 
 /// Resolves a listening address `HOST:PORT`: an IP address (`[::1]:8765`
@@ -617,6 +663,15 @@ impl Settings {
         }
         let _ = writeln!(o, "show_external_sessions = {}", quoted(self.show_external_sessions.name()));
         let _ = writeln!(o, "log_format = {}", quoted(match self.log_format { LogFormat::Text => "text", LogFormat::Json => "json" }));
+        let list = |v: &[String]| format!("[{}]", v.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", "));
+        let _ = writeln!(o, "allowed_origins = {}  # besides the daemon's own and VS Code desktop's (vscode-file://vscode-app)", list(&self.allowed_origins));
+        let _ = writeln!(o, "allowed_hosts = {}  # besides loopback names, or the address a connection arrived on", list(&self.allowed_hosts));
+        let _ = writeln!(o, "no_token = {}", self.no_token);
+        match (self.users.is_some(), self.no_token) {
+            (true, _) => { let _ = writeln!(o, "# connection token: not asked (the users directory signs connections in)"); }
+            (false, true) => { let _ = writeln!(o, "# connection token: OFF: any local program or user can drive this daemon"); }
+            (false, false) => { let _ = writeln!(o, "# connection token: required of every WebSocket upgrade (ahpd token prints it)"); }
+        }
         match &self.users_file {
             Some(p) => { let _ = writeln!(o, "users = {}", path_str(p)); }
             None => { let _ = writeln!(o, "# users: none (single-user host: loopback only, nobody refused)"); }

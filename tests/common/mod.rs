@@ -67,8 +67,14 @@ pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
 pub struct Daemon {
     /// The daemon process.
     pub child: Child,
-    /// Its WebSocket URL.
+    /// Its WebSocket URL, with `?token=<connection token>` when the daemon
+    /// asks for one (no users directory, no `--no-token`): what a client
+    /// that read `ahpd token` connects with.
     pub url: String,
+    /// `host:port` it listens on.
+    pub addr: String,
+    /// The connection token it asks of every upgrade, if it asks one.
+    pub token: Option<String>,
     /// Where its stderr goes.
     pub log: PathBuf,
 }
@@ -119,22 +125,34 @@ impl Daemon {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
+            // The listening line and the line saying how a client gets in.
+            for line in lines.by_ref().take(2).map_while(Result::ok) {
                 let _ = tx.send(line);
             }
             // Keep the pipe open for the daemon's lifetime.
             for _ in lines {}
         });
-        let line = match rx.recv_timeout(STEP) {
+        let mut next = || match rx.recv_timeout(STEP) {
             Ok(line) => line,
             Err(_) => {
                 let _ = child.kill();
                 panic!("ahpd printed no listening line; log:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
             }
         };
+        let (line, how) = (next(), next());
         let url = line.strip_prefix("ahpd listening on ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_owned();
         assert!(url.starts_with("ws://") && url.ends_with('/'), "{url}");
-        Daemon { child, url, log }
+        let addr = url.trim_start_matches("ws://").trim_end_matches('/').to_owned();
+        // The token is the file the second line names (`ahpd token` prints
+        // the same), read as a local client of the same user would.
+        let token = how.contains("`ahpd token` prints it").then(|| {
+            std::fs::read_to_string(data_dir.join("host-token")).expect("read the connection token").trim().to_owned()
+        });
+        let url = match &token {
+            Some(t) => format!("{url}?token={t}"),
+            None => url,
+        };
+        Daemon { child, url, addr, token, log }
     }
 
     /// SIGTERM, then the exit status (waiting at most STEP).

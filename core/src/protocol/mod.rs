@@ -2,6 +2,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod front_door;
 
 /// Parses a request's params into `T`, or the -32602 (`INVALID_PARAMS`)
 /// error to answer with (JSON-RPC 2.0: params that do not fit the method).

@@ -360,6 +360,26 @@ fn descendants_of(root: u32) -> Vec<i32> {
 
 /// A loopback port nobody listens on now (bound then released; the daemon
 /// binds it a moment later).
+/// The connection token of the daemon that runs on `data_dir`
+/// (`<data-dir>/host-token`), made here first when the folder has none (64
+/// random hex digits, mode 0600, as the daemon makes it), so that the URL is
+/// known before the daemon starts: the daemon takes a token file it finds
+/// as its own.
+fn connection_token(data_dir: &Path) -> R<String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = data_dir.join("host-token");
+    if let Ok(text) = fs::read_to_string(&path) {
+        return Ok(text.trim().to_owned());
+    }
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(data_dir).map_err(|e| format!("could not make {}: {e}", data_dir.display()))?;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| format!("no OS randomness: {e}"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    file.write_all(token.as_bytes()).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    Ok(token)
+}
+
 fn free_port() -> R<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free loopback port: {e}"))?;
     l.local_addr().map(|a| a.port()).map_err(|e| format!("no local address: {e}"))
@@ -414,9 +434,10 @@ impl Daemon {
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(stderr));
         let log_from = fs::metadata(&log).map_or(0, |m| m.len() as usize);
         let spawned = Instant::now();
+        let token = connection_token(data_dir)?;
         let child = cmd.spawn().map_err(|e| format!("could not start {}: {e}", env.exe.display()))?;
         let pid = child.id();
-        Ok(Daemon { child, pid, addr, url: format!("ws://{addr}/"), log, log_from, spawned })
+        Ok(Daemon { child, pid, addr, url: format!("ws://{addr}/?token={token}"), log, log_from, spawned })
     }
 
     /// Polls the port every millisecond until it accepts a TCP connection;
@@ -469,7 +490,7 @@ impl Daemon {
         let text = tokio::task::spawn_blocking(move || -> R<String> {
             let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("metrics connect: {e}"))?;
             s.set_read_timeout(Some(STEP)).map_err(|e| format!("metrics timeout: {e}"))?;
-            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n").map_err(|e| format!("metrics write: {e}"))?;
+            s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).map_err(|e| format!("metrics write: {e}"))?;
             let mut body = String::new();
             s.read_to_string(&mut body).map_err(|e| format!("metrics read: {e}"))?;
             Ok(body)

@@ -1,6 +1,10 @@
 //! Small filesystem helpers shared by the store and the echo agent: durable
-//! atomic replacement of one file, directory fsync, name checks, and OS
-//! randomness.
+//! atomic replacement of one file, directory fsync, name checks, private
+//! modes, and OS randomness.
+//!
+//! Everything the daemon writes under its data directory is its user's
+//! alone (issue 46): folders 0700 ([`create_private_dir`]) and files 0600
+//! ([`FILE_MODE`]), whatever the umask.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -12,6 +16,86 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TEMP_MARKER: &str = ".tmp-";
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The mode of every file the daemon writes in its data directory: its
+/// user's alone (conversations, tokens, secrets).
+pub const FILE_MODE: u32 = 0o600;
+
+/// The mode of every folder of the data directory.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Makes `dir` and its missing parents with mode [`DIR_MODE`] (the umask
+/// can only narrow it), then narrows an existing `dir` whose mode lets
+/// its group or others in to [`DIR_MODE`]. Returns whether it narrowed
+/// one. Parents that existed are left as they are (`~/.local/share`).
+///
+/// Errors: the folder cannot be made, or its mode read or set.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<bool> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        builder.mode(DIR_MODE);
+        builder.create(dir)?;
+        let mode = fs::metadata(dir)?.permissions().mode();
+        if mode & 0o077 != 0 {
+            fs::set_permissions(dir, fs::Permissions::from_mode(mode & 0o700 | DIR_MODE))?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+    #[cfg(not(unix))]
+    {
+        builder.create(dir)?;
+        Ok(false)
+    }
+}
+
+/// Narrows every file and folder below `dir` whose mode lets its group or
+/// others in: files to [`FILE_MODE`], folders to [`DIR_MODE`]; links are
+/// not followed. For a data directory an older build wrote under the usual
+/// umask (0644 files, 0755 folders). Returns how many were narrowed; one
+/// that cannot be read or changed is skipped and counted in the second
+/// figure.
+pub fn narrow_modes_below(dir: &Path) -> (u64, u64) {
+    let (mut narrowed, mut failed) = (0u64, 0u64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mut stack = vec![dir.to_owned()];
+        while let Some(folder) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&folder) else {
+                failed += 1;
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(meta) = fs::symlink_metadata(entry.path()) else {
+                    failed += 1;
+                    continue;
+                };
+                let want = if meta.is_dir() {
+                    stack.push(entry.path());
+                    DIR_MODE
+                } else if meta.is_file() {
+                    FILE_MODE
+                } else {
+                    continue;
+                };
+                let mode = meta.permissions().mode() & 0o7777;
+                if mode & 0o077 != 0 {
+                    match fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode & 0o700 | want)) {
+                        Ok(()) => narrowed += 1,
+                        Err(_) => failed += 1,
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
+    (narrowed, failed)
+}
 
 /// Every fsync this process has asked for (file or directory), for
 /// `/metrics` (`ahpd_fsyncs_total`): the load benchmark reads it before and
@@ -157,7 +241,7 @@ fn write_via_temp(dir: &Path, name: &str, bytes: &[u8], mode: Option<u32>, sync:
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
-            options.mode(mode.unwrap_or(0o644));
+            options.mode(mode.unwrap_or(FILE_MODE));
         }
         #[cfg(not(unix))]
         let _ = mode;

@@ -103,7 +103,11 @@ impl Journal {
     pub fn open(dir: &Path) -> std::io::Result<Journal> {
         let path = dir.join(JOURNAL_NAME);
         let existed = path.exists();
-        let file = OpenOptions::new().create(true).append(true).read(true).open(&path)?;
+        let mut options = OpenOptions::new();
+        options.create(true).append(true).read(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, fsutil::FILE_MODE);
+        let file = options.open(&path)?;
         if !existed {
             fsutil::sync_dir(dir)?;
         }

@@ -9,7 +9,9 @@
 //! decoded or encoded on the driver's thread, which every client waits on
 //! (issue 25). What a frame means is the core's business.
 
+use std::collections::BTreeSet;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use ahpd_core::effect::Broadcast;
 use ahpd_core::protocol::codec::{self, Incoming};
+use ahpd_core::protocol::front_door::{self, Admitted, Arrival, Gate, Refusal, RequestHead};
 use ahpd_core::{ConnId, Input};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -209,9 +212,11 @@ impl Writer {
 /// they never end the daemon.
 /// Frames are decoded with a bound of `frame_max_bytes`
 /// (`Limits::frame_max_bytes`; the core holds its own bound too).
-pub async fn serve(listeners: Vec<TcpListener>, events: EventSink, outgoing_max_bytes: usize, frame_max_bytes: usize) {
+/// Every request passes `gate` first (`front_door`: Host, Origin, token).
+pub async fn serve(listeners: Vec<TcpListener>, events: EventSink, gate: Gate, outgoing_max_bytes: usize, frame_max_bytes: usize) {
     let next_conn = Arc::new(AtomicU64::new(1));
-    let loops = listeners.into_iter().map(|l| accept_loop(l, events.clone(), Bounds { outgoing_max_bytes, frame_max_bytes }, next_conn.clone()));
+    let gate = Arc::new(gate);
+    let loops = listeners.into_iter().map(|l| accept_loop(l, events.clone(), Arc::clone(&gate), Bounds { outgoing_max_bytes, frame_max_bytes }, next_conn.clone()));
     futures_util::future::join_all(loops).await;
 }
 
@@ -225,15 +230,16 @@ struct Bounds {
 }
 
 /// One listener's accept loop of [`serve`]; `next_conn` is shared by all.
-async fn accept_loop(listener: TcpListener, events: EventSink, bounds: Bounds, next_conn: Arc<AtomicU64>) {
+async fn accept_loop(listener: TcpListener, events: EventSink, gate: Arc<Gate>, bounds: Bounds, next_conn: Arc<AtomicU64>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let conn = ConnId(next_conn.fetch_add(1, Ordering::Relaxed));
                 let events = events.clone();
+                let gate = Arc::clone(&gate);
                 tokio::spawn(async move {
                     tracing::debug!(conn = conn.0, %peer, "tcp connection");
-                    connection(stream, conn, events, bounds).await;
+                    connection(stream, peer, conn, events, &gate, bounds).await;
                 });
             }
             Err(e) => {
@@ -242,42 +248,6 @@ async fn accept_loop(listener: TcpListener, events: EventSink, bounds: Bounds, n
             }
         }
     }
-}
-
-/// What the request head said, as far as the front door cares.
-#[derive(Debug, Default)]
-struct Head {
-    method: String,
-    path: String,
-    upgrade: bool,
-    /// The `Authorization: Bearer` token, if any. Never logged.
-    bearer: Option<String>,
-}
-
-/// Parses an HTTP/1.x request head (request line and headers).
-fn parse_head(bytes: &[u8]) -> Option<Head> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let mut lines = text.split("\r\n");
-    let mut parts = lines.next()?.split(' ');
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    if !version.starts_with("HTTP/1.") {
-        return None;
-    }
-    let mut head = Head { method: method.to_owned(), path: target.split('?').next().unwrap_or("").to_owned(), ..Head::default() };
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else { continue };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("upgrade") {
-            head.upgrade |= value.split(',').any(|v| v.trim().eq_ignore_ascii_case("websocket"));
-        } else if name.eq_ignore_ascii_case("authorization") {
-            if let Some((scheme, token)) = value.split_once(' ') {
-                if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() {
-                    head.bearer = Some(token.trim().to_owned());
-                }
-            }
-        }
-    }
-    Some(head)
 }
 
 /// Reads until the end of the request head (`\r\n\r\n`); returns every
@@ -338,7 +308,7 @@ impl AsyncWrite for Replay {
 }
 
 /// Answers a plain HTTP request: `/healthz`, `/metrics`, else 404.
-async fn http(mut stream: TcpStream, head: Head, events: &EventSink) {
+async fn http(mut stream: TcpStream, head: RequestHead, events: &EventSink) {
     let (status, content_type, body) = match (head.method.as_str(), head.path.as_str()) {
         ("GET", "/healthz") => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
         ("GET", "/metrics") => {
@@ -352,12 +322,7 @@ async fn http(mut stream: TcpStream, head: Head, events: &EventSink) {
         (_, "/healthz" | "/metrics") => ("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET\n".to_owned()),
         _ => ("404 Not Found", "text/plain; charset=utf-8", "not found: this port serves the AHP WebSocket, /healthz and /metrics\n".to_owned()),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.shutdown().await;
+    respond_typed(&mut stream, status, "", content_type, &body).await;
 }
 
 /// A request's `id` and `method`, for the metrics; `None` for
@@ -369,10 +334,74 @@ fn request_of(frame: &codec::Decoded) -> Option<(u64, String)> {
     }
 }
 
-/// Runs one connection: read the request head; answer plain HTTP, or do
-/// the WebSocket handshake, register the writer, then read frames until the
+/// Requests the front door refused since start, by [`Refusal::label`]
+/// (`host`, `origin`, `token`), for `/metrics`.
+static REFUSED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The labels of [`REFUSED`], in its order.
+const REFUSED_LABELS: [&str; 3] = ["host", "origin", "token"];
+
+/// Refused origins already logged (each is logged once, with the peer that
+/// first sent it); at most [`LOGGED_ORIGINS_MAX`], then no more are named.
+static LOGGED_ORIGINS: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Most distinct refused origins named in the log.
+const LOGGED_ORIGINS_MAX: usize = 1024;
+
+/// The front door's refusals since start, by reason (`host`, `origin`,
+/// `token`), for `/metrics` (`ahpd_http_refused_total`).
+pub fn refused_counts() -> [(&'static str, u64); 3] {
+    std::array::from_fn(|i| (REFUSED_LABELS[i], REFUSED[i].load(Ordering::Relaxed)))
+}
+
+/// Counts a refusal by the front door and logs it: a foreign origin once
+/// per origin, with the peer address that first sent it (a page a user
+/// keeps open retries for as long as it is open); a foreign host or a bad
+/// token each time, as a failed sign-in always was.
+fn note_refusal(conn: ConnId, peer: SocketAddr, refusal: &Refusal) {
+    if let Some(i) = REFUSED_LABELS.iter().position(|l| *l == refusal.label()) {
+        REFUSED[i].fetch_add(1, Ordering::Relaxed);
+    }
+    match refusal {
+        Refusal::ForeignOrigin(origin) => {
+            let first = LOGGED_ORIGINS.lock().map(|mut seen| seen.len() < LOGGED_ORIGINS_MAX && seen.insert(origin.clone())).unwrap_or(false);
+            if first {
+                tracing::warn!(conn = conn.0, %peer, origin = %origin, event = "client.origin_refused", "a WebSocket upgrade from a web page of a foreign origin refused (403); logged once per origin");
+            } else {
+                tracing::debug!(conn = conn.0, %peer, origin = %origin, event = "client.origin_refused", "a WebSocket upgrade from a foreign origin refused (403)");
+            }
+        }
+        Refusal::ForeignHost => {
+            tracing::warn!(conn = conn.0, %peer, event = "client.host_refused", "a request under a host name this daemon does not answer to refused (403; DNS rebinding?)");
+        }
+        Refusal::MissingToken | Refusal::WrongToken => {
+            let what = if *refusal == Refusal::MissingToken { "no connection token" } else { "a wrong connection token" };
+            tracing::warn!(conn = conn.0, %peer, event = "client.auth_failed", "a WebSocket upgrade with {what} refused (401)");
+        }
+    }
+}
+
+/// Writes a short plain-text HTTP response and closes the connection.
+async fn respond(stream: &mut TcpStream, status: &str, extra_headers: &str, body: &str) {
+    respond_typed(stream, status, extra_headers, "text/plain; charset=utf-8", body).await;
+}
+
+/// [`respond`] with a `Content-Type` of its own.
+async fn respond_typed(stream: &mut TcpStream, status: &str, extra_headers: &str, content_type: &str, body: &str) {
+    let response = format!(
+        "HTTP/1.1 {status}\r\n{extra_headers}Content-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Runs one connection: read the request head and pass it through the
+/// front door (`gate`: Host, Origin, token; a refusal is answered on the
+/// HTTP request, before any upgrade); answer plain HTTP, or do the
+/// WebSocket handshake, register the writer, then read frames until the
 /// client closes, the socket fails, or the writer closes it.
-async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, bounds: Bounds) {
+async fn connection(mut stream: TcpStream, peer: SocketAddr, conn: ConnId, events: EventSink, gate: &Gate, bounds: Bounds) {
     let _ = stream.set_nodelay(true);
     let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER_BYTES);
     let (bytes, head_len) = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_head(&mut stream)).await {
@@ -386,17 +415,28 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, boun
             return;
         }
     };
-    let Some(head) = bytes.get(..head_len).and_then(parse_head) else {
-        let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
-        return;
+    let Some((head, _)) = bytes.get(..head_len).and_then(|b| front_door::parse_head(b).ok()) else {
+        return respond(&mut stream, "400 Bad Request", "", "not an HTTP/1.1 request head\n").await;
     };
-    if !head.upgrade {
-        return http(stream, head, &events).await;
-    }
-    let bearer = head.bearer;
-    if let Some(token) = &bearer {
+    let arrival = match stream.local_addr() {
+        Ok(local) => Arrival { ip: local.ip(), port: local.port() },
+        Err(e) => {
+            tracing::debug!(conn = conn.0, error = %e, "no local address");
+            return;
+        }
+    };
+    let bearer = match gate.admit(&head, arrival) {
+        Ok(Admitted::Http) => return http(stream, head, &events).await,
+        Ok(Admitted::Upgrade { credential }) => credential,
+        Err(refusal) => {
+            note_refusal(conn, peer, &refusal);
+            return respond(&mut stream, refusal.status(), refusal.headers(), refusal.body()).await;
+        }
+    };
+    if let Some(token) = bearer.as_ref().filter(|_| !gate.requires_token()) {
         // A token that signs nobody in is refused on the upgrade itself
-        // (401 and a reason), not accepted and then closed (issue 25).
+        // (401 and a reason), not accepted and then closed (issue 25). A
+        // host that required a connection token has checked it already.
         let (reply, answer) = oneshot::channel();
         events.send(Event::CheckBearer { token: token.clone(), reply });
         let refusal = match tokio::time::timeout(METRICS_TIMEOUT, answer).await {
@@ -405,14 +445,8 @@ async fn connection(mut stream: TcpStream, conn: ConnId, events: EventSink, boun
             _ => Some(("503 Service Unavailable", "", "the host is shutting down or busy\n")),
         };
         if let Some((status, extra, body)) = refusal {
-            tracing::warn!(conn = conn.0, event = "client.auth_failed", status, "a WebSocket upgrade refused: its bearer token matches no user");
-            let response = format!(
-                "HTTP/1.1 {status}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-            return;
+            tracing::warn!(conn = conn.0, %peer, event = "client.auth_failed", status, "a WebSocket upgrade refused: its bearer token matches no user");
+            return respond(&mut stream, status, extra, body).await;
         }
     }
     // A second handle on the socket, to linger after a close for a bad
@@ -637,18 +671,6 @@ async fn action_frame_off_workers(broadcast: &Arc<Broadcast>) -> Utf8Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn heads_are_read() {
-        let h = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n").unwrap_or_default();
-        assert_eq!((h.method.as_str(), h.path.as_str(), h.upgrade), ("GET", "/metrics", false));
-        let h = parse_head(b"GET / HTTP/1.1\r\nUpgrade: WebSocket\r\nAuthorization: Bearer abc\r\n\r\n").unwrap_or_default();
-        assert!(h.upgrade);
-        assert_eq!(h.bearer.as_deref(), Some("abc"));
-        let h = parse_head(b"GET / HTTP/1.1\r\nupgrade: websocket\r\nauthorization: bearer  abc \r\n\r\n").unwrap_or_default();
-        assert_eq!(h.bearer.as_deref(), Some("abc"), "the scheme and the header's name in any case");
-        assert!(parse_head(b"nonsense\r\n\r\n").is_none());
-    }
 
     fn writer(max: usize) -> (Writer, mpsc::UnboundedReceiver<WriterCmd>) {
         let (tx, rx) = mpsc::unbounded_channel();

@@ -38,7 +38,7 @@ impl Registry {
     /// An executor over `dir` (created here if missing, mode 0700 where
     /// new); answers go to `events`.
     pub fn new(dir: PathBuf, events: EventSink) -> Registry {
-        if let Err(e) = create_dir(&dir) {
+        if let Err(e) = fsutil::create_private_dir(&dir) {
             // Every command will fail and say so; the sessions go on.
             tracing::warn!(dir = %dir.display(), error = %e, "could not create the awareness registry directory");
         }
@@ -90,17 +90,6 @@ impl Registry {
 
 fn lock(m: &Mutex<BTreeSet<String>>) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn create_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir)
 }
 
 fn run(dir: &Path, own: &Mutex<BTreeSet<String>>, command: RegistryCmd) -> Outcome {

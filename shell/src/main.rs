@@ -313,7 +313,7 @@ impl ServeArgs {
 /// a plain read of its files; with glibc's arena per thread, 1.6× but more
 /// bytes per row. mimalloc's per-thread heaps take no lock and free across
 /// threads cheaply: 1.13× with fewer bytes per row (969 B vs 1,022 B), in
-/// the same run (docs/PERFORMANCE.md, "Session 21: the allocator").
+/// the same run (docs/PERFORMANCE.md, "Levers tried").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -358,7 +358,7 @@ fn allocator_settings() {
 /// Gives the allocator's free pages back to the OS and returns how long that
 /// took. A pass over the backends' transcripts, once merged, leaves its
 /// rows' pages free (26 MiB at 100k rows under glibc, issue 21,
-/// docs/PERFORMANCE.md "Memory per catalogue row, session 17"); mimalloc
+/// docs/PERFORMANCE.md "Levers tried"); mimalloc
 /// purges freed pages itself (`allocator_settings`), and this collects what
 /// the scan's exited threads left in their heaps. The driver calls it on a
 /// blocking thread once a merge ends; nothing else depends on it.

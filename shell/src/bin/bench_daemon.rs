@@ -156,7 +156,7 @@ struct Cli {
     /// soak: print each steady probe slower than this many ms, with its
     /// phase and its start and end on CLOCK_MONOTONIC (seconds), to stderr:
     /// the times a `perf sched record -k CLOCK_MONOTONIC` trace of the same
-    /// run can be read at (docs/PERFORMANCE.md "Session 25").
+    /// run can be read at (docs/PERFORMANCE.md "Soak").
     #[arg(long)]
     trace_slow_ms: Option<f64>,
     /// soak: one more argument for the daemon's `serve` (repeatable), e.g.

@@ -46,6 +46,7 @@ mod ops;
 mod pending;
 mod requests;
 mod shared;
+mod timers;
 mod tools;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -728,14 +729,7 @@ impl Host {
             Input::HostTool { call, chat, tool } => self.on_host_tool(call, &chat, tool),
             Input::Tick => {}
         }
-        self.merge_if_due(tick);
-        self.drain_due();
-        self.retry_queued_starts();
-        self.fire_wakes();
-        self.deliver_owed_children();
-        self.fire_automations();
-        self.fire_due();
-        self.aware().tick();
+        timers::Timer::fire_all(self, tick);
         // The index a checker reads is the sessions' as this input left
         // them.
         self.sessions.sync_conversations();
@@ -745,15 +739,12 @@ impl Host {
     }
 
     /// The monotonic time at which the host next has something to do (an
-    /// idle session falls asleep, the residency sweep runs), or `None`.
-    /// Derived from state, never stored (docs/STYLE.md 3.3).
+    /// idle session falls asleep, the residency sweep runs, a wake is
+    /// due, ...), or `None`: the earliest deadline of the timer table
+    /// (`host/timers.rs`), which `handle` fires after every input. Derived
+    /// from state, never stored (docs/STYLE.md 3.3).
     pub fn next_deadline(&self) -> Option<MonoTime> {
-        let watched = self.watched();
-        let sleep = self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record))).min();
-        let sweep = (self.shared.config.residency_limit > 0)
-            .then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)));
-        let handshake = self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min();
-        [sleep, sweep, self.awareness.deadline(&self.shared.config), handshake, self.drain_deadline(), self.merges.deadline(self.shared.now.mono), self.queue_retry_deadline(), self.wake_deadline(), self.children_owed_deadline(), self.automation_deadline()].into_iter().flatten().min()
+        timers::Timer::earliest(self)
     }
 
     /// A read-only view for checkers.

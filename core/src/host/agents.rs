@@ -368,11 +368,15 @@ impl Host {
         }
     }
 
-    /// Fires what is due at the current time: handshakes whose wait is over
-    /// are answered, then idle sleeps, then the once-a-minute residency
-    /// sweep.
-    pub(crate) fn fire_due(&mut self) {
-        self.answer_overdue_handshakes();
+    /// When the first held session falls asleep after idle, if any does.
+    pub(crate) fn idle_sleep_deadline(&self) -> Option<MonoTime> {
+        let watched = self.watched();
+        self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record))).min()
+    }
+
+    /// Puts every held session whose quiet has lasted `sleepAfterMinutes`
+    /// to sleep (Sessions page, "Sleep and wake").
+    pub(crate) fn fire_idle_sleeps(&mut self) {
         let now = self.shared.now.mono;
         let watched = self.watched();
         let due: Vec<Uri> = self
@@ -388,6 +392,17 @@ impl Host {
             self.shared.stats.sleeps += 1;
             self.shared.log(LogLevel::Info, "session.slept", Some(uri), String::new());
         }
+    }
+
+    /// When the once-a-minute residency sweep is next due, with a limit set.
+    pub(crate) fn residency_sweep_deadline(&self) -> Option<MonoTime> {
+        (self.shared.config.residency_limit > 0).then(|| self.last_sweep.plus_ms(self.shared.config.residency_sweep_ms.max(1)))
+    }
+
+    /// The once-a-minute sweep when due, then the residency limit, checked
+    /// after every input.
+    pub(crate) fn fire_residency(&mut self) {
+        let now = self.shared.now.mono;
         let period = self.shared.config.residency_sweep_ms.max(1);
         if self.shared.config.residency_limit > 0 && now >= self.last_sweep.plus_ms(period) {
             // Catch up by whole periods so the deadline stays on the minute.

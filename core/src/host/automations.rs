@@ -546,15 +546,13 @@ impl Host {
 
     // ---- Schedules ----
 
-    /// The monotonic time the first schedule occurrence is due (as
-    /// `wake_deadline`: from its wall time and both clocks now).
-    pub(crate) fn automation_deadline(&self) -> Option<crate::time::MonoTime> {
+    /// The wall time the first schedule occurrence is due (the timer table
+    /// projects it, `host/timers.rs`); none while the host stops.
+    pub(crate) fn automation_due(&self) -> Option<WallTime> {
         if self.stopping() {
             return None;
         }
-        let (at, _, _) = self.automations.due.first()?;
-        let ahead = u64::try_from(at.0.saturating_sub(self.shared.now.wall.0)).unwrap_or(0);
-        Some(self.shared.now.mono.plus_ms(ahead))
+        self.automations.due.first().map(|(at, _, _)| *at)
     }
 
     /// Evaluates every schedule occurrence due at the current wall time,
@@ -989,7 +987,7 @@ impl crate::HostView<'_> {
     /// Whether work kept in wall-clock time is due at `wall`: an agent's
     /// wake or an automation's occurrence. Their deadlines are folded into
     /// `next_deadline` as the monotonic time the wall clock reached them at
-    /// the last input, so after the wall clock jumps one can be due with no
+    /// the last input (`host/timers.rs`, `Due::project`), so after the wall clock jumps one can be due with no
     /// deadline passed; the next input of any kind runs it (the simulator's
     /// checkers ask this to tell such a step from one where only a frame
     /// acted; seed 611).

@@ -806,6 +806,11 @@ impl Host {
         }
     }
 
+    /// When the first held handshake's wait is over, if one waits.
+    pub(crate) fn handshake_deadline(&self) -> Option<MonoTime> {
+        self.shared.conns.values().filter_map(|c| c.handshake.as_ref().map(|h| h.until)).min()
+    }
+
     /// Answers every handshake whose wait is over with what is held now
     /// (called as time moves; [`HANDSHAKE_WAIT_MS`]).
     pub(crate) fn answer_overdue_handshakes(&mut self) {

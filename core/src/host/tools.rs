@@ -292,16 +292,13 @@ impl Host {
         }
     }
 
-    /// The monotonic time the first wake is due, from its wall time and the
-    /// current reading of both clocks (a wall clock that jumps moves it;
-    /// each tick reads it again).
-    pub(crate) fn wake_deadline(&self) -> Option<crate::time::MonoTime> {
+    /// The wall time the first wake is due (the timer table projects it,
+    /// `host/timers.rs`); none while the host stops.
+    pub(crate) fn wake_due(&self) -> Option<crate::time::WallTime> {
         if self.stopping() {
             return None;
         }
-        let (at, _, _) = self.wakes.first()?;
-        let ahead = u64::try_from(at.0.saturating_sub(self.shared.now.wall.0)).unwrap_or(0);
-        Some(self.shared.now.mono.plus_ms(ahead))
+        self.wakes.first().map(|(at, _, _)| *at)
     }
 
     /// Forgets the index entries of the wakes `record` holds (a dispose):

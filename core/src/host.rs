@@ -979,6 +979,48 @@ impl Host {
     /// Runs `rule` on session `uri` with what it shares with the host; `None`
     /// when no such session is known. How the host hands an input or a
     /// completion to the session it is for.
+    /// Hands a fact of a session's life to every part that takes it, in
+    /// this one order (`crate::lifecycle`): the lifecycle says each fact
+    /// once, here is who hears it.
+    pub(crate) fn tell(&mut self, fact: crate::lifecycle::Fact<'_>) {
+        use crate::lifecycle::Fact;
+        match fact {
+            Fact::StartAnswered { session, refused } => {
+                // A run's session: its message queued, or the run failed.
+                self.run_session_answered(session, refused);
+            }
+            Fact::WakeEnded { session, failed } => {
+                if failed.is_none() {
+                    // A queue that waited in the record (a restart, an agent
+                    // that exited) goes on now that the session is live.
+                    self.start_queued_if_due(session, false);
+                }
+                // Pinned automation runs that woke it queue their message
+                // (or fail with the backend's error).
+                self.runs_after_wake(session, failed);
+            }
+            Fact::TurnEnded { session, chat } => {
+                // An automation run waiting for this turn ends as it did.
+                self.runs_follow_turn(session, chat);
+            }
+            Fact::TurnWritten { session, checkpoint, child_finished } => {
+                if child_finished {
+                    self.deliver_child_finish(session);
+                }
+                if checkpoint {
+                    self.checkpoint_turn(session);
+                }
+                // The chat's next queued message, if one is due.
+                self.start_queued_if_due(session, false);
+            }
+            Fact::Disposed { session, record } => {
+                self.forget_wakes(record);
+                self.forget_family(record);
+                self.automations_follow_dispose(session);
+            }
+        }
+    }
+
     pub(crate) fn in_session<R>(&mut self, uri: &Uri, rule: impl FnOnce(&mut Session, &mut Shared) -> R) -> Option<R> {
         let session = self.sessions.get_mut(uri)?;
         Some(rule(session, &mut self.shared))

@@ -33,6 +33,7 @@ use crate::input::{BackendEvent, Outcome};
 use crate::session::starts::StartNext;
 use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
 use crate::continuation::WaitingRequest;
+use crate::lifecycle::Fact;
 use crate::session::sleep::SleepRefusal;
 use crate::session::wake::WakeEnd;
 use crate::session::{Phase, Waiter};
@@ -70,7 +71,7 @@ impl Host {
                 match asker {
                     crate::session::Asker::Client { conn, id } => {
                         self.forget_unborn(session_uri);
-                        self.run_session_answered(session_uri, Some(&message));
+                        self.tell(Fact::StartAnswered { session: session_uri, refused: Some(&message) });
                         self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
                     }
                     crate::session::Asker::Tool(call) => self.child_refused(session_uri, call, message),
@@ -90,7 +91,7 @@ impl Host {
             }
         }
         // A session made for an automation's run queues its message once live.
-        self.run_session_answered(session_uri, None);
+        self.tell(Fact::StartAnswered { session: session_uri, refused: None });
     }
 
     /// Removes a session whose creation was refused: it never existed.
@@ -294,8 +295,11 @@ impl Host {
     /// After a turn ended (completed, cancelled, failed): clear its clock,
     /// note activity, mirror the chat, recount, and persist the record.
     /// What every turn's end does, in this order: the chat's bookkeeping,
-    /// the record, then (`checkpoint`: a turn that completed or failed for
-    /// good) its checkpoint, and only then the residency check, so the
+    /// the fact `TurnEnded` (to the parts that take it, `Host::tell`), the
+    /// record (a child's finish numbered in it), then the fact
+    /// `TurnWritten` (the parent told, the checkpoint of a turn that
+    /// completed or failed for good, the queue's next message), and only
+    /// then the residency check, so the
     /// checkpoint is work in hand that keeps the session from being evicted
     /// under it (issue 18: an eviction at a turn's end left its checkpoint
     /// running on a session that had gone).
@@ -310,8 +314,7 @@ impl Host {
     /// durable now.
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool, ender: TurnEnder) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
-        // An automation run waiting for this turn ends as it did.
-        self.runs_follow_turn(session_uri, chat);
+        self.tell(Fact::TurnEnded { session: session_uri, chat });
         self.recount_active();
         // A child's turn end is numbered in the record it is written with,
         // then told to its parent (`host/children.rs`).
@@ -324,14 +327,7 @@ impl Host {
             _ => Durability::Now,
         };
         self.in_session(session_uri, |s, sh| s.is_announced().then(|| s.store_put_with(sh, durability)));
-        if child_finished {
-            self.deliver_child_finish(session_uri);
-        }
-        if checkpoint {
-            self.checkpoint_turn(session_uri);
-        }
-        // The chat's next queued message, if one is due.
-        self.start_queued_if_due(session_uri, false);
+        self.tell(Fact::TurnWritten { session: session_uri, checkpoint, child_finished });
     }
 
     /// Sends `session/ready` once the session's first turn went to its
@@ -559,7 +555,7 @@ impl Host {
                     self.fail_turn(uri, &chat, &turn_id, &reason);
                 }
                 self.fail_waiters(uri, waiters, &reason);
-                self.runs_after_wake(uri, Some(&reason));
+                self.tell(Fact::WakeEnded { session: uri, failed: Some(&reason) });
             }
             WakeEnd::Woke { pending, waiters } => {
                 self.held.insert(uri.clone());
@@ -590,11 +586,7 @@ impl Host {
                         }
                     }
                 }
-                // A queue that waited in the record (a restart, an agent
-                // that exited) goes on now that the session is live.
-                self.start_queued_if_due(uri, false);
-                // Pinned automation runs that woke it queue their message.
-                self.runs_after_wake(uri, None);
+                self.tell(Fact::WakeEnded { session: uri, failed: None });
             }
         }
     }

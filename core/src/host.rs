@@ -980,10 +980,10 @@ impl Host {
     /// when no such session is known. How the host hands an input or a
     /// completion to the session it is for.
     /// Hands a fact of a session's life to every part that takes it, in
-    /// this one order (`crate::lifecycle`): the lifecycle says each fact
+    /// this one order (`crate::facts`): the lifecycle says each fact
     /// once, here is who hears it.
-    pub(crate) fn tell(&mut self, fact: crate::lifecycle::Fact<'_>) {
-        use crate::lifecycle::Fact;
+    pub(crate) fn tell(&mut self, fact: crate::facts::Fact<'_>) {
+        use crate::facts::Fact;
         match fact {
             Fact::StartAnswered { session, refused } => {
                 // A run's session: its message queued, or the run failed.

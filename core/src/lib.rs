@@ -40,7 +40,7 @@ pub mod folders;
 pub mod grants;
 pub mod kept_turns;
 pub mod host;
-mod lifecycle;
+mod facts;
 pub mod ids;
 pub mod input;
 pub mod invariants;

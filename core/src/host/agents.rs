@@ -33,7 +33,7 @@ use crate::input::{BackendEvent, Outcome};
 use crate::session::starts::StartNext;
 use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
 use crate::continuation::WaitingRequest;
-use crate::lifecycle::Fact;
+use crate::facts::Fact;
 use crate::session::sleep::SleepRefusal;
 use crate::session::wake::WakeEnd;
 use crate::session::{Phase, Waiter};

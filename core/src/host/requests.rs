@@ -303,7 +303,7 @@ impl Host {
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };
-        self.tell(crate::lifecycle::Fact::Disposed { session: uri, record: &session.record });
+        self.tell(crate::facts::Fact::Disposed { session: uri, record: &session.record });
         // Only passes asked from now on speak for the tombstone.
         let since = crate::effect::OpId(self.shared.next_op);
         self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(&session.record), since));

@@ -116,10 +116,15 @@ pub struct MoveChatReq {
 pub struct CreateSessionReq {
     /// The client's session URI, validated.
     pub session: ResourceId,
-    /// The provider asked for; `None` for the first configured agent.
+    /// The provider asked for, else the first configured agent's; `None`
+    /// only when no agent is configured (settled once, on arrival).
     pub provider: Option<String>,
     /// The folders asked for, the first the process root.
     pub working_directories: Option<Vec<Uri>>,
+    /// The folders the session keeps: `working_directories` less
+    /// duplicates, only the first when `provider` takes no peers
+    /// (`folders::initial`; settled once, on arrival).
+    pub kept: Vec<Uri>,
     /// The config asked for, settled against the folder's repository.
     pub config: Option<JsonObject>,
 }

@@ -76,12 +76,12 @@ impl Host {
             Ok(r) => r,
             Err(e) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("invalid session URI: {e}"))),
         };
-        let request = CreateSessionReq {
-            session,
-            provider: params.provider,
-            working_directories: params.working_directories,
-            config: params.config,
-        };
+        // The provider and the folders the session would keep, settled once
+        // here for both halves of the request.
+        let provider = params.provider.or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone()));
+        let takes_peers = self.shared.agent_takes_peers(provider.as_deref().unwrap_or_default());
+        let kept = crate::folders::initial(params.working_directories.as_deref().unwrap_or_default(), takes_peers);
+        let request = CreateSessionReq { session, provider, working_directories: params.working_directories, kept, config: params.config };
         // No agent, and no git, in a folder the operator did not trust.
         if let Err(e) = self.create_trusted(&request) {
             return self.shared.reply_error(conn, id, e);
@@ -90,14 +90,13 @@ impl Host {
         // session keeps, since a backend without peers ignores the rest
         // (AHP: "treats only the first entry as the session's working
         // directory and ignores the rest").
-        let kept = self.kept_folders(&request);
-        if let Err(reason) = crate::folders::check_uris(&kept) {
+        if let Err(reason) = crate::folders::check_uris(&request.kept) {
             self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
         }
         // The folders' kinds come back with the repository's facts; the
         // create goes on in `create_with_facts`.
-        let mut paths = kept.iter().filter_map(|f| crate::git::path_of_uri(f));
+        let mut paths = request.kept.iter().filter_map(|f| crate::git::path_of_uri(f));
         match paths.next() {
             Some(folder) => {
                 let also = paths.collect();
@@ -106,14 +105,6 @@ impl Host {
             }
             None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
         }
-    }
-
-    /// The working directories a `createSession` would record: its list
-    /// less duplicates, only the first when the agent takes no peers
-    /// (`folders::initial`).
-    fn kept_folders(&self, request: &CreateSessionReq) -> Vec<Uri> {
-        let provider = request.provider.clone().or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
-        crate::folders::initial(request.working_directories.as_deref().unwrap_or_default(), self.shared.agent_takes_peers(&provider))
     }
 
     /// Whether a `createSession` may make a session in its folders (the
@@ -148,7 +139,7 @@ impl Host {
             return self.shared.reply_error(conn, id, e);
         }
         // A folder the shell found is not a directory (issue 25).
-        if let Err(reason) = crate::folders::check_kinds(&self.kept_folders(&request), facts) {
+        if let Err(reason) = crate::folders::check_kinds(&request.kept, facts) {
             self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
         }
@@ -160,9 +151,8 @@ impl Host {
         // The policy store is asked about the harness and the machine before
         // anything exists: a refusal is a session that never existed.
         let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.clone());
-        let asked_provider = request.provider.clone().or_else(|| self.shared.config.agents.first().map(|a| a.provider.clone())).unwrap_or_default();
         let folder = request.working_directories.as_ref().and_then(|d| d.first().cloned());
-        if let Err(reason) = self.shared.config.policy.check(principal.as_ref(), &asked_provider, folder.as_deref()) {
+        if let Err(reason) = self.shared.config.policy.check(principal.as_ref(), request.provider.as_deref().unwrap_or_default(), folder.as_deref()) {
             crate::mark!("create_refused_by_policy");
             self.shared.log(LogLevel::Warn, "session.policy_refused", Some(rid.uri()), reason.clone());
             return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, reason));
@@ -176,12 +166,8 @@ impl Host {
         if self.shared.chats.contains_key(&uri) {
             return self.shared.reply_error(conn, id, error(SESSION_ALREADY_EXISTS, format!("{uri} is already a chat's URI")));
         }
-        let provider = match request.provider {
-            Some(p) => p,
-            None => match self.shared.config.agents.first() {
-                Some(a) => a.provider.clone(),
-                None => return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, "no agent is configured")),
-            },
+        let Some(provider) = request.provider else {
+            return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, "no agent is configured"));
         };
         if !self.shared.config.agents.iter().any(|a| a.provider == provider) {
             return self.shared.reply_error(conn, id, error(PROVIDER_NOT_FOUND, format!("no agent with provider {}", printable(&provider))));
@@ -193,9 +179,8 @@ impl Host {
         let in_tree = self.detached.tree_of(request.working_directories.as_deref().and_then(|d| d.first()));
         // The first is the process root; the rest are peers, kept only when
         // the agent advertises multipleWorkingDirectories (docs/REFERENCE-NOTES.md,
-        // AHP 6: otherwise "the server uses only the first").
-        let working_directories = crate::folders::initial(&request.working_directories.unwrap_or_default(), self.shared.agent_takes_peers(&provider));
-        let record = SessionRecord::new_session(rid, provider.into(), working_directories, config, offer, self.shared.owner_of(conn), scope, in_tree, self.shared.now.wall);
+        // AHP 6: otherwise "the server uses only the first"): `kept`.
+        let record = SessionRecord::new_session(rid, provider.into(), request.kept, config, offer, self.shared.owner_of(conn), scope, in_tree, self.shared.now.wall);
         // A session made anew under a disposed one's URI: its record
         // replaces the tombstone.
         self.tombstones.remove(&uri);

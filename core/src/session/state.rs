@@ -86,9 +86,9 @@ pub fn children_value(record: &SessionRecord) -> Option<serde_json::Value> {
 /// (`ahpd.children`).
 fn state_meta(record: &SessionRecord) -> Option<serde_json::Map<String, serde_json::Value>> {
     let tools = [
-        (crate::host::WAKES_META_KEY, wakes_value(record)),
-        (crate::host::PARENT_META_KEY, parent_value(record)),
-        (crate::host::CHILDREN_META_KEY, children_value(record)),
+        (crate::shared::WAKES_META_KEY, wakes_value(record)),
+        (crate::shared::PARENT_META_KEY, parent_value(record)),
+        (crate::shared::CHILDREN_META_KEY, children_value(record)),
     ];
     if !record.external && tools.iter().all(|(_, v)| v.is_none()) {
         return None;

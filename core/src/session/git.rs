@@ -15,7 +15,8 @@ use crate::input::Outcome;
 use crate::shared::{GitOp, Op, Shared, TreeCut};
 use crate::session::{Phase, Session};
 use crate::session_config as table;
-use crate::worktree::{self, plan_for};
+use crate::session_config::plan_for;
+use crate::worktree;
 
 /// What the host does once git answered a session's first send
 /// ([`Session::begun`]).

@@ -764,7 +764,7 @@ mod tests {
             repository: None,
             branch: None,
             head: None,
-            status: crate::session::state::IDLE,
+            status: crate::record::status::IDLE,
             activity: String::new(),
             claims: claims.iter().map(|s| s.to_string()).collect(),
             updated_at: 1_000,

@@ -5,7 +5,8 @@
 //! `next_deadline()` says when to call again with `Input::Tick`. This file
 //! holds the host's state, its construction (also the restart path), and
 //! the routing: each input to its handler, each completion to the owner
-//! its op names (`ops`). Handlers live in submodules, one job each.
+//! its op names (`crate::shared::Op`). Handlers live in submodules, one
+//! job each.
 //!
 //! The host's own work lives in five files, each one job, each an
 //! `impl Host` that sequences a session's own rules (`impl Session` in
@@ -27,11 +28,18 @@
 //!
 //! Parts with their own state take a view of what they may reach, not the
 //! host: `awareness` (workspace awareness: `awareness::Aware`) and
-//! `detached` (the window's own trees: `detached::Window`). `shared` holds
-//! the services every part uses (`Shared`); `ops` what each command in
-//! flight is for. This file: the state, its construction (also the restart
-//! path), the routing of each input and completion to its owner, fan-out
-//! and the catalogue's announcements.
+//! `detached` (the window's own trees: `detached::Window`). The rest of the
+//! files here are the host's own rules, each one job: `automations`,
+//! `children` and `tools` (the host tools), `moves` (`moveChat`),
+//! `pending` (when a queued message starts), `timers` (the timer table:
+//! every timed kind's deadline and fire, walked in one order by `handle`
+//! and `next_deadline`). Below both the host and a
+//! session's rules, `crate::shared` holds the services every part uses
+//! (`Shared`), what each command in flight is for (`Op`), a connection as
+//! the host sees it (`Conn`) and the names both use; this module re-exports
+//! what its callers name. This file: the state, its construction (also the
+//! restart path), the routing of each input and completion to its owner,
+//! fan-out and the catalogue's announcements.
 
 mod agents;
 mod automations;
@@ -42,10 +50,8 @@ mod detached;
 mod discovery;
 mod git;
 mod moves;
-mod ops;
 mod pending;
 mod requests;
-mod shared;
 mod timers;
 mod tools;
 
@@ -54,11 +60,10 @@ use ahp_types::actions::{ActionOrigin, RootActiveSessionsChangedAction, StateAct
 use ahp_types::state::{AgentInfo, RootState};
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use ahp::reducers::{ReduceOutcome, apply_action_to_root};
-pub use connections::{Conn, Handshake, HANDSHAKE_QUEUE_MAX_BYTES, RATE_CLOSE_AFTER_MS, RATE_LOG_INTERVAL_MS};
-pub(crate) use agents::REFUSED_WHILE_STOPPING;
-pub use ops::{DetachedOp, GitOp, Op, TreeCut};
-pub use children::{CHILDREN_META_KEY, PARENT_META_KEY};
-pub use tools::{TOOL_META_KEY, WAKES_META_KEY};
+pub use connections::{HANDSHAKE_QUEUE_MAX_BYTES, RATE_CLOSE_AFTER_MS, RATE_LOG_INTERVAL_MS};
+pub use crate::shared::{Conn, DetachedOp, GitOp, Handshake, Op, Stats, TreeCut};
+pub use crate::shared::{CHILDREN_META_KEY, PARENT_META_KEY, TOOL_META_KEY, WAKES_META_KEY};
+pub(crate) use crate::shared::Shared;
 pub use automations::{capabilities as automation_capabilities, AUTOMATION_CONN};
 use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
@@ -82,25 +87,6 @@ pub enum Went {
     Slept,
     /// Evicted by the residency limit: its agents and its state went.
     Evicted,
-}
-
-/// Counters the simulator and `/metrics` read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Sessions put to sleep after idle.
-    pub sleeps: u64,
-    /// Sessions evicted by the residency limit.
-    pub evictions: u64,
-    /// Wakes that succeeded.
-    pub wakes: u64,
-    /// Wakes whose resume failed.
-    pub failed_resumes: u64,
-    /// Completions for unknown or stale ops, ignored.
-    pub stale_ops: u64,
-    /// Backend events for unknown chats or finished turns, ignored.
-    pub stale_events: u64,
-    /// Client actions rejected.
-    pub rejections: u64,
 }
 
 /// A disposed session whose tombstone the store holds, and what the
@@ -272,51 +258,6 @@ pub struct Host {
     pub(crate) automations: automations::Automations,
 }
 
-/// What one session's rules may use of the host while they run, besides
-/// the session itself: nothing here is another session (see [`Host`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Shared {
-    /// The settings.
-    pub(crate) config: Config,
-    /// The host's one random stream, seeded in `new`: turn ids for a
-    /// chat's first message.
-    pub(crate) rng: Rng,
-    /// The time of the input being handled.
-    pub(crate) now: Now,
-    /// The last `serverSeq` stamped.
-    pub(crate) server_seq: u64,
-    /// The last op id given.
-    pub(crate) next_op: u64,
-    /// The LRU clock: taken when a session is used.
-    pub(crate) lru_clock: u64,
-    /// The root channel's state.
-    pub(crate) root: RootState,
-    /// Every connection, by id.
-    pub(crate) conns: BTreeMap<ConnId, Conn>,
-    /// Chat URI to its session's URI (the session table's own, shared,
-    /// where the chat was listed with its session).
-    pub(crate) chats: crate::session::chat_index::ChatIndex,
-    /// The catalogue's order over announced sessions.
-    pub(crate) catalogue: crate::catalogue::Index,
-    /// Channels whose state this process ended (a session disposed or
-    /// refused at creation, a chat disposed). Their subscriptions ended
-    /// without a word on the channel, so a client may still hold the old
-    /// state; `reconnect` answers a listed one with snapshots, never a
-    /// replay onto that state (the URI may have been made anew since).
-    pub(crate) retired: BTreeSet<Uri>,
-    /// What each command in flight is for, by op id (`host/ops.rs`).
-    pub(crate) ops: BTreeMap<OpId, Op>,
-    /// The last envelopes broadcast, for `reconnect` replays.
-    pub(crate) replay: crate::replay::ReplayBuffer,
-    /// The `recent` mode's cutoff, fixed when the first listing ran
-    /// (`Some(None)`: fewer than two sessions of this host's own then).
-    pub(crate) recent_cutoff: Option<Option<WallTime>>,
-    /// Counters.
-    pub(crate) stats: Stats,
-    /// The effects of the input being handled, in order.
-    pub(crate) effects: Vec<Effect>,
-}
-
 /// A read-only view of the host for checkers, the simulator and debugging.
 #[derive(Debug, Clone, Copy)]
 pub struct HostView<'a> {
@@ -336,7 +277,7 @@ pub struct HostView<'a> {
     /// Every connection, by id.
     pub conns: &'a BTreeMap<ConnId, Conn>,
     /// Chat URI to session URI.
-    pub chats: &'a crate::session::chat_index::ChatIndex,
+    pub chats: &'a crate::shared::ChatIndex,
     /// The catalogue's order.
     pub catalogue: &'a crate::catalogue::Index,
     /// Counters.
@@ -478,7 +419,7 @@ impl Host {
                 lru_clock: 0,
                 root,
                 conns: BTreeMap::new(),
-                chats: crate::session::chat_index::ChatIndex::new(),
+                chats: crate::shared::ChatIndex::new(),
                 catalogue: crate::catalogue::Index::default(),
                 retired: BTreeSet::new(),
                 ops: BTreeMap::new(),

@@ -11,6 +11,12 @@ use std::fmt;
 /// Longest id accepted, in bytes.
 pub const ID_MAX_BYTES: usize = 256;
 
+/// A session URI as the host's indexes hold it: one allocation shared by
+/// the table's URI order, the catalogue's order and the chat → session map
+/// (issue 21: three copies of every session URI were ~150 bytes of a
+/// catalogue row). Compares, orders and borrows as the `str` it holds.
+pub type SharedUri = std::sync::Arc<str>;
+
 /// Why an id or URI was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdError(pub String);

@@ -114,7 +114,7 @@ pub fn interrupt(chat: &mut ChatRecord) -> bool {
         any = true;
     }
     if any {
-        chat.status = (chat.status & !crate::session::state::ACTIVITY_MASK) | crate::session::state::ERROR;
+        chat.status = (chat.status & !crate::record::status::ACTIVITY_MASK) | crate::record::status::ERROR;
     }
     any
 }

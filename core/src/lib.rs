@@ -54,6 +54,7 @@ pub mod replay;
 pub mod rng;
 pub mod session;
 pub mod session_config;
+pub mod shared;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod time;

@@ -11,6 +11,8 @@ use ahp_types::Uri;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod status;
+
 /// Who sent each turn of a chat, by turn id (Sessions page: "what is this
 /// host's own is ... who sent each turn"; the export's audit trail). It
 /// has an entry for every turn the chat ever ran, and every store write of
@@ -873,7 +875,7 @@ impl ChatRecord {
             title: Box::default(),
             conversation_id: conversation_id.into(),
             modified_at: Stamp::at(now),
-            status: crate::session::state::IDLE,
+            status: status::IDLE,
             fresh: true,
             damaged: false,
             senders: Senders::default(),

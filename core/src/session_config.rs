@@ -1,7 +1,9 @@
 //! The session config table this host answers (Sessions page,
 //! "Configuration keys"): which properties `resolveSessionConfig` offers
 //! and in what order, their defaults, the shape each value is taken in,
-//! what `sessionConfigCompletions` answers, and which changes are refused.
+//! what `sessionConfigCompletions` answers, and which changes are refused;
+//! and how a tree is cut from a session's values (`plan_for`,
+//! `settle_base`, with the names `crate::worktree` checks and chooses).
 //!
 //! The schema is emitted through an order-preserving JSON map, because
 //! `ahp_types::state::SessionConfigSchema` keeps its properties in a
@@ -456,6 +458,37 @@ pub fn bool_value(values: &Map<String, Value>, key: &str, default: bool) -> bool
 /// A list-of-strings value, or empty.
 pub fn list_value(values: &Map<String, Value>, key: &str) -> Vec<String> {
     values.get(key).and_then(string_list).unwrap_or_default()
+}
+
+/// How to cut a tree on `new_branch` (already checked) from a session's
+/// config `values`: its base branch, the names to try, branch options and
+/// patterns. The base is the branch the config names: `settle` keeps the
+/// default branch the folder offered when the session was made
+/// (`session_config::default_branch`). A config that names none (the folder
+/// offered none: a detached or unborn HEAD and no remote default) leaves
+/// `base` unset, to be settled from the facts of the folder the tree is
+/// cut in ([`settle_base`]) before the plan is sent.
+pub fn plan_for(values: &Map<String, Value>, new_branch: &str) -> crate::git::WorktreePlan {
+    let base = Some(string_value(values, BRANCH, "")).filter(|b| !b.is_empty());
+    let create_new_branch = bool_value(values, CREATE_NEW_BRANCH, true);
+    crate::git::WorktreePlan {
+        names: crate::worktree::tree_names(create_new_branch, new_branch, base.as_deref()),
+        base,
+        create_new_branch,
+        track: bool_value(values, BRANCH_TRACK, false),
+        include_files: list_value(values, INCLUDE_FILES),
+        symlink_folders: list_value(values, SYMLINK_FOLDERS),
+    }
+}
+
+/// Settles the base of a plan whose config names none from the `facts` of
+/// the folder the tree is cut in (Sessions page, "Configuration keys": the
+/// default `branch` of a worktree is the repository's default branch, else
+/// the one checked out; with neither, the commit checked out), and the
+/// names to try with it.
+pub fn settle_base(plan: &mut crate::git::WorktreePlan, new_branch: &str, facts: &RepoFacts) {
+    plan.base = default_branch(facts, true);
+    plan.names = crate::worktree::tree_names(plan.create_new_branch, new_branch, plan.base.as_deref());
 }
 
 #[cfg(test)]

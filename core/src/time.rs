@@ -32,13 +32,14 @@ impl WallTime {
         self.iso().to_string()
     }
 
-    /// The same text as [`WallTime::to_iso`] as a record's [`crate::record::Text`]:
+    /// The same text as [`WallTime::to_iso`] as a record's `Text` (a
+    /// `compact_str::CompactString`, the type `record::Text` names):
     /// held inline, with no allocation, for years 0 to 9999 ([`Iso::fast`]).
-    pub fn to_iso_text(self) -> crate::record::Text {
+    pub fn to_iso_text(self) -> compact_str::CompactString {
         let mut buf = [0u8; 24];
         match self.iso().fast(&mut buf) {
-            Some(text) => crate::record::Text::new(text),
-            None => crate::record::Text::from(self.to_iso()),
+            Some(text) => compact_str::CompactString::new(text),
+            None => compact_str::CompactString::from(self.to_iso()),
         }
     }
 

@@ -273,35 +273,3 @@ mod tests {
         assert_eq!(sanitise_session_id("plain-id_1"), "plain-id_1");
     }
 }
-
-/// How to cut a tree on `new_branch` (already checked) from a session's
-/// config `values`: its base branch, the names to try, branch options and
-/// patterns. The base is the branch the config names: `settle` keeps the
-/// default branch the folder offered when the session was made
-/// (`session_config::default_branch`). A config that names none (the folder
-/// offered none: a detached or unborn HEAD and no remote default) leaves
-/// `base` unset, to be settled from the facts of the folder the tree is
-/// cut in ([`settle_base`]) before the plan is sent.
-pub fn plan_for(values: &serde_json::Map<String, serde_json::Value>, new_branch: &str) -> crate::git::WorktreePlan {
-    let base = Some(crate::session_config::string_value(values, crate::session_config::BRANCH, "")).filter(|b| !b.is_empty());
-    let create_new_branch = crate::session_config::bool_value(values, crate::session_config::CREATE_NEW_BRANCH, true);
-    crate::git::WorktreePlan {
-        names: tree_names(create_new_branch, new_branch, base.as_deref()),
-        base,
-        create_new_branch,
-        track: crate::session_config::bool_value(values, crate::session_config::BRANCH_TRACK, false),
-        include_files: crate::session_config::list_value(values, crate::session_config::INCLUDE_FILES),
-        symlink_folders: crate::session_config::list_value(values, crate::session_config::SYMLINK_FOLDERS),
-    }
-}
-
-/// Settles the base of a plan whose config names none from the `facts` of
-/// the folder the tree is cut in (Sessions page, "Configuration keys": the
-/// default `branch` of a worktree is the repository's default branch, else
-/// the one checked out; with neither, the commit checked out), and the
-/// names to try with it.
-pub fn settle_base(plan: &mut crate::git::WorktreePlan, new_branch: &str, facts: &crate::git::RepoFacts) {
-    plan.base = crate::session_config::default_branch(facts, true);
-    plan.names = tree_names(plan.create_new_branch, new_branch, plan.base.as_deref());
-}
-

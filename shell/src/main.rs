@@ -11,6 +11,7 @@
 mod agents;
 mod cli;
 mod driver;
+mod events;
 mod exec;
 mod metrics;
 mod settings;
@@ -22,7 +23,8 @@ use std::process::ExitCode;
 use ahpd_core::{Config, Host};
 use clap::{Parser, Subcommand};
 
-use driver::{Clock, Driver, Ended, EventSink};
+use driver::{Clock, Driver, Ended};
+use events::EventSink;
 use exec::backend::Backends;
 use exec::fsutil;
 use exec::store::{Store, StoreKind};

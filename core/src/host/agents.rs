@@ -631,9 +631,6 @@ pub struct Drain {
     pub cut: bool,
 }
 
-/// Why a turn is refused while the host stops.
-pub const REFUSED_WHILE_STOPPING: &str = "the host is shutting down and takes no new turns; send it again once it is back";
-
 // ---- A graceful stop (module docs) ----
 impl Host {
     /// `Input::Shutdown`: stop taking turns; cancel the running ones after

@@ -31,11 +31,6 @@ use crate::record::{ChildEntry, ChildFinish, ChildOf, QueuedMessage, SessionReco
 use crate::session::{Asker, Phase, Session};
 use crate::tools::{ChildStart, HostCallId, HostToolError, HostToolErrorCode as Code, MAX_CHILDREN_PER_SESSION, MAX_CHILD_REPLY_BYTES};
 
-/// The `_meta` key of a child's state naming its parent session.
-pub const PARENT_META_KEY: &str = "ahpd.parent";
-/// The `_meta` key of a parent's state listing its children's URIs.
-pub const CHILDREN_META_KEY: &str = "ahpd.children";
-
 fn refusal(code: Code, message: impl Into<String>) -> HostToolError {
     HostToolError::new(code, message)
 }

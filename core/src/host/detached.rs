@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::protocol::params as parse;
 use super::{DetachedOp, GitOp, TreeCut};
-use crate::worktree::plan_for;
+use crate::session_config::plan_for;
 use super::{Op, Shared};
 use crate::session::table::SessionTable;
 use crate::detached::{self as data, Detached, Step, UNKNOWN_HANDLE};

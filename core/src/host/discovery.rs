@@ -16,10 +16,8 @@ use crate::input::{Outcome, ScannedRow};
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
 use crate::session::table::conversation_key;
 use crate::session::{Phase, Session};
+use crate::shared::SHOW_EXTERNAL;
 use crate::time::{MonoTime, WallTime};
-
-/// The root config key.
-pub const SHOW_EXTERNAL: &str = "showExternalSessions";
 
 /// The root config state: one property, `showExternalSessions`.
 pub fn root_config(mode: ExternalMode) -> RootConfigState {
@@ -48,7 +46,7 @@ impl Host {
     /// Whether root subscribers are told about this session: every session
     /// of this host's own, and the external ones the mode shows.
     pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
-        self.sessions.get(uri).is_some_and(|s| self.shared.shows(s))
+        self.sessions.get(uri).is_some_and(|s| self.shared.shows(&s.record, s.modified_at))
     }
 
     /// Fixes the `recent` cutoff the first time a listing runs: the second

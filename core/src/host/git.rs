@@ -29,7 +29,7 @@ use super::{GitOp, Host, Op, TreeCut};
 use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, LogLevel, OpId};
 use crate::git::{GitCmd, GitResult, RepoFacts, SharedTree, TREE_REMOVAL, WorktreeRecord, path_of_uri};
-use crate::worktree::settle_base;
+use crate::session_config::settle_base;
 use crate::grants::{Membership, Operation, Principal};
 use crate::input::Outcome;
 use crate::protocol::error::*;

@@ -308,7 +308,7 @@ impl Host {
                 c.subscriptions.remove(ch);
             }
         }
-        let shown = session.is_announced() && self.shared.shows(&session);
+        let shown = session.is_announced() && self.shared.shows(&session.record, session.modified_at);
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),

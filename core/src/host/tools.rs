@@ -24,6 +24,7 @@ use ahp_types::Uri;
 use serde_json::{json, Value};
 
 use crate::effect::{Effect, LogLevel};
+use crate::shared::{TOOL_META_KEY, WAKES_META_KEY};
 use crate::grants::{Operation, Principal};
 use crate::record::{QueuedMessage, ScheduledWake, ToolsRecord};
 use crate::session::Phase;
@@ -31,13 +32,6 @@ use crate::time::WallTime;
 use crate::tools::{HostCallId, HostToolError, HostToolErrorCode as Code, HostToolRequest, HostToolResult, MAX_TOOL_TEXT_BYTES, MAX_WAKES_PER_SESSION};
 
 use super::Host;
-
-/// The `_meta` key of a session's state listing its waiting wakes
-/// (`[{id, chat, at, prompt}]`), and of a turn's message a tool made
-/// (`{"wake": id}` or `{"from": {session, chat}}`).
-pub const WAKES_META_KEY: &str = "ahpd.wakes";
-/// The `_meta` key on a message a host tool made.
-pub const TOOL_META_KEY: &str = "ahpd.hostTool";
 
 /// The longest a wake may be asked ahead: ten years, in ms (a longer one is
 /// a mistake, and would overflow nothing but help nobody).

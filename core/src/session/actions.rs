@@ -10,7 +10,7 @@ use ahp_types::state::{Message, MessageKind, ToolCallState};
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::record::SessionRecord;
 use crate::session::{Parked, ParkedWork, Phase, QueuedAction, Session};
 
@@ -192,7 +192,7 @@ impl Session {
                 match action {
                     StateAction::ChatTurnStarted(a) => {
                         if rules.stopping {
-                            return Err(crate::host::REFUSED_WHILE_STOPPING.into());
+                            return Err(crate::shared::REFUSED_WHILE_STOPPING.into());
                         }
                         rules.message_cap("message", &a.message)?;
                         if a.message.origin.kind != MessageKind::User {

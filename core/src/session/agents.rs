@@ -14,7 +14,7 @@ use ahp_types::state::Message;
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::{Phase, Session};
 
 impl Session {

@@ -16,7 +16,7 @@ use ahp_types::Uri;
 
 use crate::effect::{LogLevel, OpId};
 use crate::git::GitResult;
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::input::Outcome;
 use crate::session::Session;
 use crate::awareness as rules;

@@ -23,7 +23,7 @@
 use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::Uri;
 
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::record::SessionRecord;
 use crate::session::state::{IS_ARCHIVED, IS_READ};
 use crate::session::Session;

@@ -13,7 +13,7 @@ use ahp_types::Uri;
 
 use super::state::{ACTIVITY_MASK, ERROR, IDLE};
 use super::Session;
-use crate::host::Shared;
+use crate::shared::Shared;
 
 /// What a client reads of a session whose transcript is damaged: the row's
 /// `activity`, and the -32603 a wake fails with. It names no server path.

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use ahp_types::Uri;
 
 use crate::effect::{BackendCmd, ConnId, Durability, Effect, LogLevel, OpId, StoreCmd};
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::protocol::error::{error, INTERNAL_ERROR};
 use crate::record::SessionRecord;
 use crate::session::{Phase, Session};

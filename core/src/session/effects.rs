@@ -10,7 +10,7 @@ use ahp_types::actions::{ActionOrigin, StateAction};
 use ahp_types::Uri;
 
 use crate::effect::{BackendCmd, Durability, Effect, LogLevel, OpId, StoreCmd};
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::{Phase, Session};
 use crate::time::WallTime;
 

@@ -12,10 +12,11 @@ use ahp_types::actions::{SessionConfigChangedAction, SessionWorkingDirectoryRepl
 use crate::effect::{LogLevel, OpId};
 use crate::git::{path_of_uri, same_folder_in_tree, uri_of_path, GitCmd, GitRecord, GitResult};
 use crate::input::Outcome;
-use crate::host::{GitOp, Op, Shared, TreeCut};
+use crate::shared::{GitOp, Op, Shared, TreeCut};
 use crate::session::{Phase, Session};
 use crate::session_config as table;
-use crate::worktree::{self, plan_for};
+use crate::session_config::plan_for;
+use crate::worktree;
 
 /// What the host does once git answered a session's first send
 /// ([`Session::begun`]).

@@ -9,7 +9,7 @@ use ahp_types::actions::{PartialChatSummary, SessionChatUpdatedAction, StateActi
 use ahp_types::notifications::{PartialSessionSummary, SessionSummaryChangedParams};
 use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::session::state::{chat_summary, ACTIVITY_MASK, ERROR, IDLE};
 use crate::session::Session;
 use crate::time::WallTime;
@@ -84,7 +84,7 @@ impl Session {
         }
         let fresh = self.summary();
         let Some(old) = self.replace_sent_row(fresh.clone()) else { return };
-        if !sh.shows(self) {
+        if !sh.shows(&self.record, self.modified_at) {
             return;
         }
         let changes = PartialSessionSummary {
@@ -173,7 +173,7 @@ impl Session {
         if !self.record.external {
             return;
         }
-        let was_shown = sh.shows(self);
+        let was_shown = sh.shows(&self.record, self.modified_at);
         self.record.external = false;
         let modified = self.modified_at.0;
         let summary = self.summary();

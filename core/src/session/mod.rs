@@ -6,7 +6,6 @@ pub mod agents;
 pub mod activity;
 pub mod changes;
 pub mod chat_flags;
-pub mod chat_index;
 pub mod chats;
 pub mod damage;
 pub mod dispose;

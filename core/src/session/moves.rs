@@ -11,7 +11,7 @@ use ahp_types::state::ChatState;
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::record::ChatRecord;
 use crate::session::state::{chat_state, chat_summary};
 use crate::session::{Phase, Session};

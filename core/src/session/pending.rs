@@ -29,7 +29,7 @@ use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatTurn
 use ahp_types::state::{ChatState, MessageKind, PendingMessage, PendingMessageKind};
 use ahp_types::Uri;
 
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::record::{ChatRecord, QueuedMessage, SessionRecord};
 use crate::session::actions::{ActionNext, ActionRules};
 use crate::session::{Parked, ParkedWork, QueuedAction, Session};

@@ -24,7 +24,7 @@ use ahp_types::state::{ChatInputRequest, ChatInputResponseKind, ChatState, Respo
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::Session;
 
 /// The refusal of an answer or a draft to a question no turn of the chat

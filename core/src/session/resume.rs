@@ -32,7 +32,7 @@ use ahp_types::state::{ChatState, ResponsePart, TurnState};
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::{Phase, Session};
 
 /// The refusal a client reads when the session's agent cannot resume a
@@ -59,7 +59,7 @@ impl Session {
             return Err(CANNOT_RESUME.into());
         }
         if stopping {
-            return Err(crate::host::REFUSED_WHILE_STOPPING.into());
+            return Err(crate::shared::REFUSED_WHILE_STOPPING.into());
         }
         if chat.active_turn.is_some() || self.work.pending_sends.iter().any(|(c, _, _)| c == channel) {
             crate::mark!("resume_refused_turn_running");

@@ -37,7 +37,7 @@ use ahp_types::state::Turn;
 use ahp_types::Uri;
 
 use crate::effect::{BackendCmd, LogLevel};
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::input::Outcome;
 use crate::record::{ChatRecord, SessionRecord};
 use crate::session::{Phase, Session};

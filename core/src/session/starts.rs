@@ -9,7 +9,7 @@ use ahp_types::Uri;
 use crate::effect::{LogLevel, OpId};
 use crate::session::Asker;
 use crate::tools::HostCallId;
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::input::Outcome;
 use crate::session::{Phase, Session};
 

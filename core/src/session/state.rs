@@ -10,22 +10,7 @@ use ahp_types::state::{
 use super::Session;
 use crate::record::{ChatRecord, SessionRecord};
 
-/// Activity bits of a status (mask 0x1F): Idle, Error, InProgress,
-/// InputNeeded.
-pub const ACTIVITY_MASK: u32 = 0x1F;
-/// Activity: nothing is running (1).
-pub const IDLE: u32 = SessionStatus::Idle.0;
-/// Activity: the last turn ended badly (2).
-pub const ERROR: u32 = SessionStatus::Error.0;
-/// Activity: a turn is running (8).
-pub const IN_PROGRESS: u32 = SessionStatus::InProgress.0;
-/// Activity: waiting on somebody (24); carries the [`IN_PROGRESS`] bit, so
-/// it is tested first.
-pub const INPUT_NEEDED: u32 = SessionStatus::InputNeeded.0;
-/// Status flag: read (32).
-pub const IS_READ: u32 = SessionStatus::IsRead.0;
-/// Status flag: archived (64).
-pub const IS_ARCHIVED: u32 = SessionStatus::IsArchived.0;
+pub use crate::record::status::{ACTIVITY_MASK, ERROR, IDLE, INPUT_NEEDED, IN_PROGRESS, IS_ARCHIVED, IS_READ};
 
 /// The session channel's state for `record`, with protocol lifecycle
 /// `lifecycle` and its chats' summaries.
@@ -86,9 +71,9 @@ pub fn children_value(record: &SessionRecord) -> Option<serde_json::Value> {
 /// (`ahpd.children`).
 fn state_meta(record: &SessionRecord) -> Option<serde_json::Map<String, serde_json::Value>> {
     let tools = [
-        (crate::host::WAKES_META_KEY, wakes_value(record)),
-        (crate::host::PARENT_META_KEY, parent_value(record)),
-        (crate::host::CHILDREN_META_KEY, children_value(record)),
+        (crate::shared::WAKES_META_KEY, wakes_value(record)),
+        (crate::shared::PARENT_META_KEY, parent_value(record)),
+        (crate::shared::CHILDREN_META_KEY, children_value(record)),
     ];
     if !record.external && tools.iter().all(|(_, v)| v.is_none()) {
         return None;

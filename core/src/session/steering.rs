@@ -21,7 +21,7 @@ use ahp_types::state::PendingMessageKind;
 use ahp_types::Uri;
 
 use crate::effect::BackendCmd;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::Session;
 
 impl Session {

@@ -23,11 +23,7 @@ use ahp_types::Uri;
 
 use super::Session;
 
-/// A session URI as the host's indexes hold it: one allocation shared by
-/// the table's URI order, the catalogue's order and the chat → session map
-/// (issue 21: three copies of every session URI were ~150 bytes of a
-/// catalogue row). Compares, orders and borrows as the `str` it holds.
-pub type SharedUri = std::sync::Arc<str>;
+pub use crate::ids::SharedUri;
 
 /// A session's place in the [`SessionTable`]'s slab: stable from insert to
 /// remove, then free for the next session inserted. Whoever keeps one

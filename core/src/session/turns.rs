@@ -8,7 +8,7 @@ use ahp_types::state::{ErrorInfo, ErrorResponsePart, Message, SessionLifecycle};
 use ahp_types::Uri;
 
 use crate::effect::LogLevel;
-use crate::host::Shared;
+use crate::shared::Shared;
 use crate::kept_turns::KeptEnd;
 use crate::session::Session;
 use crate::time::MonoTime;

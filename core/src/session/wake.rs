@@ -14,7 +14,7 @@ use ahp_types::Uri;
 
 use crate::effect::{BackendCmd, LogLevel};
 use crate::record::SessionRecord;
-use crate::host::{Op, Shared};
+use crate::shared::{Op, Shared};
 use crate::session::state::{chat_state, chat_summary, session_state};
 use crate::session::{Phase, Resident, Session, Waiter, Wake};
 

@@ -11,7 +11,7 @@ use ahpd_core::{BackendCmd, Input, OpId, Outcome, ScannedRow};
 use super::acp::{Acp, AgentConfig};
 use super::claude;
 use super::echo::{self, Echo};
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// Every backend this daemon can drive, and the transcript sources it scans.
 pub struct Backends {

@@ -78,7 +78,7 @@ use tokio::task::JoinHandle;
 
 use super::echo_transcript::{self, file_name, FileIn, Header};
 use super::fsutil;
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// Time between two streamed chunks of a normal reply, in ms.
 const CHUNK_DELAY_MS: u64 = 20;

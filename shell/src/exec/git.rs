@@ -21,7 +21,7 @@ use ahpd_core::worktree::{pattern_matches, tree_path};
 use ahpd_core::{Input, OpId, Outcome};
 use git2::{BranchType, ErrorCode, IndexAddOption, Repository, Signature, StatusOptions, WorktreeAddOptions};
 
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// The name and address checkpoints are signed with.
 const SIGNER: (&str, &str) = ("ahpd", "ahpd@localhost");

@@ -39,7 +39,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use serde::Deserialize;
 
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// The path the server answers on; anything else is `404`.
 pub const PATH: &str = "/mcp";
@@ -449,7 +449,7 @@ mod tests {
         let log = Arc::clone(&heard);
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
-                if let crate::driver::Event::HostTool { chat, tool, reply } = event {
+                if let crate::events::Event::HostTool { chat, tool, reply } = event {
                     log.lock().unwrap().push((chat.clone(), tool.name()));
                     let _ = reply.send(Ok(serde_json::json!({ "caller": chat })));
                 }

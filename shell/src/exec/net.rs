@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 use super::bulk;
-use crate::driver::{Event, EventSink};
+use crate::events::{Event, EventSink};
 
 /// How long a client may take over the WebSocket handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::fsutil;
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// The registry executor.
 pub struct Registry {

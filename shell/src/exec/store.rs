@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use super::fsutil::{self, TEMP_MARKER};
 use super::journal::{self, Entry, Journal};
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// The longest a write made `Durability::WithNext` waits for another
 /// write's fsync before the store syncs the journal for it (issue 21;

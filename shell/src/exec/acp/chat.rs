@@ -54,7 +54,7 @@ use super::process::{self, ProcessGroup, StderrTail};
 use super::terminal::Terminals;
 use super::turn::{History, TurnMap};
 use super::{startup_timeout, AgentConfig};
-use crate::driver::EventSink;
+use crate::events::EventSink;
 use crate::exec::mcp::{self, ChatSecret, Endpoint};
 
 /// How long a failed prompt waits to learn whether the agent went away

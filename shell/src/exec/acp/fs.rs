@@ -51,11 +51,11 @@ impl FsError {
 /// `BackendEvent::Wrote`, the session's claim for workspace awareness
 /// (issue 10). Shared by every chat of the backend.
 #[derive(Clone)]
-pub struct Written(crate::driver::EventSink);
+pub struct Written(crate::events::EventSink);
 
 impl Written {
     /// Tells `events` of every write.
-    pub fn reporting_to(events: crate::driver::EventSink) -> Written {
+    pub fn reporting_to(events: crate::events::EventSink) -> Written {
         Written(events)
     }
 
@@ -206,7 +206,7 @@ mod tests {
         std::fs::write(root.join("a.txt"), "1\n2\n3\n").expect("write");
         #[cfg(unix)]
         std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("link")).expect("symlink");
-        let (events, mut told) = crate::driver::EventSink::channel();
+        let (events, mut told) = crate::events::EventSink::channel();
         let fs = Confined::new("ahp-chat:/c".to_owned(), &root, Written::reporting_to(events)).expect("root");
         let root = std::fs::canonicalize(&root).expect("canon");
 
@@ -235,7 +235,7 @@ mod tests {
         let mut writes = Vec::new();
         while let Ok(event) = told.try_recv() {
             match event {
-                crate::driver::Event::Input(ahpd_core::Input::Backend { chat, event: ahpd_core::BackendEvent::Wrote { paths } }) => writes.push((chat, paths)),
+                crate::events::Event::Input(ahpd_core::Input::Backend { chat, event: ahpd_core::BackendEvent::Wrote { paths } }) => writes.push((chat, paths)),
                 other => panic!("only writes are told: {other:?}"),
             }
         }

@@ -34,7 +34,7 @@ use ahp_types::Uri;
 use ahpd_core::{AgentSpec, BackendCmd, Input, OpId, Outcome};
 use tokio::sync::mpsc;
 
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// How long an agent may take to answer `initialize`, `session/new` or
 /// `session/load` unless its config says otherwise, in ms (30 s).

@@ -24,7 +24,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::process::ProcessGroup;
-use crate::driver::EventSink;
+use crate::events::EventSink;
 
 /// Output kept per terminal when the agent names no limit, in bytes (1 MiB).
 pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 1024 * 1024;

@@ -152,7 +152,7 @@ pub enum GitOp {
     /// The facts of the folder a tree is to be cut in, read first because
     /// the session's config names no base branch (its folder offered none
     /// when the session was made): the base is settled from them
-    /// ([`settle_base`](crate::worktree::settle_base)), then the cut is sent.
+    /// ([`settle_base`](crate::session_config::settle_base)), then the cut is sent.
     Base(Box<TreeCut>),
 }
 

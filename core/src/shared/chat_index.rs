@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ahp_types::Uri;
 
-use super::table::SharedUri;
+use crate::ids::SharedUri;
 
 /// The scheme every default chat URI has (`ahp-chat:/<store key>`).
 const DEFAULT_CHAT_PREFIX: &str = "ahp-chat:/";

@@ -8,10 +8,9 @@ use ahp_types::Uri;
 use std::sync::Arc;
 
 use crate::external::{ExternalFilter, ExternalMode};
-use crate::host::discovery::SHOW_EXTERNAL;
 use crate::time::WallTime;
 
-use super::{Op, Shared};
+use super::{Op, Shared, SHOW_EXTERNAL};
 use crate::effect::{Broadcast, ConnId, Effect, LogEvent, LogLevel, OpId, Outbound};
 use crate::git::GitCmd;
 
@@ -156,10 +155,11 @@ impl Shared {
         ExternalFilter::new(mode, self.now.wall, &externals, cutoff)
     }
 
-    /// Whether clients are shown `session` now: every session of this
-    /// host's own, an external one as `showExternalSessions` says.
-    pub(crate) fn shows(&self, session: &crate::session::Session) -> bool {
-        !session.record.external || self.external_filter().shows(session.modified_at, &session.record.resource)
+    /// Whether clients are shown a session now (its `record`, its
+    /// `modified_at`): every session of this host's own, an external one
+    /// as `showExternalSessions` says.
+    pub(crate) fn shows(&self, record: &crate::record::SessionRecord, modified_at: WallTime) -> bool {
+        !record.external || self.external_filter().shows(modified_at, &record.resource)
     }
 
     /// Git answered the first send of a session that is gone or going

@@ -1,9 +1,10 @@
 //! Detached worktrees as data (Sessions page, "Isolation and worktrees":
 //! "The window has five requests of its own for trees it makes for
-//! itself"): the wire names, the handle's shape, the branch a tree is cut
-//! on, which handles a `reconcile` scope covers, and the registry of the
-//! handles the host holds. The requests themselves are answered in
-//! `host/detached.rs`.
+//! itself"): the handle's shape, the branch a tree is cut on, which
+//! handles a `reconcile` scope covers, and the registry of the handles the
+//! host holds. The five requests are decoded with every other method
+//! ([`crate::protocol::codec::DetachedMethod`], their wire names and
+//! shapes) and answered in `host/detached.rs`.
 //!
 //! Handles live for the daemon's run (in memory only): after a restart the
 //! trees stay on disk with their branches, and the host no longer knows
@@ -17,20 +18,6 @@ use crate::effect::ConnId;
 use crate::git::WorktreeRecord;
 use crate::time::MonoTime;
 use crate::worktree::{check_branch_name, BadName};
-
-/// `vscode/createAgentHostDetachedWorktree` `{session, prompt}` ->
-/// `{handle, resource}`.
-pub const CREATE: &str = "vscode/createAgentHostDetachedWorktree";
-/// `vscode/claimAgentHostDetachedWorktree` `{handle}` -> `{}`.
-pub const CLAIM: &str = "vscode/claimAgentHostDetachedWorktree";
-/// `vscode/setAgentHostDetachedWorktreeArchived` `{handle, archived}` -> `{}`.
-pub const SET_ARCHIVED: &str = "vscode/setAgentHostDetachedWorktreeArchived";
-/// `vscode/deleteAgentHostDetachedWorktree` `{handle}` -> `{}`.
-pub const DELETE: &str = "vscode/deleteAgentHostDetachedWorktree";
-/// `vscode/reconcileAgentHostDetachedWorktrees` `{scope, activeHandles}` -> `{}`.
-pub const RECONCILE: &str = "vscode/reconcileAgentHostDetachedWorktrees";
-/// The five methods, in the page's order.
-pub const METHODS: [&str; 5] = [CREATE, CLAIM, SET_ARCHIVED, DELETE, RECONCILE];
 
 /// The `initialize` result's `_meta` key that advertises these methods.
 pub const CAPABILITY: &str = "vscode.detachedWorktrees";

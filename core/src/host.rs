@@ -69,7 +69,7 @@ use crate::config::Config;
 use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
 use crate::input::{Input, Outcome};
-use crate::protocol::codec::{self, Incoming};
+use crate::protocol::codec::{self, Incoming, Method};
 use crate::record::SessionRecord;
 use crate::rng::Rng;
 use crate::session::{Phase, Session};
@@ -796,7 +796,7 @@ impl Host {
     /// Runs one decoded frame of `conn` (rate and handshake checks done).
     pub(crate) fn run_frame(&mut self, conn: ConnId, frame: codec::Decoded) {
         match frame {
-            Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, &method, params),
+            Ok(Incoming::Request { id, method, params }) => self.on_request(conn, id, method, params),
             Ok(Incoming::Notification { method, params }) => self.on_notification(conn, &method, params),
             Ok(Incoming::Action(params)) => self.on_action_notification(conn, *params),
             Ok(Incoming::Response) => {}
@@ -804,49 +804,44 @@ impl Host {
         }
     }
 
-    pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: &str, params: serde_json::Value) {
+    /// Routes request `id` of `conn` to its handler, by its decoded method
+    /// (each handler parses its own params). The order of the checks: a
+    /// `dispatchAction` sent as a request is refused (-32600), an unknown
+    /// method is not found (-32601), `ping` and the handshake's methods
+    /// are answered at once, and everything else waits for `initialize`.
+    pub(crate) fn on_request(&mut self, conn: ConnId, id: u64, method: Method, params: serde_json::Value) {
         use crate::protocol::error::*;
         let initialized = self.shared.conns.get(&conn).is_some_and(|c| c.initialized);
-        const METHODS: &[&str] = &[
-            "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession",
-            "disposeSession", "listSessions", "fetchTurns", "createChat", "disposeChat", "moveChat", "resolveSessionConfig",
-            "sessionConfigCompletions", "ahpd/listPeers", "runAutomation", "fetchAutomationRuns", "listAutomationTriggerDefinitions",
-        ];
-        if method == "dispatchAction" {
-            return self.shared.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)"));
-        }
-        if !METHODS.contains(&method) && !crate::detached::METHODS.contains(&method) {
-            return self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method))));
-        }
         match method {
-            "ping" => self.shared.reply(conn, id, serde_json::Value::Null),
-            "initialize" => self.on_initialize(conn, id, params),
-            "reconnect" => self.on_reconnect(conn, id, params),
+            Method::DispatchAction => self.shared.reply_error(conn, id, error(INVALID_REQUEST, "dispatchAction is a notification: send it without an id (its answer is the action's echo on the channel)")),
+            Method::Unknown(name) => self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(&name)))),
+            Method::Ping => self.shared.reply(conn, id, serde_json::Value::Null),
+            Method::Initialize => self.on_initialize(conn, id, params),
+            Method::Reconnect => self.on_reconnect(conn, id, params),
             // Signing in may come first, so that a handshake's subscriptions
             // are checked against who the connection is (as
             // `Input::Authenticate` signs one in with its bearer token).
-            "authenticate" => self.on_authenticate(conn, id, params),
+            Method::Authenticate => self.on_authenticate(conn, id, params),
             _ if !initialized => self.shared.reply_error(conn, id, not_initialized()),
-            "subscribe" => self.on_subscribe(conn, id, params),
-            "createSession" => self.on_create_session(conn, id, params),
-            "disposeSession" => self.on_dispose_session(conn, id, params),
-            "listSessions" => self.on_list_sessions(conn, id, params),
-            "fetchTurns" => self.on_fetch_turns(conn, id, params),
-            "createChat" => self.on_create_chat(conn, id, params),
-            "disposeChat" => self.on_dispose_chat(conn, id, params),
-            "moveChat" => self.on_move_chat(conn, id, params),
-            "resolveSessionConfig" => self.on_resolve_request(conn, id, params, false),
-            "sessionConfigCompletions" => self.on_resolve_request(conn, id, params, true),
-            "ahpd/listPeers" => self.aware().on_list_peers(conn, id, params),
-            "runAutomation" => self.on_run_automation(conn, id, params),
-            "fetchAutomationRuns" => self.on_fetch_automation_runs(conn, id, params),
-            "listAutomationTriggerDefinitions" => self.on_list_trigger_definitions(conn, id, params),
-            m if crate::detached::METHODS.contains(&m) => self.window().on_detached_request(conn, id, m, params),
-            "unsubscribe" => {
+            Method::Subscribe => self.on_subscribe(conn, id, params),
+            Method::CreateSession => self.on_create_session(conn, id, params),
+            Method::DisposeSession => self.on_dispose_session(conn, id, params),
+            Method::ListSessions => self.on_list_sessions(conn, id, params),
+            Method::FetchTurns => self.on_fetch_turns(conn, id, params),
+            Method::CreateChat => self.on_create_chat(conn, id, params),
+            Method::DisposeChat => self.on_dispose_chat(conn, id, params),
+            Method::MoveChat => self.on_move_chat(conn, id, params),
+            Method::ResolveSessionConfig => self.on_resolve_request(conn, id, params, false),
+            Method::SessionConfigCompletions => self.on_resolve_request(conn, id, params, true),
+            Method::ListPeers => self.aware().on_list_peers(conn, id, params),
+            Method::RunAutomation => self.on_run_automation(conn, id, params),
+            Method::FetchAutomationRuns => self.on_fetch_automation_runs(conn, id, params),
+            Method::ListAutomationTriggerDefinitions => self.on_list_trigger_definitions(conn, id, params),
+            Method::Detached(request) => self.window().on_detached_request(conn, id, request, params),
+            Method::Unsubscribe => {
                 self.on_unsubscribe(conn, params);
                 self.shared.reply(conn, id, serde_json::Value::Null);
             }
-            _ => self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
         }
     }
 
@@ -876,13 +871,13 @@ impl Host {
         }
     }
 
-    fn on_notification(&mut self, conn: ConnId, method: &str, params: serde_json::Value) {
+    fn on_notification(&mut self, conn: ConnId, method: &Method, params: serde_json::Value) {
         let initialized = self.shared.conns.get(&conn).is_some_and(|c| c.initialized);
         match method {
-            "dispatchAction" if initialized => self.on_dispatch_action(conn, params),
-            "unsubscribe" => self.on_unsubscribe(conn, params),
+            Method::DispatchAction if initialized => self.on_dispatch_action(conn, params),
+            Method::Unsubscribe => self.on_unsubscribe(conn, params),
             _ => self.shared.log(LogLevel::Warn, "protocol.notification_ignored", None, format!(
-                "ignored notification {}", crate::ids::printable(method)
+                "ignored notification {}", crate::ids::printable(method.name())
             )),
         }
     }

@@ -170,8 +170,8 @@ impl Driver {
                     Input::Connected { conn }
                 }
                 Event::Frame { conn, bytes, frame, request, credit: room } => {
-                    if let Some((id, method)) = &request {
-                        self.metrics.request_in(conn, *id, method);
+                    if let Some((id, label)) = request {
+                        self.metrics.request_in(conn, id, label);
                     }
                     credit = Some(room);
                     Input::FrameDecoded { conn, bytes, frame }

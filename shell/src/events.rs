@@ -29,8 +29,8 @@ pub enum Event {
         bearer: Option<String>,
     },
     /// One frame from a client, decoded by its connection's reader (fed as
-    /// `Input::FrameDecoded`), with its request's id and method when it is
-    /// a request (for the metrics).
+    /// `Input::FrameDecoded`), with its request's id and method label when
+    /// it is a request (for the metrics).
     Frame {
         /// Which connection sent it.
         conn: ConnId,
@@ -38,8 +38,9 @@ pub enum Event {
         bytes: usize,
         /// The frame, decoded (`protocol::codec::decode_bounded`).
         frame: ahpd_core::protocol::codec::Decoded,
-        /// `(id, method)` of a request.
-        request: Option<(u64, String)>,
+        /// `(id, method label)` of a request
+        /// ([`crate::metrics::method_label`]).
+        request: Option<(u64, &'static str)>,
         /// The frame's room in its connection's inbound bound
         /// (`exec::net`, `INBOUND_MAX_BYTES`), given back once the core
         /// has handled the frame.

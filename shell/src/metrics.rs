@@ -8,22 +8,32 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::time::Instant;
 
+use ahpd_core::protocol::codec::Method;
 use ahpd_core::session::Phase;
 use ahpd_core::{ConnId, HostView};
-
-/// Every request method the host answers; anything else is counted as
-/// `other` (so a client cannot grow the label set).
-const METHODS: &[&str] = &[
-    "ping", "initialize", "reconnect", "authenticate", "subscribe", "unsubscribe", "createSession", "disposeSession",
-    "listSessions", "fetchTurns", "createChat", "disposeChat",
-];
 
 /// Upper bounds of the latency histogram's buckets, in seconds.
 const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
-/// The method label for `method`.
-pub fn method_label(method: &str) -> &'static str {
-    METHODS.iter().copied().find(|m| *m == method).unwrap_or("other")
+/// The method label for `method`: its name for the requests counted by
+/// name, `other` for every other method, known or not (so a client cannot
+/// grow the label set, and the labels stay those the dashboards know).
+pub fn method_label(method: &Method) -> &'static str {
+    match method {
+        Method::Ping
+        | Method::Initialize
+        | Method::Reconnect
+        | Method::Authenticate
+        | Method::Subscribe
+        | Method::Unsubscribe
+        | Method::CreateSession
+        | Method::DisposeSession
+        | Method::ListSessions
+        | Method::FetchTurns
+        | Method::CreateChat
+        | Method::DisposeChat => method.known_name().unwrap_or("other"),
+        _ => "other",
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -58,9 +68,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// A request `id` of `method` arrived on `conn`.
-    pub fn request_in(&mut self, conn: ConnId, id: u64, method: &str) {
-        self.in_flight.insert((conn, id), (method_label(method), Instant::now()));
+    /// A request `id` arrived on `conn`, counted under `label` (its
+    /// method's [`method_label`]).
+    pub fn request_in(&mut self, conn: ConnId, id: u64, label: &'static str) {
+        self.in_flight.insert((conn, id), (label, Instant::now()));
     }
 
     /// The reply to request `id` on `conn` left; `code` is `None` for a

@@ -14,6 +14,7 @@ use ahp_types::Uri;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::protocol::codec::DetachedMethod;
 use crate::protocol::params as parse;
 use super::{DetachedOp, GitOp, TreeCut};
 use crate::session_config::plan_for;
@@ -83,19 +84,19 @@ pub(crate) struct Window<'a> {
 }
 
 impl Window<'_> {
-    /// Routes one of [`data::METHODS`] (the caller checked the connection
-    /// is initialized). Every one needs `session:worktree`.
-    pub(crate) fn on_detached_request(&mut self, conn: ConnId, id: u64, method: &str, params: Value) {
+    /// Routes one of the five requests ([`DetachedMethod`]; the caller
+    /// checked the connection is initialized). Every one needs
+    /// `session:worktree`, checked before its params are read.
+    pub(crate) fn on_detached_request(&mut self, conn: ConnId, id: u64, method: DetachedMethod, params: Value) {
         if let Err(e) = self.shared.authorize(conn, Operation::SessionWorktree) {
             return self.shared.reply_error(conn, id, e);
         }
         match method {
-            data::CREATE => self.detached_create(conn, id, params),
-            data::CLAIM => self.detached_claim(conn, id, params),
-            data::SET_ARCHIVED => self.detached_set_archived(conn, id, params),
-            data::DELETE => self.detached_delete(conn, id, params),
-            data::RECONCILE => self.detached_reconcile(conn, id, params),
-            _ => self.shared.reply_error(conn, id, error(METHOD_NOT_FOUND, format!("method not found: {}", crate::ids::printable(method)))),
+            DetachedMethod::Create => self.detached_create(conn, id, params),
+            DetachedMethod::Claim => self.detached_claim(conn, id, params),
+            DetachedMethod::SetArchived => self.detached_set_archived(conn, id, params),
+            DetachedMethod::Delete => self.detached_delete(conn, id, params),
+            DetachedMethod::Reconcile => self.detached_reconcile(conn, id, params),
         }
     }
 

@@ -1,5 +1,7 @@
 //! Client frames to requests: bounded and total. Every input either decodes
-//! or yields the JSON-RPC error to answer with; nothing here panics.
+//! or yields the JSON-RPC error to answer with; nothing here panics. A
+//! message's method is decoded here, once, to a [`Method`]: the one place
+//! that reads method names; the host routes on the enum.
 
 use ahp_types::messages::JsonRpcError;
 use serde_json::Value;
@@ -16,15 +18,16 @@ pub enum Incoming {
     Request {
         /// The request id (AHP ids are non-negative integers).
         id: u64,
-        /// The method name.
-        method: String,
+        /// The method, decoded ([`Method::Unknown`] for a name the host
+        /// does not answer).
+        method: Method,
         /// The params (`null` when absent).
         params: Value,
     },
     /// A notification: no answer (`dispatchAction`, `unsubscribe`).
     Notification {
-        /// The method name.
-        method: String,
+        /// The method, decoded as a request's is.
+        method: Method,
         /// The params (`null` when absent).
         params: Value,
     },
@@ -49,14 +52,14 @@ impl Incoming {
                 let mut m = serde_json::Map::new();
                 m.insert("jsonrpc".into(), Value::from("2.0"));
                 m.insert("id".into(), Value::from(*id));
-                m.insert("method".into(), Value::from(method.as_str()));
+                m.insert("method".into(), Value::from(method.name()));
                 m.insert("params".into(), params.clone());
                 Value::Object(m)
             }
             Incoming::Notification { method, params } => {
                 let mut m = serde_json::Map::new();
                 m.insert("jsonrpc".into(), Value::from("2.0"));
-                m.insert("method".into(), Value::from(method.as_str()));
+                m.insert("method".into(), Value::from(method.name()));
                 m.insert("params".into(), params.clone());
                 Value::Object(m)
             }
@@ -108,6 +111,185 @@ pub fn decode(text: &str) -> Result<Incoming, DecodeError> {
 
 /// The one notification decoded to its params' type ([`Incoming::Action`]).
 const DISPATCH_ACTION: &str = "dispatchAction";
+
+/// A client method, decoded from a frame's `method`: one variant per
+/// method the host answers (requests, and the notifications
+/// `dispatchAction` and `unsubscribe`), [`Method::Unknown`] for any other
+/// name. The rule: [`Method::parse`] and [`Method::name`] are each
+/// other's inverse (a known name never parses to `Unknown`), so a decoded
+/// message re-encodes to the same method. Params are not read here: each
+/// handler parses its own, after the checks that come before them (an
+/// uninitialized connection is refused before its params are looked at).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Method {
+    /// `ping`: answered `null`.
+    Ping,
+    /// `initialize`: the handshake.
+    Initialize,
+    /// `reconnect`: the handshake again, after a drop.
+    Reconnect,
+    /// `authenticate`: signs the connection in (may come before the
+    /// handshake).
+    Authenticate,
+    /// `subscribe`.
+    Subscribe,
+    /// `unsubscribe` (a request or a notification).
+    Unsubscribe,
+    /// `createSession`.
+    CreateSession,
+    /// `disposeSession`.
+    DisposeSession,
+    /// `listSessions`.
+    ListSessions,
+    /// `fetchTurns`.
+    FetchTurns,
+    /// `createChat`.
+    CreateChat,
+    /// `disposeChat`.
+    DisposeChat,
+    /// `moveChat`.
+    MoveChat,
+    /// `resolveSessionConfig`.
+    ResolveSessionConfig,
+    /// `sessionConfigCompletions`.
+    SessionConfigCompletions,
+    /// `ahpd/listPeers`: the daemon's own (awareness).
+    ListPeers,
+    /// `runAutomation`.
+    RunAutomation,
+    /// `fetchAutomationRuns`.
+    FetchAutomationRuns,
+    /// `listAutomationTriggerDefinitions`.
+    ListAutomationTriggerDefinitions,
+    /// `dispatchAction`: a notification (one whose params decode is
+    /// [`Incoming::Action`]); sent as a request it is refused.
+    DispatchAction,
+    /// One of the window's five detached-worktree requests.
+    Detached(DetachedMethod),
+    /// Any other name, as sent (answered "method not found" as a request,
+    /// logged and dropped as a notification).
+    Unknown(String),
+}
+
+impl Method {
+    /// Every known method but the detached ones ([`DetachedMethod::ALL`]),
+    /// each once: what [`Method::parse`] looks a name up in.
+    pub const KNOWN: [Method; 20] = [
+        Method::Ping,
+        Method::Initialize,
+        Method::Reconnect,
+        Method::Authenticate,
+        Method::Subscribe,
+        Method::Unsubscribe,
+        Method::CreateSession,
+        Method::DisposeSession,
+        Method::ListSessions,
+        Method::FetchTurns,
+        Method::CreateChat,
+        Method::DisposeChat,
+        Method::MoveChat,
+        Method::ResolveSessionConfig,
+        Method::SessionConfigCompletions,
+        Method::ListPeers,
+        Method::RunAutomation,
+        Method::FetchAutomationRuns,
+        Method::ListAutomationTriggerDefinitions,
+        Method::DispatchAction,
+    ];
+
+    /// The method named `name` (looked up by [`Method::known_name`], the
+    /// one place the names are written); [`Method::Unknown`] keeps a name
+    /// the host does not answer.
+    pub fn parse(name: String) -> Method {
+        if let Some(known) = Method::KNOWN.iter().find(|m| m.known_name() == Some(name.as_str())) {
+            return known.clone();
+        }
+        match DetachedMethod::parse(&name) {
+            Some(d) => Method::Detached(d),
+            None => Method::Unknown(name),
+        }
+    }
+
+    /// The wire name of a known method; `None` for [`Method::Unknown`].
+    pub fn known_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Method::Ping => "ping",
+            Method::Initialize => "initialize",
+            Method::Reconnect => "reconnect",
+            Method::Authenticate => "authenticate",
+            Method::Subscribe => "subscribe",
+            Method::Unsubscribe => "unsubscribe",
+            Method::CreateSession => "createSession",
+            Method::DisposeSession => "disposeSession",
+            Method::ListSessions => "listSessions",
+            Method::FetchTurns => "fetchTurns",
+            Method::CreateChat => "createChat",
+            Method::DisposeChat => "disposeChat",
+            Method::MoveChat => "moveChat",
+            Method::ResolveSessionConfig => "resolveSessionConfig",
+            Method::SessionConfigCompletions => "sessionConfigCompletions",
+            Method::ListPeers => "ahpd/listPeers",
+            Method::RunAutomation => "runAutomation",
+            Method::FetchAutomationRuns => "fetchAutomationRuns",
+            Method::ListAutomationTriggerDefinitions => "listAutomationTriggerDefinitions",
+            Method::DispatchAction => DISPATCH_ACTION,
+            Method::Detached(d) => d.name(),
+            Method::Unknown(_) => return None,
+        })
+    }
+
+    /// The wire name: a known method's, or an unknown one's as sent (not
+    /// made printable: [`crate::ids::printable`] it before a log or an
+    /// error message).
+    pub fn name(&self) -> &str {
+        match self {
+            Method::Unknown(name) => name,
+            known => known.known_name().unwrap_or_default(),
+        }
+    }
+}
+
+/// The window's five requests for detached worktrees (Sessions page,
+/// "Isolation and worktrees"), answered in `host/detached.rs` (the data
+/// in [`crate::detached`]). Every one needs `session:worktree`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetachedMethod {
+    /// `vscode/createAgentHostDetachedWorktree` `{session, prompt}` ->
+    /// `{handle, resource}`.
+    Create,
+    /// `vscode/claimAgentHostDetachedWorktree` `{handle}` -> `{}`.
+    Claim,
+    /// `vscode/setAgentHostDetachedWorktreeArchived` `{handle, archived}`
+    /// -> `{}`.
+    SetArchived,
+    /// `vscode/deleteAgentHostDetachedWorktree` `{handle}` -> `{}`.
+    Delete,
+    /// `vscode/reconcileAgentHostDetachedWorktrees` `{scope,
+    /// activeHandles}` -> `{}`.
+    Reconcile,
+}
+
+impl DetachedMethod {
+    /// The five, in the page's order.
+    pub const ALL: [DetachedMethod; 5] =
+        [DetachedMethod::Create, DetachedMethod::Claim, DetachedMethod::SetArchived, DetachedMethod::Delete, DetachedMethod::Reconcile];
+
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            DetachedMethod::Create => "vscode/createAgentHostDetachedWorktree",
+            DetachedMethod::Claim => "vscode/claimAgentHostDetachedWorktree",
+            DetachedMethod::SetArchived => "vscode/setAgentHostDetachedWorktreeArchived",
+            DetachedMethod::Delete => "vscode/deleteAgentHostDetachedWorktree",
+            DetachedMethod::Reconcile => "vscode/reconcileAgentHostDetachedWorktrees",
+        }
+    }
+
+    /// The one of the five named `name`, if any.
+    pub fn parse(name: &str) -> Option<DetachedMethod> {
+        DetachedMethod::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
 
 /// [`decode`] with a frame limit of `max_bytes`.
 pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeError> {
@@ -169,6 +351,7 @@ pub fn decode_bounded(text: &str, max_bytes: usize) -> Result<Incoming, DecodeEr
         }
         None => return Err(DecodeError { id, error: error(INVALID_REQUEST, "method is missing") }),
     };
+    let method = Method::parse(method);
     let params = object.remove("params").unwrap_or(Value::Null);
     Ok(match id {
         Some(id) => Incoming::Request { id, method, params },
@@ -222,9 +405,36 @@ mod tests {
     #[test]
     fn decodes_requests_and_notifications() {
         let r = decode(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":{"channel":"ahp-root://"}}"#);
-        assert!(matches!(r, Ok(Incoming::Request { id: 3, ref method, .. }) if method == "ping"));
+        assert!(matches!(r, Ok(Incoming::Request { id: 3, method: Method::Ping, .. })));
         let n = decode(r#"{"jsonrpc":"2.0","method":"unsubscribe","params":{}}"#);
         assert!(matches!(n, Ok(Incoming::Notification { .. })));
+    }
+
+    /// Every known name parses to its method and back; the detached five
+    /// to theirs; any other name (a known one's near miss included) is
+    /// kept as sent, and a request re-encodes to the same method.
+    #[test]
+    fn methods_parse_to_their_names_and_back() {
+        let known = Method::KNOWN.into_iter().chain(DetachedMethod::ALL.map(Method::Detached));
+        let mut names = std::collections::BTreeSet::new();
+        for m in known {
+            let name = m.known_name().expect("a known method has a name");
+            assert!(names.insert(name), "{name} twice");
+            assert_eq!(Method::parse(name.to_owned()), m);
+            assert_eq!(m.name(), name);
+        }
+        assert_eq!(names.len(), 25);
+        assert!(names.contains("vscode/reconcileAgentHostDetachedWorktrees") && names.contains("ahpd/listPeers"));
+        for other in ["Ping", "listPeers", "vscode/createAgentHostDetachedWorktre", "", "ping "] {
+            let m = Method::parse(other.to_owned());
+            assert_eq!((m.known_name(), m.name()), (None, other));
+        }
+        let frame = r#"{"jsonrpc":"2.0","id":9,"method":"vscode/claimAgentHostDetachedWorktree","params":{"handle":"h"}}"#;
+        let r = decode(frame).expect("decodes");
+        assert!(matches!(r, Incoming::Request { id: 9, method: Method::Detached(DetachedMethod::Claim), .. }));
+        assert_eq!(decode(&r.to_json()), Ok(r));
+        let unknown = decode(r#"{"jsonrpc":"2.0","id":1,"method":"nope\u0000"}"#).expect("decodes");
+        assert!(matches!(unknown, Incoming::Request { method: Method::Unknown(ref n), .. } if n == "nope\0"));
     }
 
     /// Fuzz finding (decode, CI of c36a70d): a response re-encodes with
@@ -253,7 +463,7 @@ mod tests {
         assert_eq!((params.channel.as_str(), params.client_seq), ("ahp-session:/a", 4));
         assert_eq!(decode(&Incoming::Action(params.clone()).to_json()), Ok(Incoming::Action(params)));
         let bad = r#"{"jsonrpc":"2.0","method":"dispatchAction","params":{"channel":"ahp-session:/a","clientSeq":"four","action":{"type":"session/titleChanged","title":"t"}}}"#;
-        assert!(matches!(decode(bad), Ok(Incoming::Notification { ref method, .. }) if method == "dispatchAction"));
+        assert!(matches!(decode(bad), Ok(Incoming::Notification { method: Method::DispatchAction, .. })));
         let with_id = frame.replacen("{\"jsonrpc\"", "{\"id\":null,\"jsonrpc\"", 1);
         assert_eq!(decode(&with_id).map_err(|e| e.error.code), Err(INVALID_REQUEST), "a null id is a request, refused as before");
         let with_id = frame.replacen("{\"jsonrpc\"", "{\"id\":5,\"jsonrpc\"", 1);

@@ -325,11 +325,12 @@ async fn http(mut stream: TcpStream, head: RequestHead, events: &EventSink) {
     respond_typed(&mut stream, status, "", content_type, &body).await;
 }
 
-/// A request's `id` and `method`, for the metrics; `None` for
-/// notifications and frames that are not JSON-RPC requests.
-fn request_of(frame: &codec::Decoded) -> Option<(u64, String)> {
+/// A request's `id` and its method's label ([`crate::metrics::method_label`]),
+/// for the metrics; `None` for notifications and frames that are not
+/// JSON-RPC requests.
+fn request_of(frame: &codec::Decoded) -> Option<(u64, &'static str)> {
     match frame {
-        Ok(Incoming::Request { id, method, .. }) => Some((*id, method.clone())),
+        Ok(Incoming::Request { id, method, .. }) => Some((*id, crate::metrics::method_label(method))),
         _ => None,
     }
 }
@@ -721,7 +722,13 @@ mod tests {
     #[test]
     fn requests_are_named_for_the_metrics() {
         let of = |text: &str| request_of(&codec::decode(text));
-        assert_eq!(of(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#), Some((3, "ping".to_owned())));
+        assert_eq!(of(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#), Some((3, "ping")));
+        assert_eq!(of(r#"{"jsonrpc":"2.0","id":4,"method":"disposeChat"}"#), Some((4, "disposeChat")));
+        // Only the methods counted by name have a label of their own.
+        for other in ["moveChat", "ahpd/listPeers", "vscode/claimAgentHostDetachedWorktree", "dispatchAction", "nope"] {
+            let text = format!(r#"{{"jsonrpc":"2.0","id":5,"method":"{other}"}}"#);
+            assert_eq!(of(&text), Some((5, "other")), "{other}");
+        }
         assert_eq!(of(r#"{"jsonrpc":"2.0","method":"dispatchAction"}"#), None);
         assert_eq!(of("nope"), None);
     }

@@ -458,6 +458,40 @@ async fn metrics_move_with_a_workload_and_healthz_is_ok() {
 // Loopback only without a users directory
 // ---------------------------------------------------------------------------
 
+/// A program that starts the daemon, reads the URL from its first line and
+/// closes the pipe (as a script's `read` or `head -n 1` does) leaves a
+/// daemon that goes on serving: what it prints after the URL is best
+/// effort, never a reason to stop. (The second line, how a client gets in,
+/// once made such a daemon exit when the reader closed the pipe between the
+/// two lines' writes: a window of microseconds this test cannot force, seen
+/// under load in `a_non_loopback_address_needs_a_users_directory`; this
+/// test holds the steady state, the pipe closed before anything more is
+/// printed.)
+#[test]
+fn a_daemon_whose_stdout_reader_left_goes_on_serving() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--claude-projects", "", "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .env("XDG_CONFIG_HOME", tmp.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ahpd");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
+    // The reader is gone; give the daemon the time to write what follows.
+    std::thread::sleep(Duration::from_millis(300));
+    let addr = line.trim().strip_prefix("ahpd listening on ws://").and_then(|r| r.strip_suffix('/')).unwrap_or_default().to_owned();
+    let running = child.try_wait().expect("try_wait").is_none();
+    let healthy = running.then(|| http_get(&addr, "/healthz").0);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(running, "the daemon exited once its stdout reader left (first line {line:?})");
+    assert_eq!(healthy, Some(200));
+}
+
 #[test]
 fn a_non_loopback_address_needs_a_users_directory() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -745,7 +745,10 @@ async fn serve(settings: Settings) -> Result<(), String> {
     } else {
         "ahpd connection token: none asked (--no-token): any local program or user can drive this daemon".to_owned()
     };
-    writeln!(stdout, "ahpd listening on ws://{local}/\n{how}").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
+    writeln!(stdout, "ahpd listening on ws://{local}/").and_then(|()| stdout.flush()).map_err(|e| format!("could not write to stdout: {e}"))?;
+    // Best effort: a tool that read the URL may have closed the pipe
+    // already, and that is no reason to stop.
+    let _ = writeln!(stdout, "{how}").and_then(|()| stdout.flush());
     drop(stdout);
     tracing::info!(%local, "listening (WebSocket; HTTP /healthz and /metrics on the same port)");
 

@@ -1,5 +1,8 @@
 //! The front door: one task accepts TCP connections. Each reads the HTTP
-//! request head itself: a WebSocket upgrade (any path) becomes a client
+//! request head itself and passes it through the core's gate
+//! (`protocol::front_door::Gate`: the Host, the Origin and the connection
+//! token, refused on the request itself); then a WebSocket upgrade (any
+//! path) becomes a client
 //! connection with a reader (frames in) and a writer task (frames out, in
 //! order); a plain `GET /healthz` or `GET /metrics` is answered on the spot;
 //! anything else is 404. A client's frames are decoded here, in the

@@ -458,6 +458,25 @@ async fn metrics_move_with_a_workload_and_healthz_is_ok() {
 // Loopback only without a users directory
 // ---------------------------------------------------------------------------
 
+/// Starts `ahpd serve` with `args` (no config file of the developer's: a
+/// config home in `tmp`), reads its first stdout line, the URL, and closes
+/// the pipe as a script that only wants the URL does. Returns the child,
+/// whether the line was read, and the line.
+fn serve_reading_url_only(tmp: &Path, args: &[&str]) -> (std::process::Child, std::io::Result<usize>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
+        .arg("serve")
+        .args(args)
+        .env("XDG_CONFIG_HOME", tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ahpd");
+    let mut line = String::new();
+    let read = BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line);
+    (child, read, line)
+}
+
 /// A program that starts the daemon, reads the URL from its first line and
 /// closes the pipe (as a script's `read` or `head -n 1` does) leaves a
 /// daemon that goes on serving: what it prints after the URL is best
@@ -470,17 +489,9 @@ async fn metrics_move_with_a_workload_and_healthz_is_ok() {
 #[test]
 fn a_daemon_whose_stdout_reader_left_goes_on_serving() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--claude-projects", "", "--data-dir"])
-        .arg(tmp.path().join("data"))
-        .env("XDG_CONFIG_HOME", tmp.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ahpd");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
+    let data = tmp.path().join("data");
+    let (mut child, read, line) = serve_reading_url_only(tmp.path(), &["--listen", "127.0.0.1:0", "--claude-projects", "", "--data-dir", data.to_str().expect("utf-8")]);
+    read.expect("read the listening line");
     // The reader is gone; give the daemon the time to write what follows.
     std::thread::sleep(Duration::from_millis(300));
     let addr = line.trim().strip_prefix("ahpd listening on ws://").and_then(|r| r.strip_suffix('/')).unwrap_or_default().to_owned();
@@ -503,20 +514,10 @@ fn a_non_loopback_address_needs_a_users_directory() {
 
     // With a users directory it starts.
     let users = write_users(tmp.path());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ahpd"))
-        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
-        .arg(&data)
-        .arg("--users")
-        .arg(&users)
-        .env("XDG_CONFIG_HOME", tmp.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn ahpd");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    let read = BufReader::new(stdout).read_line(&mut line);
+    let (mut child, read, line) = serve_reading_url_only(
+        tmp.path(),
+        &["--listen", "0.0.0.0:0", "--data-dir", data.to_str().expect("utf-8"), "--users", users.to_str().expect("utf-8")],
+    );
     let port = line.trim().strip_prefix("ahpd listening on ws://0.0.0.0:").and_then(|r| r.strip_suffix('/')).map(str::to_owned);
     let healthy = port.as_ref().map(|p| http_get(&format!("127.0.0.1:{p}"), "/healthz").0);
     let _ = child.kill();

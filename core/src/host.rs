@@ -31,7 +31,7 @@
 //! `detached` (the window's own trees: `detached::Window`). The rest of the
 //! files here are the host's own rules, each one job: `automations`,
 //! `children` and `tools` (the host tools), `moves` (`moveChat`),
-//! `pending` (when a queued message starts), `timers` (the timer table:
+//! `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
 //! and `next_deadline`). Below both the host and a
 //! session's rules, `crate::shared` holds the services every part uses
@@ -50,7 +50,6 @@ mod detached;
 mod discovery;
 mod git;
 mod moves;
-mod pending;
 mod requests;
 mod timers;
 mod tools;

@@ -224,6 +224,35 @@ impl Host {
         }
     }
 
+    /// Starts the next queued message of `session_uri` if one is due
+    /// ([`Session::start_queued_if_due`](crate::session::Session::start_queued_if_due),
+    /// told whether the host is stopping). With `or_asleep` a sleeping
+    /// session's queue starts too.
+    pub(crate) fn start_queued_if_due(&mut self, session_uri: &Uri, or_asleep: bool) {
+        let stopping = self.stopping();
+        self.in_session(session_uri, |s, sh| s.start_queued_if_due(sh, or_asleep, stopping));
+    }
+
+    /// Tries again the queued starts the store refused whose wait is over
+    /// ([`Session::take_queue_retry`](crate::session::Session::take_queue_retry));
+    /// the timer table's `QueueRetry` kind.
+    pub(crate) fn retry_queued_starts(&mut self) {
+        let now = self.shared.now.mono;
+        let due: Vec<Uri> = self.held_sessions().filter(|(_, s)| s.queue_retry_at().is_some_and(|t| t <= now)).map(|(uri, _)| uri.clone()).collect();
+        for uri in due {
+            if self.in_session(&uri, |s, _| s.take_queue_retry(now)) == Some(true) {
+                crate::mark!("queued_start_retried");
+                self.start_queued_if_due(&uri, false);
+            }
+        }
+    }
+
+    /// The earliest refused queued start's retry, if any (the timer
+    /// table's `QueueRetry` deadline).
+    pub(crate) fn queue_retry_deadline(&self) -> Option<MonoTime> {
+        self.held_sessions().filter_map(|(_, s)| s.queue_retry_at()).min()
+    }
+
     /// Hands a started turn to the chat's agent, waking the session first
     /// when its agent is not running.
     pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: std::sync::Arc<ahp_types::state::Message>) {

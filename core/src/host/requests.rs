@@ -1000,7 +1000,13 @@ impl Host {
                 self.finish_create_chat(session_uri, conn, id, *chat, initial_message.map(|m| *m), failure)
             }
             (ParkedWork::DisposeChat { conn, id, chat }, failure) => self.finish_dispose_chat(session_uri, conn, id, chat, failure),
-            (ParkedWork::StartQueued { chat, turn_id, queued_id }, failure) => self.finish_queued_start(session_uri, chat, turn_id, queued_id, failure),
+            (ParkedWork::StartQueued { chat, turn_id, queued_id }, failure) => {
+                let next = self.in_session(session_uri, |s, sh| s.finish_queued_start(sh, &chat, turn_id, queued_id, failure)).flatten();
+                if let Some(ActionNext::TurnStarted { turn_id, message }) = next {
+                    self.recount_active();
+                    self.send_turn(session_uri, chat, turn_id, message);
+                }
+            }
             (ParkedWork::Reorder { conn, id, chat, after }, failure) => self.finish_reorder(session_uri, conn, id, chat, after, failure),
             (ParkedWork::MoveIn(work), failure) => self.move_in_written(work, failure),
             (ParkedWork::MoveOut(work), failure) => self.finish_move(work, failure),

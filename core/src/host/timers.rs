@@ -23,7 +23,8 @@ pub(crate) enum Timer {
     /// A graceful stop's grace running out: running turns are cancelled
     /// (`host/agents.rs`).
     Drain,
-    /// A queued start the store refused, tried again (`host/pending.rs`).
+    /// A queued start the store refused, tried again
+    /// (`session/pending.rs`, fired from `host/agents.rs`).
     QueueRetry,
     /// A wake an agent asked for with `schedule_wakeup`, in wall time
     /// (`host/tools.rs`).

@@ -284,7 +284,7 @@ pub struct Work {
     pub counted_checkpoint: Option<OpId>,
     /// A queued start the store refused (issue 23): tried again at this
     /// time, not at once, so a store that keeps failing (a full disk) is
-    /// not written without end (`Host::finish_queued_start`).
+    /// not written without end ([`Session::finish_queued_start`]).
     pub queue_retry_at: Option<crate::time::MonoTime>,
     /// Queued starts the store refused in a row: the wait before the next
     /// try doubles with each ([`queue_retry_wait_ms`]).

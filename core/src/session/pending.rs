@@ -14,21 +14,27 @@
 //! `queuedMessageId` ([`Session::start_queued`]). So an acknowledged queued
 //! message is, after any crash, either still queued or exactly one turn.
 //!
-//! The rules of when (`Host::start_queued_if_due`, `host/pending.rs`): a
-//! chat's next queued message starts when the chat runs no turn and has no
-//! send waiting, the session is live with no write parked or queued behind
-//! one, and the host is not stopping; a message queued in an idle chat
+//! The rules of when ([`Session::start_queued_if_due`], which the host
+//! calls through `Host::start_queued_if_due` with whether it is stopping):
+//! a chat's next queued message starts when the chat runs no turn and has
+//! no send waiting, the session is live with no write parked or queued
+//! behind one, and the host is not stopping; a message queued in an idle
+//! chat
 //! starts at once (ahp-types: "the server SHOULD immediately consume it"),
 //! waking its session if it sleeps. A queue keeps its session from sleeping
 //! (`Session::has_work_in_hand`) and wakes nothing by itself: after a
 //! restart, or an agent that exited, the queue waits in the record until
 //! something else wakes the session, and its next turn starts when the wake
-//! ends (docs/USER-GUIDE.md, "Queued messages").
+//! ends (docs/USER-GUIDE.md, "Queued messages"). A start the store refused
+//! is tried again after a wait that doubles with each refusal in a row
+//! ([`Session::finish_queued_start`], [`Session::take_queue_retry`]; the
+//! host's timer table fires it).
 
 use ahp_types::actions::{ActionOrigin, ChatPendingMessageRemovedAction, ChatTurnStartedAction, StateAction};
 use ahp_types::state::{ChatState, MessageKind, PendingMessage, PendingMessageKind};
 use ahp_types::Uri;
 
+use crate::effect::LogLevel;
 use crate::shared::Shared;
 use crate::record::{ChatRecord, QueuedMessage, SessionRecord};
 use crate::session::actions::{ActionNext, ActionRules};
@@ -270,5 +276,64 @@ impl Session {
         self.emit(sh, chat, StateAction::ChatPendingMessageRemoved(removed), None);
         let start = ChatTurnStartedAction { turn_id, started_at, message: taken.message, queued_message_id: Some(queued_id), meta: None };
         self.apply_client_action(sh, chat, StateAction::ChatTurnStarted(start), None)
+    }
+}
+
+/// When a queued message starts, and its start's write settling: the
+/// session's own decisions (they read and write only this session; the
+/// host adds whether it is stopping and applies what comes back).
+impl Session {
+    /// Parks the start of the next queued message of this session if one is
+    /// due ([`Session::queue_due`]; never while the host is `stopping`: the
+    /// queue is kept and runs after the restart, once the session wakes).
+    /// With `or_asleep` a sleeping session's queue starts too (a message
+    /// queued in an idle chat is a send, and wakes its session as one
+    /// does). One start is parked at a time; the next is seen to when its
+    /// write settles ([`Session::finish_queued_start`]).
+    pub(crate) fn start_queued_if_due(&mut self, sh: &mut Shared, or_asleep: bool, stopping: bool) {
+        if stopping {
+            return;
+        }
+        let Some(chat) = self.queue_due(or_asleep) else { return };
+        self.park_queued_start(sh, &chat);
+    }
+
+    /// The write starting `chat`'s queued message `queued_id` as turn
+    /// `turn_id` settled: durable, it starts ([`Session::start_queued`];
+    /// `Some(ActionNext::TurnStarted)` tells the host to recount and hand
+    /// the turn on, as any started turn); refused by the store
+    /// (`failure`), the message stays queued, the failure is logged and the
+    /// start is tried again after a wait that doubles with each refusal in
+    /// a row ([`crate::session::queue_retry_wait_ms`]: 1 s up to a minute;
+    /// [`Session::take_queue_retry`]).
+    pub(crate) fn finish_queued_start(&mut self, sh: &mut Shared, chat: &Uri, turn_id: String, queued_id: String, failure: Option<String>) -> Option<ActionNext> {
+        if let Some(message) = failure {
+            crate::mark!("queued_start_not_saved");
+            self.work.queue_refusals = self.work.queue_refusals.saturating_add(1);
+            let wait = crate::session::queue_retry_wait_ms(self.work.queue_refusals);
+            self.work.queue_retry_at = Some(sh.now.mono.plus_ms(wait));
+            sh.log(LogLevel::Warn, "queue.start_not_saved", Some(self.record.resource.clone()), format!("{message}; tried again in {wait} ms"));
+            return None;
+        }
+        self.work.queue_refusals = 0;
+        self.start_queued(sh, chat, turn_id, queued_id)
+    }
+
+    /// When a start the store refused is tried again
+    /// (`Work::queue_retry_at`), if one waits: a deadline of the host's
+    /// timer table.
+    pub(crate) fn queue_retry_at(&self) -> Option<crate::time::MonoTime> {
+        self.work.queue_retry_at
+    }
+
+    /// Whether a refused start's wait is over at `now`; if so the wait is
+    /// cleared, so the caller tries the start again
+    /// ([`Session::start_queued_if_due`]).
+    pub(crate) fn take_queue_retry(&mut self, now: crate::time::MonoTime) -> bool {
+        if !self.work.queue_retry_at.is_some_and(|t| t <= now) {
+            return false;
+        }
+        self.work.queue_retry_at = None;
+        true
     }
 }

@@ -30,8 +30,7 @@
 //! host: `awareness` (workspace awareness: `awareness::Aware`) and
 //! `detached` (the window's own trees: `detached::Window`). The rest of the
 //! files here are the host's own rules, each one job: `automations`,
-//! `children` and `tools` (the host tools), `moves` (`moveChat`),
-//! `timers` (the timer table:
+//! `children` and `tools` (the host tools), `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
 //! and `next_deadline`). Below both the host and a
 //! session's rules, `crate::shared` holds the services every part uses
@@ -49,7 +48,6 @@ mod connections;
 mod detached;
 mod discovery;
 mod git;
-mod moves;
 mod requests;
 mod timers;
 mod tools;

@@ -18,20 +18,20 @@
 //! or echo unapplied with a `rejectionReason`.
 
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, ChatTurnStartedAction, ChatTurnsLoadedAction, StateAction};
-use ahp_types::commands::{CreateChatParams, CreateSessionParams, DispatchActionParams, DisposeChatParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams};
+use ahp_types::commands::{ChatMoveDestination, CreateChatParams, CreateSessionParams, DispatchActionParams, DisposeChatParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams, MoveChatParams, MoveChatResult};
 use ahp_types::state::Message;
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use serde_json::Value;
 use crate::protocol::params as parse;
 use super::{Host, Op};
-use crate::continuation::{CreateChatReq, CreateSessionReq, DisposeChatReq, FetchTurnsReq, QueuedCommand, WaitingRequest};
+use crate::continuation::{CreateChatReq, CreateSessionReq, DisposeChatReq, FetchTurnsReq, MoveChatReq, QueuedCommand, WaitingRequest};
 use crate::effect::{ConnId, LogLevel, OpId, Outbound};
 use crate::input::Outcome;
 use crate::grants::{Operation, Principal};
 use crate::ids::{ResourceId, printable};
 use crate::protocol::error::*;
 use crate::record::{ChatRecord, SessionRecord};
-use crate::session::{ParkedWork, Phase, Queued, QueuedAction, Session, Waiter};
+use crate::session::{MoveWork, ParkedWork, Phase, Queued, QueuedAction, Session, Waiter};
 use crate::session::actions::{ActionNext, ActionRules, Admission};
 
 /// -32010: the chat URI is taken.
@@ -758,6 +758,239 @@ impl Host {
         if wake_done {
             self.finish_wake(session_uri);
         }
+    }
+}
+
+// ---- Moving a chat (moveChat) ----
+//
+// `moveChat` (issue 23 "Move"; ahp-types `MoveChatParams`,
+// `ChatMoveToSessionDestination`, `MoveChatResult`; docs/DECISIONS.md, 17):
+// the checks that read both sessions, then the writes in their order, then
+// the reply. Each session's part is its own (`session/moves.rs`).
+// - Within one session: the record with the new order is written ahead,
+//   then `session/chatsReordered` with the complete order, then the reply.
+// - To another session: the destination's record with the chat (under its
+//   next move generation, `record::Moved`) is written first, the source
+//   held meanwhile; then the source's record without it, the destination
+//   held; once both are durable the chat leaves the source
+//   (`session/chatRemoved`, its agent let go keeping the conversation) and
+//   arrives in the destination (`session/chatAdded`, and
+//   `session/chatsReordered` when it is not last; its agent resumed there
+//   when the destination is live), both rows are told, and the request is
+//   answered with the destination. A crash between the two writes leaves
+//   the chat in both records: the higher generation keeps it at restore
+//   (`Host::restore`).
+// - To a new session: not offered (-32602).
+impl Host {
+    /// `moveChat`: the grants (`chat:dispose` to take the chat from where it
+    /// is and `chat:create` to put it where it goes, both for a move within
+    /// one session too; -32009 without either), the params, then
+    /// [`Host::move_chat`]. A `newSession` destination is refused (-32602,
+    /// "not offered"), as is one of a kind this host does not know.
+    pub(crate) fn on_move_chat(&mut self, conn: ConnId, id: u64, params: Value) {
+        if let Err(e) = self.move_grants(conn) {
+            return self.shared.reply_error(conn, id, e);
+        }
+        let params: MoveChatParams = match parse(params) {
+            Ok(p) => p,
+            Err(e) => return self.shared.reply_error(conn, id, e),
+        };
+        let destination = match params.destination {
+            ChatMoveDestination::Session(d) => d,
+            ChatMoveDestination::NewSession(_) => {
+                crate::mark!("move_refused_new_session");
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "moveChat to a new session is not offered by this host: move the chat to an existing session"));
+            }
+            ChatMoveDestination::Unknown(_) => {
+                return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "unknown moveChat destination kind: this host takes kind \"session\""));
+            }
+        };
+        self.move_chat_granted(conn, id, MoveChatReq { chat: params.channel, destination: destination.session, after: destination.after });
+    }
+
+    /// [`Host::on_move_chat`] run on from its decoded request, after a wake
+    /// or behind a parked write: the grants and every check that reads the
+    /// host are made again, since it may have moved meanwhile.
+    pub(crate) fn move_chat(&mut self, conn: ConnId, id: u64, request: MoveChatReq) {
+        if let Err(e) = self.move_grants(conn) {
+            return self.shared.reply_error(conn, id, e);
+        }
+        self.move_chat_granted(conn, id, request);
+    }
+
+    /// Both grants a move needs (`chat:dispose`, `chat:create`).
+    fn move_grants(&self, conn: ConnId) -> Result<(), ahp_types::messages::JsonRpcError> {
+        self.shared.authorize(conn, Operation::ChatDispose)?;
+        self.shared.authorize(conn, Operation::ChatCreate)
+    }
+
+    /// Why request `request` may not move its chat now, before any session
+    /// is written: the chat, the destination or the anchor do not resolve,
+    /// the chat is a default chat, a session is being made or disposed.
+    /// Returns the source session's URI when it may.
+    fn move_refusal(&self, request: &MoveChatReq) -> Result<Uri, ahp_types::messages::JsonRpcError> {
+        let chat = &request.chat;
+        let no_chat = || error(SESSION_NOT_FOUND, format!("no chat {}", printable(chat)));
+        let source_uri = self.shared.chats.get(chat).map(|u| u.to_string()).ok_or_else(no_chat)?;
+        let source = self.sessions.get(&source_uri).ok_or_else(no_chat)?;
+        if let Some(e) = source.move_source_refusal(chat) {
+            return Err(e);
+        }
+        let Some(destination) = self.sessions.get(&request.destination) else {
+            return Err(error(SESSION_NOT_FOUND, format!("no session {}", printable(&request.destination))));
+        };
+        if let Some(e) = destination.move_anchor_refusal(chat, request.after.as_ref()) {
+            return Err(e);
+        }
+        if let Some(e) = source.move_phase_refusal().or_else(|| destination.move_phase_refusal()) {
+            return Err(e);
+        }
+        Ok(source_uri)
+    }
+
+    /// A `moveChat` its connection may send: checked, then queued behind a
+    /// parked write, held for the source's wake, or written (the first
+    /// write: the destination with the chat, the source held).
+    fn move_chat_granted(&mut self, conn: ConnId, id: u64, request: MoveChatReq) {
+        let source_uri = match self.move_refusal(&request) {
+            Ok(uri) => uri,
+            Err(e) => return self.shared.reply_error(conn, id, e),
+        };
+        if source_uri == request.destination {
+            return self.reorder_chat(conn, id, request);
+        }
+        let (Some(source), Some(destination)) = (self.sessions.get(&source_uri), self.sessions.get(&request.destination)) else { return };
+        if source.provider() != destination.provider() {
+            crate::mark!("move_refused_other_agent");
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "a chat moves only between sessions of the same agent"));
+        }
+        if !self.shared.agent_moves_chats(source.provider()) {
+            crate::mark!("move_refused_agent");
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "this session's agent cannot move a conversation to another session"));
+        }
+        if let Some(reason) = destination.move_in_refusal() {
+            return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason));
+        }
+        let busy = [&source_uri, &request.destination].into_iter().find(|uri| self.busy_with_writes(uri)).cloned();
+        if let Some(uri) = busy {
+            return self.queue_command(&uri, conn, id, QueuedCommand::MoveChat(request));
+        }
+        if self.in_session(&source_uri, |s, _| s.move_waits_for_wake(conn, id, &request)) == Some(true) {
+            return self.wake(&source_uri);
+        }
+        let chat = match self.sessions.get(&source_uri).map(|s| s.chat_to_move(&request.chat)) {
+            Some(Ok(Some(chat))) => chat,
+            Some(Err(reason)) => return self.shared.reply_error(conn, id, error(INVALID_PARAMS, reason)),
+            Some(Ok(None)) | None => return,
+        };
+        let work = MoveWork { conn, id, chat, after: request.after, source: source_uri.clone(), destination: request.destination.clone() };
+        let Some(op) = self.in_session(&request.destination, |s, sh| s.park_move_in(sh, work)).flatten() else { return };
+        self.in_session(&source_uri, |s, _| s.hold_for_move(op));
+        crate::mark!("move_first_write");
+    }
+
+    /// A move within one session: the new order written ahead.
+    fn reorder_chat(&mut self, conn: ConnId, id: u64, request: MoveChatReq) {
+        let session_uri = request.destination.clone();
+        if self.busy_with_writes(&session_uri) {
+            return self.queue_command(&session_uri, conn, id, QueuedCommand::MoveChat(request));
+        }
+        let work = ParkedWork::Reorder { conn, id, chat: request.chat, after: request.after };
+        self.in_session(&session_uri, |s, sh| s.park(sh, work, None));
+    }
+
+    /// A reorder's write finished: the order applied and said, then the
+    /// answer (or the store's refusal, nothing changed).
+    pub(crate) fn finish_reorder(&mut self, session_uri: &Uri, conn: ConnId, id: u64, chat: Uri, after: Option<Uri>, failure: Option<String>) {
+        if let Some(message) = failure {
+            return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
+        }
+        self.in_session(session_uri, |s, sh| s.apply_reorder(sh, &chat, after.as_ref()));
+        self.summary_changed(session_uri);
+        self.reply_moved(conn, id, session_uri);
+        self.shared.log(LogLevel::Info, "chat.reordered", Some(session_uri.clone()), chat);
+    }
+
+    /// The first write of a move (the destination's record with the chat)
+    /// finished: on success the source's record without it is written, the
+    /// destination held meanwhile; on failure the source is let go and the
+    /// request refused, nothing changed.
+    pub(crate) fn move_in_written(&mut self, work: Box<MoveWork>, failure: Option<String>) {
+        if let Some(message) = failure {
+            crate::mark!("move_not_saved");
+            self.release_move_hold(&work.source);
+            return self.shared.reply_error(work.conn, work.id, error(INTERNAL_ERROR, format!("not saved: the session store failed: {message}")));
+        }
+        let (source, destination) = (work.source.clone(), work.destination.clone());
+        if !self.sessions.contains_key(&source) {
+            // Not reachable (a session a move holds is not disposed); the
+            // chat is the destination's then.
+            return self.finish_move(work, None);
+        }
+        let kept = work.clone();
+        match self.in_session(&source, |s, sh| s.park_move_out(sh, work)).flatten() {
+            Some(op) => {
+                self.in_session(&destination, |s, _| s.hold_for_move(op));
+            }
+            // The store was not asked (not reachable: a session a move
+            // holds is not disposed): the move ends on the first write.
+            None => self.finish_move(kept, None),
+        }
+        crate::mark!("move_second_write");
+    }
+
+    /// The second write of a move (the source's record without the chat)
+    /// finished: the chat leaves the source and arrives in the destination
+    /// ([`Session::moved_out`], [`Session::put_moved_chat`]), both rows are
+    /// told, and the request is answered with the destination.
+    pub(crate) fn finish_move(&mut self, work: Box<MoveWork>, failure: Option<String>) {
+        let MoveWork { conn, id, chat, after, source, destination } = *work;
+        let chat_uri = chat.resource.clone();
+        let (record, state) = match self.sessions.get_mut(&source) {
+            Some(s) => s.moved_out(&mut self.shared, chat, failure),
+            None => (chat, None),
+        };
+        let held = self.in_session(&destination, |s, _| s.release_move_hold()) == Some(true);
+        self.in_session(&destination, |s, sh| s.put_moved_chat(sh, record, state, after.as_ref()));
+        self.summary_changed(&source);
+        self.summary_changed(&destination);
+        self.reply_moved(conn, id, &destination);
+        crate::mark!("chat_moved");
+        self.shared.log(LogLevel::Info, "chat.moved", Some(destination.clone()), format!("{} from {}", chat_uri, printable(&source)));
+        if held {
+            self.after_parked(&destination);
+        }
+    }
+
+    /// A move's hold on `session_uri` ends with nothing written for it:
+    /// what waited behind it runs.
+    fn release_move_hold(&mut self, session_uri: &Uri) {
+        if self.in_session(session_uri, |s, _| s.release_move_hold()) == Some(true) {
+            self.after_parked(session_uri);
+        }
+    }
+
+    /// What follows any parked write's end on `session_uri` (as
+    /// [`Host::on_parked_write`] does for the session whose write it was):
+    /// a write owed meanwhile, what queued behind it, a queued message due.
+    fn after_parked(&mut self, session_uri: &Uri) {
+        if self.in_session(session_uri, |s, _| s.take_put_owed()) == Some(true) {
+            self.store_put(session_uri);
+        }
+        self.drain_inbox(session_uri);
+        self.start_queued_if_due(session_uri, false);
+    }
+
+    /// Answers a move with the chat's session after it (`MoveChatResult`).
+    fn reply_moved(&mut self, conn: ConnId, id: u64, session_uri: &Uri) {
+        let result = MoveChatResult { session: session_uri.clone() };
+        self.shared.reply(conn, id, serde_json::to_value(result).unwrap_or(Value::Null));
+    }
+
+    /// Whether a move holds `session_uri` ([`Session::is_moving`]): such a
+    /// session is not disposed until the move ends.
+    pub(crate) fn moving(&self, session_uri: &Uri) -> bool {
+        self.sessions.get(session_uri).is_some_and(Session::is_moving)
     }
 }
 

@@ -3,18 +3,25 @@
 //! session's chats (a move within one session), a chat leaving its session
 //! ([`Session::take_moved_chat`]) and a chat arriving in another
 //! ([`Session::put_moved_chat`]), and what a chat must not have in hand to
-//! leave ([`Session::move_out_refusal`]). The checks that read both sessions,
-//! the two writes and their order are `host/moves.rs`'s.
+//! leave ([`Session::move_out_refusal`]), and each session's part of the two
+//! writes (the checks a request makes of it, the write parked, the hold, the
+//! chat taken or put). Which session goes first, the checks that compare
+//! the two and the reply are the request routing's (`host/requests.rs`,
+//! "Moving a chat").
 
 use ahp_types::actions::{SessionChatAddedAction, SessionChatRemovedAction, SessionChatsReorderedAction, StateAction};
 use ahp_types::state::ChatState;
 use ahp_types::Uri;
 
-use crate::effect::BackendCmd;
+use ahp_types::messages::JsonRpcError;
+
+use crate::continuation::MoveChatReq;
+use crate::effect::{BackendCmd, ConnId, LogLevel, OpId};
+use crate::protocol::error::{error, INVALID_PARAMS, SESSION_NOT_FOUND};
 use crate::shared::{Op, Shared};
-use crate::record::ChatRecord;
+use crate::record::{ChatRecord, Moved};
 use crate::session::state::{chat_state, chat_summary};
-use crate::session::{Phase, Session};
+use crate::session::{MoveWork, Parked, ParkedWork, Phase, Session};
 
 /// Where a chat goes in `chats` (a session's order): right after `after`,
 /// or first when `after` is `None` or names no chat of the list (ahp-types
@@ -184,6 +191,170 @@ impl Session {
             if let Some(ops) = self.phase.awaited_mut() {
                 ops.insert(op);
             }
+        }
+    }
+}
+
+/// A move as one session takes part in it: the checks a `moveChat` makes of
+/// the source or the destination alone, and each of the two writes' parts
+/// (docs/DECISIONS.md, 17). The request routing (`host/requests.rs`) calls
+/// these in the order the module docs give and applies what they return.
+impl Session {
+    /// Why a `moveChat` naming `chat` of this session (its source) is
+    /// refused before anything is written: the chat is the session's
+    /// default chat (-32602, "movable: false").
+    pub(crate) fn move_source_refusal(&self, chat: &Uri) -> Option<JsonRpcError> {
+        if self.record.is_default_chat(chat) {
+            crate::mark!("move_refused_default_chat");
+            return Some(error(INVALID_PARAMS, "the session's default chat is not movable (movable: false)"));
+        }
+        None
+    }
+
+    /// Why this session (the destination) refuses `chat` placed after
+    /// `after`: a chat after itself, or an anchor that is not one of its
+    /// chats (-32602).
+    pub(crate) fn move_anchor_refusal(&self, chat: &Uri, after: Option<&Uri>) -> Option<JsonRpcError> {
+        let after = after?;
+        if after == chat {
+            crate::mark!("move_refused_anchor");
+            return Some(error(INVALID_PARAMS, "a chat cannot be placed after itself: name another chat of the destination as after"));
+        }
+        if !self.record.chats.iter().any(|c| c.resource == *after) {
+            crate::mark!("move_refused_anchor");
+            return Some(error(INVALID_PARAMS, format!("{} is not a chat of the destination session", crate::ids::printable(after))));
+        }
+        None
+    }
+
+    /// Why this session takes no part in a move now, source or
+    /// destination: it is being disposed (-32001) or still being created
+    /// (-32602).
+    pub(crate) fn move_phase_refusal(&self) -> Option<JsonRpcError> {
+        match self.phase {
+            Phase::Disposing { .. } => Some(error(SESSION_NOT_FOUND, format!("session {} is being disposed", crate::ids::printable(&self.record.resource)))),
+            Phase::Starting { .. } => Some(error(INVALID_PARAMS, format!("session {} is still being created", crate::ids::printable(&self.record.resource)))),
+            _ => None,
+        }
+    }
+
+    /// The agent this session runs (its provider): a chat moves only
+    /// between sessions of the same one.
+    pub(crate) fn provider(&self) -> &str {
+        &self.record.provider
+    }
+
+    /// Why this session refuses to take a moved chat now, in words a client
+    /// reads (-32602): its creation failed (its next wake starts every
+    /// chat afresh, so the moved conversation would be lost), or it is
+    /// waking.
+    pub(crate) fn move_in_refusal(&self) -> Option<&'static str> {
+        if self.start_owed {
+            crate::mark!("move_refused_destination_start_owed");
+            return Some("the destination session failed to start: send it a message first");
+        }
+        if self.phase.is_waking() {
+            crate::mark!("move_refused_destination_waking");
+            return Some("the destination session is waking: try again");
+        }
+        None
+    }
+
+    /// A move whose source (this session) holds no state: the request
+    /// waits for its wake (the chat's held state goes with it, as
+    /// `createChat` wakes its session). Returns true when it waits; the
+    /// host then wakes the session.
+    pub(crate) fn move_waits_for_wake(&mut self, conn: ConnId, id: u64, request: &MoveChatReq) -> bool {
+        if self.resident.is_some() {
+            return false;
+        }
+        crate::mark!("move_wakes_source");
+        self.work.waiters.push(crate::session::Waiter::Request { conn, id, request: crate::continuation::WaitingRequest::MoveChat(request.clone()) });
+        true
+    }
+
+    /// The chat `chat` of this session (the source) as a move to another
+    /// session carries it: under its next move generation, with the
+    /// settings it ran on as its own from its first move on (Sessions page:
+    /// "a chat moved to another session [starts] with what it ran on").
+    /// `Err` is why it may not leave now ([`Session::move_out_refusal`]);
+    /// `Ok(None)` when the session has no such chat.
+    pub(crate) fn chat_to_move(&self, chat: &Uri) -> Result<Option<ChatRecord>, &'static str> {
+        if let Some(reason) = self.move_out_refusal(chat) {
+            return Err(reason);
+        }
+        let Some(mut record) = self.record.chats.iter().find(|c| c.resource == *chat).cloned() else { return Ok(None) };
+        let config = record.moved.as_ref().map_or_else(|| self.record.config.clone(), |m| m.config.clone());
+        record.moved = Some(Box::new(Moved { moves: record.moves() + 1, config }));
+        Ok(Some(record))
+    }
+
+    /// The first write of a move, on this session (the destination): its
+    /// record with the chat, parked. Returns the write's op, which holds
+    /// the source meanwhile ([`Session::hold_for_move`]).
+    pub(crate) fn park_move_in(&mut self, sh: &mut Shared, work: MoveWork) -> Option<OpId> {
+        self.park(sh, ParkedWork::MoveIn(Box::new(work)), None);
+        self.work.parked.as_ref().map(|p| p.op)
+    }
+
+    /// The second write of a move, on this session (the source): the hold
+    /// of the first write let go, its record without the chat parked.
+    /// Returns the write's op, which holds the destination meanwhile.
+    pub(crate) fn park_move_out(&mut self, sh: &mut Shared, work: Box<MoveWork>) -> Option<OpId> {
+        self.work.parked = None;
+        self.park(sh, ParkedWork::MoveOut(work), None);
+        self.work.parked.as_ref().map(|p| p.op)
+    }
+
+    /// Holds this session while the other session's write `op` of a move is
+    /// in flight ([`ParkedWork::MoveHold`]).
+    pub(crate) fn hold_for_move(&mut self, op: OpId) {
+        self.work.parked = Some(Box::new(Parked { op, work: ParkedWork::MoveHold, kept: None }));
+    }
+
+    /// Ends a move's hold on this session, if one holds it; true when it
+    /// did (what waited behind it runs then).
+    pub(crate) fn release_move_hold(&mut self) -> bool {
+        let held = matches!(self.work.parked.as_deref(), Some(Parked { work: ParkedWork::MoveHold, .. }));
+        if held {
+            self.work.parked = None;
+        }
+        held
+    }
+
+    /// Whether a move holds this session (its chat leaving or arriving):
+    /// such a session is not disposed until the move ends.
+    pub(crate) fn is_moving(&self) -> bool {
+        self.work.parked.as_deref().is_some_and(|p| matches!(p.work, ParkedWork::MoveIn(_) | ParkedWork::MoveOut(_) | ParkedWork::MoveHold))
+    }
+
+    /// Whether a write was owed while a write was parked; the debt is
+    /// taken (the caller writes the record).
+    pub(crate) fn take_put_owed(&mut self) -> bool {
+        std::mem::take(&mut self.work.put_owed)
+    }
+
+    /// The second write of a move (this session's record without the chat
+    /// `chat`, as the move carried it) finished: the chat leaves
+    /// ([`Session::take_moved_chat`]). A failed write does not undo the
+    /// move: the destination's record holds the chat under the higher
+    /// generation, which wins at restore; this record is written again
+    /// (logged). Returns the chat's record (its move generation the
+    /// carried one) and its held state for the destination.
+    pub(crate) fn moved_out(&mut self, sh: &mut Shared, chat: ChatRecord, failure: Option<String>) -> (ChatRecord, Option<ChatState>) {
+        if let Some(message) = failure {
+            crate::mark!("move_source_write_failed");
+            sh.log(LogLevel::Warn, "move.source_not_saved", Some(self.record.resource.clone()), format!(
+                "the record without {} is written again: {message}", crate::ids::printable(&chat.resource)
+            ));
+            self.work.put_owed = true;
+        }
+        match self.take_moved_chat(sh, &chat.resource) {
+            Some((mut record, state)) => {
+                record.moved = chat.moved;
+                (record, state)
+            }
+            None => (chat, None),
         }
     }
 }

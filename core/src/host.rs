@@ -8,7 +8,7 @@
 //! its op names (`crate::shared::Op`). Handlers live in submodules, one
 //! job each.
 //!
-//! The host's own work lives in five files, each one job, each an
+//! The host's own work lives in these files, each one job, each an
 //! `impl Host` that sequences a session's own rules (`impl Session` in
 //! `crate::session`, taking the `Shared` part of the host) with what
 //! reaches past one session:
@@ -17,18 +17,20 @@
 //!   handshake held for the wakes of the sessions it names.
 //! - `requests`: what clients ask of sessions: `createSession`,
 //!   `disposeSession`, `listSessions`, `fetchTurns`, `createChat`,
-//!   `disposeChat`, and client-dispatched actions (write-ahead: validate,
-//!   make durable, apply, stamp `serverSeq`, echo).
+//!   `disposeChat`, `resolveSessionConfig`, `moveChat` (the two sessions'
+//!   writes in their order), and client-dispatched actions (write-ahead:
+//!   validate, make durable, apply, stamp `serverSeq`, echo).
 //! - `agents`: what a session's backend answers and says and a turn's life
 //!   around it; sleep after idle, the residency limit, waking; a graceful
-//!   stop.
-//! - `git`: config resolution, worktrees, checkpoints, a tree's life
-//!   through archive, dispose and wake.
+//!   stop; when a chat's queued message starts (the session decides).
 //! - `discovery`: passes over the backends' transcripts, external sessions.
 //!
 //! Parts with their own state take a view of what they may reach, not the
-//! host: `awareness` (workspace awareness: `awareness::Aware`) and
-//! `detached` (the window's own trees: `detached::Window`). The rest of the
+//! host: `awareness` (workspace awareness: `awareness::Aware`),
+//! `detached` (the window's own trees: `detached::Window`) and `git` (config
+//! resolution, worktrees, checkpoints, a tree's life through archive,
+//! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies).
+//! The rest of the
 //! files here are the host's own rules, each one job: `automations`,
 //! `children` and `tools` (the host tools), `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
@@ -764,7 +766,21 @@ impl Host {
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),
             Op::StorePut { session } => self.on_record_written(&session, op, outcome),
-            Op::Git(purpose) => self.on_git_done(op, purpose, outcome),
+            // A create's and a child's facts go to who asked; a window's
+            // cut to the window; the rest of git's answers to the trees.
+            Op::Git(GitOp::Create { conn, id, request }) => {
+                let facts = git::facts_from(&mut self.shared, outcome);
+                self.create_with_facts(conn, id, *request, &facts);
+            }
+            Op::Git(GitOp::Child { call, request }) => {
+                let facts = git::facts_from(&mut self.shared, outcome);
+                self.create_child(call, *request, &facts);
+            }
+            Op::Git(GitOp::Detached(purpose)) => self.window().on_detached_done(op, purpose, outcome),
+            Op::Git(purpose) => {
+                let outs = self.trees().on_git_done(op, purpose, outcome);
+                self.apply_trees(outs);
+            }
             Op::Registry { scan } => self.aware().on_registry_done(op, scan, outcome),
             Op::AutomationWrite { automation } => {
                 if let Outcome::Failed { message } = outcome {
@@ -909,6 +925,26 @@ impl Host {
         detached::Window { detached: &mut self.detached, sessions: &self.sessions, shared: &mut self.shared }
     }
 
+    /// The sessions' trees and git's answers at work ([`git::Trees`]).
+    pub(crate) fn trees(&mut self) -> git::Trees<'_> {
+        git::Trees { sessions: &mut self.sessions, detached: &self.detached, shared: &mut self.shared }
+    }
+
+    /// Does what [`git::Trees`] decided reaches past it, in its order.
+    pub(crate) fn apply_trees(&mut self, outs: Vec<git::TreesOut>) {
+        use git::TreesOut;
+        for out in outs {
+            match out {
+                TreesOut::FailTurn { session, chat, turn_id, reason } => self.fail_turn(&session, &chat, &turn_id, &reason),
+                TreesOut::FailWaiters { session, waiters, reason } => self.fail_waiters(&session, waiters, &reason),
+                TreesOut::Wake(session) => self.wake(&session),
+                TreesOut::RestartAgents(session) => self.restart_agents(&session),
+                TreesOut::FinishDispose(session) => self.dispose_finish(&session, None),
+                TreesOut::WindowCutFailed { op, purpose, outcome } => self.window().on_detached_done(op, *purpose, *outcome),
+            }
+        }
+    }
+
     /// Runs `rule` on session `uri` with what it shares with the host; `None`
     /// when no such session is known. How the host hands an input or a
     /// completion to the session it is for.
@@ -941,7 +977,9 @@ impl Host {
                     self.deliver_child_finish(session);
                 }
                 if checkpoint {
-                    self.checkpoint_turn(session);
+                    // A turn that completed or failed for good gets its
+                    // checkpoint.
+                    self.in_session(session, |s, sh| s.checkpoint_turn(sh));
                 }
                 // The chat's next queued message, if one is due.
                 self.start_queued_if_due(session, false);

@@ -30,6 +30,7 @@ use ahp_types::Uri;
 use super::{Host, Op};
 use crate::effect::{BackendCmd, ConnId, Durability, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
+use crate::session::git::GitHold;
 use crate::session::starts::StartNext;
 use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
 use crate::continuation::WaitingRequest;
@@ -161,7 +162,7 @@ impl Host {
                     return;
                 }
                 if self.in_session(&session_uri, |s, sh| s.asleep_after_exit(sh, chat)).unwrap_or(false) {
-                    self.archived_trees_go(&session_uri);
+                    self.trees().archived_trees_go(&session_uri);
                 }
             }
             BackendEvent::Wrote { paths } => {
@@ -221,6 +222,23 @@ impl Host {
     pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
         if let Some(s) = self.sessions.get_mut(session_uri) {
             s.end_kept_turn(chat, turn_id, how);
+        }
+    }
+
+    /// A session's first send, or its first after a move, asks git first
+    /// ([`Session::hold_for_git`](crate::session::Session::hold_for_git));
+    /// true when the turn is held for it (or failed because no tree can
+    /// be named).
+    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &std::sync::Arc<ahp_types::state::Message>) -> bool {
+        match self.in_session(session_uri, |s, sh| s.hold_for_git(sh, chat, turn_id, message)) {
+            None | Some(GitHold::NotNeeded) => false,
+            Some(GitHold::Held) => true,
+            Some(GitHold::Failed { pending, reason }) => {
+                for (c, t, _) in pending {
+                    self.fail_turn(session_uri, &c, &t, &reason);
+                }
+                true
+            }
         }
     }
 
@@ -449,7 +467,7 @@ impl Host {
     /// state stays held.
     pub(crate) fn let_agents_go(&mut self, uri: &Uri) {
         if self.in_session(uri, |s, sh| s.let_agents_go(sh)) == Some(true) {
-            self.archived_trees_go(uri);
+            self.trees().archived_trees_go(uri);
         }
     }
 
@@ -560,7 +578,7 @@ impl Host {
             return;
         }
         // An archived session's tree, off the disk, comes back first.
-        if self.restore_before_wake(uri) {
+        if self.trees().restore_before_wake(uri) {
             return;
         }
         self.start_agents(uri);

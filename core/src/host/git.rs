@@ -5,6 +5,18 @@
 //! a checkpoint per finished turn with the session's change counts, and
 //! the checkpoints and the tree removed on `disposeSession`.
 //!
+//! An owner, not more of the host: [`Trees`] is a view built by
+//! `Host::trees` borrowing only what these rules read and write (the
+//! session table, the window's trees read to see who holds a tree, and
+//! [`Shared`]). It decides, issues git's commands, writes the records it
+//! changes, and returns what reaches past it as [`TreesOut`]s (a turn to
+//! fail, waiters to fail, a wake, agents to start again, a dispose to
+//! finish, a window's cut that failed), which the host applies in one
+//! function (`Host::apply_trees`). Git's answers to the ops it issued
+//! come back to it ([`Trees::on_git_done`]); a `createSession`'s or a
+//! child's facts go to who asked (`host.rs`, `Host::on_done`), read with
+//! [`facts_from`].
+//!
 //! ## A tree beyond its making
 //!
 //! A session's trees beyond their making (Sessions page, "Isolation and
@@ -21,110 +33,109 @@
 //! use on disk, and disposing its maker hands it to the sessions that work
 //! in it ([`crate::git::SharedTree`]), the last of which removes it.
 
-use ahp_types::commands::{ResolveSessionConfigParams, SessionConfigCompletionsParams};
 use ahp_types::Uri;
 use serde_json::{Map, Value};
-use crate::protocol::params as parse;
-use super::{GitOp, Host, Op, TreeCut};
+use super::{DetachedOp, GitOp, Op, Shared, TreeCut};
 use crate::continuation::ResolveReq;
 use crate::effect::{ConnId, LogLevel, OpId};
 use crate::git::{GitCmd, GitResult, RepoFacts, SharedTree, TREE_REMOVAL, WorktreeRecord, path_of_uri};
 use crate::session_config::settle_base;
-use crate::grants::{Membership, Operation, Principal};
+use crate::grants::{Membership, Principal};
 use crate::input::Outcome;
 use crate::protocol::error::*;
-use crate::session::git::{BegunNext, GitHold};
-use crate::session::Phase;
+use crate::session::git::BegunNext;
+use crate::session::{Phase, Waiter};
 use crate::{session_config as table, worktree};
 use crate::session::table::SessionTable;
 
-impl Host {
-    /// A session's first send, or its first after a move, asks git first
-    /// ([`Session::hold_for_git`](crate::session::Session::hold_for_git));
-    /// true when the turn is held for it (or failed because no tree can
-    /// be named).
-    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &std::sync::Arc<ahp_types::state::Message>) -> bool {
-        match self.in_session(session_uri, |s, sh| s.hold_for_git(sh, chat, turn_id, message)) {
-            None | Some(GitHold::NotNeeded) => false,
-            Some(GitHold::Held) => true,
-            Some(GitHold::Failed { pending, reason }) => {
-                for (c, t, _) in pending {
-                    self.fail_turn(session_uri, &c, &t, &reason);
-                }
-                true
-            }
-        }
-    }
+/// What a decision of [`Trees`] needs of the rest of the host, in the
+/// order it is to happen: applied by `Host::apply_trees`.
+#[derive(Debug)]
+pub(crate) enum TreesOut {
+    /// A turn held for git fails with `reason` (its tree could not be
+    /// made or put back): `Host::fail_turn`.
+    FailTurn {
+        /// The session.
+        session: Uri,
+        /// The turn's chat.
+        chat: Uri,
+        /// The turn.
+        turn_id: String,
+        /// What the turn's error says.
+        reason: String,
+    },
+    /// What waited on a wake that cannot go on fails with `reason`:
+    /// `Host::fail_waiters`.
+    FailWaiters {
+        /// The session.
+        session: Uri,
+        /// The waiters, taken off the session.
+        waiters: Vec<Waiter>,
+        /// What they are answered with.
+        reason: String,
+    },
+    /// The session wakes (its turns held for git go to its agents, or its
+    /// tree is back): `Host::wake`.
+    Wake(Uri),
+    /// A live session's agents start again in its new tree:
+    /// `Host::restart_agents`.
+    RestartAgents(Uri),
+    /// Every git step of the session's dispose answered: the dispose ends
+    /// (`Host::dispose_finish`, no store error).
+    FinishDispose(Uri),
+    /// The facts a window's tree cut was to be settled from could not be
+    /// read: the cut fails as its own failure would
+    /// (`detached::Window::on_detached_done`).
+    WindowCutFailed {
+        /// The op the facts answered.
+        op: OpId,
+        /// The window's request the cut was for.
+        purpose: Box<DetachedOp>,
+        /// Git's failure.
+        outcome: Box<Outcome>,
+    },
+}
 
-    /// Git answered a session's first send ([`Session::begun`](crate::session::Session::begun)):
-    /// a session disposed meanwhile has the tree made for it removed; else
-    /// the held turns fail, go to the agent, or wait for the agents started
-    /// again in the new tree.
-    fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome) {
-        if !self.sessions.contains_key(session_uri) {
-            // Disposed meanwhile: a tree made for it is nobody's.
-            if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
-                self.shared.clean_up_begun(&rid.store_key(), folder, outcome);
-            }
-            return;
-        }
-        match self.in_session(session_uri, |s, sh| s.begun(sh, op, folder, outcome)) {
-            None | Some(BegunNext::Nothing) => {}
-            Some(BegunNext::FailTurns { pending, reason }) => {
-                for (chat, turn_id, _) in pending {
-                    self.fail_turn(session_uri, &chat, &turn_id, &reason);
-                }
-            }
-            Some(BegunNext::Release) => self.release_held_sends(session_uri),
-            Some(BegunNext::InTree) => match self.sessions.get(session_uri).map(|s| s.phase.shallow()) {
-                Some(Phase::Live { .. }) => self.restart_agents(session_uri),
-                Some(Phase::Asleep) => self.wake(session_uri),
-                _ => {}
-            },
-        }
-    }
+/// A session's trees and git's answers at work for one input or
+/// completion: the session table, the window's trees (read: a handle
+/// holds a tree) and [`Shared`]. Made by `Host::trees`.
+pub(crate) struct Trees<'a> {
+    pub(crate) sessions: &'a mut SessionTable,
+    pub(crate) detached: &'a crate::detached::Registry,
+    pub(crate) shared: &'a mut Shared,
+}
 
-    /// A turn that completed or failed for good gets its checkpoint
-    /// ([`Session::checkpoint_turn`](crate::session::Session::checkpoint_turn)).
-    pub(crate) fn checkpoint_turn(&mut self, session_uri: &Uri) {
-        self.in_session(session_uri, |s, sh| s.checkpoint_turn(sh));
+/// The memberships of the person on `conn`; `None` for a connection with
+/// no person to ask (no principal, this host itself, a plugin).
+pub(crate) fn memberships_of(shared: &Shared, conn: ConnId) -> Option<Vec<Membership>> {
+    match shared.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
+        Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
+        _ => None,
     }
+}
 
-    /// The memberships of the person on `conn`; `None` for a connection
-    /// with no person to ask (no principal, this host itself, a plugin).
-    pub(crate) fn memberships_of(&self, conn: ConnId) -> Option<Vec<Membership>> {
-        match self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref()) {
-            Some(Principal::User { memberships, .. }) => Some(memberships.clone()),
-            _ => None,
+/// The facts an `Inspect` answered. A folder git cannot read is offered
+/// what a folder in no repository is; the operator is told why.
+pub(crate) fn facts_from(shared: &mut Shared, outcome: Outcome) -> RepoFacts {
+    match outcome {
+        Outcome::Git(GitResult::Repo(facts)) => facts,
+        Outcome::Failed { message } => {
+            crate::mark!("git_inspect_failed");
+            shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
+            RepoFacts::not_a_repo()
         }
+        _ => RepoFacts::not_a_repo(),
     }
+}
 
-    /// `resolveSessionConfig` and `sessionConfigCompletions`: the facts of
-    /// the folder's repository are asked for first; the request is answered
-    /// when they come. A folder that is not a local path is in no
-    /// repository.
-    pub(crate) fn on_resolve_request(&mut self, conn: ConnId, id: u64, params: Value, completions: bool) {
-        if let Err(e) = self.shared.authorize(conn, Operation::SessionCreate) {
-            return self.shared.reply_error(conn, id, e);
-        }
-        let (folder, request) = if completions {
-            match parse::<SessionConfigCompletionsParams>(params) {
-                Ok(p) => (p.working_directory, ResolveReq::Completions { property: p.property, query: p.query, config: p.config }),
-                Err(e) => return self.shared.reply_error(conn, id, e),
-            }
-        } else {
-            match parse::<ResolveSessionConfigParams>(params) {
-                Ok(p) => (p.working_directory, ResolveReq::Resolve { provider: p.provider, config: p.config }),
-                Err(e) => return self.shared.reply_error(conn, id, e),
-            }
-        };
-        // Git is not asked about a folder the operator did not trust.
-        if let Some(uri) = folder.as_ref() {
-            if let Err(reason) = self.trusted(std::slice::from_ref(uri)) {
-                return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, reason));
-            }
-        }
-        match folder.as_deref().and_then(path_of_uri) {
+impl Trees<'_> {
+    /// `resolveSessionConfig` or `sessionConfigCompletions` (`request`)
+    /// for `folder`, checked by the request's routing (grant, trust): the
+    /// facts of the folder's repository are asked for first and the
+    /// request is answered when they come ([`Trees::on_git_done`]). A
+    /// folder that is not a local path is in no repository.
+    pub(crate) fn resolve(&mut self, conn: ConnId, id: u64, folder: Option<&str>, request: ResolveReq) {
+        match folder.and_then(path_of_uri) {
             Some(folder) => {
                 self.shared.git(Op::Git(GitOp::Resolve { conn, id, request: Box::new(request) }), GitCmd::Inspect { folder, also: Vec::new() });
             }
@@ -133,7 +144,7 @@ impl Host {
     }
 
     fn answer_resolve(&mut self, conn: ConnId, id: u64, request: ResolveReq, facts: &RepoFacts) {
-        let memberships = self.memberships_of(conn);
+        let memberships = memberships_of(self.shared, conn);
         let (provider, config) = match request {
             ResolveReq::Completions { property, query, config } => {
                 let asked = config.map(|c| c.into_iter().collect::<Map<String, Value>>()).unwrap_or_default();
@@ -161,19 +172,101 @@ impl Host {
         self.shared.reply(conn, id, Value::Object(result));
     }
 
+    /// Git answered op `op` issued for `purpose` (every [`GitOp`] but a
+    /// create's, a child's and a window's own, which go to who asked).
+    /// Returns what the host does next, in order.
+    pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) -> Vec<TreesOut> {
+        let mut outs = Vec::new();
+        match purpose {
+            GitOp::Resolve { conn, id, request } => {
+                let facts = facts_from(self.shared, outcome);
+                self.answer_resolve(conn, id, *request, &facts);
+            }
+            GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome, &mut outs),
+            GitOp::Checkpoint { session } => match self.sessions.get_mut(&session) {
+                Some(s) => s.on_checkpoint(self.shared, op, outcome),
+                None => {
+                    if let Outcome::Failed { message } = outcome {
+                        self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message);
+                    }
+                }
+            },
+            GitOp::Dispose { session } => {
+                match &outcome {
+                    Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
+                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.shared.log(
+                        LogLevel::Warn,
+                        "git.tree_kept",
+                        Some(session.clone()),
+                        "the session's worktree holds uncommitted work: it stays on disk".to_owned(),
+                    ),
+                    _ => {}
+                }
+                if self.sessions.get_mut(&session).is_some_and(|s| s.dispose_step_done(op)) {
+                    outs.push(TreesOut::FinishDispose(session));
+                }
+            }
+            GitOp::Cleanup => {
+                if let Outcome::Failed { message } = outcome {
+                    self.shared.log(LogLevel::Warn, "git.dispose_failed", None, message);
+                }
+            }
+            GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
+            GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome, &mut outs),
+            GitOp::Base(cut) => self.on_base_facts(op, *cut, outcome, &mut outs),
+            // Routed to who asked (`Host::on_done`); never issued here.
+            GitOp::Create { .. } | GitOp::Child { .. } | GitOp::Detached(_) => {}
+        }
+        outs
+    }
+
+    /// Git answered a session's first send ([`Session::begun`](crate::session::Session::begun)):
+    /// a session disposed meanwhile has the tree made for it removed; else
+    /// the held turns fail, go to the agent, or wait for the agents started
+    /// again in the new tree.
+    fn on_begun(&mut self, session_uri: &Uri, op: OpId, folder: String, outcome: Outcome, outs: &mut Vec<TreesOut>) {
+        let Some(session) = self.sessions.get_mut(session_uri) else {
+            // Disposed meanwhile: a tree made for it is nobody's.
+            if let Ok(rid) = crate::ids::ResourceId::parse(session_uri) {
+                self.shared.clean_up_begun(&rid.store_key(), folder, outcome);
+            }
+            return;
+        };
+        match session.begun(self.shared, op, folder, outcome) {
+            BegunNext::Nothing => {}
+            BegunNext::FailTurns { pending, reason } => {
+                for (chat, turn_id, _) in pending {
+                    outs.push(TreesOut::FailTurn { session: session_uri.clone(), chat, turn_id, reason: reason.clone() });
+                }
+            }
+            // The turns held for git go to their agents (waking the
+            // session when its agents are not running).
+            BegunNext::Release => {
+                if let Some(true) = self.sessions.get_mut(session_uri).map(|s| s.release_held_sends(self.shared)) {
+                    outs.push(TreesOut::Wake(session_uri.clone()));
+                }
+            }
+            BegunNext::InTree => match self.sessions.get(session_uri).map(|s| s.phase.shallow()) {
+                Some(Phase::Live { .. }) => outs.push(TreesOut::RestartAgents(session_uri.clone())),
+                Some(Phase::Asleep) => outs.push(TreesOut::Wake(session_uri.clone())),
+                _ => {}
+            },
+        }
+    }
+
     /// `disposeSession`'s git step: the session's checkpoints and its tree.
     /// Returns the ops to wait for: the dispose answers once every tree it
     /// takes off the disk is gone (a client that sees the reply sees the
-    /// tree gone).
-    /// A tree another session still works in stays, handed to it
-    /// ([`Host::hand_over_tree`]); only the refs go.
-    pub(crate) fn dispose_git(&mut self, session_uri: &Uri) -> Vec<OpId> {
+    /// tree gone). A tree another session still works in stays, handed to
+    /// it ([`Trees::hand_over_tree`]); only the refs go. From then on the
+    /// session keeps no tree ([`Trees::let_go_of_trees`]).
+    pub(crate) fn dispose(&mut self, session_uri: &Uri) -> Vec<OpId> {
         let ops = self.remove_or_hand_over_trees(session_uri);
         self.let_go_of_trees(session_uri);
         ops
     }
 
-    /// The commands [`Host::dispose_git`] waits for, trees handed over first.
+    /// The commands [`Trees::dispose`] waits for, trees handed over first.
     fn remove_or_hand_over_trees(&mut self, session_uri: &Uri) -> Vec<OpId> {
         let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
         let shared = session.record.shared_trees.to_vec();
@@ -188,8 +281,8 @@ impl Host {
             }
         }
         let Some(git) = git else { return ops };
-        let kept = |host: &mut Host, repo: &str, w: &crate::git::WorktreeRecord| {
-            host.hand_over_tree(session_uri, &crate::git::SharedTree { repo: repo.to_owned(), refs_prefix: refs_prefix.clone(), tree: w.clone() })
+        let kept = |trees: &mut Trees<'_>, repo: &str, w: &WorktreeRecord| {
+            trees.hand_over_tree(session_uri, &SharedTree { repo: repo.to_owned(), refs_prefix: refs_prefix.clone(), tree: w.clone() })
         };
         // The folders it moved away from: their refs and trees go too.
         for former in &git.former {
@@ -222,69 +315,18 @@ impl Host {
         }
     }
 
-    pub(crate) fn on_git_done(&mut self, op: OpId, purpose: GitOp, outcome: Outcome) {
-        match purpose {
-            GitOp::Resolve { conn, id, request } => {
-                let facts = self.facts_from(outcome);
-                self.answer_resolve(conn, id, *request, &facts);
-            }
-            GitOp::Create { conn, id, request } => {
-                let facts = self.facts_from(outcome);
-                self.create_with_facts(conn, id, *request, &facts);
-            }
-            GitOp::Child { call, request } => {
-                let facts = self.facts_from(outcome);
-                self.create_child(call, *request, &facts);
-            }
-            GitOp::Begin { session, folder } => self.on_begun(&session, op, folder, outcome),
-            GitOp::Checkpoint { session } => match self.sessions.get_mut(&session) {
-                Some(s) => s.on_checkpoint(&mut self.shared, op, outcome),
-                None => {
-                    if let Outcome::Failed { message } = outcome {
-                        self.shared.log(LogLevel::Warn, "git.checkpoint_failed", Some(session), message);
-                    }
-                }
-            },
-            GitOp::Dispose { session } => {
-                match &outcome {
-                    Outcome::Failed { message } => self.shared.log(LogLevel::Warn, "git.dispose_failed", Some(session.clone()), message.clone()),
-                    Outcome::Git(GitResult::Disposed { kept_tree: true }) => self.shared.log(
-                        LogLevel::Warn,
-                        "git.tree_kept",
-                        Some(session.clone()),
-                        "the session's worktree holds uncommitted work: it stays on disk".to_owned(),
-                    ),
-                    _ => {}
-                }
-                let Some(s) = self.sessions.get_mut(&session) else { return };
-                if s.dispose_step_done(op) {
-                    self.dispose_finish(&session, None);
-                }
-            }
-            GitOp::Detached(purpose) => self.window().on_detached_done(op, purpose, outcome),
-            GitOp::Cleanup => {
-                if let Outcome::Failed { message } = outcome {
-                    self.shared.log(LogLevel::Warn, "git.dispose_failed", None, message);
-                }
-            }
-            GitOp::TreeArchive { session, path, archived } => self.on_tree_archived(&session, &path, archived, outcome),
-            GitOp::Restore { session } => self.on_restored_for_wake(&session, op, outcome),
-            GitOp::Base(cut) => self.on_base_facts(op, *cut, outcome),
-        }
-    }
-
     /// The facts a tree's base is settled from came ([`GitOp::Base`]): the
     /// cut is sent with its base and names settled. A read git could not
     /// do fails the cut as the cut's own failure would (git's words).
-    fn on_base_facts(&mut self, op: OpId, cut: TreeCut, outcome: Outcome) {
+    fn on_base_facts(&mut self, op: OpId, cut: TreeCut, outcome: Outcome, outs: &mut Vec<TreesOut>) {
         crate::mark!("tree_base_from_folder_facts");
         let facts = match outcome {
             Outcome::Git(GitResult::Repo(facts)) => facts,
             Outcome::Failed { message } => {
                 let failed = Outcome::Failed { message };
                 return match cut {
-                    TreeCut::Begin { session, folder, .. } => self.on_begun(&session, op, folder, failed),
-                    TreeCut::Make { purpose, .. } => self.window().on_detached_done(op, purpose, failed),
+                    TreeCut::Begin { session, folder, .. } => self.on_begun(&session, op, folder, failed, outs),
+                    TreeCut::Make { purpose, .. } => outs.push(TreesOut::WindowCutFailed { op, purpose: Box::new(purpose), outcome: Box::new(failed) }),
                 };
             }
             _ => RepoFacts::not_a_repo(),
@@ -317,32 +359,10 @@ impl Host {
             }
         }
     }
-
-    /// The facts an `Inspect` answered. A folder git cannot read is offered
-    /// what a folder in no repository is; the operator is told why.
-    fn facts_from(&mut self, outcome: Outcome) -> RepoFacts {
-        match outcome {
-            Outcome::Git(GitResult::Repo(facts)) => facts,
-            Outcome::Failed { message } => {
-                crate::mark!("git_inspect_failed");
-                self.shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
-                RepoFacts::not_a_repo()
-            }
-            _ => RepoFacts::not_a_repo(),
-        }
-    }
-
-    /// Hands the turns held for git to their agents (waking the session
-    /// when its agents are not running).
-    pub(crate) fn release_held_sends(&mut self, session_uri: &Uri) {
-        if self.in_session(session_uri, |s, sh| s.release_held_sends(sh)) == Some(true) {
-            self.wake(session_uri);
-        }
-    }
 }
 
 // ---- A tree beyond its making (module docs) ----
-impl Host {
+impl Trees<'_> {
     /// Every tree the session keeps, with the folder of the repository it
     /// was cut from: its own (unless it moved away from it), then those of
     /// the folders it moved away from.
@@ -354,8 +374,8 @@ impl Host {
     }
 
     /// Who uses the tree at `path` besides `except` ([`tree_users`]).
-    pub(crate) fn tree_users(&self, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
-        tree_users(&self.sessions, &self.detached, path, except)
+    fn tree_users(&self, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
+        tree_users(self.sessions, self.detached, path, except)
     }
 
     /// Whether the session's record keeps the tree at `path` (its own, one
@@ -372,7 +392,7 @@ impl Host {
     /// in it (or a window's handle holds it), the tree stays on disk and
     /// each such session not already keeping it is handed it (written to
     /// its record). Returns whether the tree stays.
-    pub(crate) fn hand_over_tree(&mut self, from: &Uri, tree: &SharedTree) -> bool {
+    fn hand_over_tree(&mut self, from: &Uri, tree: &SharedTree) -> bool {
         let (users, handle) = self.tree_users(&tree.tree.path, Some(from));
         if users.is_empty() && !handle {
             return false;
@@ -389,6 +409,13 @@ impl Host {
             self.store_put(&user);
         }
         true
+    }
+
+    /// Writes the session's record ([`Session::store_put`](crate::session::Session::store_put)).
+    fn store_put(&mut self, session_uri: &Uri) {
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.store_put(self.shared);
+        }
     }
 
     /// A session went: archived sleeping sessions whose trees it kept on
@@ -418,7 +445,7 @@ impl Host {
     /// The session's archived bit changed: its trees go off the disk
     /// (archived) or come back (unarchived). Only once nothing uses them:
     /// a session whose agents run, or with a turn about to go, keeps its
-    /// trees until it sleeps ([`Host::archived_trees_go`]); a tree with
+    /// trees until it sleeps ([`Trees::archived_trees_go`]); a tree with
     /// uncommitted work stays (the shell checks that).
     pub(crate) fn trees_follow_archive(&mut self, session_uri: &Uri, archived: bool) {
         let Some(session) = self.sessions.get(session_uri) else { return };
@@ -453,7 +480,7 @@ impl Host {
     }
 
     /// A tree went off the disk or came back.
-    pub(crate) fn on_tree_archived(&mut self, session_uri: &Uri, path: &str, archived: bool, outcome: Outcome) {
+    fn on_tree_archived(&mut self, session_uri: &Uri, path: &str, archived: bool, outcome: Outcome) {
         match outcome {
             Outcome::Git(GitResult::TreeArchived { kept: true }) => {
                 crate::mark!("tree_kept_dirty");
@@ -499,7 +526,7 @@ impl Host {
     /// The session's own tree is back (the wake goes on) or could not be
     /// put back: the turns waiting on the wake fail saying why (never run
     /// in another folder), its waiters fail, and it stays asleep.
-    pub(crate) fn on_restored_for_wake(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
+    fn on_restored_for_wake(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome, outs: &mut Vec<TreesOut>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
         session.work.git_ops.remove(&op);
         if session.work.git_begin != Some(op) {
@@ -513,7 +540,7 @@ impl Host {
                 }
                 self.shared.log(LogLevel::Info, "git.tree_restored", Some(session_uri.clone()), "before its agents start again".to_owned());
                 self.store_put(session_uri);
-                self.wake(session_uri);
+                outs.push(TreesOut::Wake(session_uri.clone()));
             }
             other => {
                 let message = match other {
@@ -525,9 +552,9 @@ impl Host {
                 self.shared.log(LogLevel::Warn, "git.restore_failed", Some(session_uri.clone()), message.clone());
                 let reason = format!("the session's worktree could not be put back: {message}");
                 for (chat, turn_id, _) in pending {
-                    self.fail_turn(session_uri, &chat, &turn_id, &reason);
+                    outs.push(TreesOut::FailTurn { session: session_uri.clone(), chat, turn_id, reason: reason.clone() });
                 }
-                self.fail_waiters(session_uri, waiters, &reason);
+                outs.push(TreesOut::FailWaiters { session: session_uri.clone(), waiters, reason });
             }
         }
     }

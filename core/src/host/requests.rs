@@ -8,6 +8,11 @@
 //! `disposeSession`, `listSessions`, `fetchTurns`, and a session's further
 //! chats, `createChat` ("a second conversation in the session") and
 //! `disposeChat` ("end one chat; the session's default chat is kept").
+//! `resolveSessionConfig` and `sessionConfigCompletions` are checked here
+//! and answered by the trees (`host/git.rs`). `moveChat` reorders a
+//! session's chats or moves one to another session in two writes (the
+//! section "Moving a chat" below; each session's part is
+//! `session/moves.rs`).
 //!
 //! ## Client-dispatched actions
 //!
@@ -18,13 +23,13 @@
 //! or echo unapplied with a `rejectionReason`.
 
 use ahp_types::actions::{ActionEnvelope, ActionOrigin, ChatTurnStartedAction, ChatTurnsLoadedAction, StateAction};
-use ahp_types::commands::{ChatMoveDestination, CreateChatParams, CreateSessionParams, DispatchActionParams, DisposeChatParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams, MoveChatParams, MoveChatResult};
+use ahp_types::commands::{ChatMoveDestination, CreateChatParams, CreateSessionParams, DispatchActionParams, DisposeChatParams, DisposeSessionParams, FetchTurnsParams, ListSessionsParams, MoveChatParams, MoveChatResult, ResolveSessionConfigParams, SessionConfigCompletionsParams};
 use ahp_types::state::Message;
 use ahp_types::{ROOT_RESOURCE_URI, Uri};
 use serde_json::Value;
 use crate::protocol::params as parse;
 use super::{Host, Op};
-use crate::continuation::{CreateChatReq, CreateSessionReq, DisposeChatReq, FetchTurnsReq, MoveChatReq, QueuedCommand, WaitingRequest};
+use crate::continuation::{CreateChatReq, CreateSessionReq, DisposeChatReq, FetchTurnsReq, MoveChatReq, QueuedCommand, ResolveReq, WaitingRequest};
 use crate::effect::{ConnId, LogLevel, OpId, Outbound};
 use crate::input::Outcome;
 use crate::grants::{Operation, Principal};
@@ -174,7 +179,7 @@ impl Host {
         }
         // The config, settled against the folder's repository.
         let asked: serde_json::Map<String, Value> = request.config.unwrap_or_default().into_iter().collect();
-        let memberships = self.memberships_of(conn);
+        let memberships = super::git::memberships_of(&self.shared, conn);
         let (config, offer) = crate::session_config::settle(&asked, facts, memberships.as_deref());
         let in_tree = self.detached.tree_of(request.working_directories.as_deref().and_then(|d| d.first()));
         // The first is the process root; the rest are peers, kept only when
@@ -254,7 +259,7 @@ impl Host {
             return self.dispose_finish(uri, store_error);
         }
         let mut ops = self.in_session(uri, |s, sh| s.delete_conversations(sh)).unwrap_or_default();
-        ops.extend(self.dispose_git(uri));
+        ops.extend(self.trees().dispose(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
             if let Phase::Disposing(owed) = &mut s.phase {
@@ -328,7 +333,7 @@ impl Host {
         self.shared.effects.push(crate::effect::Effect::Release(crate::effect::Released::new((session, forgotten))));
         if worked_in_trees {
             // Trees it worked in that an archived session kept for it.
-            self.trees_freed();
+            self.trees().trees_freed();
         }
     }
 
@@ -758,6 +763,37 @@ impl Host {
         if wake_done {
             self.finish_wake(session_uri);
         }
+    }
+}
+
+// ---- The config a session would get: resolveSessionConfig ----
+impl Host {
+    /// `resolveSessionConfig` and `sessionConfigCompletions`: the grant
+    /// (`session:create`), the params, and the folder's trust (git is not
+    /// asked about a folder the operator did not trust); then the trees
+    /// ask for the facts of the folder's repository and answer when they
+    /// come ([`super::git::Trees::resolve`]).
+    pub(crate) fn on_resolve_request(&mut self, conn: ConnId, id: u64, params: Value, completions: bool) {
+        if let Err(e) = self.shared.authorize(conn, Operation::SessionCreate) {
+            return self.shared.reply_error(conn, id, e);
+        }
+        let (folder, request) = if completions {
+            match parse::<SessionConfigCompletionsParams>(params) {
+                Ok(p) => (p.working_directory, ResolveReq::Completions { property: p.property, query: p.query, config: p.config }),
+                Err(e) => return self.shared.reply_error(conn, id, e),
+            }
+        } else {
+            match parse::<ResolveSessionConfigParams>(params) {
+                Ok(p) => (p.working_directory, ResolveReq::Resolve { provider: p.provider, config: p.config }),
+                Err(e) => return self.shared.reply_error(conn, id, e),
+            }
+        };
+        if let Some(uri) = folder.as_ref() {
+            if let Err(reason) = self.trusted(std::slice::from_ref(uri)) {
+                return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, reason));
+            }
+        }
+        self.trees().resolve(conn, id, folder.as_deref(), request);
     }
 }
 
@@ -1321,7 +1357,7 @@ impl Host {
                     Some(ActionNext::TurnResumed) => self.recount_active(),
                     // Before the residency check: a live session archived now
                     // lets its agents go there, which takes its trees then.
-                    Some(ActionNext::Archived(archived)) => self.trees_follow_archive(session_uri, archived),
+                    Some(ActionNext::Archived(archived)) => self.trees().trees_follow_archive(session_uri, archived),
                     // A message queued in an idle chat starts at once, and
                     // its start wakes a sleeping session as any send does.
                     Some(ActionNext::QueueChanged(_)) => self.start_queued_if_due(session_uri, true),

@@ -330,7 +330,7 @@ impl Session {
     /// cleared, so the caller tries the start again
     /// ([`Session::start_queued_if_due`]).
     pub(crate) fn take_queue_retry(&mut self, now: crate::time::MonoTime) -> bool {
-        if !self.work.queue_retry_at.is_some_and(|t| t <= now) {
+        if self.work.queue_retry_at.is_none_or(|t| t > now) {
             return false;
         }
         self.work.queue_retry_at = None;

@@ -243,12 +243,19 @@ impl Host {
     }
 
     /// Starts the next queued message of `session_uri` if one is due
-    /// ([`Session::start_queued_if_due`](crate::session::Session::start_queued_if_due),
-    /// told whether the host is stopping). With `or_asleep` a sleeping
-    /// session's queue starts too.
+    /// ([`Session::queue_due`](crate::session::Session::queue_due), then
+    /// [`Session::park_queued_start`](crate::session::Session::park_queued_start);
+    /// never while the host is stopping: the queue is kept and runs after
+    /// the restart, once the session wakes). With `or_asleep` a sleeping
+    /// session's queue starts too. The session is read first and handed
+    /// out to change only when a start is due (what a checker reads as the
+    /// sessions an input changed).
     pub(crate) fn start_queued_if_due(&mut self, session_uri: &Uri, or_asleep: bool) {
-        let stopping = self.stopping();
-        self.in_session(session_uri, |s, sh| s.start_queued_if_due(sh, or_asleep, stopping));
+        if self.stopping() {
+            return;
+        }
+        let Some(chat) = self.sessions.get(session_uri).and_then(|s| s.queue_due(or_asleep)) else { return };
+        self.in_session(session_uri, |s, sh| s.park_queued_start(sh, &chat));
     }
 
     /// Tries again the queued starts the store refused whose wait is over

@@ -911,7 +911,8 @@ impl Host {
         if let Some(uri) = busy {
             return self.queue_command(&uri, conn, id, QueuedCommand::MoveChat(request));
         }
-        if self.in_session(&source_uri, |s, _| s.move_waits_for_wake(conn, id, &request)) == Some(true) {
+        if self.sessions.get(&source_uri).is_some_and(Session::move_needs_wake) {
+            self.in_session(&source_uri, |s, _| s.move_waits_for_wake(conn, id, request));
             return self.wake(&source_uri);
         }
         let chat = match self.sessions.get(&source_uri).map(|s| s.chat_to_move(&request.chat)) {

@@ -260,17 +260,18 @@ impl Session {
         None
     }
 
-    /// A move whose source (this session) holds no state: the request
-    /// waits for its wake (the chat's held state goes with it, as
-    /// `createChat` wakes its session). Returns true when it waits; the
-    /// host then wakes the session.
-    pub(crate) fn move_waits_for_wake(&mut self, conn: ConnId, id: u64, request: &MoveChatReq) -> bool {
-        if self.resident.is_some() {
-            return false;
-        }
+    /// Whether a move whose source is this session waits for its wake: its
+    /// state is not held, and the chat's held state goes with it (as
+    /// `createChat` wakes its session).
+    pub(crate) fn move_needs_wake(&self) -> bool {
+        self.resident.is_none()
+    }
+
+    /// Holds request `id` of `conn` (a move out of this session) until this
+    /// session's wake ([`Session::move_needs_wake`]); the host wakes it.
+    pub(crate) fn move_waits_for_wake(&mut self, conn: ConnId, id: u64, request: MoveChatReq) {
         crate::mark!("move_wakes_source");
-        self.work.waiters.push(crate::session::Waiter::Request { conn, id, request: crate::continuation::WaitingRequest::MoveChat(request.clone()) });
-        true
+        self.work.waiters.push(crate::session::Waiter::Request { conn, id, request: crate::continuation::WaitingRequest::MoveChat(request) });
     }
 
     /// The chat `chat` of this session (the source) as a move to another

@@ -14,9 +14,8 @@
 //! `queuedMessageId` ([`Session::start_queued`]). So an acknowledged queued
 //! message is, after any crash, either still queued or exactly one turn.
 //!
-//! The rules of when ([`Session::start_queued_if_due`], which the host
-//! calls through `Host::start_queued_if_due` with whether it is stopping):
-//! a chat's next queued message starts when the chat runs no turn and has
+//! The rules of when ([`Session::queue_due`], which `Host::start_queued_if_due`
+//! asks, adding that the host is not stopping): a chat's next queued message starts when the chat runs no turn and has
 //! no send waiting, the session is live with no write parked or queued
 //! behind one, and the host is not stopping; a message queued in an idle
 //! chat
@@ -283,21 +282,6 @@ impl Session {
 /// session's own decisions (they read and write only this session; the
 /// host adds whether it is stopping and applies what comes back).
 impl Session {
-    /// Parks the start of the next queued message of this session if one is
-    /// due ([`Session::queue_due`]; never while the host is `stopping`: the
-    /// queue is kept and runs after the restart, once the session wakes).
-    /// With `or_asleep` a sleeping session's queue starts too (a message
-    /// queued in an idle chat is a send, and wakes its session as one
-    /// does). One start is parked at a time; the next is seen to when its
-    /// write settles ([`Session::finish_queued_start`]).
-    pub(crate) fn start_queued_if_due(&mut self, sh: &mut Shared, or_asleep: bool, stopping: bool) {
-        if stopping {
-            return;
-        }
-        let Some(chat) = self.queue_due(or_asleep) else { return };
-        self.park_queued_start(sh, &chat);
-    }
-
     /// The write starting `chat`'s queued message `queued_id` as turn
     /// `turn_id` settled: durable, it starts ([`Session::start_queued`];
     /// `Some(ActionNext::TurnStarted)` tells the host to recount and hand
@@ -327,8 +311,7 @@ impl Session {
     }
 
     /// Whether a refused start's wait is over at `now`; if so the wait is
-    /// cleared, so the caller tries the start again
-    /// ([`Session::start_queued_if_due`]).
+    /// cleared, so the caller tries the start again (`Host::start_queued_if_due`).
     pub(crate) fn take_queue_retry(&mut self, now: crate::time::MonoTime) -> bool {
         if self.work.queue_retry_at.is_none_or(|t| t > now) {
             return false;

@@ -27,9 +27,11 @@
 //! - `discovery`: passes over the backends' transcripts, external sessions.
 //!
 //! Parts with their own state take a view of what they may reach, not the
-//! host: `awareness` (workspace awareness: `awareness::Aware`) and
-//! `detached` (the window's own trees: `detached::Window`). The rest of the
-//! files here are the host's own rules, each one job: `automations`,
+//! host: `awareness` (workspace awareness: `awareness::Aware`),
+//! `detached` (the window's own trees: `detached::Window`) and
+//! `automations` (`automations::Auto`, whose outs `Host::apply_automation`
+//! applies). The rest of the
+//! files here are the host's own rules, each one job:
 //! `children` and `tools` (the host tools), `moves` (`moveChat`),
 //! `pending` (when a queued message starts), `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`

@@ -27,11 +27,12 @@
 //!
 //! Parts with their own state take a view of what they may reach, not the
 //! host: `awareness` (workspace awareness: `awareness::Aware`),
-//! `detached` (the window's own trees: `detached::Window`) and `git` (config
+//! `detached` (the window's own trees: `detached::Window`), `git` (config
 //! resolution, worktrees, checkpoints, a tree's life through archive,
-//! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies).
-//! The rest of the
-//! files here are the host's own rules, each one job: `automations`,
+//! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies)
+//! and `automations` (`automations::Auto`, whose outs
+//! `Host::apply_automation` applies). The rest of the
+//! files here are the host's own rules, each one job:
 //! `children` and `tools` (the host tools), `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
 //! and `next_deadline`). Below both the host and a
@@ -847,9 +848,12 @@ impl Host {
             Method::ResolveSessionConfig => self.on_resolve_request(conn, id, params, false),
             Method::SessionConfigCompletions => self.on_resolve_request(conn, id, params, true),
             Method::ListPeers => self.aware().on_list_peers(conn, id, params),
-            Method::RunAutomation => self.on_run_automation(conn, id, params),
-            Method::FetchAutomationRuns => self.on_fetch_automation_runs(conn, id, params),
-            Method::ListAutomationTriggerDefinitions => self.on_list_trigger_definitions(conn, id, params),
+            Method::RunAutomation => {
+                let outs = self.automation().on_run(conn, id, params);
+                self.apply_automation(outs);
+            }
+            Method::FetchAutomationRuns => self.automation().on_fetch_runs(conn, id, params),
+            Method::ListAutomationTriggerDefinitions => self.automation().on_list_trigger_definitions(conn, id, params),
             Method::Detached(request) => self.window().on_detached_request(conn, id, request, params),
             Method::Unsubscribe => {
                 self.on_unsubscribe(conn, params);
@@ -945,6 +949,55 @@ impl Host {
         }
     }
 
+    /// The automations at work: their state with what they read of the
+    /// host ([`automations::Auto`]); what they ask of the host comes back
+    /// as outs for [`Host::apply_automation`].
+    pub(crate) fn automation(&mut self) -> automations::Auto<'_> {
+        let stopping = self.stopping();
+        automations::Auto {
+            state: &mut self.automations,
+            sessions: &self.sessions,
+            tombstones: &self.tombstones,
+            detached: &self.detached,
+            shared: &mut self.shared,
+            stopping,
+            outs: Vec::new(),
+        }
+    }
+
+    /// Does what the automations asked ([`automations::AutomationOut`]),
+    /// in order; a step of theirs that follows a host action is handed
+    /// back to them here, after it.
+    pub(crate) fn apply_automation(&mut self, outs: Vec<automations::AutomationOut>) {
+        use automations::AutomationOut as Out;
+        for out in outs {
+            match out {
+                Out::Reject { conn, channel, action, origin, reason } => self.reject(conn, &channel, *action, origin, reason),
+                Out::AddSession { uri, session, chat, run } => {
+                    self.tombstones.remove(&uri);
+                    self.add_session(uri.clone(), *session);
+                    self.index_chat(chat, &uri);
+                    self.in_session(&uri, |s, sh| s.start_default_agent(sh));
+                    self.automation().session_added(&run, &uri);
+                }
+                Out::Wake { session } => self.wake(&session),
+                Out::Deliver { session, chat, turn_id, message, sender } => self.deliver(&session, &chat, turn_id, *message, sender),
+                Out::Queue { run, session } => {
+                    let outs = self.automation().queue_run(&run, &session);
+                    self.apply_automation(outs);
+                }
+                Out::Started { automation, run, answer } => self.automation().run_started(&automation, &run, answer),
+            }
+        }
+    }
+
+    /// Restores the automations the store holds (after [`Host::new`] or
+    /// [`Host::restoring`], before the first `handle`): see
+    /// [`automations::Auto::restore`].
+    pub fn restore_automations(&mut self, records: impl IntoIterator<Item = crate::automation::AutomationRecord>) {
+        self.automation().restore(records);
+    }
+
     /// Runs `rule` on session `uri` with what it shares with the host; `None`
     /// when no such session is known. How the host hands an input or a
     /// completion to the session it is for.
@@ -956,7 +1009,8 @@ impl Host {
         match fact {
             Fact::StartAnswered { session, refused } => {
                 // A run's session: its message queued, or the run failed.
-                self.run_session_answered(session, refused);
+                let outs = self.automation().run_session_answered(session, refused);
+                self.apply_automation(outs);
             }
             Fact::WakeEnded { session, failed } => {
                 if failed.is_none() {
@@ -966,11 +1020,13 @@ impl Host {
                 }
                 // Pinned automation runs that woke it queue their message
                 // (or fail with the backend's error).
-                self.runs_after_wake(session, failed);
+                let outs = self.automation().runs_after_wake(session, failed);
+                self.apply_automation(outs);
             }
             Fact::TurnEnded { session, chat } => {
                 // An automation run waiting for this turn ends as it did.
-                self.runs_follow_turn(session, chat);
+                let outs = self.automation().runs_follow_turn(session, chat);
+                self.apply_automation(outs);
             }
             Fact::TurnWritten { session, checkpoint, child_finished } => {
                 if child_finished {
@@ -987,7 +1043,8 @@ impl Host {
             Fact::Disposed { session, record } => {
                 self.forget_wakes(record);
                 self.forget_family(record);
-                self.automations_follow_dispose(session);
+                let outs = self.automation().follow_dispose(session);
+                self.apply_automation(outs);
             }
         }
     }
@@ -1028,17 +1085,7 @@ impl Host {
     /// refused: its agent would start wherever the host runs it, which no
     /// entry of the list names.
     pub(crate) fn trusted(&self, folders: &[Uri]) -> Result<(), String> {
-        if !self.shared.config.trust.gated() {
-            return Ok(());
-        }
-        if folders.is_empty() {
-            return Err("this host runs agents only in trusted folders: name a working directory in one of them".to_owned());
-        }
-        let trees = crate::trust::made_trees(self.sessions.values().map(|s| &s.record), self.detached.iter().map(|(_, d)| &d.tree));
-        for folder in folders {
-            self.shared.config.trust.check(folder, &trees)?;
-        }
-        Ok(())
+        trusted_folders(&self.shared.config, &self.sessions, &self.detached, folders)
     }
 
     /// The session URI a session or chat channel belongs to.
@@ -1131,6 +1178,24 @@ impl Host {
             self.emit(&ROOT_RESOURCE_URI.to_owned(), action, None);
         }
     }
+}
+
+/// [`Host::trusted`] from what it reads: `config`'s list of trusted
+/// folders, and the trees the host made (the sessions' and the window's,
+/// trusted when the repository they came from is). `Err` is the reason a
+/// client reads.
+pub(crate) fn trusted_folders(config: &Config, sessions: &crate::session::table::SessionTable, detached: &crate::detached::Registry, folders: &[Uri]) -> Result<(), String> {
+    if !config.trust.gated() {
+        return Ok(());
+    }
+    if folders.is_empty() {
+        return Err("this host runs agents only in trusted folders: name a working directory in one of them".to_owned());
+    }
+    let trees = crate::trust::made_trees(sessions.values().map(|s| &s.record), detached.iter().map(|(_, d)| &d.tree));
+    for folder in folders {
+        config.trust.check(folder, &trees)?;
+    }
+    Ok(())
 }
 
 /// The -32600 refusal of a request on a connection not initialized.

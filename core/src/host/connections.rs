@@ -283,7 +283,7 @@ impl Host {
         let mut live = Vec::new();
         let mut missing = Vec::new();
         for uri in &request.subscriptions {
-            let known = uri == ROOT_RESOURCE_URI || self.automation_state(uri).is_some() || self.session_of(uri).is_some_and(|s| self.sessions.contains_key(&s));
+            let known = uri == ROOT_RESOURCE_URI || self.automations.state(uri).is_some() || self.session_of(uri).is_some_and(|s| self.sessions.contains_key(&s));
             if !known || !self.may_read(conn, uri) {
                 missing.push(uri.clone());
             } else if !live.contains(uri) {
@@ -356,7 +356,7 @@ impl Host {
         if let Some(e) = self.subscriptions_full(conn, &request.channel) {
             return self.shared.reply_error(conn, id, e);
         }
-        if request.channel == ROOT_RESOURCE_URI || Self::is_automation_channel(&request.channel) {
+        if request.channel == ROOT_RESOURCE_URI || super::automations::is_channel(&request.channel) {
             let Some(snapshot) = self.snapshot(&request.channel, None) else {
                 return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("no automation run {}", crate::ids::printable(&request.channel))));
             };
@@ -491,7 +491,7 @@ impl Host {
     pub(crate) fn snapshot(&self, uri: &str, view_turns: Option<usize>) -> Option<Snapshot> {
         let state = if uri == ROOT_RESOURCE_URI {
             SnapshotState::Root(Box::new(self.shared.root.clone()))
-        } else if let Some(state) = self.automation_state(uri) {
+        } else if let Some(state) = self.automations.state(uri) {
             state
         } else {
             let session_uri = self.session_of(uri)?;
@@ -610,7 +610,7 @@ impl Host {
     pub(crate) fn read_operation(&self, channel: &str) -> Operation {
         if channel == ROOT_RESOURCE_URI || channel == crate::automation::AUTOMATIONS_URI {
             Operation::SessionList
-        } else if Self::is_automation_channel(channel) || self.sessions.contains_key(channel) {
+        } else if super::automations::is_channel(channel) || self.sessions.contains_key(channel) {
             Operation::SessionState
         } else {
             Operation::ChatTurns

@@ -1108,8 +1108,9 @@ impl Host {
         if channel == ROOT_RESOURCE_URI {
             return self.on_root_action(conn, channel, params.action, origin);
         }
-        if Self::is_automation_channel(&channel) {
-            return self.on_automation_action(conn, channel, params.action, origin);
+        if super::automations::is_channel(&channel) {
+            let outs = self.automation().on_action(conn, channel, params.action, origin);
+            return self.apply_automation(outs);
         }
         // The grant first, so that a caller without it is answered the
         // same whether the channel exists or not (an action no client may

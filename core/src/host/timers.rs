@@ -93,7 +93,7 @@ impl Timer {
             Timer::QueueRetry => host.queue_retry_deadline().map(Due::Mono),
             Timer::Wake => host.wake_due().map(Due::Wall),
             Timer::ChildrenOwed => host.children_owed_deadline().map(Due::Mono),
-            Timer::Automation => host.automation_due().map(Due::Wall),
+            Timer::Automation => host.automations.due(host.stopping()).map(Due::Wall),
             Timer::Handshake => host.handshake_deadline().map(Due::Mono),
             Timer::IdleSleep => host.idle_sleep_deadline().map(Due::Mono),
             Timer::Residency => host.residency_sweep_deadline().map(Due::Mono),
@@ -110,7 +110,13 @@ impl Timer {
             Timer::QueueRetry => host.retry_queued_starts(),
             Timer::Wake => host.fire_wakes(),
             Timer::ChildrenOwed => host.deliver_owed_children(),
-            Timer::Automation => host.fire_automations(),
+            Timer::Automation => {
+                // One occurrence at a time: each one's outs are applied
+                // before the next is evaluated (it may pin the same session).
+                while let Some(outs) = host.automation().fire_next() {
+                    host.apply_automation(outs);
+                }
+            }
             Timer::Handshake => host.answer_overdue_handshakes(),
             Timer::IdleSleep => host.fire_idle_sleeps(),
             Timer::Residency => host.fire_residency(),

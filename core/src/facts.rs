@@ -37,6 +37,15 @@ pub(crate) enum Fact<'a> {
         /// The chat whose turn ended.
         chat: &'a Uri,
     },
+    /// A turn of `chat` cancelled at the end of a graceful stop's grace,
+    /// before the record that holds its end is written (no automation
+    /// follows it: the host is stopping).
+    TurnCut {
+        /// The session.
+        session: &'a Uri,
+        /// The chat whose turn was cancelled.
+        chat: &'a Uri,
+    },
     /// The record holding a turn's end was handed to the store.
     TurnWritten {
         /// The session.
@@ -55,4 +64,15 @@ pub(crate) enum Fact<'a> {
         /// Its record as it was at the end.
         record: &'a SessionRecord,
     },
+}
+
+/// What the parts that heard a fact say back to the lifecycle that told it
+/// (`Host::tell`), for what it does next.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Heard {
+    /// A child's turn end was numbered into its record (`Fact::TurnEnded`,
+    /// `Fact::TurnCut`): the record's write carries it, so it is made
+    /// durable now, and its parent is told once it is handed to the store
+    /// (`Fact::TurnWritten`).
+    pub child_finished: bool,
 }

@@ -29,11 +29,11 @@
 //! host: `awareness` (workspace awareness: `awareness::Aware`),
 //! `detached` (the window's own trees: `detached::Window`), `git` (config
 //! resolution, worktrees, checkpoints, a tree's life through archive,
-//! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies)
-//! and `automations` (`automations::Auto`, whose outs
-//! `Host::apply_automation` applies). The rest of the
-//! files here are the host's own rules, each one job:
-//! `children` and `tools` (the host tools), `timers` (the timer table:
+//! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies),
+//! `automations` (`automations::Auto`, whose outs `Host::apply_automation`
+//! applies) and `tools` with `children` (the host tools and child sessions:
+//! `tools::Tools`, whose outs `Host::apply_tools` applies). The rest of the
+//! files here are the host's own rules, each one job: `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
 //! and `next_deadline`). Below both the host and a
 //! session's rules, `crate::shared` holds the services every part uses
@@ -245,14 +245,9 @@ pub struct Host {
     pub(crate) went: Vec<(Uri, Went)>,
     /// A graceful stop in progress (`host/agents.rs`).
     pub(crate) drain: Option<agents::Drain>,
-    /// Every wake the sessions' records hold, as (due, session, wake id),
-    /// in due order (`host/tools.rs`): the next one is found without
-    /// walking the catalogue, asleep or not.
-    pub(crate) wakes: BTreeSet<(WallTime, Uri, String)>,
-    /// Children and parents read back at start, and children whose turn
-    /// end is owed to their parent while the host stops: looked at at the
-    /// next input (`host/children.rs`, `Host::deliver_owed_children`).
-    pub(crate) children_owed: BTreeSet<Uri>,
+    /// The host tools' state: the wake index and the child sessions'
+    /// links waiting to be looked at (`host/tools.rs`, `host/children.rs`).
+    pub(crate) tools: tools::ToolState,
     /// The automations, their schedule index and their runs in flight
     /// (`host/automations.rs`).
     pub(crate) automations: automations::Automations,
@@ -440,8 +435,7 @@ impl Host {
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
             drain: None,
-            wakes: BTreeSet::new(),
-            children_owed: BTreeSet::new(),
+            tools: tools::ToolState::default(),
             automations: automations::Automations::default(),
         }
     }
@@ -525,8 +519,8 @@ impl Host {
         }
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
-        self.index_wakes(&record);
-        self.index_family(&record);
+        self.tools.index_wakes(&record);
+        self.tools.family.index(&record);
         let mut session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
         // Listed from the store's rows: a client's listing holds this row,
         // so the first change after a restart is told as a change of it.
@@ -667,7 +661,10 @@ impl Host {
                 self.shared.log(LogLevel::Info, "policy.reloaded", None, format!("{} rules", self.shared.config.policy.rules.len()));
             }
             Input::Shutdown { grace_ms } => self.on_shutdown(grace_ms),
-            Input::HostTool { call, chat, tool } => self.on_host_tool(call, &chat, tool),
+            Input::HostTool { call, chat, tool } => {
+                let outs = self.tools().on_host_tool(call, &chat, tool);
+                self.apply_tools(outs);
+            }
             Input::Tick => {}
         }
         timers::Timer::fire_all(self, tick);
@@ -991,11 +988,77 @@ impl Host {
         }
     }
 
+    /// The host tools at work, child sessions with them ([`tools::Tools`]).
+    pub(crate) fn tools(&mut self) -> tools::Tools<'_> {
+        let stopping = self.stopping();
+        tools::Tools {
+            state: &mut self.tools,
+            sessions: &mut self.sessions,
+            shared: &mut self.shared,
+            awareness: &self.awareness,
+            detached: &self.detached,
+            tombstones: &self.tombstones,
+            stopping,
+        }
+    }
+
+    /// Applies what the host tools decided ([`tools::ToolOut`]), in order.
+    pub(crate) fn apply_tools(&mut self, outs: Vec<tools::ToolOut>) {
+        use tools::ToolOut;
+        for out in outs {
+            match out {
+                ToolOut::Deliver { session, chat, id, message, sender } => self.deliver(&session, &chat, id, *message, sender),
+                ToolOut::ExposeMeta(uri) => self.tools().expose_tool_meta(&uri),
+                ToolOut::Answer { call, result } => self.shared.effects.push(Effect::HostToolAnswer { call, result }),
+                ToolOut::AddChild { parent, uri, chat, session } => {
+                    self.add_session(uri.clone(), *session);
+                    self.index_chat(chat, &uri);
+                    self.tools().child_added(&parent, &uri);
+                }
+                ToolOut::StartQueued(uri) => self.start_queued_if_due(&uri, false),
+                ToolOut::LetAgentsGo(uri) => self.let_agents_go(&uri),
+                ToolOut::ForgetUnborn(uri) => self.forget_unborn(&uri),
+                ToolOut::ChildGone { parent, child, call, message } => self.tools().child_gone(parent.as_ref(), &child, call, message),
+                ToolOut::Wake(uri) => self.wake(&uri),
+                ToolOut::OwedLink(uri) => {
+                    let outs = self.tools().owed_link(&uri);
+                    self.apply_tools(outs);
+                }
+            }
+        }
+    }
+
     /// Restores the automations the store holds (after [`Host::new`] or
     /// [`Host::restoring`], before the first `handle`): see
     /// [`automations::Auto::restore`].
     pub fn restore_automations(&mut self, records: impl IntoIterator<Item = crate::automation::AutomationRecord>) {
         self.automation().restore(records);
+    }
+
+    /// Fires every wake due at the current wall time, each applied before
+    /// the next is looked at ([`tools::Tools::fire_next_wake`]; the timer
+    /// table, after every input).
+    pub(crate) fn fire_wakes(&mut self) {
+        while let Some(outs) = self.tools().fire_next_wake() {
+            self.apply_tools(outs);
+        }
+    }
+
+    /// Settles the family links read back at start or owed while the host
+    /// stopped, one session at a time ([`tools::Tools::settle_owed`]; the
+    /// timer table, after every input).
+    pub(crate) fn deliver_owed_children(&mut self) {
+        for uri in self.tools().take_owed() {
+            let outs = self.tools().settle_owed(&uri);
+            self.apply_tools(outs);
+        }
+    }
+
+    /// A child's folder's facts are known: the child is made
+    /// ([`tools::Tools::create_child`]).
+    pub(crate) fn create_child(&mut self, call: crate::tools::HostCallId, request: crate::tools::ChildStart, facts: &crate::git::RepoFacts) {
+        let outs = self.tools().create_child(call, request, facts);
+        self.apply_tools(outs);
     }
 
     /// Runs `rule` on session `uri` with what it shares with the host; `None`
@@ -1004,8 +1067,11 @@ impl Host {
     /// Hands a fact of a session's life to every part that takes it, in
     /// this one order (`crate::facts`): the lifecycle says each fact
     /// once, here is who hears it.
-    pub(crate) fn tell(&mut self, fact: crate::facts::Fact<'_>) {
+    /// Returns what the parts that heard it say back to the lifecycle
+    /// ([`crate::facts::Heard`]).
+    pub(crate) fn tell(&mut self, fact: crate::facts::Fact<'_>) -> crate::facts::Heard {
         use crate::facts::Fact;
+        let mut heard = crate::facts::Heard::default();
         match fact {
             Fact::StartAnswered { session, refused } => {
                 // A run's session: its message queued, or the run failed.
@@ -1027,10 +1093,23 @@ impl Host {
                 // An automation run waiting for this turn ends as it did.
                 let outs = self.automation().runs_follow_turn(session, chat);
                 self.apply_automation(outs);
+                // A child's turn end is numbered in the record it is
+                // written with (`host/children.rs`).
+                heard.child_finished = self.tools().note_child_finish(session, chat);
+            }
+            Fact::TurnCut { session, chat } => {
+                // Numbered as any turn end; owed to the parent while the
+                // host stops, delivered after the restart.
+                if self.tools().note_child_finish(session, chat) {
+                    heard.child_finished = true;
+                    let outs = self.tools().deliver_child_finish(session);
+                    self.apply_tools(outs);
+                }
             }
             Fact::TurnWritten { session, checkpoint, child_finished } => {
                 if child_finished {
-                    self.deliver_child_finish(session);
+                    let outs = self.tools().deliver_child_finish(session);
+                    self.apply_tools(outs);
                 }
                 if checkpoint {
                     // A turn that completed or failed for good gets its
@@ -1041,12 +1120,13 @@ impl Host {
                 self.start_queued_if_due(session, false);
             }
             Fact::Disposed { session, record } => {
-                self.forget_wakes(record);
-                self.forget_family(record);
+                self.tools.forget_wakes(record);
+                self.tools().forget_family(record);
                 let outs = self.automation().follow_dispose(session);
                 self.apply_automation(outs);
             }
         }
+        heard
     }
 
     pub(crate) fn in_session<R>(&mut self, uri: &Uri, rule: impl FnOnce(&mut Session, &mut Shared) -> R) -> Option<R> {
@@ -1090,11 +1170,7 @@ impl Host {
 
     /// The session URI a session or chat channel belongs to.
     pub(crate) fn session_of(&self, channel: &str) -> Option<Uri> {
-        if self.sessions.contains_key(channel) {
-            Some(channel.to_owned())
-        } else {
-            self.shared.chats.get(channel).map(|u| u.to_string())
-        }
+        session_of(&self.sessions, &self.shared.chats, channel)
     }
 
 }
@@ -1196,6 +1272,17 @@ pub(crate) fn trusted_folders(config: &Config, sessions: &crate::session::table:
         config.trust.check(folder, &trees)?;
     }
     Ok(())
+}
+
+/// The session URI a session or chat channel belongs to
+/// ([`Host::session_of`], for the parts that hold the session table and
+/// the chat index without the host).
+pub(crate) fn session_of(sessions: &crate::session::table::SessionTable, chats: &crate::shared::ChatIndex, channel: &str) -> Option<Uri> {
+    if sessions.contains_key(channel) {
+        Some(channel.to_owned())
+    } else {
+        chats.get(channel).map(|u| u.to_string())
+    }
 }
 
 /// The -32600 refusal of a request on a connection not initialized.

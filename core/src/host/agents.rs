@@ -75,14 +75,20 @@ impl Host {
                         self.tell(Fact::StartAnswered { session: session_uri, refused: Some(&message) });
                         self.shared.reply_error(conn, id, crate::protocol::error::error(crate::protocol::error::INTERNAL_ERROR, message));
                     }
-                    crate::session::Asker::Tool(call) => self.child_refused(session_uri, call, message),
+                    crate::session::Asker::Tool(call) => {
+                        let outs = self.tools().child_refused(session_uri, call, message);
+                        self.apply_tools(outs);
+                    }
                 }
                 if let Some(backend_said) = logged {
                     crate::mark!("create_refused_backend_failed");
                     self.shared.log(LogLevel::Warn, "session.create_failed", Some(session_uri.clone()), backend_said);
                 }
             }
-            StartNext::ChildStarted(call) => self.child_started(session_uri, call),
+            StartNext::ChildStarted(call) => {
+                let outs = self.tools().child_started(session_uri, call);
+                self.apply_tools(outs);
+            }
             StartNext::WakeDone => self.finish_wake(session_uri),
             StartNext::ChatStarted => self.chat_start_answered(session_uri, chat, None),
             StartNext::ChatFailed(message) => {
@@ -368,11 +374,10 @@ impl Host {
     /// durable now.
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool, ender: TurnEnder) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
-        self.tell(Fact::TurnEnded { session: session_uri, chat });
-        self.recount_active();
         // A child's turn end is numbered in the record it is written with,
         // then told to its parent (`host/children.rs`).
-        let child_finished = self.note_child_finish(session_uri, chat);
+        let child_finished = self.tell(Fact::TurnEnded { session: session_uri, chat }).child_finished;
+        self.recount_active();
         let durability = match ender {
             TurnEnder::Agent if !child_finished && !self.stopping() => {
                 crate::mark!("turn_end_written_with_next");
@@ -591,6 +596,48 @@ impl Host {
         self.start_agents(uri);
     }
 
+    /// Queues `message` (id `id`, sent by `sender`) on `chat` of session
+    /// `uri`: into the record, echoed when the state is held, then started
+    /// when due, waking the session if it sleeps. The record is written.
+    /// How a host tool's message, a wake's prompt, a child's
+    /// `childFinished` and an automation's run reach a chat.
+    pub(crate) fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: ahp_types::state::Message, sender: String) {
+        let Some(session) = self.sessions.get_mut(uri) else { return };
+        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
+        record.queued.push(crate::record::QueuedMessage { id: id.clone(), message: message.clone(), sender });
+        let held = session.resident.as_ref().is_some_and(|r| r.chats.contains_key(chat));
+        self.in_session(uri, |s, sh| {
+            if held {
+                let kind = ahp_types::state::PendingMessageKind::Queued;
+                let action = StateAction::ChatPendingMessageSet(ahp_types::actions::ChatPendingMessageSetAction { kind, id, message });
+                s.emit(sh, chat, action, None);
+                s.after_chat_change(sh, chat);
+            }
+            s.mark_activity(sh);
+        });
+        self.store_put(uri);
+        let Some(session) = self.sessions.get(uri) else { return };
+        match (&session.phase, session.resident.is_some()) {
+            (Phase::Live { .. }, _) => self.start_queued_if_due(uri, false),
+            (Phase::Asleep, true) => {
+                self.start_queued_if_due(uri, true);
+                // Nothing could start it now (a write in flight): the
+                // session is woken, and its wake's end starts the queue.
+                if self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Asleep && s.work.parked.is_none()) {
+                    crate::mark!("tool_message_wakes_held");
+                    self.wake(uri);
+                }
+            }
+            (Phase::Asleep, false) => {
+                crate::mark!("tool_message_wakes_unloaded");
+                self.wake(uri);
+            }
+            // A wake under way starts the queue when it ends; a session
+            // still starting, when it is live.
+            _ => crate::mark!("tool_message_waits_for_wake"),
+        }
+    }
+
     /// Starts every chat's agent and moves the session to `Waking`
     /// ([`Session::start_agents`](crate::session::Session::start_agents)).
     pub(crate) fn start_agents(&mut self, uri: &Uri) {
@@ -735,12 +782,10 @@ impl Host {
             // next sweep runs it.
             self.in_session(&session, |s, sh| s.turn_ended(sh, &chat));
             self.recount_active();
-            let child_finished = self.note_child_finish(&session, &chat);
+            // A child's finish is numbered, and owed to its parent while
+            // the host stops: delivered after the restart.
+            self.tell(Fact::TurnCut { session: &session, chat: &chat });
             self.store_put(&session);
-            if child_finished {
-                // Owed while the host stops: delivered after the restart.
-                self.deliver_child_finish(&session);
-            }
         }
     }
 

@@ -4,6 +4,14 @@
 //! is, its parent recorded on it; `child_status` reads one; each turn end
 //! of a child is told to its parent as `childFinished`, once.
 //!
+//! Part of the host tools' owner (`host/tools.rs`): [`Family`] is its state
+//! here (the links waiting to be looked at), and the rules below are
+//! methods of [`Tools`], the owner at work. What reaches past the records
+//! they change (add the child, drop it, wake a session, queue a message on
+//! the parent's chat) they return as [`ToolOut`]s for the host to apply. A
+//! turn's end reaches them through `Host::tell` (`Fact::TurnEnded`,
+//! `Fact::TurnCut`, `Fact::TurnWritten`, `Fact::Disposed`).
+//!
 //! The link is kept on both records (`record::ToolsRecord`): the child's
 //! `parent` ([`ChildOf`]: who, and the number of its last turn end with
 //! what that turn said) and the parent's `children` ([`ChildEntry`]: who,
@@ -15,32 +23,68 @@
 //! number. Two records, two writes, in either order on disk; so:
 //! - a child whose number is ahead of its parent's `delivered` after a
 //!   restart owes its last turn end, and delivers it at the first input
-//!   ([`Host::deliver_owed_children`]);
+//!   ([`Tools::settle_owed`]);
 //! - a parent whose write landed when the child's did not has `delivered`
 //!   ahead of the child: the child's next number starts above it, so no
 //!   number is delivered twice.
+
+use std::collections::BTreeSet;
 
 use ahp_types::state::{MessageKind, ResponsePart, TurnState};
 use ahp_types::Uri;
 use serde_json::json;
 
-use super::Host;
+use super::tools::{ToolOut, Tools};
 use crate::effect::LogLevel;
 use crate::grants::Operation;
 use crate::record::{ChildEntry, ChildFinish, ChildOf, QueuedMessage, SessionRecord, ToolsRecord};
+use crate::session::table::SessionTable;
 use crate::session::{Asker, Phase, Session};
+use crate::time::MonoTime;
 use crate::tools::{ChildStart, HostCallId, HostToolError, HostToolErrorCode as Code, MAX_CHILDREN_PER_SESSION, MAX_CHILD_REPLY_BYTES};
 
 fn refusal(code: Code, message: impl Into<String>) -> HostToolError {
     HostToolError::new(code, message)
 }
 
-impl Host {
+/// The family's own state (part of `host/tools.rs`'s `ToolState`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Family {
+    /// Children and parents read back at start, and children whose turn
+    /// end is owed to their parent while the host stops: looked at at the
+    /// next input ([`Tools::take_owed`], [`Tools::settle_owed`]).
+    pub(crate) owed: BTreeSet<Uri>,
+}
+
+impl Family {
+    /// A record read back at start that is a child or a parent: looked at
+    /// at the first input.
+    pub(crate) fn index(&mut self, record: &SessionRecord) {
+        if record.tools.as_ref().is_some_and(|t| t.parent.is_some() || !t.children.is_empty()) {
+            self.owed.insert(record.resource.clone());
+        }
+    }
+
+    /// `now` (the current input's time), when something read back at start
+    /// waits to be looked at; never while the host stops (`stopping`).
+    pub(crate) fn owed_deadline(&self, stopping: bool, now: MonoTime) -> Option<MonoTime> {
+        (!self.owed.is_empty() && !stopping).then_some(now)
+    }
+}
+
+/// Whether `child` is a child of `parent` on both records: its link names
+/// the parent, and the parent lists it.
+pub(crate) fn is_child_of(sessions: &SessionTable, child: &str, parent: &str) -> bool {
+    let names = sessions.get(child).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == parent);
+    names && sessions.get(parent).and_then(|s| s.record.tools.as_ref()).is_some_and(|t| t.children.iter().any(|c| c.session == child))
+}
+
+impl Tools<'_> {
     /// `start_child_session`: the checks that read the call, then (as
     /// `createSession` does) the facts of the folder's repository, then
-    /// [`Host::create_child`]. `Ok` means the call is answered later, once
-    /// the child started or would not.
-    pub(super) fn start_child_session(&mut self, call: HostCallId, caller: &Uri, chat: &Uri, provider: String, prompt: String, working_directory: Option<Uri>) -> Result<(), HostToolError> {
+    /// [`Tools::create_child`]. `Ok` means the call is answered later, once
+    /// the child started or would not; it holds what the host applies now.
+    pub(super) fn start_child_session(&mut self, call: HostCallId, caller: &Uri, chat: &Uri, provider: String, prompt: String, working_directory: Option<Uri>) -> Result<Vec<ToolOut>, HostToolError> {
         super::tools::check_text("prompt", &prompt)?;
         if !self.shared.config.agents.iter().any(|a| a.provider == provider) {
             return Err(refusal(Code::InvalidArgument, format!("no agent with provider {}", crate::ids::printable(&provider))));
@@ -58,10 +102,10 @@ impl Host {
             Some(folder) => {
                 let purpose = super::GitOp::Child { call, request: Box::new(request) };
                 self.shared.git(super::Op::Git(purpose), crate::git::GitCmd::Inspect { folder, also: Vec::new() });
+                Ok(Vec::new())
             }
-            None => self.create_child(call, request, &crate::git::RepoFacts::not_a_repo()),
+            None => Ok(self.create_child(call, request, &crate::git::RepoFacts::not_a_repo())),
         }
-        Ok(())
     }
 
     /// Refused `limit_reached` when `parent` has as many children as it
@@ -78,7 +122,7 @@ impl Host {
     /// The trust and policy rules `createSession` applies, for a child of
     /// `parent` (its owner asks): refused `forbidden`.
     fn child_allowed(&self, parent: &Uri, provider: &str, folders: &[Uri]) -> Result<(), HostToolError> {
-        if let Err(reason) = self.trusted(folders) {
+        if let Err(reason) = super::trusted_folders(&self.shared.config, self.sessions, self.detached, folders) {
             return Err(refusal(Code::Forbidden, reason));
         }
         let principal = self.owner_principal(parent);
@@ -90,13 +134,13 @@ impl Host {
 
     /// Makes the child `request` asks for once its folder's `facts` are
     /// known: provisional, as a created session is, its first prompt queued
-    /// on its default chat, its agent starting; listed on its parent's
-    /// record. The call is answered when the agent started
-    /// ([`Host::child_started`]) or would not ([`Host::child_refused`]), or
-    /// now when the host moved since the call (the parent went, the host
+    /// on its default chat, its agent starting ([`ToolOut::AddChild`], then
+    /// [`Tools::child_added`]). The call is answered when the agent started
+    /// ([`Tools::child_started`]) or would not ([`Tools::child_refused`]),
+    /// or now when the host moved since the call (the parent went, the host
     /// stops, the bound or the folder's trust changed).
-    pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: &crate::git::RepoFacts) {
-        let checked = if self.stopping() {
+    pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: &crate::git::RepoFacts) -> Vec<ToolOut> {
+        let checked = if self.stopping {
             Err(refusal(Code::Unavailable, "the host is shutting down"))
         } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
             Err(refusal(Code::NotFound, format!("session {} is gone", request.parent)))
@@ -109,12 +153,13 @@ impl Host {
         };
         if let Err(e) = checked {
             self.shared.log(LogLevel::Info, "tool.refused", Some(request.parent.clone()), format!("start_child_session from {}: {e}", request.chat));
-            return self.answer_tool(call, Err(e));
+            self.answer_tool(call, Err(e));
+            return Vec::new();
         }
         let rid = self.fresh_child_id();
         let uri = rid.uri();
         let default_chat = rid.default_chat_uri();
-        let Some(parent) = self.sessions.get(&request.parent) else { return };
+        let Some(parent) = self.sessions.get(&request.parent) else { return Vec::new() };
         let owner = parent.record.owner.as_deref().map(str::to_owned);
         let scope = parent.record.scope.as_deref().map(str::to_owned);
         // The defaults for its folder, as a createSession naming no config
@@ -132,17 +177,23 @@ impl Host {
         };
         record.chats[0].queued.push(first);
         let can_resume = self.shared.agent_can_resume(&record.provider);
-        let session = Session::provisional(record, Asker::Tool(call), can_resume, &self.shared);
-        self.add_session(uri.clone(), session);
-        self.index_chat(default_chat, &uri);
-        if let Some(p) = self.sessions.get_mut(&request.parent) {
+        let session = Session::provisional(record, Asker::Tool(call), can_resume, self.shared);
+        vec![ToolOut::AddChild { parent: request.parent, uri, chat: default_chat, session: Box::new(session) }]
+    }
+
+    /// The child `uri` of `parent` was added ([`ToolOut::AddChild`]):
+    /// listed on its parent's record (written), its agent starting.
+    pub(crate) fn child_added(&mut self, parent: &Uri, uri: &Uri) {
+        if let Some(p) = self.sessions.get_mut(parent) {
             p.record.tools.get_or_insert_with(Box::default).children.push(ChildEntry { session: uri.clone(), delivered: 0 });
         }
-        self.store_put(&request.parent);
-        self.in_session(&request.parent, |s, sh| s.expose_tool_meta(sh));
-        self.in_session(&uri, |s, sh| s.start_default_agent(sh));
+        self.store_put(parent);
+        self.expose_tool_meta(parent);
+        if let Some(s) = self.sessions.get_mut(uri) {
+            s.start_default_agent(self.shared);
+        }
         crate::mark!("child_creating");
-        self.shared.log(LogLevel::Info, "session.child_creating", Some(uri), format!("child of {}", request.parent));
+        self.shared.log(LogLevel::Info, "session.child_creating", Some(uri.clone()), format!("child of {parent}"));
     }
 
     /// A session URI no session, chat or tombstone holds:
@@ -161,28 +212,33 @@ impl Host {
     /// A child's agent started: its first prompt starts as its first turn
     /// (the write that records it is the child's first), and the call is
     /// answered `{session, chat}`. A host stopping meanwhile refuses it
-    /// instead: nothing of the child was written.
-    pub(crate) fn child_started(&mut self, uri: &Uri, call: HostCallId) {
-        if self.stopping() {
-            self.let_agents_go(uri);
-            return self.child_refused(uri, call, "the host is shutting down".to_owned());
+    /// instead: its agents go, and nothing of the child was written.
+    pub(crate) fn child_started(&mut self, uri: &Uri, call: HostCallId) -> Vec<ToolOut> {
+        if self.stopping {
+            let mut outs = vec![ToolOut::LetAgentsGo(uri.clone())];
+            outs.extend(self.child_refused(uri, call, "the host is shutting down".to_owned()));
+            return outs;
         }
-        let Some(chat) = self.sessions.get(uri).map(|s| s.record.default_chat().into_owned()) else { return };
-        self.start_queued_if_due(uri, false);
+        let Some(chat) = self.sessions.get(uri).map(|s| s.record.default_chat().into_owned()) else { return Vec::new() };
         crate::mark!("child_started");
-        self.answer_tool(call, Ok(json!({"session": uri, "chat": chat})));
+        vec![ToolOut::StartQueued(uri.clone()), ToolOut::Answer { call, result: Ok(json!({"session": uri, "chat": chat})) }]
     }
 
-    /// A child's agent would not start (`message`): it never existed, its
-    /// parent forgets it, and the call is refused `unavailable`.
-    pub(crate) fn child_refused(&mut self, uri: &Uri, call: HostCallId, message: String) {
+    /// A child's agent would not start (`message`): it never existed
+    /// ([`ToolOut::ForgetUnborn`]), then [`Tools::child_gone`].
+    pub(crate) fn child_refused(&mut self, uri: &Uri, call: HostCallId, message: String) -> Vec<ToolOut> {
         let parent = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).map(|p| p.session.clone());
-        self.forget_unborn(uri);
+        vec![ToolOut::ForgetUnborn(uri.clone()), ToolOut::ChildGone { parent, child: uri.clone(), call, message }]
+    }
+
+    /// A child that never existed was dropped: its `parent` forgets it, and
+    /// the call is refused `unavailable`.
+    pub(crate) fn child_gone(&mut self, parent: Option<&Uri>, child: &Uri, call: HostCallId, message: String) {
         if let Some(parent) = parent {
-            self.forget_child(&parent, uri);
+            self.forget_child(parent, child);
         }
         crate::mark!("child_refused_backend");
-        self.shared.log(LogLevel::Warn, "session.create_failed", Some(uri.clone()), message.clone());
+        self.shared.log(LogLevel::Warn, "session.create_failed", Some(child.clone()), message.clone());
         self.answer_tool(call, Err(refusal(Code::Unavailable, format!("the child's agent would not start: {message}"))));
     }
 
@@ -194,7 +250,7 @@ impl Host {
         tools.children.retain(|c| c.session != *child);
         if tools.children.len() != before {
             self.store_put(parent);
-            self.in_session(parent, |s, sh| s.expose_tool_meta(sh));
+            self.expose_tool_meta(parent);
         }
     }
 
@@ -203,7 +259,7 @@ impl Host {
     /// leaks.
     pub(super) fn child_status(&self, caller: &Uri, child: &str) -> Result<serde_json::Value, HostToolError> {
         let not_found = || refusal(Code::NotFound, format!("{} is not a child of this session", crate::ids::printable(child)));
-        if !self.is_child_of(child, caller) {
+        if !is_child_of(self.sessions, child, caller) {
             return Err(not_found());
         }
         let s = self.sessions.get(child).ok_or_else(not_found)?;
@@ -227,18 +283,11 @@ impl Host {
         }))
     }
 
-    /// Whether `child` is a child of `parent` on both records: its link
-    /// names the parent, and the parent lists it.
-    pub(crate) fn is_child_of(&self, child: &str, parent: &str) -> bool {
-        let names = self.sessions.get(child).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == parent);
-        names && self.sessions.get(parent).and_then(|s| s.record.tools.as_ref()).is_some_and(|t| t.children.iter().any(|c| c.session == child))
-    }
-
-    /// A turn of `chat` in session `uri` ended: when `uri` is a child (and
-    /// not being disposed), the end is numbered and written into its
-    /// record's link, before the record is written. Returns whether it was
-    /// (the caller then writes the record and calls
-    /// [`Host::deliver_child_finish`]).
+    /// A turn of `chat` in session `uri` ended (`Fact::TurnEnded`,
+    /// `Fact::TurnCut`): when `uri` is a child (and not being disposed),
+    /// the end is numbered and written into its record's link, before the
+    /// record is written. Returns whether it was (the caller then writes
+    /// the record, and its parent is told: [`Tools::deliver_child_finish`]).
     pub(crate) fn note_child_finish(&mut self, uri: &Uri, chat: &Uri) -> bool {
         let Some(s) = self.sessions.get(uri) else { return false };
         if matches!(s.phase, Phase::Disposing(_)) {
@@ -268,24 +317,24 @@ impl Host {
 
     /// Tells `child`'s parent of its last turn end when the parent has not
     /// been told of it (module docs): a `childFinished` queued on the
-    /// parent's default chat, waking it. While the host stops it is owed
-    /// instead, and delivered after the restart.
-    pub(crate) fn deliver_child_finish(&mut self, child: &Uri) {
-        if self.stopping() {
+    /// parent's default chat ([`ToolOut::Deliver`]), waking it. While the
+    /// host stops it is owed instead, and delivered after the restart.
+    pub(crate) fn deliver_child_finish(&mut self, child: &Uri) -> Vec<ToolOut> {
+        if self.stopping {
             crate::mark!("child_finish_owed_stopping");
-            self.children_owed.insert(child.clone());
-            return;
+            self.state.family.owed.insert(child.clone());
+            return Vec::new();
         }
-        let Some(link) = self.sessions.get(child).filter(|s| !matches!(s.phase, Phase::Disposing(_))).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return };
-        let Some(last) = link.last else { return };
+        let Some(link) = self.sessions.get(child).filter(|s| !matches!(s.phase, Phase::Disposing(_))).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
+        let Some(last) = link.last else { return Vec::new() };
         let parent = link.session;
-        if !self.is_child_of(child, &parent) || self.sessions.get(&parent).is_some_and(|p| matches!(p.phase, Phase::Disposing(_))) {
-            return;
+        if !is_child_of(self.sessions, child, &parent) || self.sessions.get(&parent).is_some_and(|p| matches!(p.phase, Phase::Disposing(_))) {
+            return Vec::new();
         }
-        let Some(p) = self.sessions.get_mut(&parent) else { return };
-        let Some(entry) = p.record.tools.as_mut().and_then(|t| t.children.iter_mut().find(|c| c.session == *child)) else { return };
+        let Some(p) = self.sessions.get_mut(&parent) else { return Vec::new() };
+        let Some(entry) = p.record.tools.as_mut().and_then(|t| t.children.iter_mut().find(|c| c.session == *child)) else { return Vec::new() };
         if entry.delivered >= link.finished {
-            return;
+            return Vec::new();
         }
         entry.delivered = link.finished;
         let default_chat = p.record.default_chat().into_owned();
@@ -302,50 +351,60 @@ impl Host {
         let id = format!("child-finished-{}", self.shared.rng.hex_id());
         crate::mark!("child_finished_delivered");
         self.shared.log(LogLevel::Info, "child.finished", Some(parent.clone()), format!("{child} turn {} ({})", last.turn_id, last.status));
-        self.deliver(&parent, &default_chat, id, super::tools::message(text, MessageKind::SystemNotification, meta), sender);
+        vec![ToolOut::Deliver { session: parent, chat: default_chat, id, message: Box::new(super::tools::message(text, MessageKind::SystemNotification, meta)), sender }]
     }
 
-    /// Delivers what the children read back at start owe (module docs),
-    /// and settles links a crash left one-sided: a child whose parent does
-    /// not list it (or is gone) drops its link, a parent listing a child
-    /// that does not name it drops the entry. Runs after every input; does
-    /// nothing while the host stops (the set waits for the restart).
-    pub(crate) fn deliver_owed_children(&mut self) {
-        if self.stopping() || self.children_owed.is_empty() {
-            return;
+    /// The sessions whose family links wait to be looked at (module docs),
+    /// taken: each is then settled ([`Tools::settle_owed`]). None while the
+    /// host stops (the set waits for the restart).
+    pub(crate) fn take_owed(&mut self) -> BTreeSet<Uri> {
+        if self.stopping {
+            return BTreeSet::new();
         }
-        for uri in std::mem::take(&mut self.children_owed) {
-            let Some(tools) = self.sessions.get(&uri).and_then(|s| s.record.tools.as_ref()) else { continue };
-            let (link, children) = (tools.parent.clone(), tools.children.clone());
-            for c in children {
-                if !self.is_child_of(&c.session, &uri) {
-                    crate::mark!("child_entry_dropped_at_restore");
-                    self.forget_child(&uri, &c.session);
-                }
-            }
-            // A childFinished queued before the restart, whose wake the
-            // restart cut short: the parent wakes for it now.
-            let owed_wake = self.sessions.get(&uri).is_some_and(|s| {
-                s.phase == Phase::Asleep && s.record.chats.iter().flat_map(|c| c.queued.iter()).any(|m| is_child_finished(&m.message))
-            });
-            if owed_wake {
-                crate::mark!("child_finished_wakes_at_restore");
-                self.wake(&uri);
-            }
-            let Some(link) = link else { continue };
-            if self.is_child_of(&uri, &link.session) {
-                self.deliver_child_finish(&uri);
-            } else {
-                crate::mark!("child_link_dropped_at_restore");
-                self.unlink_child(&uri);
-            }
-        }
+        std::mem::take(&mut self.state.family.owed)
     }
 
-    /// Now, when something read back at start waits to be looked at
-    /// ([`Host::deliver_owed_children`]); never while the host stops.
-    pub(crate) fn children_owed_deadline(&self) -> Option<crate::time::MonoTime> {
-        (!self.children_owed.is_empty() && !self.stopping()).then_some(self.shared.now.mono)
+    /// Settles the links of `uri`, read back at start (or owed while the
+    /// host stopped): a parent listing a child that does not name it drops
+    /// the entry; a parent a `childFinished` queued before the restart
+    /// waits on is woken ([`ToolOut::Wake`]); then its own link to its
+    /// parent ([`ToolOut::OwedLink`], [`Tools::owed_link`]).
+    pub(crate) fn settle_owed(&mut self, uri: &Uri) -> Vec<ToolOut> {
+        let Some(tools) = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()) else { return Vec::new() };
+        let children = tools.children.clone();
+        for c in children {
+            if !is_child_of(self.sessions, &c.session, uri) {
+                crate::mark!("child_entry_dropped_at_restore");
+                self.forget_child(uri, &c.session);
+            }
+        }
+        let mut outs = Vec::new();
+        // A childFinished queued before the restart, whose wake the
+        // restart cut short: the parent wakes for it now.
+        let owed_wake = self.sessions.get(uri).is_some_and(|s| {
+            s.phase == Phase::Asleep && s.record.chats.iter().flat_map(|c| c.queued.iter()).any(|m| is_child_finished(&m.message))
+        });
+        if owed_wake {
+            crate::mark!("child_finished_wakes_at_restore");
+            outs.push(ToolOut::Wake(uri.clone()));
+        }
+        outs.push(ToolOut::OwedLink(uri.clone()));
+        outs
+    }
+
+    /// A child's link looked at after a restart ([`Tools::settle_owed`]):
+    /// a child whose parent lists it delivers what it owes
+    /// ([`Tools::deliver_child_finish`]); one whose parent does not list it
+    /// (or is gone) drops its link.
+    pub(crate) fn owed_link(&mut self, uri: &Uri) -> Vec<ToolOut> {
+        let Some(link) = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
+        if is_child_of(self.sessions, uri, &link.session) {
+            self.deliver_child_finish(uri)
+        } else {
+            crate::mark!("child_link_dropped_at_restore");
+            self.unlink_child(uri);
+            Vec::new()
+        }
     }
 
     /// Drops `child`'s link to its parent (and writes it, unless it is
@@ -358,21 +417,13 @@ impl Host {
             if !starting {
                 self.store_put(child);
             }
-            self.in_session(child, |s, sh| s.expose_tool_meta(sh));
+            self.expose_tool_meta(child);
         }
     }
 
-    /// A record read back at start that is a child or a parent: looked at
-    /// at the first input ([`Host::deliver_owed_children`]).
-    pub(crate) fn index_family(&mut self, record: &SessionRecord) {
-        if record.tools.as_ref().is_some_and(|t| t.parent.is_some() || !t.children.is_empty()) {
-            self.children_owed.insert(record.resource.clone());
-        }
-    }
-
-    /// A session disposed (`record`, as it was): its parent forgets it, and
-    /// its children are kept with their link dropped (docs/DECISIONS.md,
-    /// 24).
+    /// A session disposed (`record`, as it was; `Fact::Disposed`): its
+    /// parent forgets it, and its children are kept with their link dropped
+    /// (docs/DECISIONS.md, 24).
     pub(crate) fn forget_family(&mut self, record: &SessionRecord) {
         let Some(tools) = record.tools.as_ref() else { return };
         if let Some(link) = &tools.parent {
@@ -385,7 +436,7 @@ impl Host {
                 self.unlink_child(&c.session);
             }
         }
-        self.children_owed.remove(&record.resource);
+        self.state.family.owed.remove(&record.resource);
     }
 }
 
@@ -427,12 +478,12 @@ impl crate::HostView<'_> {
     /// Whether `child` is a child of `parent` on both records (for the
     /// invariants).
     pub fn is_child_of(&self, child: &str, parent: &str) -> bool {
-        self.host.is_child_of(child, parent)
+        is_child_of(&self.host.sessions, child, parent)
     }
 
     /// The sessions whose family links are looked at at the next input
     /// (read back at start, or a child's finish owed while the host stops).
     pub fn children_owed(&self) -> &std::collections::BTreeSet<Uri> {
-        &self.host.children_owed
+        &self.host.tools.family.owed
     }
 }

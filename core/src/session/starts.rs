@@ -33,7 +33,7 @@ pub enum StartNext {
     },
     /// A child session `start_child_session` made started: its first
     /// prompt starts, and tool call `.0` is answered
-    /// (`Host::child_started`).
+    /// (`Tools::child_started`, `host/children.rs`).
     ChildStarted(HostCallId),
     /// Every start of the wake answered: the wake ends.
     WakeDone,

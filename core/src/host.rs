@@ -23,7 +23,6 @@
 //! - `agents`: what a session's backend answers and says and a turn's life
 //!   around it; sleep after idle, the residency limit, waking; a graceful
 //!   stop; when a chat's queued message starts (the session decides).
-//! - `discovery`: passes over the backends' transcripts, external sessions.
 //!
 //! Parts with their own state take a view of what they may reach, not the
 //! host: `awareness` (workspace awareness: `awareness::Aware`),
@@ -31,8 +30,11 @@
 //! resolution, worktrees, checkpoints, a tree's life through archive,
 //! dispose and wake: `git::Trees`, whose outs `Host::apply_trees` applies),
 //! `automations` (`automations::Auto`, whose outs `Host::apply_automation`
-//! applies) and `tools` with `children` (the host tools and child sessions:
-//! `tools::Tools`, whose outs `Host::apply_tools` applies). The rest of the
+//! applies), `tools` with `children` (the host tools and child sessions:
+//! `tools::Tools`, whose outs `Host::apply_tools` applies) and `discovery`
+//! (passes over the backends' transcripts, external sessions:
+//! `discovery::Finder`, whose outs, `discovery::Found`, `Host::apply_found`
+//! applies). The rest of the
 //! files here are the host's own rules, each one job: `timers` (the timer table:
 //! every timed kind's deadline and fire, walked in one order by `handle`
 //! and `next_deadline`). Below both the host and a
@@ -229,13 +231,9 @@ pub struct Host {
     pub(crate) refused: BTreeSet<ConnId>,
     /// When the residency limit was last swept (once a minute).
     pub(crate) last_sweep: MonoTime,
-    /// Providers whose scan is in flight.
-    pub(crate) scans_in_flight: BTreeSet<String>,
-    /// When the last scan was started; `None` before the first.
-    pub(crate) last_scan_at: Option<MonoTime>,
-    /// Passes over the backends' transcripts being merged, a slice an
-    /// input (`host/discovery.rs`).
-    pub(crate) merges: discovery::Merges,
+    /// Passes over the backends' transcripts: in flight, and being merged
+    /// a slice an input (`host/discovery.rs`).
+    pub(crate) discovery: discovery::Discovery,
     /// Workspace awareness (issue 10).
     pub(crate) awareness: awareness::Awareness,
     /// The window's own trees, by handle (`host/detached.rs`).
@@ -305,7 +303,7 @@ impl HostView<'_> {
     /// Whether a pass over a backend's transcripts is being merged (its
     /// slices may list sessions again, asleep, in any input).
     pub fn merging_scan(&self) -> bool {
-        self.host.merges.pending()
+        self.host.discovery.merging()
     }
 
     /// The tombstones' index by conversation checked against the
@@ -428,9 +426,7 @@ impl Host {
             tombstones: Tombstones::default(),
             refused: BTreeSet::new(),
             last_sweep: now.mono,
-            scans_in_flight: BTreeSet::new(),
-            last_scan_at: None,
-            merges: discovery::Merges::default(),
+            discovery: discovery::Discovery::default(),
             awareness: awareness::Awareness::default(),
             detached: crate::detached::Registry::default(),
             went: Vec::new(),
@@ -624,13 +620,11 @@ impl Host {
         self.shared.now = Now { mono, wall: now.wall };
         self.went.clear();
         self.sessions.clear_touched();
-        if self.last_scan_at.is_none() {
-            // The first input: the first pass over every backend's
-            // transcripts runs behind whatever it is.
-            self.start_scans();
-        }
+        // The first input: the first pass over every backend's
+        // transcripts runs behind whatever it is.
+        self.finder().scan_at_first_input();
         let tick = matches!(input, Input::Tick);
-        if self.merges.pending() && !tick {
+        if self.discovery.merging() && !tick {
             // Something else came while a pass is half merged: the rest of
             // it is judged against what this input changes.
             crate::mark!("scan_merge_interleaved");
@@ -760,7 +754,10 @@ impl Host {
             Op::Forget { session, chat, turn_ids } => {
                 self.in_session(&session, |s, sh| s.forget_answered(sh, &chat, &turn_ids, outcome));
             }
-            Op::Scan { provider } => self.on_scanned(&provider, op, outcome),
+            Op::Scan { provider } => {
+                let found = self.finder().on_scanned(&provider, op, outcome);
+                self.apply_found(found);
+            }
             Op::Send { session } => self.on_sent(&session, op, outcome),
             Op::Delete { session } => self.on_conversation_deleted(&session, op, outcome),
             Op::StorePut { session } => self.on_record_written(&session, op, outcome),
@@ -984,6 +981,91 @@ impl Host {
                     self.apply_automation(outs);
                 }
                 Out::Started { automation, run, answer } => self.automation().run_started(&automation, &run, answer),
+            }
+        }
+    }
+
+    /// Discovery at work: its state with what it may reach
+    /// ([`discovery::Finder`]).
+    pub(crate) fn finder(&mut self) -> discovery::Finder<'_> {
+        discovery::Finder { state: &mut self.discovery, sessions: &mut self.sessions, tombstones: &mut self.tombstones, shared: &mut self.shared }
+    }
+
+    /// Merges the next slice of the passes waiting, when one is due
+    /// ([`discovery::Finder::begin_slice`]), a step at a time: what each
+    /// step found is applied before the next row is judged.
+    pub(crate) fn merge_if_due(&mut self, tick: bool) {
+        let Some(mut slice) = self.finder().begin_slice(tick) else { return };
+        while let Some(found) = self.finder().merge_on(&mut slice) {
+            self.apply_found(found);
+        }
+    }
+
+    /// Applies what discovery found ([`discovery::Found`]), in order.
+    pub(crate) fn apply_found(&mut self, found: Vec<discovery::Found>) {
+        use discovery::Found;
+        for out in found {
+            match out {
+                Found::Listed { uri, session } => {
+                    let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
+                    self.add_session(uri.clone(), *session);
+                    for chat in chats {
+                        self.index_chat(chat, &uri);
+                    }
+                    self.announce(&uri);
+                }
+                Found::Store(uri) => {
+                    self.store_put(&uri);
+                }
+                Found::Refreshed { uri, title, modified_at } => {
+                    let Some(session) = self.sessions.get_mut(&uri) else { continue };
+                    if let Some(title) = title {
+                        session.record.title = title;
+                    }
+                    self.advance_modified_at(&uri, modified_at);
+                    self.summary_changed(&uri);
+                }
+                Found::ChatJoined { uri, chat, modified_at } => {
+                    let Some(session) = self.sessions.get_mut(&uri) else { continue };
+                    let resource = chat.resource.clone();
+                    session.record.chats.push(*chat);
+                    self.index_chat(resource, &uri);
+                    self.advance_modified_at(&uri, modified_at);
+                    self.store_put(&uri);
+                    self.summary_changed(&uri);
+                }
+                Found::Gone(uri) => {
+                    let shown = self.shown_to_clients(&uri);
+                    let Some(session) = self.drop_session(&uri) else { continue };
+                    if session.is_announced() {
+                        self.shared.catalogue.remove(session.modified_at.0, &uri);
+                    }
+                    for chat in &session.record.chats {
+                        self.shared.chats.remove(&chat.resource);
+                    }
+                    if shown {
+                        let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri };
+                        self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+                    }
+                }
+                Found::Damaged { uri, chat, provider } => {
+                    if self.in_session(&uri, |s, sh| s.mark_transcript_damaged(sh, &chat)) == Some(true) {
+                        self.shared.log(LogLevel::Warn, "backend.transcript_damaged", Some(uri.clone()), format!("{chat}: a pass over {provider}'s transcripts could not read it"));
+                        self.summary_changed(&uri);
+                    }
+                }
+                Found::Shown(uri) => {
+                    let Some(session) = self.sessions.get_mut(&uri) else { continue };
+                    let summary = session.summary();
+                    session.replace_sent_row(summary.clone());
+                    let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
+                    self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+                }
+                Found::Hidden(uri) => {
+                    let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri };
+                    self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+                }
+                Found::Log(event) => self.shared.effects.push(Effect::Log(event)),
             }
         }
     }
@@ -1217,6 +1299,12 @@ impl Host {
         }
         self.shared.fan_out(channel, action, origin);
         true
+    }
+
+    /// Whether root subscribers are told about this session: every session
+    /// of this host's own, and the external ones the mode shows.
+    pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
+        self.sessions.get(uri).is_some_and(|s| self.shared.shows(&s.record, s.modified_at))
     }
 
     /// Announces a session: `root/sessionAdded` with its row.

@@ -1,20 +1,32 @@
 //! The catalogue's second half: passes over the backends' own transcripts
 //! (Sessions page, "Finding one"), external sessions, and the root config's
 //! `showExternalSessions`.
+//!
+//! An owner of the host's (issue 47: "the host routes, owners decide"):
+//! [`Discovery`] holds the passes in flight, when the last began and the
+//! merges waiting; [`Finder`] is it at work for one input, with what it may
+//! reach (the session table, asked which session holds a conversation; the
+//! tombstones, which a dispose makes and a pass judges; [`Shared`]), made by
+//! `Host::finder`. What a pass changes beyond that (a session listed or
+//! forgotten, a row told, a record written) it returns as [`Found`], which
+//! `Host::apply_found` applies in order. A merge runs a step at a time
+//! ([`Finder::merge_on`]) and the host applies each step's outs before the
+//! next, so every row is judged against the host as the rows before it
+//! left it.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use ahp_types::actions::RootConfigChangedAction;
 use ahp_types::state::{ConfigSchema, RootConfigState};
-use ahp_types::{Uri, ROOT_RESOURCE_URI};
+use ahp_types::Uri;
 
-use super::{Host, Op};
-use crate::effect::{Effect, LogLevel, OpId};
+use super::{Op, Shared, Tombstones};
+use crate::effect::{Effect, LogEvent, LogLevel, OpId};
 use crate::external::{ExternalFilter, ExternalMode};
 use crate::ids::{self, ResourceId};
 use crate::input::{Outcome, ScannedRow};
 use crate::record::{ChatRecord, SessionRecord, RECORD_FORMAT};
-use crate::session::table::conversation_key;
+use crate::session::table::{conversation_key, SessionTable};
 use crate::session::{Phase, Session};
 use crate::shared::SHOW_EXTERNAL;
 use crate::time::{MonoTime, WallTime};
@@ -42,11 +54,157 @@ pub fn root_config(mode: ExternalMode) -> RootConfigState {
     }
 }
 
-impl Host {
-    /// Whether root subscribers are told about this session: every session
-    /// of this host's own, and the external ones the mode shows.
-    pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
-        self.sessions.get(uri).is_some_and(|s| self.shared.shows(&s.record, s.modified_at))
+/// Whether a client may change the root config so: only
+/// `showExternalSessions`, only to one of its modes (a replacing config
+/// must name it). `Err` is the reason the action is rejected with.
+pub(crate) fn check_root_config(action: &RootConfigChangedAction) -> Result<(), String> {
+    for (key, value) in &action.config {
+        if key != SHOW_EXTERNAL {
+            return Err(format!("unknown root config key {}", ids::printable(key)));
+        }
+        if value.as_str().and_then(ExternalMode::parse).is_none() {
+            return Err(format!("{SHOW_EXTERNAL} must be one of none, recent, last24Hours, last7Days, last30Days"));
+        }
+    }
+    if action.replace == Some(true) && !action.config.contains_key(SHOW_EXTERNAL) {
+        return Err(format!("a replacing root config must name {SHOW_EXTERNAL}"));
+    }
+    Ok(())
+}
+
+/// Discovery's own state: the passes over the backends' transcripts in
+/// flight, when the last round of them began, and the passes being merged.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Discovery {
+    /// Providers whose scan is in flight (until its merge ends).
+    scans_in_flight: BTreeSet<String>,
+    /// When the last scans were started; `None` before the first.
+    last_scan_at: Option<MonoTime>,
+    /// Passes being merged, a slice an input.
+    merges: Merges,
+}
+
+impl Discovery {
+    /// When the next slice of a merge is due ([`Merges::deadline`]), if a
+    /// merge waits: the timer table's `ScanMerge` kind.
+    pub(crate) fn deadline(&self, now: MonoTime) -> Option<MonoTime> {
+        self.merges.deadline(now)
+    }
+
+    /// Whether a pass is being merged (its slices may list sessions again,
+    /// asleep, in any input).
+    pub(crate) fn merging(&self) -> bool {
+        self.merges.pending()
+    }
+}
+
+/// Discovery at work for one input: its state with what it may reach.
+/// Made by `Host::finder`; what it changes beyond these it returns as
+/// [`Found`].
+pub(crate) struct Finder<'a> {
+    /// Discovery's own state.
+    pub(crate) state: &'a mut Discovery,
+    /// The session table: read, and asked which session holds a
+    /// conversation (which brings that index up to date first).
+    pub(crate) sessions: &'a mut SessionTable,
+    /// The disposed sessions' tombstones: read to hide rows, and spent by
+    /// the passes that speak for them.
+    pub(crate) tombstones: &'a mut Tombstones,
+    /// What every part shares (time, settings, ops, effects, the catalogue).
+    pub(crate) shared: &'a mut Shared,
+}
+
+/// What a pass (or a change of `showExternalSessions`) asks of the host
+/// beyond discovery's own state: applied by `Host::apply_found` in the
+/// order given, before discovery is asked for its next step.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// A session a pass found, asleep and not held: added to the table,
+    /// its chats indexed, announced (`Host::announce`).
+    Listed {
+        /// Its URI.
+        uri: Uri,
+        /// The session, made from the row.
+        session: Box<Session>,
+    },
+    /// The session's record is written (`Session::store_put`).
+    Store(Uri),
+    /// An external session at rest whose transcript a pass found again:
+    /// the row's title (when it has one) and its `modifiedAt` (moved only
+    /// forward) taken, root subscribers told of the row.
+    Refreshed {
+        /// The session.
+        uri: Uri,
+        /// The row's title, when not empty.
+        title: Option<Box<str>>,
+        /// The row's `modifiedAt`.
+        modified_at: WallTime,
+    },
+    /// One more chat of a session this host ran, asleep, found after the
+    /// session was listed again: it joins the session, is indexed, moves
+    /// its `modifiedAt` forward, and the record is written and the row told.
+    ChatJoined {
+        /// The session.
+        uri: Uri,
+        /// The chat's record, made from the row.
+        chat: Box<ChatRecord>,
+        /// The row's `modifiedAt`.
+        modified_at: WallTime,
+    },
+    /// An external session whose transcript went: removed from the table,
+    /// the catalogue and the chat index, and root subscribers that were
+    /// shown it told `root/sessionRemoved`.
+    Gone(Uri),
+    /// A chat whose transcript a pass could not read (issue 25): marked
+    /// damaged (`session/damage.rs`); when that is news, logged and the
+    /// session's row told.
+    Damaged {
+        /// The session holding the chat.
+        uri: Uri,
+        /// The chat.
+        chat: Uri,
+        /// The provider whose pass could not read it.
+        provider: String,
+    },
+    /// An external session the mode now shows: its row is sent to root
+    /// subscribers as `root/sessionAdded`.
+    Shown(Uri),
+    /// An external session the mode no longer shows: root subscribers are
+    /// told `root/sessionRemoved`.
+    Hidden(Uri),
+    /// A log line, queued after what the outs before it did.
+    Log(LogEvent),
+}
+
+/// A slice of the merges under way in one input ([`Finder::begin_slice`]):
+/// the budget left and the merge at hand between two steps.
+#[derive(Debug)]
+pub(crate) struct Slice {
+    /// What is left of the slice's budget (rows cost [`ROW_COST`], a
+    /// session walked 1).
+    budget: usize,
+    /// The merge a step stopped in to have its outs applied.
+    at: Option<Merge>,
+}
+
+/// How far a merge came in one step ([`Finder::merge_slice`]).
+enum Progress {
+    /// A row or a walk found what the host applies before the merge goes
+    /// on.
+    Found(Vec<Found>),
+    /// The merge is done.
+    Done,
+    /// The slice's budget is spent, the merge not done.
+    Spent,
+}
+
+impl Finder<'_> {
+    /// At the first input: the first pass over every backend's transcripts
+    /// runs behind whatever it is.
+    pub(crate) fn scan_at_first_input(&mut self) {
+        if self.state.last_scan_at.is_none() {
+            self.start_scans();
+        }
     }
 
     /// Fixes the `recent` cutoff the first time a listing runs: the second
@@ -62,12 +220,12 @@ impl Host {
 
     /// Starts a scan of every agent and external source that has none in
     /// flight.
-    pub(crate) fn start_scans(&mut self) {
+    fn start_scans(&mut self) {
         let mut providers: BTreeSet<String> = self.shared.config.agents.iter().map(|a| a.provider.clone()).collect();
         providers.extend(self.shared.config.external_sources.iter().cloned());
-        self.last_scan_at = Some(self.shared.now.mono);
+        self.state.last_scan_at = Some(self.shared.now.mono);
         for provider in providers {
-            if self.scans_in_flight.insert(provider.clone()) {
+            if self.state.scans_in_flight.insert(provider.clone()) {
                 let op = self.shared.new_op(Op::Scan { provider: provider.clone() });
                 self.shared.effects.push(Effect::Scan { op, provider });
             }
@@ -77,7 +235,7 @@ impl Host {
     /// After a listing: a refresh runs behind the answer when the last pass
     /// is older than `scan_interval_ms`.
     pub(crate) fn refresh_if_stale(&mut self) {
-        let stale = self.last_scan_at.is_none_or(|t| self.shared.now.mono >= t.plus_ms(self.shared.config.scan_interval_ms));
+        let stale = self.state.last_scan_at.is_none_or(|t| self.shared.now.mono >= t.plus_ms(self.shared.config.scan_interval_ms));
         if stale {
             self.start_scans();
         }
@@ -86,24 +244,26 @@ impl Host {
     /// A pass over `provider`'s transcripts finished: its rows are merged
     /// into the catalogue (see [`Merge`]), a slice now and the rest in the
     /// inputs after this one. The provider counts as being scanned until
-    /// its merge ends, so no second pass of it starts meanwhile.
-    pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) {
-        let rows = match outcome {
+    /// its merge ends, so no second pass of it starts meanwhile. Returns
+    /// the chats whose transcripts the pass could not read.
+    pub(crate) fn on_scanned(&mut self, provider: &str, op: OpId, outcome: Outcome) -> Vec<Found> {
+        let (rows, damaged) = match outcome {
             Outcome::Scanned { rows, damaged } => {
-                self.damaged_transcripts(provider, &damaged);
-                rows
+                let damaged = self.damaged_transcripts(provider, &damaged);
+                (rows, damaged)
             }
             Outcome::Failed { message } => {
-                self.scans_in_flight.remove(provider);
+                self.state.scans_in_flight.remove(provider);
                 crate::mark!("scan_failed");
-                return self.shared.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
+                self.shared.log(LogLevel::Warn, "catalogue.scan_failed", None, format!("{provider}: {message}"));
+                return Vec::new();
             }
             _ => {
-                self.scans_in_flight.remove(provider);
-                return;
+                self.state.scans_in_flight.remove(provider);
+                return Vec::new();
             }
         };
-        self.merges.queue.push_back(Merge {
+        self.state.merges.queue.push_back(Merge {
             provider: provider.to_owned(),
             op,
             rows_total: rows.len(),
@@ -115,6 +275,7 @@ impl Host {
             skipped: 0,
             slices: 0,
         });
+        damaged
     }
 
     /// Transcripts a pass found but could not read (issue 25): the chat
@@ -122,76 +283,103 @@ impl Host {
     /// session's state is not held; a held state came from the agent, which
     /// read the conversation at its start and holds it still. One that no
     /// session holds is only the shell's log line.
-    fn damaged_transcripts(&mut self, provider: &str, ids: &[String]) {
+    fn damaged_transcripts(&mut self, provider: &str, ids: &[String]) -> Vec<Found> {
+        let mut found = Vec::new();
         for id in ids {
             let Some((uri, session)) = self.sessions.conversation_holder(provider, id) else { continue };
             if session.resident.is_some() {
                 continue;
             }
             let Some(chat) = session.record.chats.iter().find(|c| &*c.conversation_id == id).map(|c| c.resource.clone()) else { continue };
-            let uri = uri.clone();
-            if self.in_session(&uri, |s, sh| s.mark_transcript_damaged(sh, &chat)) == Some(true) {
-                self.shared.log(LogLevel::Warn, "backend.transcript_damaged", Some(uri.clone()), format!("{chat}: a pass over {provider}'s transcripts could not read it"));
-                self.summary_changed(&uri);
-            }
+            found.push(Found::Damaged { uri: uri.clone(), chat, provider: provider.to_owned() });
         }
+        found
     }
 
-    /// Merges the next slice of the passes waiting (`scan_merge_slice` rows,
-    /// or eight times as many sessions walked, over the passes in the order
-    /// they came), when one is due ([`Merges::due`]): at once for a pass
-    /// that just came, so a pass no bigger than a slice is merged in the
-    /// input that brought it; then on the first tick a millisecond after
-    /// the last slice, or on any input once the merge has waited
-    /// [`MERGE_SLICE_OVERDUE_MS`]. A tick comes when the driver has nothing
-    /// else to read, so the frames that came during a slice are answered
-    /// before the next slice (issue 21: a slice on every input let pings
-    /// queue up behind slice after slice).
-    pub(crate) fn merge_if_due(&mut self, tick: bool) {
+    /// Starts a slice of the passes waiting, when one is due
+    /// ([`Merges::due`]): at once for a pass that just came, so a pass no
+    /// bigger than a slice is merged in the input that brought it; then on
+    /// the first tick a millisecond after the last slice, or on any input
+    /// once the merge has waited [`MERGE_SLICE_OVERDUE_MS`]. A tick comes
+    /// when the driver has nothing else to read, so the frames that came
+    /// during a slice are answered before the next slice (issue 21: a
+    /// slice on every input let pings queue up behind slice after slice).
+    /// `None`: no slice is due. The slice is run by [`Finder::merge_on`].
+    pub(crate) fn begin_slice(&mut self, tick: bool) -> Option<Slice> {
         let now = self.shared.now.mono;
-        if !self.merges.due(now, tick) {
-            return;
+        if !self.state.merges.due(now, tick) {
+            return None;
         }
-        self.merges.last_slice = Some(now);
-        let mut budget = self.shared.config.scan_merge_slice.max(1).saturating_mul(ROW_COST);
-        while budget > 0 {
-            let Some(mut merge) = self.merges.queue.pop_front() else { break };
-            merge.slices += 1;
-            if merge.slices == 2 {
-                crate::mark!("scan_merge_sliced");
-            }
-            if self.merge_slice(&mut merge, &mut budget) {
-                self.finish_merge(merge);
-            } else {
-                if merge.slices == 1 {
-                    // Said only of a pass bigger than a slice: a small one is
-                    // merged in the input that brought it, as it always was.
-                    self.shared.log(LogLevel::Info, "catalogue.scan_merging", None, format!(
-                        "{}: {} rows, merged {} a slice",
-                        merge.provider, merge.rows_total, self.shared.config.scan_merge_slice.max(1)
-                    ));
-                }
-                self.merges.queue.push_front(merge);
-            }
-        }
-        if self.merges.queue.is_empty() {
-            self.merges.last_slice = None;
-        }
+        self.state.merges.last_slice = Some(now);
+        let budget = self.shared.config.scan_merge_slice.max(1).saturating_mul(ROW_COST);
+        Some(Slice { budget, at: None })
     }
 
-    /// Merges `merge` on until `budget` is spent (true: it is done). Every
-    /// row is judged against the host as it is when its turn comes, so what
-    /// other inputs changed between two slices counts: a session disposed
-    /// meanwhile has a tombstone that hides its rows, one adopted is no
-    /// longer external, one made meanwhile holds its conversations.
-    fn merge_slice(&mut self, merge: &mut Merge, budget: &mut usize) -> bool {
+    /// Merges `slice` on (`scan_merge_slice` rows, or eight times as many
+    /// sessions walked, over the passes in the order they came) until a
+    /// row or a walk finds something the host must do: those outs, which
+    /// the host applies before calling again. `None`: the slice is over.
+    pub(crate) fn merge_on(&mut self, slice: &mut Slice) -> Option<Vec<Found>> {
+        loop {
+            let mut merge = match slice.at.take() {
+                Some(merge) => merge,
+                None => {
+                    if slice.budget == 0 {
+                        break;
+                    }
+                    let Some(mut merge) = self.state.merges.queue.pop_front() else { break };
+                    merge.slices += 1;
+                    if merge.slices == 2 {
+                        crate::mark!("scan_merge_sliced");
+                    }
+                    merge
+                }
+            };
+            match self.merge_slice(&mut merge, &mut slice.budget) {
+                Progress::Found(found) => {
+                    slice.at = Some(merge);
+                    return Some(found);
+                }
+                Progress::Done => self.finish_merge(merge),
+                Progress::Spent => {
+                    if merge.slices == 1 {
+                        // Said only of a pass bigger than a slice: a small one is
+                        // merged in the input that brought it, as it always was.
+                        self.shared.log(LogLevel::Info, "catalogue.scan_merging", None, format!(
+                            "{}: {} rows, merged {} a slice",
+                            merge.provider, merge.rows_total, self.shared.config.scan_merge_slice.max(1)
+                        ));
+                    }
+                    self.state.merges.queue.push_front(merge);
+                }
+            }
+        }
+        if self.state.merges.queue.is_empty() {
+            self.state.merges.last_slice = None;
+        }
+        None
+    }
+
+    /// Merges `merge` on until `budget` is spent, it is done, or a row or
+    /// a walk found something for the host. Every row is judged against
+    /// the host as it is when its turn comes, so what other inputs changed
+    /// between two slices counts: a session disposed meanwhile has a
+    /// tombstone that hides its rows, one adopted is no longer external,
+    /// one made meanwhile holds its conversations.
+    fn merge_slice(&mut self, merge: &mut Merge, budget: &mut usize) -> Progress {
+        if matches!(merge.stage, Stage::Swept) {
+            return Progress::Done;
+        }
         while *budget > 0 {
             match &mut merge.stage {
                 Stage::Defaults => match merge.rows.next() {
                     Some(row) => {
                         *budget = budget.saturating_sub(ROW_COST);
                         if is_default_chat(&row) {
-                            self.merge_row(merge, row);
+                            let found = self.merge_row(merge, row);
+                            if !found.is_empty() {
+                                return Progress::Found(found);
+                            }
                         } else {
                             merge.set_aside.push(row);
                         }
@@ -204,7 +392,10 @@ impl Host {
                 Stage::Others => match merge.rows.next() {
                     Some(row) => {
                         *budget = budget.saturating_sub(ROW_COST);
-                        self.merge_row(merge, row);
+                        let found = self.merge_row(merge, row);
+                        if !found.is_empty() {
+                            return Progress::Found(found);
+                        }
                     }
                     None => merge.stage = Stage::Sweep { after: None },
                 },
@@ -226,7 +417,7 @@ impl Host {
                             && s.phase == Phase::Asleep
                             && s.record.chats.iter().all(|c| !merge.seen.contains(&conversation_key(provider, &c.conversation_id)))
                         {
-                            gone.push(uri.clone());
+                            gone.push(Found::Gone(uri.clone()));
                         }
                     }
                     let done = walked < *budget;
@@ -234,26 +425,30 @@ impl Host {
                     if let Some(uri) = last {
                         *after = Some(uri.clone());
                     }
-                    for uri in gone {
-                        self.forget_listed(&uri);
+                    if done {
+                        merge.stage = Stage::Swept;
+                    }
+                    if !gone.is_empty() {
+                        return Progress::Found(gone);
                     }
                     if done {
-                        return true;
+                        return Progress::Done;
                     }
                 }
+                Stage::Swept => return Progress::Done,
             }
         }
-        false
+        Progress::Spent
     }
 
     /// One row of a pass: hidden by a tombstone, or an external session's
     /// title and times refreshed, or a conversation this host ran listed
     /// again, or one a CLI wrote listed as external.
-    fn merge_row(&mut self, merge: &mut Merge, row: ScannedRow) {
+    fn merge_row(&mut self, merge: &mut Merge, row: ScannedRow) -> Vec<Found> {
         let provider = merge.provider.as_str();
         if ids::validate_conversation_id(&row.conversation_id).is_err() {
             merge.skipped += 1;
-            return;
+            return Vec::new();
         }
         // A row of a disposed session is not listed again, and a tombstone
         // none of whose rows this pass found has nothing left to guard.
@@ -267,7 +462,7 @@ impl Host {
         if let Some(uri) = tombstone {
             crate::mark!("tombstone_hides_row");
             merge.guarding.insert(uri);
-            return;
+            return Vec::new();
         }
         merge.seen.insert(conversation_key(provider, &row.conversation_id));
         if let Some((uri, s)) = self.sessions.conversation_holder(provider, &row.conversation_id) {
@@ -275,10 +470,10 @@ impl Host {
             // times; asked here first so that a session of this host's own
             // is read, not handed out to change.
             if s.record.external && s.resident.is_none() {
-                let uri = uri.clone();
-                self.refresh_external(&uri, &row);
+                let title = (!row.title.is_empty()).then(|| row.title.as_str().into());
+                return vec![Found::Refreshed { uri: uri.clone(), title, modified_at: row.modified_at }];
             }
-            return;
+            return Vec::new();
         }
         match row.session.clone() {
             Some(session) => self.rediscover(provider, &session, row),
@@ -291,7 +486,7 @@ impl Host {
     /// provider may be scanned again.
     fn finish_merge(&mut self, merge: Merge) {
         let provider = merge.provider.as_str();
-        self.scans_in_flight.remove(provider);
+        self.state.scans_in_flight.remove(provider);
         if merge.skipped > 0 {
             crate::mark!("scan_rows_skipped");
             self.shared.log(LogLevel::Warn, "catalogue.rows_skipped", None, format!("{provider}: {} rows with ids that are not safe to use", merge.skipped));
@@ -337,190 +532,132 @@ impl Host {
         }
     }
 
-    /// An external row already listed: its title and times may have moved.
-    fn refresh_external(&mut self, uri: &Uri, row: &ScannedRow) {
-        // Read first: a session of this host's own is not handed out to
-        // change (so not re-indexed, nor re-checked as touched).
-        if !self.sessions.get(uri).is_some_and(|s| s.record.external && s.resident.is_none()) {
-            return;
-        }
-        let Some(session) = self.sessions.get_mut(uri) else { return };
-        if !row.title.is_empty() {
-            session.record.title = row.title.as_str().into();
-        }
-        self.advance_modified_at(uri, row.modified_at);
-        self.summary_changed(uri);
-    }
-
-    fn insert_listed(&mut self, record: SessionRecord, id: ResourceId) {
-        let uri = id.uri();
-        let chats: Vec<Uri> = record.chats.iter().map(|c| c.resource.clone()).collect();
+    /// A session made from a pass's row: asleep, not held, made now.
+    fn listed(&self, record: SessionRecord, uri: Uri) -> Found {
         let can_resume = self.shared.agent_can_resume(&record.provider);
         let session = Session::new(record, Phase::Asleep, None, can_resume, self.shared.now.mono);
-        self.add_session(uri.clone(), session);
-        for chat in chats {
-            self.index_chat(chat, &uri);
-        }
-        self.announce(&uri);
-    }
-
-    fn record_from_row(&self, provider: &str, id: &ResourceId, chat: Uri, row: &ScannedRow, external: bool) -> SessionRecord {
-        let created = row.created_at.min(row.modified_at);
-        SessionRecord {
-            format: RECORD_FORMAT,
-            key: crate::record::Derived::default(),
-            resource: id.uri(),
-            provider: provider.into(),
-            title: row.title.as_str().into(),
-            created_at: crate::record::Stamp::at(created),
-            modified_at: crate::record::Stamp::at(row.modified_at),
-            is_read: false,
-            is_archived: false,
-            working_directories: row.working_directory.iter().cloned().collect(),
-            config: Default::default(),
-            owner: None,
-            scope: None,
-            default_chat: crate::record::Derived::held(chat.clone()),
-            chats: vec![chat_from_row(chat, row)],
-            changes: None,
-            external,
-            offer: None,
-            in_tree: None,
-            shared_trees: Default::default(),
-            deleted: false,
-            tools: None,
-            git: None,
-        }
+        Found::Listed { uri, session: Box::new(session) }
     }
 
     /// A conversation this host ran whose record the store does not hold:
     /// listed again, under the URI the backend wrote down.
     ///
     /// Every chat of it comes back: rows are merged default chats first (see
-    /// [`default_chats_first`]), so a later chat joins the session its
+    /// [`is_default_chat`]), so a later chat joins the session its
     /// default chat made; a session whose default chat's transcript is gone
     /// is listed with that chat under the id the host gives it. A session
     /// or chat disposed in this process stays gone, even when a pass that
     /// began before the dispose still found its transcript.
-    fn rediscover(&mut self, provider: &str, session: &Uri, row: ScannedRow) {
-        let Ok(id) = ResourceId::parse(session) else { return };
+    fn rediscover(&mut self, provider: &str, session: &Uri, row: ScannedRow) -> Vec<Found> {
+        let Ok(id) = ResourceId::parse(session) else { return Vec::new() };
         let uri = id.uri();
         let default_chat = id.default_chat_uri();
         let chat = row.chat.clone().filter(|c| ResourceId::parse(c).is_ok()).unwrap_or_else(|| default_chat.clone());
         if self.shared.retired.contains(&uri) || self.shared.retired.contains(&chat) || self.shared.chats.contains_key(&chat) {
-            return;
+            return Vec::new();
         }
         if self.sessions.contains_key(&uri) {
             return self.rediscover_chat(&uri, chat, &row);
         }
-        let mut record = self.record_from_row(provider, &id, default_chat.clone(), &row, false);
+        let mut record = record_from_row(provider, &id, default_chat.clone(), &row, false);
         if chat != default_chat {
             record.title = Box::default();
             record.chats[0].conversation_id = id.store_key().into();
             record.chats.push(chat_from_row(chat, &row));
         }
-        self.insert_listed(record, id);
-        self.store_put(&uri);
         crate::mark!("rediscovered_from_transcripts");
-        self.shared.log(LogLevel::Info, "session.rediscovered", Some(uri), format!("from {provider}'s transcripts"));
+        let log = LogEvent { level: LogLevel::Info, event: "session.rediscovered", session: Some(uri.clone()), detail: format!("from {provider}'s transcripts") };
+        vec![self.listed(record, uri.clone()), Found::Store(uri), Found::Log(log)]
     }
 
     /// One more chat of a session this host ran, found in its backend's
     /// transcripts after the session itself was listed again: it joins the
     /// session (asleep, as every rediscovered session is).
-    fn rediscover_chat(&mut self, uri: &Uri, chat: Uri, row: &ScannedRow) {
-        let Some(session) = self.sessions.get_mut(uri) else { return };
+    fn rediscover_chat(&mut self, uri: &Uri, chat: Uri, row: &ScannedRow) -> Vec<Found> {
+        // Asked as a session to change, whether or not it takes the chat:
+        // the sessions an input touched are the ones the step rules check
+        // again.
+        let Some(session) = self.sessions.get_mut(uri) else { return Vec::new() };
         if session.record.external || session.resident.is_some() || session.phase != Phase::Asleep {
-            return;
+            return Vec::new();
         }
-        session.record.chats.push(chat_from_row(chat.clone(), row));
-        self.index_chat(chat, uri);
-        self.advance_modified_at(uri, row.modified_at);
-        self.store_put(uri);
-        self.summary_changed(uri);
+        vec![Found::ChatJoined { uri: uri.clone(), chat: Box::new(chat_from_row(chat, row)), modified_at: row.modified_at }]
     }
 
     /// A conversation a CLI wrote outside this host: listed as external
     /// under `<provider>:/<id>`.
-    fn discover_external(&mut self, provider: &str, row: ScannedRow) {
-        let Ok(id) = ResourceId::parse(&format!("{provider}:/{}", row.conversation_id)) else { return };
+    fn discover_external(&mut self, provider: &str, row: ScannedRow) -> Vec<Found> {
+        let Ok(id) = ResourceId::parse(&format!("{provider}:/{}", row.conversation_id)) else { return Vec::new() };
         let chat = format!("ahp-chat:/{}", id.store_key());
         if self.sessions.contains_key(&id.uri()) || self.shared.chats.contains_key(&chat) {
-            return;
+            return Vec::new();
         }
-        let record = self.record_from_row(provider, &id, chat, &row, true);
-        self.insert_listed(record, id);
-    }
-
-    /// Removes a listed session that is gone from its backend, telling root
-    /// subscribers that were shown it.
-    fn forget_listed(&mut self, uri: &Uri) {
-        let shown = self.shown_to_clients(uri);
-        let Some(session) = self.drop_session(uri) else { return };
-        if session.is_announced() {
-            self.shared.catalogue.remove(session.modified_at.0, uri);
-        }
-        for chat in &session.record.chats {
-            self.shared.chats.remove(&chat.resource);
-        }
-        if shown {
-            let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri.clone() };
-            self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
-        }
-    }
-
-    /// A client changed the root config: only `showExternalSessions`, only
-    /// to one of its modes. Every client is told which external sessions it
-    /// now shows and which it no longer does.
-    pub(crate) fn change_root_config(&mut self, action: &RootConfigChangedAction) -> Result<(), String> {
-        for (key, value) in &action.config {
-            if key != SHOW_EXTERNAL {
-                return Err(format!("unknown root config key {}", ids::printable(key)));
-            }
-            if value.as_str().and_then(ExternalMode::parse).is_none() {
-                return Err(format!("{SHOW_EXTERNAL} must be one of none, recent, last24Hours, last7Days, last30Days"));
-            }
-        }
-        if action.replace == Some(true) && !action.config.contains_key(SHOW_EXTERNAL) {
-            return Err(format!("a replacing root config must name {SHOW_EXTERNAL}"));
-        }
-        Ok(())
+        let record = record_from_row(provider, &id, chat, &row, true);
+        vec![self.listed(record, id.uri())]
     }
 
     /// After the mode changed from `before`: sessionAdded / sessionRemoved
-    /// for every external session whose visibility moved.
-    pub(crate) fn reconcile_external(&mut self, before: ExternalFilter) {
+    /// for every external session whose visibility moved, then a log line
+    /// of how many.
+    pub(crate) fn reconcile_external(&mut self, before: ExternalFilter) -> Vec<Found> {
         let after = self.shared.external_filter();
-        let externals: Vec<(Uri, WallTime)> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.record.external && s.is_announced())
-            .map(|(u, s)| (u.clone(), s.modified_at))
-            .collect();
+        let mut found = Vec::new();
         let mut added = 0;
         let mut removed = 0;
-        for (uri, modified) in externals {
-            match (before.shows(modified, &uri), after.shows(modified, &uri)) {
+        for (uri, s) in self.sessions.iter().filter(|(_, s)| s.record.external && s.is_announced()) {
+            let modified = s.modified_at;
+            match (before.shows(modified, uri), after.shows(modified, uri)) {
                 (false, true) => {
                     added += 1;
-                    let Some(session) = self.sessions.get_mut(&uri) else { continue };
-                    let summary = session.summary();
-                    session.replace_sent_row(summary.clone());
-                    let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
-                    self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+                    found.push(Found::Shown(uri.clone()));
                 }
                 (true, false) => {
                     removed += 1;
-                    let params = ahp_types::notifications::SessionRemovedParams { channel: ROOT_RESOURCE_URI.to_owned(), session: uri };
-                    self.shared.notify_root("root/sessionRemoved", serde_json::to_value(params).unwrap_or_default());
+                    found.push(Found::Hidden(uri.clone()));
                 }
                 _ => {}
             }
         }
         crate::mark!("external_mode_changed");
-        self.shared.log(LogLevel::Info, "catalogue.external_mode", None, format!(
-            "{} now: {added} external sessions shown, {removed} no longer shown", self.shared.external_mode().name()
-        ));
+        found.push(Found::Log(LogEvent {
+            level: LogLevel::Info,
+            event: "catalogue.external_mode",
+            session: None,
+            detail: format!("{} now: {added} external sessions shown, {removed} no longer shown", self.shared.external_mode().name()),
+        }));
+        found
+    }
+}
+
+/// A session's record as a scan row describes it: one chat, `chat`,
+/// listed under `id`, by `provider`; `external` for a conversation a CLI
+/// wrote outside this host.
+fn record_from_row(provider: &str, id: &ResourceId, chat: Uri, row: &ScannedRow, external: bool) -> SessionRecord {
+    let created = row.created_at.min(row.modified_at);
+    SessionRecord {
+        format: RECORD_FORMAT,
+        key: crate::record::Derived::default(),
+        resource: id.uri(),
+        provider: provider.into(),
+        title: row.title.as_str().into(),
+        created_at: crate::record::Stamp::at(created),
+        modified_at: crate::record::Stamp::at(row.modified_at),
+        is_read: false,
+        is_archived: false,
+        working_directories: row.working_directory.iter().cloned().collect(),
+        config: Default::default(),
+        owner: None,
+        scope: None,
+        default_chat: crate::record::Derived::held(chat.clone()),
+        chats: vec![chat_from_row(chat, row)],
+        changes: None,
+        external,
+        offer: None,
+        in_tree: None,
+        shared_trees: Default::default(),
+        deleted: false,
+        tools: None,
+        git: None,
     }
 }
 
@@ -561,7 +698,7 @@ fn is_default_chat(row: &ScannedRow) -> bool {
 /// Passes over the backends' transcripts waiting to be merged, in the order
 /// they came, and when the last slice ran (issue 21).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Merges {
+struct Merges {
     queue: VecDeque<Merge>,
     /// When the last slice was merged; `None` when none was since the
     /// queue was last empty, so the next is due at once.
@@ -616,7 +753,7 @@ impl Merges {
 /// back unread and unarchived; one a CLI wrote outside this host is listed
 /// as external; an external one whose transcript is gone goes; a row a
 /// tombstone hides stays unlisted, and the tombstones the pass speaks for
-/// are judged at its end (`Host::spend_tombstones`).
+/// are judged at its end (`Finder::spend_tombstones`).
 #[derive(Debug, Clone)]
 struct Merge {
     /// The backend or external source scanned.
@@ -656,4 +793,6 @@ enum Stage {
     /// The walk over the sessions for external ones whose transcript went,
     /// after the session named (from the first when `None`).
     Sweep { after: Option<Uri> },
+    /// The walk ended: what it found gone is applied, then the merge ends.
+    Swept,
 }

@@ -368,7 +368,7 @@ impl Host {
                 return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("_meta[\"ahpd.owner\"] must be \"me\", not {other}")))
             }
         };
-        self.note_first_listing();
+        self.finder().note_first_listing();
         let external = self.shared.external_filter();
         match crate::catalogue::list(&self.shared.catalogue, &self.sessions, &params, &self.shared.config, owner_filter.as_ref(), &external) {
             Ok(result) => {
@@ -385,7 +385,7 @@ impl Host {
                     ));
                 }
                 self.shared.send(conn, crate::effect::Outbound::Result { id, result: crate::effect::ResultBody::Encoded(result.page) });
-                self.refresh_if_stale();
+                self.finder().refresh_if_stale();
             }
             Err(e) => self.shared.reply_error(conn, id, e),
         }
@@ -1164,12 +1164,13 @@ impl Host {
         if let Err(e) = self.shared.authorize(conn, crate::grants::Operation::SessionConfigure) {
             return self.reject(conn, &channel, action, origin, e.message);
         }
-        if let Err(reason) = self.change_root_config(change) {
+        if let Err(reason) = super::discovery::check_root_config(change) {
             return self.reject(conn, &channel, action, origin, reason);
         }
         let before = self.shared.external_filter();
         if self.emit(&channel, action, origin) {
-            self.reconcile_external(before);
+            let found = self.finder().reconcile_external(before);
+            self.apply_found(found);
         }
     }
 

@@ -88,7 +88,7 @@ impl Timer {
     /// When this kind next has work, if it has any.
     pub(crate) fn due(self, host: &Host) -> Option<Due> {
         match self {
-            Timer::ScanMerge => host.merges.deadline(host.shared.now.mono).map(Due::Mono),
+            Timer::ScanMerge => host.discovery.deadline(host.shared.now.mono).map(Due::Mono),
             Timer::Drain => host.drain_deadline().map(Due::Mono),
             Timer::QueueRetry => host.queue_retry_deadline().map(Due::Mono),
             Timer::Wake => host.tools.wake_due(host.stopping()).map(Due::Wall),

@@ -527,6 +527,81 @@ pub fn claimed_by_peers(paths: &[String], peers: &PeerSet) -> Vec<(String, Strin
     out
 }
 
+/// How the host answers a `chat/toolCallReady` that declares the paths it
+/// will write (`_meta["ahpd.writes"]`, [`WRITES_META_KEY`]) and waits for the
+/// host's word (`confirmed` set) ([`vet_declared_write`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteVet {
+    /// Not the host's to confirm: nothing declared, or it does not wait.
+    NotAsked,
+    /// No live peer claims a declared path: confirmed at once.
+    Clear,
+    /// A peer claims one and the `coordinate` tier holds it for a person:
+    /// rewritten to wait for confirmation. The conflicts, in words.
+    Held(String),
+    /// A peer claims one; the `coordinate` tier's auto-approve confirms it.
+    AutoApproved(String),
+    /// A peer claims one; the `warn` or `passive` tier confirms it with a
+    /// warning.
+    Warned(String),
+}
+
+impl WriteVet {
+    /// Whether the host confirms the tool call now.
+    pub fn confirms(&self) -> bool {
+        matches!(self, WriteVet::Clear | WriteVet::AutoApproved(_) | WriteVet::Warned(_))
+    }
+}
+
+/// Vets a `chat/toolCallReady` of a session whose config is `config`, first
+/// working directory `base`, against its live `peers` (with awareness
+/// `enabled`; spec 004, the `coordinate` tier's hold on conflicting
+/// writes). A conflict is written on the action's `_meta`
+/// (`ahpd.awarenessWarning`); a hold rewrites it to wait for a person.
+pub fn vet_declared_write(
+    enabled: bool,
+    peers: Option<&PeerSet>,
+    config: &serde_json::Map<String, serde_json::Value>,
+    base: Option<&str>,
+    action: &mut ahp_types::actions::ChatToolCallReadyAction,
+) -> WriteVet {
+    use serde_json::Value;
+    let declared: Vec<String> = match action.meta.as_ref().and_then(|m| m.get(WRITES_META_KEY)) {
+        Some(Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
+        _ => return WriteVet::NotAsked,
+    };
+    if action.confirmed.is_none() {
+        return WriteVet::NotAsked;
+    }
+    let tier = Tier::of_config(config);
+    let base = base.and_then(uri_to_path);
+    let paths: Vec<String> = declared.iter().take(CLAIMS_MAX).filter_map(|p| join(base.as_deref(), p)).collect();
+    let conflicts = match peers {
+        Some(peers) if enabled && tier != Tier::Passive => claimed_by_peers(&paths, peers),
+        _ => Vec::new(),
+    };
+    if conflicts.is_empty() {
+        return WriteVet::Clear;
+    }
+    let words: Vec<String> = conflicts.iter().map(|(peer, path)| format!("{path} is claimed by {peer}")).collect();
+    let message = words.join("; ");
+    if let Some(meta) = action.meta.as_mut() {
+        meta.insert("ahpd.awarenessWarning".to_owned(), Value::String(message.clone()));
+    }
+    match tier {
+        Tier::Coordinate if !auto_approve(config) => {
+            action.confirmed = None;
+            action.confirmation_title = Some(ahp_types::common::StringOrMarkdown::Plain(format!("Write anyway? {message}")));
+            WriteVet::Held(message)
+        }
+        Tier::Coordinate => {
+            action.confirmed = Some(ahp_types::state::ToolCallConfirmationReason::Setting);
+            WriteVet::AutoApproved(message)
+        }
+        Tier::Warn | Tier::Passive => WriteVet::Warned(message),
+    }
+}
+
 /// What a warning is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

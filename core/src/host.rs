@@ -68,7 +68,7 @@ pub use crate::shared::{CHILDREN_META_KEY, PARENT_META_KEY, TOOL_META_KEY, WAKES
 pub(crate) use crate::shared::Shared;
 pub use automations::{capabilities as automation_capabilities, AUTOMATION_CONN};
 use crate::config::Config;
-use crate::effect::{BackendCmd, ConnId, Effect, LogLevel, OpId, Outbound};
+use crate::effect::{ConnId, Effect, LogLevel, OpId, Outbound};
 use crate::ids::ResourceId;
 use crate::input::{Input, Outcome};
 use crate::protocol::codec::{self, Incoming, Method};
@@ -893,20 +893,6 @@ impl Host {
         }
     }
 
-    /// Sends `command` to `chat`'s agent for `op` (`Effect::Backend`); a
-    /// start goes through its session ([`Session::backend`]). Returns the
-    /// op id.
-    pub(crate) fn backend(&mut self, op: Op, provider: String, chat: Uri, command: BackendCmd) -> OpId {
-        if let Op::Start { session, .. } = &op {
-            if let Some(s) = self.sessions.get_mut(session) {
-                return s.backend(&mut self.shared, op, chat, command);
-            }
-        }
-        let id = self.shared.new_op(op);
-        self.shared.effects.push(Effect::Backend { op: id, provider, chat, command });
-        id
-    }
-
     /// Writes the session's record ([`Session::store_put`]).
     pub(crate) fn store_put(&mut self, uri: &Uri) -> Option<OpId> {
         self.sessions.get_mut(uri)?.store_put(&mut self.shared)
@@ -1233,13 +1219,6 @@ impl Host {
         }
     }
 
-    /// Notes that an action moved in the session now ([`Session::mark_activity`]).
-    pub(crate) fn mark_activity(&mut self, uri: &Uri) {
-        if let Some(s) = self.sessions.get_mut(uri) {
-            s.mark_activity(&self.shared);
-        }
-    }
-
     /// Whether agents may run in every one of `folders` (Sessions page: "A
     /// worktree the host made is trusted when the repository it came from
     /// is"). `Err` is the reason a client reads. Free when no list of
@@ -1307,29 +1286,11 @@ impl Host {
         self.sessions.get(uri).is_some_and(|s| self.shared.shows(&s.record, s.modified_at))
     }
 
-    /// Announces a session: `root/sessionAdded` with its row.
+    /// Announces a session ([`Session::announce`]).
     pub(crate) fn announce(&mut self, session_uri: &Uri) {
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        if session.is_announced() {
-            return;
+        if let Some((s, place)) = self.sessions.get_mut_placed(session_uri) {
+            s.announce(&mut self.shared, &place);
         }
-        let modified = session.modified_at.0;
-        let external = session.record.external;
-        let summary = session.summary();
-        session.mark_announced(summary.clone());
-        let (Some(slot), Some(shared)) = (self.sessions.slot(session_uri), self.sessions.shared_uri(session_uri)) else { return };
-        self.shared.catalogue.insert(modified, shared, slot, external);
-        if !self.shown_to_clients(session_uri) {
-            crate::mark!("announce_hidden_external");
-            return;
-        }
-        let params = ahp_types::notifications::SessionAddedParams {
-            channel: ROOT_RESOURCE_URI.to_owned(),
-            summary,
-        };
-        self.shared.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
-        crate::mark!("announced_at_first_turn");
-        self.shared.log(LogLevel::Info, "session.announced", Some(session_uri.clone()), String::new());
     }
 
     /// Recounts the sessions running a turn and says so on root when the

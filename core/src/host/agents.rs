@@ -27,12 +27,12 @@
 
 use ahp_types::actions::{ChatTurnCancelledAction, StateAction};
 use ahp_types::Uri;
-use super::{Host, Op};
-use crate::effect::{BackendCmd, ConnId, Durability, LogLevel, OpId};
+use super::Host;
+use crate::effect::{ConnId, Durability, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
 use crate::session::git::GitHold;
 use crate::session::starts::StartNext;
-use crate::session::turns::{AgentActionRefusal, AgentTurnAction};
+use crate::session::handle::{SessionInput, SessionOut};
 use crate::continuation::WaitingRequest;
 use crate::facts::Fact;
 use crate::session::sleep::SleepRefusal;
@@ -40,16 +40,7 @@ use crate::session::wake::WakeEnd;
 use crate::session::{Phase, Waiter};
 use crate::time::MonoTime;
 
-/// Who ended a turn, for its end's record write
-/// ([`Host::end_turn_bookkeeping`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TurnEnder {
-    /// The chat's agent (`chat/turnComplete` or its own `chat/error`): its
-    /// history holds the turn.
-    Agent,
-    /// The host: a client's cancel, a failed send, an agent gone.
-    Host,
-}
+pub(crate) use crate::session::handle::TurnEnder;
 
 impl Host {
     /// A chat's agent started (or failed to): the session takes the answer
@@ -141,9 +132,7 @@ impl Host {
             return;
         }
         match event {
-            BackendEvent::Busy(busy) => {
-                self.in_session(&session_uri, |s, sh| s.set_busy(sh, chat, busy));
-            }
+            BackendEvent::Busy(busy) => self.to_session(&session_uri, SessionInput::Busy { chat, busy }),
             BackendEvent::Exited { message } => {
                 if let Some(turn_id) = self.sessions.get(&session_uri).and_then(|s| s.running_turn(chat)) {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
@@ -177,57 +166,40 @@ impl Host {
                 }
                 self.aware().on_wrote(&session_uri, paths);
             }
-            BackendEvent::Action(action) => self.on_agent_action(&session_uri, chat, action),
+            BackendEvent::Action(mut action) => {
+                // Checked first, read-only: a refused action changes nothing.
+                let Some(s) = self.sessions.get(&session_uri) else { return };
+                let turn = match s.check_agent_action(chat, &mut action, self.shared.now.mono) {
+                    Ok(turn) => turn,
+                    Err(refusal) => return s.refuse_agent_action(&mut self.shared, refusal),
+                };
+                // The session's live peers ride along, to vet a declared
+                // write against (workspace awareness).
+                let Some((s, place)) = self.sessions.get_mut_placed(&session_uri) else { return };
+                let peers = self.awareness.peers_of(&session_uri);
+                let out = s.handle(&mut self.shared, &place, SessionInput::AgentAction { chat, action, turn, peers });
+                self.apply_session_out(&session_uri, out);
+            }
             BackendEvent::SteeringTaken { turn_id, id } => {
-                if self.in_session(&session_uri, |s, sh| s.steering_taken(sh, chat, &turn_id, &id)).unwrap_or(false) {
-                    self.summary_changed(&session_uri);
-                }
+                self.to_session(&session_uri, SessionInput::SteeringTaken { chat, turn_id: &turn_id, id: &id });
             }
         }
     }
 
-    /// A chat action from the agent: it must name the running turn and be of
-    /// a kind only a server sends; durations are the host's own.
-    fn on_agent_action(&mut self, session_uri: &Uri, chat: &Uri, mut action: StateAction) {
-        let now = self.shared.now.mono;
-        let Some(checked) = self.sessions.get(session_uri).map(|s| s.check_agent_action(chat, &mut action, now)) else { return };
-        let AgentTurnAction { turn_id, ends_turn, for_good } = match checked {
-            Ok(checked) => checked,
-            Err(refusal) => {
-                self.shared.stats.stale_events += 1;
-                if refusal == AgentActionRefusal::ClientsOnly {
-                    self.shared.log(LogLevel::Warn, "backend.action_refused", Some(session_uri.clone()), "an agent sent an action only a client may send".to_owned());
-                }
-                return;
-            }
-        };
-        // A tool call declaring the paths it writes waits for the host's
-        // word (workspace awareness, `host/awareness.rs`).
-        let confirm = match &mut action {
-            StateAction::ChatToolCallReady(a) => self.aware().vet_declared_write(session_uri, a).then(|| a.tool_call_id.clone()),
-            _ => None,
-        };
-        if !self.emit(chat, action, None) {
-            return;
-        }
-        self.agent_took_turn(session_uri, chat);
-        if let Some(tool_call_id) = confirm {
-            let provider = self.sessions.get(session_uri).map(|s| s.record.provider.to_string()).unwrap_or_default();
-            self.backend(Op::Fire, provider, chat.clone(), BackendCmd::ConfirmTool { turn_id: turn_id.clone(), tool_call_id, approved: true });
-        }
-        self.mark_activity(session_uri);
-        if ends_turn {
-            self.kept_turn_ended(session_uri, chat, &turn_id, None);
-            self.end_turn_bookkeeping(session_uri, chat, for_good, TurnEnder::Agent);
-        } else {
-            self.after_chat_change(session_uri, chat);
-        }
+    /// Hands `input` to session `uri`'s own rules ([`Session::handle`])
+    /// and applies what it returns.
+    pub(crate) fn to_session(&mut self, uri: &Uri, input: SessionInput<'_>) {
+        let Some((s, place)) = self.sessions.get_mut_placed(uri) else { return };
+        let out = s.handle(&mut self.shared, &place, input);
+        self.apply_session_out(uri, out);
     }
 
-    /// A kept turn ended ([`Session::end_kept_turn`](crate::session::Session::end_kept_turn)).
-    pub(crate) fn kept_turn_ended(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, how: Option<crate::kept_turns::KeptEnd>) {
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.end_kept_turn(chat, turn_id, how);
+    /// Does what a session's input asked beyond the session
+    /// ([`SessionOut`]): a turn's end goes on to the lifecycle's parts and
+    /// the record ([`Host::after_turn_end`]).
+    pub(crate) fn apply_session_out(&mut self, uri: &Uri, out: SessionOut) {
+        if let Some(end) = out.turn_ended {
+            self.after_turn_end(uri, &end.chat, end.checkpoint, end.ender);
         }
     }
 
@@ -317,19 +289,11 @@ impl Host {
         }
     }
 
-    /// The agent took a turn of `chat` (its send was acknowledged, or the
-    /// agent spoke in it, whichever is heard first: a late answer is stale
-    /// after a sleep). Its conversation exists, so a wake resumes it rather
-    /// than starting it afresh, and a provisional session is announced
-    /// (issue 19, seeds 326 and 1631: a wake after a lost answer started
-    /// the conversation again and the turns it had taken were gone).
+    /// The agent took a turn of `chat` ([`Session::took_turn`]).
     pub(crate) fn agent_took_turn(&mut self, session_uri: &Uri, chat: &Uri) {
-        if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.conversation_exists(chat);
+        if let Some((s, place)) = self.sessions.get_mut_placed(session_uri) {
+            s.took_turn(&mut self.shared, &place, chat);
         }
-        // A steering message set while the turn waited to be sent.
-        self.in_session(session_uri, |s, sh| s.hand_steering(sh, chat));
-        self.mark_ready(session_uri);
     }
 
     /// Ends a running turn with `chat/error` carrying `message`. For a
@@ -374,6 +338,12 @@ impl Host {
     /// durable now.
     pub(crate) fn end_turn_bookkeeping(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool, ender: TurnEnder) {
         self.in_session(session_uri, |s, sh| s.turn_ended(sh, chat));
+        self.after_turn_end(session_uri, chat, checkpoint, ender);
+    }
+
+    /// A turn's end past the session, once the session has done its part
+    /// ([`Session::turn_ended`]): see [`Host::end_turn_bookkeeping`].
+    pub(crate) fn after_turn_end(&mut self, session_uri: &Uri, chat: &Uri, checkpoint: bool, ender: TurnEnder) {
         // A child's turn end is numbered in the record it is written with,
         // then told to its parent (`host/children.rs`).
         let child_finished = self.tell(Fact::TurnEnded { session: session_uri, chat }).child_finished;
@@ -389,12 +359,6 @@ impl Host {
         self.tell(Fact::TurnWritten { session: session_uri, checkpoint, child_finished });
     }
 
-    /// Sends `session/ready` once the session's first turn went to its
-    /// backend (or a retry after a failed creation succeeded).
-    pub(crate) fn mark_ready(&mut self, session_uri: &Uri) {
-        self.announce(session_uri);
-        self.in_session(session_uri, |s, sh| s.ready(sh));
-    }
 }
 
 // ---- Sleep, the residency limit and waking (module docs) ----

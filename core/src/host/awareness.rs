@@ -33,9 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use ahp_types::actions::{ChatToolCallReadyAction, SessionMetaChangedAction, StateAction};
-use ahp_types::common::StringOrMarkdown;
-use ahp_types::state::ToolCallConfirmationReason;
+use ahp_types::actions::{SessionMetaChangedAction, StateAction};
 use ahp_types::Uri;
 use serde_json::{json, Value};
 
@@ -196,6 +194,13 @@ pub struct Awareness {
 }
 
 impl Awareness {
+    /// The peers of live session `uri` (other live records of its
+    /// workspace), for what a session's own rules vet against them
+    /// ([`crate::awareness::vet_declared_write`]).
+    pub(crate) fn peers_of(&self, uri: &Uri) -> Option<&PeerSet> {
+        self.peers.get(uri)
+    }
+
     /// When the next heartbeat is due: only while awareness is on and this
     /// host has records published.
     pub(crate) fn deadline(&self, config: &Config) -> Option<MonoTime> {
@@ -631,57 +636,6 @@ impl Aware<'_> {
                 break;
             }
             claims.insert(path);
-        }
-    }
-
-    /// Vets a `chat/toolCallReady` that declares the paths it will write
-    /// (`_meta["ahpd.writes"]`) and waits for the host's word (`confirmed`
-    /// set). Returns true when the host confirms it at once; false when it
-    /// is left to a person (rewritten to wait for confirmation: the
-    /// `coordinate` tier, a path another live session claims, no
-    /// auto-approve) or was not the host's to confirm.
-    pub(crate) fn vet_declared_write(&mut self, session_uri: &Uri, action: &mut ChatToolCallReadyAction) -> bool {
-        let declared: Vec<String> = match action.meta.as_ref().and_then(|m| m.get(rules::WRITES_META_KEY)) {
-            Some(Value::Array(items)) => items.iter().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
-            _ => return false,
-        };
-        if action.confirmed.is_none() {
-            return false;
-        }
-        let Some(session) = self.sessions.get(session_uri) else { return false };
-        let tier = Tier::of_config(&session.record.config);
-        let auto = rules::auto_approve(&session.record.config);
-        let base = session.record.working_directories.first().and_then(|d| rules::uri_to_path(d));
-        let paths: Vec<String> = declared.iter().take(rules::CLAIMS_MAX).filter_map(|p| rules::join(base.as_deref(), p)).collect();
-        let conflicts = match self.state.peers.get(session_uri) {
-            Some(peers) if self.aware() && tier != Tier::Passive => rules::claimed_by_peers(&paths, peers),
-            _ => Vec::new(),
-        };
-        if conflicts.is_empty() {
-            return true;
-        }
-        let words: Vec<String> = conflicts.iter().map(|(peer, path)| format!("{path} is claimed by {peer}")).collect();
-        let message = words.join("; ");
-        if let Some(meta) = action.meta.as_mut() {
-            meta.insert("ahpd.awarenessWarning".to_owned(), Value::String(message.clone()));
-        }
-        match tier {
-            Tier::Coordinate if !auto => {
-                action.confirmed = None;
-                action.confirmation_title = Some(StringOrMarkdown::Plain(format!("Write anyway? {message}")));
-                crate::mark!("awareness_write_held");
-                self.shared.log(LogLevel::Warn, "awareness.write_held", Some(session_uri.clone()), message);
-                false
-            }
-            Tier::Coordinate => {
-                action.confirmed = Some(ToolCallConfirmationReason::Setting);
-                self.shared.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), format!("auto-approved: {message}"));
-                true
-            }
-            Tier::Warn | Tier::Passive => {
-                self.shared.log(LogLevel::Warn, "awareness.write_conflict", Some(session_uri.clone()), message);
-                true
-            }
         }
     }
 

@@ -11,10 +11,32 @@ use ahp_types::{Uri, ROOT_RESOURCE_URI};
 
 use crate::shared::Shared;
 use crate::session::state::{chat_summary, ACTIVITY_MASK, ERROR, IDLE};
+use crate::session::table::Place;
 use crate::session::Session;
 use crate::time::WallTime;
 
 impl Session {
+    /// Announces the session, once (Sessions page, "Provisional sessions":
+    /// listed from its first turn): its row goes into the catalogue at
+    /// `place` and, when clients are shown it, to root subscribers as
+    /// `root/sessionAdded`. Nothing for a session already announced.
+    pub(crate) fn announce(&mut self, sh: &mut Shared, place: &Place) {
+        if self.is_announced() {
+            return;
+        }
+        let summary = self.summary();
+        self.mark_announced(summary.clone());
+        sh.catalogue.insert(self.modified_at.0, place.uri.clone(), place.slot, self.record.external);
+        if !sh.shows(&self.record, self.modified_at) {
+            crate::mark!("announce_hidden_external");
+            return;
+        }
+        let params = ahp_types::notifications::SessionAddedParams { channel: ROOT_RESOURCE_URI.to_owned(), summary };
+        sh.notify_root("root/sessionAdded", serde_json::to_value(params).unwrap_or_default());
+        crate::mark!("announced_at_first_turn");
+        sh.log(crate::effect::LogLevel::Info, "session.announced", Some(self.record.resource.clone()), String::new());
+    }
+
     /// After chat `chat_uri` changed: say what it waits on (or stop saying
     /// it), mirror its summary into the session's chat list, move the
     /// session's `modifiedAt` forward only, keep the record in step, and

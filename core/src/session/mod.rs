@@ -12,6 +12,7 @@ pub mod dispose;
 pub mod effects;
 pub mod fork;
 pub mod git;
+pub mod handle;
 pub mod lifecycle;
 pub mod moves;
 pub mod mirror;

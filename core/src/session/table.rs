@@ -32,6 +32,17 @@ pub use crate::ids::SharedUri;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Slot(u32);
 
+/// Where a session sits in the [`SessionTable`]: what the catalogue's index
+/// keeps beside its row ([`crate::catalogue::Index::insert`]), handed to a
+/// session's own rules with the session so it can announce itself.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// Its slot in the slab.
+    pub slot: Slot,
+    /// Its URI as the table's indexes share it.
+    pub uri: SharedUri,
+}
+
 /// The sessions by URI (ordered) and by slot (O(1)). The map-like methods
 /// mirror `BTreeMap<Uri, Session>`'s, and iterate in URI order.
 #[derive(Debug, Clone, Default)]
@@ -259,6 +270,17 @@ impl SessionTable {
         // builds now (`Announcement::Settled`).
         session.unsettle();
         Some(session)
+    }
+
+    /// The session at `uri`, to change, with its [`Place`] (as
+    /// [`SessionTable::get_mut`]).
+    pub fn get_mut_placed(&mut self, uri: &str) -> Option<(&mut Session, Place)> {
+        let (key, slot) = self.keys.get_key_value(uri)?;
+        let place = Place { slot: *slot, uri: key.clone() };
+        self.touch(place.slot);
+        let session = self.slab.get_mut(place.slot.0 as usize)?.as_mut()?;
+        session.unsettle();
+        Some((session, place))
     }
 
     /// The session's URI (its `record.resource`) and the session.

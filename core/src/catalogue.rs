@@ -195,8 +195,8 @@ pub fn list(
     let mut hidden = 0usize;
     for (ms, uri, slot) in index.walk_borrowed(after.as_ref()) {
         let Some(session) = sessions.at(slot, uri) else { continue };
-        let key = (ms, &session.record.resource);
-        if session.record.external && !external.shows(session.modified_at, key.1) {
+        let key = (ms, &session.record().resource);
+        if session.record().external && !external.shows(session.modified_at(), key.1) {
             crate::mark!("list_external_hidden");
             hidden += 1;
             continue;
@@ -208,7 +208,7 @@ pub fn list(
                 crate::mark!("list_owner_filter_no_principal");
                 false
             }
-            Some(Some(me)) => session.record.owner.as_deref() == Some(me.as_str()),
+            Some(Some(me)) => session.record().owner.as_deref() == Some(me.as_str()),
         };
         if keep {
             rows.push((key, session));

@@ -524,7 +524,7 @@ impl Host {
         // the session is first handed out to change (no row built per
         // record at start).
         session.mark_settled();
-        let (modified_at, external) = (session.modified_at, session.record.external);
+        let (modified_at, external) = (session.modified_at(), session.record().external);
         let slot = self.add_session(uri.clone(), session);
         for chat in chats {
             self.index_chat(chat, &uri);
@@ -558,14 +558,14 @@ impl Host {
         for (chat, holder) in clashes {
             let mine = record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
             let Some(other) = self.sessions.get(&holder) else { continue };
-            if other.record.is_default_chat(&chat) {
+            if other.record().is_default_chat(&chat) {
                 continue;
             }
-            let theirs = other.record.chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
+            let theirs = other.record().chats.iter().find(|c| c.resource == chat).map_or(0, |c| c.moves());
             crate::mark!("restore_moved_chat_settled");
             if mine > theirs {
                 if let Some(other) = self.sessions.get_mut(&holder) {
-                    other.record.chats.retain(|c| c.resource != chat);
+                    other.drop_chat(&chat);
                 }
                 self.shared.chats.remove(&chat);
                 self.store_put(&holder);
@@ -590,7 +590,7 @@ impl Host {
     /// Adds a session to the host's map, noting it in `held` when its
     /// state is held.
     pub(crate) fn add_session(&mut self, uri: Uri, session: Session) -> crate::session::table::Slot {
-        if session.resident.is_some() {
+        if session.resident().is_some() {
             self.held.insert(uri.clone());
         } else {
             self.held.remove(&uri);
@@ -993,7 +993,7 @@ impl Host {
         for out in found {
             match out {
                 Found::Listed { uri, session } => {
-                    let chats: Vec<Uri> = session.record.chats.iter().map(|c| c.resource.clone()).collect();
+                    let chats: Vec<Uri> = session.record().chats.iter().map(|c| c.resource.clone()).collect();
                     self.add_session(uri.clone(), *session);
                     for chat in chats {
                         self.index_chat(chat, &uri);
@@ -1006,7 +1006,7 @@ impl Host {
                 Found::Refreshed { uri, title, modified_at } => {
                     let Some(session) = self.sessions.get_mut(&uri) else { continue };
                     if let Some(title) = title {
-                        session.record.title = title;
+                        session.set_title(title);
                     }
                     self.advance_modified_at(&uri, modified_at);
                     self.summary_changed(&uri);
@@ -1014,7 +1014,7 @@ impl Host {
                 Found::ChatJoined { uri, chat, modified_at } => {
                     let Some(session) = self.sessions.get_mut(&uri) else { continue };
                     let resource = chat.resource.clone();
-                    session.record.chats.push(*chat);
+                    session.join_chat(*chat);
                     self.index_chat(resource, &uri);
                     self.advance_modified_at(&uri, modified_at);
                     self.store_put(&uri);
@@ -1024,9 +1024,9 @@ impl Host {
                     let shown = self.shown_to_clients(&uri);
                     let Some(session) = self.drop_session(&uri) else { continue };
                     if session.is_announced() {
-                        self.shared.catalogue.remove(session.modified_at.0, &uri);
+                        self.shared.catalogue.remove(session.modified_at().0, &uri);
                     }
-                    for chat in &session.record.chats {
+                    for chat in &session.record().chats {
                         self.shared.chats.remove(&chat.resource);
                     }
                     if shown {
@@ -1283,7 +1283,7 @@ impl Host {
     /// Whether root subscribers are told about this session: every session
     /// of this host's own, and the external ones the mode shows.
     pub(crate) fn shown_to_clients(&self, uri: &Uri) -> bool {
-        self.sessions.get(uri).is_some_and(|s| self.shared.shows(&s.record, s.modified_at))
+        self.sessions.get(uri).is_some_and(|s| self.shared.shows(s.record(), s.modified_at()))
     }
 
     /// Announces a session ([`Session::announce`]).
@@ -1316,7 +1316,7 @@ pub(crate) fn trusted_folders(config: &Config, sessions: &crate::session::table:
     if folders.is_empty() {
         return Err("this host runs agents only in trusted folders: name a working directory in one of them".to_owned());
     }
-    let trees = crate::trust::made_trees(sessions.values().map(|s| &s.record), detached.iter().map(|(_, d)| &d.tree));
+    let trees = crate::trust::made_trees(sessions.values().map(|s| s.record()), detached.iter().map(|(_, d)| &d.tree));
     for folder in folders {
         config.trust.check(folder, &trees)?;
     }

@@ -144,9 +144,9 @@ pub fn before(view: &HostView<'_>) -> Before {
             .map(|(uri, s)| {
                 let facts = SessionBefore {
                     created_at: s.created_at(),
-                    modified_at: s.modified_at,
-                    held: s.resident.is_some(),
-                    live: s.phase.is_live(),
+                    modified_at: s.modified_at(),
+                    held: s.resident().is_some(),
+                    live: s.phase().is_live(),
                 };
                 (uri.clone(), facts)
             })
@@ -185,18 +185,18 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
     if limit == 0 {
         return Ok(());
     }
-    let counted: Vec<_> = view.sessions.values().filter(|s| s.resident.is_some() && s.is_announced()).collect();
+    let counted: Vec<_> = view.sessions.values().filter(|s| s.resident().is_some() && s.is_announced()).collect();
     if counted.len() <= limit {
         return Ok(());
     }
-    let watched = |s: &crate::session::Session| view.conns.values().any(|c| c.watches(&s.record));
+    let watched = |s: &crate::session::Session| view.conns.values().any(|c| c.watches(s.record()));
     let unpinned = counted
         .iter()
         .filter(|s| {
             // A session whose backend cannot resume it is pinned too: its
             // turns could not be rebuilt once its state went.
-            matches!(s.phase, Phase::Live { .. } | Phase::Asleep)
-                && s.can_resume
+            matches!(s.phase(), Phase::Live { .. } | Phase::Asleep)
+                && s.can_resume()
                 && !s.has_work_in_hand()
                 && !watched(s)
         })
@@ -209,15 +209,15 @@ pub fn inv_residency_within_limit(view: &HostView<'_>) -> Result<(), Violation> 
 
 /// A live session holds an agent, and its state with it.
 pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.phase, Phase::Live { .. } | Phase::Starting(_)) && s.resident.is_none() {
-        return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase.name()));
+    if matches!(s.phase(), Phase::Live { .. } | Phase::Starting(_)) && s.resident().is_none() {
+        return fail("inv_live_is_resident", format!("{uri} is {} without state", s.phase().name()));
     }
     Ok(())
 }
 
 /// "A session sleeps with nothing running."
 pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.phase == Phase::Asleep && (!s.work.sends_in_flight.is_empty() || s.is_busy()) {
+    if s.is_asleep() && (!s.work().sends_in_flight.is_empty() || s.is_busy()) {
         return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
     }
     Ok(())
@@ -230,7 +230,7 @@ pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> 
 /// turn's end cancels the ones left, `session/questions.rs`), and a chat
 /// with one reads InputNeeded, as does its session, which is not asleep.
 pub fn inv_questions_in_running_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    let Some(resident) = &s.resident else { return Ok(()) };
+    let Some(resident) = &s.resident() else { return Ok(()) };
     for (chat_uri, chat) in &resident.chats {
         if let Some(left) = crate::session::questions::open_in_ended_turn(chat) {
             return fail("inv_questions_in_running_turn", format!("{chat_uri}: an ended turn holds an open question ({left})"));
@@ -238,7 +238,7 @@ pub fn inv_questions_in_running_turn(uri: &Uri, s: &Session) -> Result<(), Viola
         if crate::session::questions::open(chat).is_empty() {
             continue;
         }
-        if s.phase == Phase::Asleep {
+        if s.is_asleep() {
             return fail("inv_questions_in_running_turn", format!("{uri} asleep with a question open in {chat_uri}"));
         }
         if chat.status & ACTIVITY_MASK != INPUT_NEEDED {
@@ -256,7 +256,7 @@ pub fn inv_questions_in_running_turn(uri: &Uri, s: &Session) -> Result<(), Viola
 /// announced is still `creating`.
 pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(), Violation> {
     if !s.is_announced() {
-        if let Some(r) = &s.resident {
+        if let Some(r) = &s.resident() {
             if r.session.lifecycle != SessionLifecycle::Creating {
                 return fail("inv_provisional_not_announced_ready", format!("{uri} unannounced but not creating"));
             }
@@ -271,7 +271,7 @@ pub fn inv_provisional_not_announced_ready(uri: &Uri, s: &Session) -> Result<(),
 /// state moves through the protocol's reducers, and its row is diffed
 /// against the copy kept (the table makes it explicit before any change).
 pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if matches!(s.announcement(), crate::session::Announcement::Settled) && s.resident.is_some() {
+    if matches!(s.announcement(), crate::session::Announcement::Settled) && s.resident().is_some() {
         return fail("inv_settled_row_not_resident", format!("{uri} is settled with its state held"));
     }
     Ok(())
@@ -286,8 +286,8 @@ pub fn inv_settled_row_not_resident(uri: &Uri, s: &Session) -> Result<(), Violat
 /// turn it became (`crate::session::pending`), so what a client was shown
 /// queued is what a restart reads back.
 pub fn inv_queue_matches_record(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    let Some(resident) = s.resident.as_ref() else { return Ok(()) };
-    for chat in &s.record.chats {
+    let Some(resident) = s.resident() else { return Ok(()) };
+    for chat in &s.record().chats {
         let Some(state) = resident.chats.get(&chat.resource) else { continue };
         let shown = state.queued_messages.as_deref().unwrap_or_default();
         let same = shown.len() == chat.queued.len() && shown.iter().zip(&chat.queued).all(|(a, b)| a.id == b.id && a.message == b.message);
@@ -330,7 +330,7 @@ pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
         }
         // A start the store refused waits for its retry, which fires once
         // due (`Host::retry_queued_starts`): never left overdue.
-        if let Some(at) = s.work.queue_retry_at.filter(|at| *at <= view.now.mono) {
+        if let Some(at) = s.work().queue_retry_at.filter(|at| *at <= view.now.mono) {
             return fail("inv_queue_never_stalls", format!("{uri}'s refused queued start was due at {} and was not tried again", at.0));
         }
     }
@@ -340,8 +340,8 @@ pub fn inv_queue_never_stalls(view: &HostView<'_>) -> Result<(), Violation> {
 /// "createdAt is when the session was first started and never moves ...
 /// modifiedAt ... moves forward only": modifiedAt is never before createdAt.
 pub fn inv_modified_not_before_created(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if s.modified_at < s.created_at() {
-        return fail("inv_modified_not_before_created", format!("{uri} modified {} < created {}", s.modified_at.0, s.created_at().0));
+    if s.modified_at() < s.created_at() {
+        return fail("inv_modified_not_before_created", format!("{uri} modified {} < created {}", s.modified_at().0, s.created_at().0));
     }
     Ok(())
 }
@@ -358,11 +358,11 @@ pub fn inv_active_sessions_counts_turns(view: &HostView<'_>) -> Result<(), Viola
 /// Every session has its default chat (Sessions page: "the session's
 /// default chat is kept").
 pub fn inv_default_chat_exists(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    if !s.record.chats.iter().any(|c| s.record.is_default_chat(&c.resource)) {
+    if !s.record().chats.iter().any(|c| s.record().is_default_chat(&c.resource)) {
         return fail("inv_default_chat_exists", format!("{uri} lost its default chat"));
     }
-    if let Some(r) = &s.resident {
-        if !r.chats.contains_key(s.record.default_chat().as_ref()) {
+    if let Some(r) = &s.resident() {
+        if !r.chats.contains_key(s.record().default_chat().as_ref()) {
             return fail("inv_default_chat_exists", format!("{uri} state lost its default chat"));
         }
     }
@@ -380,16 +380,16 @@ pub fn inv_chat_flags_in_step(uri: &Uri, s: &Session) -> Result<(), Violation> {
     use crate::session::state::{IS_ARCHIVED, IS_READ};
     const FLAGS: u32 = IS_READ | IS_ARCHIVED;
     let row = s.summary();
-    for rec in &s.record.chats {
+    for rec in &s.record().chats {
         let stored = rec.status & FLAGS;
-        if s.record.is_default_chat(&rec.resource) && stored & IS_ARCHIVED != 0 {
+        if s.record().is_default_chat(&rec.resource) && stored & IS_ARCHIVED != 0 {
             return fail("inv_chat_flags_in_step", format!("{uri}: its default chat is archived on its own"));
         }
         let listed = row.chats.as_ref().and_then(|l| l.iter().find(|c| c.resource == rec.resource)).and_then(|c| c.status);
         if listed.map(|st| st & FLAGS) != Some(stored) {
             return fail("inv_chat_flags_in_step", format!("{uri}: row lists chat {} with {listed:?}, its record {stored}", rec.resource));
         }
-        let Some(resident) = &s.resident else { continue };
+        let Some(resident) = &s.resident() else { continue };
         let held = resident.chats.get(&rec.resource).map(|c| c.status & FLAGS);
         if held.is_some_and(|h| h != stored) {
             return fail("inv_chat_flags_in_step", format!("{uri}: chat {} holds flags {held:?}, its record {stored}", rec.resource));
@@ -408,8 +408,8 @@ pub fn inv_chat_flags_in_step(uri: &Uri, s: &Session) -> Result<(), Violation> {
 /// away), whatever its backend gives back, across sleep, eviction and
 /// restarts; and a chat with an origin shows it (`session/fork.rs`).
 pub fn inv_fork_starts_with_its_source(uri: &Uri, s: &Session) -> Result<(), Violation> {
-    let Some(resident) = &s.resident else { return Ok(()) };
-    for rec in &s.record.chats {
+    let Some(resident) = &s.resident() else { return Ok(()) };
+    for rec in &s.record().chats {
         let Some(held) = resident.chats.get(&rec.resource) else { continue };
         let prefix: Vec<&str> = held.turns.iter().take(rec.seed.len()).map(|t| t.id.as_str()).collect();
         let seed: Vec<&str> = rec.seed.iter().map(|t| t.id.as_str()).collect();
@@ -437,7 +437,7 @@ pub fn inv_deadline_after_now(view: &HostView<'_>) -> Result<(), Violation> {
 pub fn inv_chat_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     let mut count = 0;
     for (uri, s) in view.sessions {
-        for c in &s.record.chats {
+        for c in &s.record().chats {
             count += 1;
             if view.chats.get(&c.resource).map(|u| &**u) != Some(uri.as_str()) {
                 return fail("inv_chat_index_consistent", format!("chat {} not indexed to {uri}", c.resource));
@@ -460,19 +460,19 @@ pub fn inv_catalogue_lists_announced(view: &HostView<'_>) -> Result<(), Violatio
     }
     for (modified_ms, uri, _) in view.catalogue.walk_borrowed(None) {
         match view.sessions.get(uri) {
-            Some(s) if s.is_announced() && s.modified_at.0 == modified_ms => {}
+            Some(s) if s.is_announced() && s.modified_at().0 == modified_ms => {}
             _ => return fail("inv_catalogue_lists_announced", format!("row {uri} is stale")),
         }
     }
     // The external order lists exactly the announced external sessions.
     let externals = view.catalogue.newest_externals(i64::MIN, usize::MAX);
-    let announced_external = view.sessions.values().filter(|s| s.is_announced() && s.record.external).count();
+    let announced_external = view.sessions.values().filter(|s| s.is_announced() && s.record().external).count();
     if externals.len() != announced_external {
         return fail("inv_catalogue_lists_announced", format!("{} external rows for {announced_external} announced external sessions", externals.len()));
     }
     for (ms, uri) in externals {
         match view.sessions.get(&uri) {
-            Some(s) if s.record.external && s.modified_at.0 == ms => {}
+            Some(s) if s.record().external && s.modified_at().0 == ms => {}
             _ => return fail("inv_catalogue_lists_announced", format!("external row {uri} is stale")),
         }
     }
@@ -486,10 +486,10 @@ pub fn inv_catalogue_lists_announced(view: &HostView<'_>) -> Result<(), Violatio
 pub fn inv_held_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     // Counted, then each index entry looked up: no set is built for the
     // common case (this runs after every simulated step).
-    let held_count = view.sessions.values().filter(|s| s.resident.is_some()).count();
-    let all_held = view.held.iter().all(|u| view.sessions.get(u).is_some_and(|s| s.resident.is_some()));
+    let held_count = view.sessions.values().filter(|s| s.resident().is_some()).count();
+    let all_held = view.held.iter().all(|u| view.sessions.get(u).is_some_and(|s| s.resident().is_some()));
     if held_count != view.held.len() || !all_held {
-        let held: std::collections::BTreeSet<&String> = view.sessions.iter().filter(|(_, s)| s.resident.is_some()).map(|(u, _)| u).collect();
+        let held: std::collections::BTreeSet<&String> = view.sessions.iter().filter(|(_, s)| s.resident().is_some()).map(|(u, _)| u).collect();
         let extra: Vec<_> = view.held.iter().filter(|u| !held.contains(u)).collect();
         let missing: Vec<_> = held.iter().filter(|u| !view.held.contains(**u)).collect();
         return fail("inv_held_index_consistent", format!("held index has extra {extra:?}, misses {missing:?}"));
@@ -521,7 +521,7 @@ pub fn inv_tombstone_index_consistent(view: &HostView<'_>) -> Result<(), Violati
 pub fn inv_wake_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
     let mut want = std::collections::BTreeSet::new();
     for (uri, s) in view.sessions {
-        for w in s.record.tools.iter().flat_map(|t| t.wakes.iter()) {
+        for w in s.record().tools.iter().flat_map(|t| t.wakes.iter()) {
             want.insert((w.at, uri.clone(), w.id.clone()));
         }
     }
@@ -536,12 +536,12 @@ pub fn inv_wake_index_consistent(view: &HostView<'_>) -> Result<(), Violation> {
 /// child its parent lists has the parent's owner and scope.
 pub fn inv_child_owned_as_parent(view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, s) in view.sessions.iter() {
-        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
+        let Some(link) = s.record().tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
         let Some(parent) = view.sessions.get(&link.session).filter(|_| view.is_child_of(uri, &link.session)) else { continue };
-        if (&s.record.owner, &s.record.scope) != (&parent.record.owner, &parent.record.scope) {
+        if (&s.record().owner, &s.record().scope) != (&parent.record().owner, &parent.record().scope) {
             return fail("inv_child_owned_as_parent", format!(
                 "{uri} is owned {:?} / {:?}, its parent {} {:?} / {:?}",
-                s.record.owner, s.record.scope, link.session, parent.record.owner, parent.record.scope
+                s.record().owner, s.record().scope, link.session, parent.record().owner, parent.record().scope
             ));
         }
     }
@@ -557,15 +557,15 @@ pub fn inv_child_owned_as_parent(view: &HostView<'_>) -> Result<(), Violation> {
 /// `child_finished_once`.
 pub fn inv_child_finish_delivered(view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, s) in view.sessions.iter() {
-        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
+        let Some(link) = s.record().tools.as_ref().and_then(|t| t.parent.as_ref()) else { continue };
         if link.finished == 0 || view.children_owed().contains(uri) || !view.is_child_of(uri, &link.session) {
             continue;
         }
         let Some(parent) = view.sessions.get(&link.session) else { continue };
-        if matches!(s.phase, Phase::Disposing(_)) || matches!(parent.phase, Phase::Disposing(_)) {
+        if matches!(s.phase(), Phase::Disposing(_)) || matches!(parent.phase(), Phase::Disposing(_)) {
             continue;
         }
-        let delivered = parent.record.tools.as_ref().and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
+        let delivered = parent.record().tools.as_ref().and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
         if delivered < link.finished {
             return fail("inv_child_finish_delivered", format!("{uri}'s turn end {} was not delivered to {} (delivered {delivered})", link.finished, link.session));
         }
@@ -678,9 +678,9 @@ pub fn inv_replay_buffer_window(view: &HostView<'_>) -> Result<(), Violation> {
 /// bits of every held session's row follow from its chats' own bits.
 pub fn inv_row_aggregate(uri: &Uri, s: &Session) -> Result<(), Violation> {
     {
-        let Some(resident) = &s.resident else { return Ok(()) };
+        let Some(resident) = &s.resident() else { return Ok(()) };
         let bits: Vec<u32> = resident.chats.values().map(|c| c.status & ACTIVITY_MASK).collect();
-        let default = resident.chats.get(s.record.default_chat().as_ref()).map_or(0, |c| c.status & ACTIVITY_MASK);
+        let default = resident.chats.get(s.record().default_chat().as_ref()).map_or(0, |c| c.status & ACTIVITY_MASK);
         // InputNeeded first: it carries the InProgress bit.
         let expected = if bits.contains(&INPUT_NEEDED) {
             INPUT_NEEDED
@@ -710,7 +710,7 @@ pub fn inv_archived_goes_at_once(view: &HostView<'_>) -> Result<(), Violation> {
         return Ok(());
     }
     for (uri, s) in held(view) {
-        if s.record.is_archived && evictable(view, s) {
+        if s.record().is_archived && evictable(view, s) {
             return fail("inv_archived_goes_at_once", format!("{uri} is archived and evictable but still held"));
         }
     }
@@ -722,10 +722,10 @@ pub fn inv_archived_goes_at_once(view: &HostView<'_>) -> Result<(), Violation> {
 /// again so that the check does not trust it): state held, something said,
 /// live or asleep, resumable, nothing in hand, nobody watching.
 fn evictable(view: &HostView<'_>, s: &Session) -> bool {
-    s.resident.is_some()
+    s.resident().is_some()
         && s.is_announced()
-        && matches!(s.phase, Phase::Live { .. } | Phase::Asleep)
-        && s.can_resume
+        && matches!(s.phase(), Phase::Live { .. } | Phase::Asleep)
+        && s.can_resume()
         && !s.has_work_in_hand()
         && !watched(view, s)
 }
@@ -737,7 +737,7 @@ fn held<'v>(view: &'v HostView<'_>) -> impl Iterator<Item = (&'v Uri, &'v Sessio
 }
 
 fn watched(view: &HostView<'_>, s: &Session) -> bool {
-    view.conns.values().any(|c| c.watches(&s.record))
+    view.conns.values().any(|c| c.watches(s.record()))
 }
 
 /// "createdAt is when the session was first started and never moves"
@@ -762,8 +762,8 @@ pub fn inv_created_at_never_moves(before: &Before, view: &HostView<'_>) -> Resul
 pub fn inv_modified_at_forward_only(before: &Before, view: &HostView<'_>) -> Result<(), Violation> {
     for (uri, b) in &before.sessions {
         if let Some(s) = view.sessions.get(uri) {
-            if s.modified_at < b.modified_at {
-                return fail("inv_modified_at_forward_only", format!("{uri}: modifiedAt {} -> {}", b.modified_at.0, s.modified_at.0));
+            if s.modified_at() < b.modified_at {
+                return fail("inv_modified_at_forward_only", format!("{uri}: modifiedAt {} -> {}", b.modified_at.0, s.modified_at().0));
             }
         }
     }
@@ -797,20 +797,20 @@ pub fn inv_none_goes_watched_or_busy(before: &Before, view: &HostView<'_>) -> Re
         if watched(view, s) {
             return fail(RULE, format!("{uri} went ({how:?}) while a client watches it"));
         }
-        if !s.can_resume {
+        if !s.can_resume() {
             return fail(RULE, format!("{uri} went ({how:?}) though its backend cannot resume it"));
         }
-        let left = s.work.parked.is_some() || !s.work.inbox.is_empty() || !s.work.waiters.is_empty() || !s.work.git_ops.is_empty() || !s.work.pending_sends.is_empty();
+        let left = s.work().parked.is_some() || !s.work().inbox.is_empty() || !s.work().waiters.is_empty() || !s.work().git_ops.is_empty() || !s.work().pending_sends.is_empty();
         if left || (*how == Went::Slept && s.has_work_in_hand()) {
             return fail(RULE, format!("{uri} went ({how:?}) with work in hand"));
         }
-        if *how == Went::Evicted && s.resident.is_some() {
+        if *how == Went::Evicted && s.resident().is_some() {
             return fail(RULE, format!("{uri} evicted but its state is held"));
         }
     }
     for (uri, b) in &before.sessions {
         let Some(s) = view.sessions.get(uri) else { continue };
-        if b.held && s.resident.is_none() && !view.went.iter().any(|(u, how)| u == uri && *how == Went::Evicted) {
+        if b.held && s.resident().is_none() && !view.went.iter().any(|(u, how)| u == uri && *how == Went::Evicted) {
             return fail(RULE, format!("{uri}'s state went without an eviction"));
         }
     }
@@ -827,15 +827,15 @@ pub fn inv_least_recently_used_goes_first(_before: &Before, view: &HostView<'_>)
     let victims = view.went.iter().filter(|(_, how)| *how == Went::Evicted);
     for (uri, _) in victims {
         let Some(v) = view.sessions.get(uri) else { continue };
-        if v.record.is_archived {
+        if v.record().is_archived {
             continue;
         }
         let older = held(view)
-            .find(|(u, s)| evictable(view, s) && !view.went.iter().any(|(w, _)| w == *u) && (s.last_used, *u) < (v.last_used, uri));
+            .find(|(u, s)| evictable(view, s) && !view.went.iter().any(|(w, _)| w == *u) && (s.last_used(), *u) < (v.last_used(), uri));
         if let Some((u, s)) = older {
             return fail("inv_least_recently_used_goes_first", format!(
                 "{uri} (used at {}) evicted while {u} (used at {}) stayed",
-                v.last_used, s.last_used
+                v.last_used(), s.last_used()
             ));
         }
     }

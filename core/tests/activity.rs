@@ -52,6 +52,6 @@ fn a_silent_backend_waiting_for_approval_gets_the_hosts_words_on_the_row() {
     // Approved: the host's words are taken back from the chat.
     h.dispatch(1, "ahp-chat:/other", 3, json!({"type": "chat/toolCallConfirmed", "turnId": "t1", "toolCallId": "tc", "approved": true}));
     h.settle();
-    let chat = &h.host.view().sessions.get(&uri).expect("the session is held").resident.as_ref().expect("resident").chats["ahp-chat:/other"];
+    let chat = &h.host.view().sessions.get(&uri).expect("the session is held").resident().expect("resident").chats["ahp-chat:/other"];
     assert_eq!(chat.activity, None);
 }

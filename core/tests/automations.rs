@@ -384,7 +384,7 @@ fn a_pinned_run_wakes_its_sleeping_session_and_a_failed_wake_fails_the_run() {
     create(&mut h, 1, "p", def);
     h.settle_store();
     h.advance(6_000);
-    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase.name()), Some("asleep"));
+    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase().name()), Some("asleep"));
     h.request(1, "runAutomation", json!({"channel": CAT, "automation": "ahp-automation:/p", "requestId": "r1"}));
     let cmds = h.settle();
     assert!(cmds.iter().any(|(_, c)| matches!(c, BackendCmd::Start { resume: true, .. })), "woken: {cmds:?}");
@@ -396,7 +396,7 @@ fn a_pinned_run_wakes_its_sleeping_session_and_a_failed_wake_fails_the_run() {
     assert_eq!(serde_json::to_value(&record(&h, "p").runs[0].lifecycle).unwrap_or_default()["status"], "completed");
     // Asleep again; this time the resume fails.
     h.advance(6_000);
-    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase.name()), Some("asleep"));
+    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase().name()), Some("asleep"));
     h.request(1, "runAutomation", json!({"channel": CAT, "automation": "ahp-automation:/p", "requestId": "r2"}));
     for (op, _, cmd) in h.backend_cmds() {
         let outcome = match cmd {
@@ -409,8 +409,8 @@ fn a_pinned_run_wakes_its_sleeping_session_and_a_failed_wake_fails_the_run() {
     let run = serde_json::to_value(&record(&h, "p").runs[0].lifecycle).unwrap_or_default();
     assert_eq!(run["status"], "failed");
     assert!(run["error"]["message"].as_str().is_some_and(|m| m.contains("resume refused")), "{run}");
-    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase.name()), Some("asleep"), "the session stays asleep");
-    assert!(h.host.view().sessions.get(&uri).is_some_and(|s| s.record.chats[0].queued.is_empty()), "nothing left queued");
+    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase().name()), Some("asleep"), "the session stays asleep");
+    assert!(h.host.view().sessions.get(&uri).is_some_and(|s| s.record().chats[0].queued.is_empty()), "nothing left queued");
 }
 
 /// Disposing the pinned session removes its automations: told to the

@@ -86,7 +86,7 @@ fn create(h: &mut Harness, id: &str, session_config: Value) -> (String, String) 
 }
 
 fn meta(h: &Harness, uri: &str) -> serde_json::Map<String, Value> {
-    h.host.view().sessions.get(uri).expect("the session is held").resident.as_ref().and_then(|r| r.session.meta.clone()).unwrap_or_default()
+    h.host.view().sessions.get(uri).expect("the session is held").resident().and_then(|r| r.session.meta.clone()).unwrap_or_default()
 }
 
 /// The kinds of the events `_meta` shows: those the latest change brought
@@ -144,7 +144,7 @@ fn confirms(h: &mut Harness) -> Vec<BackendCmd> {
 }
 
 fn chat_activity(h: &Harness, uri: &str, chat: &str) -> u32 {
-    h.host.view().sessions.get(uri).expect("the session is held").resident.as_ref().unwrap().chats[chat].status & 0x1F
+    h.host.view().sessions.get(uri).expect("the session is held").resident().unwrap().chats[chat].status & 0x1F
 }
 
 /// A live session publishes its record and scans; the peer in its

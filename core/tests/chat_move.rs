@@ -73,7 +73,7 @@ fn snapshot(h: &Harness) -> String {
     let view = h.host.view();
     let mut out = String::new();
     for (uri, s) in view.sessions.iter() {
-        out.push_str(&format!("{uri}: {:?} {:?}\n", s.record.chats.iter().map(|c| &c.resource).collect::<Vec<_>>(), s.resident.as_ref().map(|r| &r.session.chats)));
+        out.push_str(&format!("{uri}: {:?} {:?}\n", s.record().chats.iter().map(|c| &c.resource).collect::<Vec<_>>(), s.resident().map(|r| &r.session.chats)));
     }
     out
 }
@@ -117,7 +117,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
         h.request(1, "subscribe", json!({"channel": s}));
     }
     h.frames(1);
-    let a_modified = h.host.view().sessions.get(&a).map(|s| s.record.modified_at.time());
+    let a_modified = h.host.view().sessions.get(&a).map(|s| s.record().modified_at.time());
     let b_default = "ahp-chat:/ahp-session@b".to_owned();
     let rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b, "after": b_default}}));
     // First write: b's record with the chat, under move generation 1.
@@ -176,7 +176,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
     let state = h.request(1, "subscribe", json!({"channel": side}))["result"]["snapshot"]["state"].clone();
     assert_eq!(state["movable"], true, "{state}");
     // a's modifiedAt took nothing back.
-    assert!(h.host.view().sessions.get(&a).map(|s| s.record.modified_at.time()) >= a_modified);
+    assert!(h.host.view().sessions.get(&a).map(|s| s.record().modified_at.time()) >= a_modified);
     // A turn in the moved chat runs in b: its watcher still hears it.
     h.frames(1);
     h.start_turn(1, &side, 60, "s2", "after the move");
@@ -186,7 +186,7 @@ fn a_chat_moves_to_another_session_with_its_turns_state_and_config_after_both_wr
     let frames = h.frames(1);
     assert!(frames.iter().any(|f| f["params"]["channel"] == side && f["params"]["action"]["type"] == "chat/turnComplete"), "the chat's subscriber keeps hearing it");
     assert_eq!(chat_turns(&mut h, &side), vec!["s1".to_owned(), "s2".to_owned()]);
-    let b_record = h.host.view().sessions.get(&b).map(|s| s.record.chats.iter().map(|c| c.resource.clone()).collect::<Vec<_>>());
+    let b_record = h.host.view().sessions.get(&b).map(|s| s.record().chats.iter().map(|c| c.resource.clone()).collect::<Vec<_>>());
     assert_eq!(b_record, Some(vec!["ahp-chat:/ahp-session@b".to_owned(), side]));
 }
 
@@ -208,16 +208,16 @@ fn a_moved_chat_keeps_the_config_it_ran_on_as_its_own() {
     let rid = h.send_request(1, "createChat", json!({"channel": a, "chat": side}));
     h.settle();
     h.take_reply(1, rid).expect("created");
-    let a_config = h.host.view().sessions.get(&a).map(|s| (*s.record.config).clone()).unwrap_or_default();
+    let a_config = h.host.view().sessions.get(&a).map(|s| (*s.record().config).clone()).unwrap_or_default();
     assert_eq!(a_config.get("branch"), Some(&json!("main")), "{a_config:?}");
     let r = move_chat(&mut h, 1, &side, &b, None);
     assert_eq!(r["result"], json!({"session": b}), "{r}");
-    let chat = h.host.view().sessions.get(&b).and_then(|s| s.record.chats.iter().find(|c| c.resource == side).cloned()).expect("the chat in b");
+    let chat = h.host.view().sessions.get(&b).and_then(|s| s.record().chats.iter().find(|c| c.resource == side).cloned()).expect("the chat in b");
     assert_eq!(chat.moved.as_ref().map(|m| (*m.config).clone()), Some(a_config.clone()), "the chat carries a's settings as its own");
     // Moved back to a and on to b again: still what it first ran on.
     let r = move_chat(&mut h, 1, &side, &a, None);
     assert_eq!(r["result"], json!({"session": a}), "{r}");
-    let chat = h.host.view().sessions.get(&a).and_then(|s| s.record.chats.iter().find(|c| c.resource == side).cloned()).expect("back in a");
+    let chat = h.host.view().sessions.get(&a).and_then(|s| s.record().chats.iter().find(|c| c.resource == side).cloned()).expect("back in a");
     assert_eq!(chat.moves(), 2);
     assert_eq!(chat.moved.as_ref().map(|m| (*m.config).clone()), Some(a_config));
 }
@@ -339,7 +339,7 @@ fn crashed_between_writes() -> (BTreeMap<String, SessionRecord>, String, String,
     h.durable(&mut disk);
     // Everything so far is on disk; a's record as it was lists the chat.
     for s in h.host.view().sessions.values() {
-        disk.insert(s.record.key().into_owned(), s.record.clone());
+        disk.insert(s.record().key().into_owned(), s.record().clone());
     }
     let _rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b}}));
     let first = h.store_ops();
@@ -361,7 +361,7 @@ fn a_restart_between_the_two_writes_keeps_the_chat_in_one_session_whichever_reco
         let mut h = Harness::with_records(config(), order);
         h.connect(1, "c1");
         let view = h.host.view();
-        let holding: Vec<&String> = view.sessions.iter().filter(|(_, s)| s.record.chats.iter().any(|c| c.resource == side)).map(|(u, _)| u).collect();
+        let holding: Vec<&String> = view.sessions.iter().filter(|(_, s)| s.record().chats.iter().any(|c| c.resource == side)).map(|(u, _)| u).collect();
         assert_eq!(holding, vec![&b], "the higher generation keeps it");
         assert_eq!(row_chats(&mut h, &a), vec!["ahp-chat:/ahp-session@a".to_owned()]);
         // No anchor: first.
@@ -386,7 +386,7 @@ fn a_chat_moved_to_an_asleep_session_starts_there_at_its_next_wake() {
     let mut disk = BTreeMap::new();
     h.durable(&mut disk);
     for s in h.host.view().sessions.values() {
-        disk.insert(s.record.key().into_owned(), s.record.clone());
+        disk.insert(s.record().key().into_owned(), s.record().clone());
     }
     let mut h = Harness::with_records(config(), disk.into_values().collect());
     h.connect(1, "c1");
@@ -398,9 +398,9 @@ fn a_chat_moved_to_an_asleep_session_starts_there_at_its_next_wake() {
     assert_eq!(reply["result"], json!({"session": b}), "{reply}");
     let view = h.host.view();
     let b_session = view.sessions.get(&b).expect("b");
-    assert!(b_session.resident.is_none(), "b was not woken");
-    assert!(b_session.record.chats.iter().any(|c| c.resource == side));
-    assert!(view.sessions.get(&a).is_some_and(|s| s.record.chats.iter().all(|c| c.resource != side)));
+    assert!(b_session.resident().is_none(), "b was not woken");
+    assert!(b_session.record().chats.iter().any(|c| c.resource == side));
+    assert!(view.sessions.get(&a).is_some_and(|s| s.record().chats.iter().all(|c| c.resource != side)));
     // Its next wake starts the chat on its conversation.
     let rid = h.send_request(1, "subscribe", json!({"channel": b}));
     let cmds = h.settle();

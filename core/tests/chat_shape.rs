@@ -92,7 +92,7 @@ fn a_chats_bits_are_durable_and_taken_without_a_wake() {
     h.dispatch(1, "ahp-chat:/second", 2, json!({"type": "chat/isArchivedChanged", "isArchived": true}));
     h.durable(&mut disk);
     assert!(!h.backend_cmds().iter().any(|(_, _, c)| matches!(c, BackendCmd::Start { .. })), "no wake");
-    assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("session").phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("session").phase().name(), "asleep");
     let second = chat_row(&mut h, &uri, "ahp-chat:/second");
     assert_eq!(second["status"].as_u64().unwrap_or(0) & (READ | ARCHIVED), READ | ARCHIVED, "{second}");
     let stored = disk.values().find(|r| r.resource == uri).expect("record");

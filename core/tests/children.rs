@@ -23,11 +23,11 @@ fn child(prompt: &str) -> HostToolRequest {
 }
 
 fn record(h: &Harness, uri: &str) -> SessionRecord {
-    h.host.view().sessions.get(uri).expect("the session is known").record.clone()
+    h.host.view().sessions.get(uri).expect("the session is known").record().clone()
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).expect("the session is known").phase.name()
+    h.host.view().sessions.get(uri).expect("the session is known").phase().name()
 }
 
 /// The turns handed to agents among `cmds`: (chat, turn id, text, `_meta["ahpd.hostTool"]`, kind).
@@ -49,7 +49,7 @@ fn sends(cmds: &[(String, BackendCmd)]) -> Vec<(String, String, String, Option<V
 /// Every session's record as the host holds it, by store key: what is on
 /// disk once every write was answered.
 fn on_disk(h: &Harness) -> BTreeMap<String, SessionRecord> {
-    h.host.view().sessions.iter().map(|(_, s)| (s.record.key().into_owned(), s.record.clone())).collect()
+    h.host.view().sessions.iter().map(|(_, s)| (s.record().key().into_owned(), s.record().clone())).collect()
 }
 
 /// The agent of `chat` streams `text` and ends turn `turn`; its writes are

@@ -27,9 +27,9 @@ fn restarted(config: impl Fn() -> Config) -> (Harness, String) {
         sign_in(&mut h, 1, "member");
     }
     let (a, _) = h.session_with_turn("a");
-    let records = h.host.view().sessions.values().map(|s| s.record.clone()).collect();
+    let records = h.host.view().sessions.values().map(|s| s.record().clone()).collect();
     let h = Harness::with_records(config(), records);
-    assert!(h.host.view().sessions.get(&a).is_some_and(|s| s.resident.is_none()), "a row after the restart");
+    assert!(h.host.view().sessions.get(&a).is_some_and(|s| s.resident().is_none()), "a row after the restart");
     (h, a)
 }
 

@@ -23,7 +23,7 @@ fn restarted() -> (Harness, String, String, SessionRecord) {
     let mut h = Harness::new(config());
     h.connect(1, "c1");
     let (a, chat) = h.session_with_turn("a");
-    let record = h.host.view().sessions.get(&a).expect("held").record.clone();
+    let record = h.host.view().sessions.get(&a).expect("held").record().clone();
     let mut h = Harness::with_records(config(), vec![record.clone()]);
     h.connect(1, "c1");
     h.connect(2, "watcher");

@@ -173,7 +173,7 @@ fn create_cuts_a_tree_from_the_sessions_folder_and_config_and_leaves_the_session
     let snap = h.request(1, "subscribe", json!({"channel": uri}));
     assert_eq!(snap["result"]["snapshot"]["state"]["lifecycle"], "creating", "{snap}");
     assert_eq!(snap["result"]["snapshot"]["state"]["workingDirectories"], json!(["file:///src/app"]));
-    assert!(h.host.view().sessions.get(&uri).expect("held").record.git.is_none());
+    assert!(h.host.view().sessions.get(&uri).expect("held").record().git.is_none());
     // Its first send still makes its own tree.
     h.start_turn(1, &chat, 1, "t1", "hi");
     let cmds = h.git_cmds();

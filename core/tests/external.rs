@@ -236,12 +236,12 @@ fn a_rediscovered_session_reports_the_same_config_before_and_after_its_first_sen
     assert_eq!(before, Value::Null, "no offer was ever made to it");
     h.start_turn(1, "ahp-chat:/ahp-session@mine", 1, "t1", "hello");
     h.settle_no_repo();
-    assert!(h.host.view().sessions.get("ahp-session:/mine").is_some_and(|s| s.record.git.is_some()), "the send asked git");
+    assert!(h.host.view().sessions.get("ahp-session:/mine").is_some_and(|s| s.record().git.is_some()), "the send asked git");
     h.connect(2, "c2");
     let after = h.request(2, "subscribe", json!({"channel": "ahp-session:/mine"}));
     assert_eq!(after["result"]["snapshot"]["state"]["config"], before, "{after}");
     // Read back after a restart, the git facts give it one.
-    let records: Vec<_> = h.host.view().sessions.values().map(|s| s.record.clone()).collect();
+    let records: Vec<_> = h.host.view().sessions.values().map(|s| s.record().clone()).collect();
     let mut h = Harness::with_records(config(), records);
     h.connect(1, "c1");
     let sid = h.send_request(1, "subscribe", json!({"channel": "ahp-session:/mine"}));

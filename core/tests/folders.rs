@@ -109,7 +109,7 @@ fn the_root_is_never_removed_peers_come_and_go_and_it_survives_a_restart() {
     // Every change was written ahead: the stored record holds the list.
     let e = act(&mut h, uri, 5, json!({"type": "session/workingDirectorySet", "directory": GONE}));
     assert!(e["params"]["rejectionReason"].is_null(), "{e}");
-    let record = h.host.view().sessions.get(uri).expect("the session is held").record.clone();
+    let record = h.host.view().sessions.get(uri).expect("the session is held").record().clone();
     assert_eq!(*record.working_directories, vec![ROOT.to_owned(), GONE.to_owned()]);
     let mut again = Harness::with_records(config(), vec![record]);
     again.connect(1, "c");

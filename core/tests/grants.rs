@@ -71,7 +71,7 @@ fn setup(caller: Caller) -> (Harness, String, String) {
 }
 
 fn snapshot_of(h: &Harness, uri: &str) -> String {
-    format!("{:?}", h.host.view().sessions.get(uri).map(|s| (&s.record, &s.resident, &s.phase)))
+    format!("{:?}", h.host.view().sessions.get(uri).map(|s| (s.record(), s.resident(), s.phase())))
 }
 
 fn refused(v: &Value) -> bool {

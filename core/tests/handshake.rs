@@ -13,15 +13,15 @@ fn config(residency_limit: usize) -> Config {
 }
 
 fn records(h: &Harness) -> Vec<ahpd_core::SessionRecord> {
-    h.host.view().sessions.values().map(|s| s.record.clone()).collect()
+    h.host.view().sessions.values().map(|s| s.record().clone()).collect()
 }
 
 fn resident(h: &Harness, uri: &str) -> bool {
-    h.host.view().sessions.get(uri).expect("the session is listed").resident.is_some()
+    h.host.view().sessions.get(uri).expect("the session is listed").resident().is_some()
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).expect("the session is listed").phase.name()
+    h.host.view().sessions.get(uri).expect("the session is listed").phase().name()
 }
 
 fn initialize(h: &mut Harness, conn: u64, channels: &[&str]) -> u64 {
@@ -278,7 +278,7 @@ fn a_held_session_named_beside_sleeping_ones_is_kept_while_they_wake() {
     let reply = h.take_reply(2, rid).expect("answered");
     assert_eq!(resources(&reply, "snapshots"), [a.as_str(), b.as_str(), c.as_str()]);
     h.connect(3, "c3");
-    let c_chat = h.host.view().sessions.get(&c).map(|s| s.record.default_chat().into_owned()).expect("c");
+    let c_chat = h.host.view().sessions.get(&c).map(|s| s.record().default_chat().into_owned()).expect("c");
     h.start_turn(3, &c_chat, 1, "t9", "still there?");
     assert!(saw_envelope(&h.frames(2), &c), "the first client hears of the turn in c");
 }

@@ -20,11 +20,11 @@ fn wake(after_seconds: u64, prompt: &str) -> HostToolRequest {
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).expect("the session is known").phase.name()
+    h.host.view().sessions.get(uri).expect("the session is known").phase().name()
 }
 
 fn record(h: &Harness, uri: &str) -> SessionRecord {
-    h.host.view().sessions.get(uri).expect("the session is known").record.clone()
+    h.host.view().sessions.get(uri).expect("the session is known").record().clone()
 }
 
 fn wakes(h: &Harness, uri: &str) -> usize {
@@ -199,7 +199,7 @@ fn a_message_from_another_session_wakes_the_target_and_names_the_sender() {
     h.settle();
     let (a, a_chat) = h.session_with_turn("a");
     h.settle();
-    assert!(h.host.view().sessions.get(&b).is_some_and(|s| s.resident.is_none()), "B was evicted");
+    assert!(h.host.view().sessions.get(&b).is_some_and(|s| s.resident().is_none()), "B was evicted");
     let answer = h.tool(&a_chat, HostToolRequest::SendMessage { session: b.clone(), text: "please review".into() }).expect("sent");
     assert_eq!(answer["session"], json!(b));
     let cmds = h.settle();

@@ -26,7 +26,7 @@ fn agent_exits(h: &mut Harness, uri: &str) {
     let default_chat = format!("ahp-chat:/ahp-session@{}", uri.trim_start_matches("ahp-session:/"));
     h.input(Input::Backend { chat: default_chat, event: BackendEvent::Exited { message: "gone".into() } });
     h.settle();
-    assert_eq!(h.host.view().sessions.get(uri).unwrap().phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(uri).unwrap().phase().name(), "asleep");
 }
 
 /// The conversation ids the next wake asks to resume, by chat.
@@ -87,7 +87,7 @@ fn a_turn_in_a_chat_still_starting_goes_to_its_agent_once_the_start_names_the_co
     assert_eq!(sends(&h.backend_cmds()), 0, "the turn waits for the chat's agent");
     h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
     h.settle_store();
-    let record = h.host.view().sessions.get(&uri).unwrap().record.clone();
+    let record = h.host.view().sessions.get(&uri).unwrap().record().clone();
     assert_eq!(record.chats.iter().find(|c| c.resource == chat).unwrap().conversation_id.as_ref(), "srv-9");
     assert_eq!(sends(&h.backend_cmds()), 1, "the turn goes once the start answered");
 }
@@ -143,14 +143,14 @@ fn a_chat_disposed_during_a_wake_and_made_again_keeps_the_conversation_its_own_s
         }
     }
     h.settle_store();
-    assert_eq!(h.host.view().sessions.get(&uri).unwrap().phase.name(), "live", "the wake did not wait for the disposed chat");
+    assert_eq!(h.host.view().sessions.get(&uri).unwrap().phase().name(), "live", "the wake did not wait for the disposed chat");
     h.done(first[0], Outcome::Started { conversation_id: "srv-old".into(), history: Vec::new() });
     h.settle_store();
     assert_eq!(chat_conversation(&h, &uri, &again), "srv-new");
 }
 
 fn chat_conversation(h: &Harness, uri: &str, chat: &str) -> String {
-    h.host.view().sessions.get(uri).unwrap().record.chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.to_string()).unwrap_or_default()
+    h.host.view().sessions.get(uri).unwrap().record().chats.iter().find(|c| c.resource == chat).map(|c| c.conversation_id.to_string()).unwrap_or_default()
 }
 
 /// A start answered with its conversation supersedes the chat's earlier

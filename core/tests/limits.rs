@@ -234,7 +234,7 @@ fn a_first_message_over_its_cap_is_refused_before_the_chat_is_made() {
         let text = r["error"]["message"].as_str().unwrap_or("");
         assert!(text.contains(field) && text.contains("limit"), "{text}");
         h.settle_no_repo();
-        assert!(h.host.view().sessions.get(&uri).expect("session").record.chats.iter().all(|c| c.resource != chat), "no chat made");
+        assert!(h.host.view().sessions.get(&uri).expect("session").record().chats.iter().all(|c| c.resource != chat), "no chat made");
     }
     // The same message in a turn is refused as its echo's reason.
     let chat = "ahp-chat:/ahp-session@s".to_owned();

@@ -97,7 +97,7 @@ proptest! {
                 resident.remove(&victim);
             }
             let view = h.host.view();
-            let held: BTreeSet<u8> = created.iter().copied().filter(|c| view.sessions.get(&uri(*c)).expect("the session is held").resident.is_some()).collect();
+            let held: BTreeSet<u8> = created.iter().copied().filter(|c| view.sessions.get(&uri(*c)).expect("the session is held").resident().is_some()).collect();
             prop_assert_eq!(&held, &resident, "after step {} (use of s{}), limit {}", step, k, limit);
         }
     }
@@ -149,8 +149,8 @@ fn the_session_whose_resume_failed_goes_first_when_it_is_the_least_recently_used
     h.done(resume.expect("a's agent is resumed"), Outcome::Failed { message: "transcript unreadable".into() });
     h.settle();
     let view = h.host.view();
-    let used: Vec<(String, u64)> = ["a", "b"].iter().map(|id| (uri_of(id), view.sessions.get(&uri_of(id)).map_or(0, |s| s.last_used))).collect();
-    let resident: Vec<String> = ["a", "b"].iter().map(|id| uri_of(id)).filter(|u| view.sessions.get(u).is_some_and(|s| s.resident.is_some() && s.is_announced())).collect();
+    let used: Vec<(String, u64)> = ["a", "b"].iter().map(|id| (uri_of(id), view.sessions.get(&uri_of(id)).map_or(0, |s| s.last_used()))).collect();
+    let resident: Vec<String> = ["a", "b"].iter().map(|id| uri_of(id)).filter(|u| view.sessions.get(u).is_some_and(|s| s.resident().is_some() && s.is_announced())).collect();
     assert!(resident.len() <= 1, "within the limit: {resident:?}");
     let lru = used.iter().min_by_key(|(u, t)| (*t, u.clone())).map(|(u, _)| u.clone()).unwrap_or_default();
     assert!(!resident.contains(&lru), "{lru}, the least recently used, went: {used:?} {resident:?}");

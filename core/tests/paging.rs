@@ -132,7 +132,7 @@ proptest! {
                         let chat = format!("ahp-chat:/ahp-session@s{}", i % n);
                         h.start_turn(1, &chat, 1, &format!("t{extra}{i}{}", seen.len()), "more");
                         h.settle();
-                        let turn = h.host.view().sessions.get(&target).expect("the session is held").resident.as_ref().and_then(|r| r.chats[&chat].active_turn.as_ref().map(|t| t.id.clone()));
+                        let turn = h.host.view().sessions.get(&target).expect("the session is held").resident().and_then(|r| r.chats[&chat].active_turn.as_ref().map(|t| t.id.clone()));
                         if let Some(turn) = turn { h.agent_reply(&chat, &turn, "ok"); }
                     }
                     2 if h.host.view().sessions.contains_key(&target) => {

@@ -35,7 +35,7 @@ fn login(h: &mut Harness, conn: u64, token: &str) -> Value {
 }
 
 fn owner_and_scope(h: &Harness, uri: &str) -> (Option<String>, Option<String>) {
-    let r = &h.host.view().sessions.get(uri).expect("the session is held").record;
+    let r = &h.host.view().sessions.get(uri).expect("the session is held").record();
     (r.owner.as_deref().map(String::from), r.scope.as_deref().map(String::from))
 }
 

@@ -35,7 +35,7 @@ fn asked(h: &mut Harness) -> (String, String) {
 }
 
 fn chat_state(h: &Harness, uri: &str, chat: &str) -> ahp_types::state::ChatState {
-    h.host.view().sessions.get(uri).expect("held").resident.as_ref().expect("resident").chats[chat].clone()
+    h.host.view().sessions.get(uri).expect("held").resident().expect("resident").chats[chat].clone()
 }
 
 /// The rejection reasons connection `conn` was sent since last asked.
@@ -183,13 +183,13 @@ fn a_session_with_a_question_open_does_not_sleep_and_sleeps_once_answered_and_do
     h.request(1, "unsubscribe", json!({"channel": chat}));
     for _ in 0..12 {
         h.advance(5_000);
-        assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("held").phase.name(), "live", "not asleep with a question open");
+        assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("held").phase().name(), "live", "not asleep with a question open");
     }
     h.dispatch(1, &chat, 2, json!({"type": "chat/inputCompleted", "requestId": "q1", "response": "accept"}));
     h.settle_backend();
     h.agent_reply(&chat, "t1", "thanks");
     h.advance(5_000);
-    assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("held").phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(uri.as_str()).expect("held").phase().name(), "asleep");
     // Asleep, with nothing asked: an answer is refused without a wake.
     h.dispatch(1, &chat, 3, json!({"type": "chat/inputCompleted", "requestId": "q1", "response": "accept"}));
     assert!(rejections(&mut h, 1).iter().any(|r| r.contains("asleep")));

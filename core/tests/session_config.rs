@@ -344,7 +344,7 @@ fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_firs
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
     let (uri, chat) = create_in(&mut h, "d", json!({"isolation": "worktree", "worktreeCreateNewBranch": false}), detached);
-    let record = h.host.view().sessions.get(&uri).expect("held").record.clone();
+    let record = h.host.view().sessions.get(&uri).expect("held").record().clone();
     assert!(!record.config.contains_key("branch"), "nothing to settle: {:?}", record.config);
     h.start_turn(1, &chat, 1, "t1", "hi");
     let cmds = h.git_cmds();
@@ -396,7 +396,7 @@ fn a_worktree_asked_for_outside_a_repository_is_a_folder_session() {
     let seen = h.settle();
     assert!(seen.iter().any(|(_, c)| matches!(c, BackendCmd::Send { .. })), "{seen:?}");
     assert!(!seen.iter().any(|(_, c)| matches!(c, BackendCmd::Start { .. })), "not started again: {seen:?}");
-    let record = h.host.view().sessions.get(&uri).expect("the session is held").record.clone();
+    let record = h.host.view().sessions.get(&uri).expect("the session is held").record().clone();
     assert_ne!(record.config.get("isolation"), Some(&json!("worktree")));
     assert_eq!(record.git.as_ref().map(|g| g.repo_root.clone()), Some(None));
     // In no repository there is nothing to checkpoint.
@@ -466,7 +466,7 @@ fn a_first_send_to_a_sleeping_session_wakes_it_then_makes_its_tree() {
     h.request(1, "unsubscribe", json!({"channel": chat}));
     h.advance(2000);
     h.settle();
-    assert_eq!(h.host.view().sessions.get(&uri).expect("the session is held").phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(&uri).expect("the session is held").phase().name(), "asleep");
     h.start_turn(1, &chat, 1, "t1", "hi");
     // The wake runs first; git is asked once the session is live, before
     // the turn reaches the agent.
@@ -587,11 +587,11 @@ fn off_disk(h: &Harness, uri: &str) -> Option<bool> {
 }
 
 fn git_record(h: &Harness, uri: &str) -> Option<ahpd_core::git::GitRecord> {
-    h.host.view().sessions.get(uri).and_then(|s| s.record.git.as_deref().cloned())
+    h.host.view().sessions.get(uri).and_then(|s| s.record().git.as_deref().cloned())
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).map(|s| s.phase.name()).unwrap_or("gone")
+    h.host.view().sessions.get(uri).map(|s| s.phase().name()).unwrap_or("gone")
 }
 
 fn archive(h: &mut Harness, uri: &str, seq: i64, archived: bool) {
@@ -794,7 +794,7 @@ fn a_session_in_a_folder_that_is_no_repository_counts_the_files_its_tools_wrote(
     assert_eq!(row["changes"], json!({"files": 3}));
     assert_eq!(chat_entry_changes(&row, "ahp-chat:/side-n"), json!({"files": 2}));
     // Kept across a restart.
-    let record = h.host.view().sessions.get(uri.as_str()).map(|s| s.record.clone()).expect("record");
+    let record = h.host.view().sessions.get(uri.as_str()).map(|s| s.record().clone()).expect("record");
     let mut again = Harness::with_records(Config::default(), vec![record]);
     again.connect(1, "c");
     let row = again.list(1).into_iter().find(|r| r["resource"] == uri.as_str()).expect("row after restart");

@@ -25,7 +25,7 @@ fn harness() -> Harness {
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).expect("the session is held").phase.name()
+    h.host.view().sessions.get(uri).expect("the session is held").phase().name()
 }
 
 /// Ten quiet periods pass and the session stays in `want` all through.
@@ -113,7 +113,7 @@ fn a_queued_message_holds_its_session_awake_even_with_no_turn_running() {
     // without end. It is tried again after a second.
     let again = h.store_ops();
     assert!(again.is_empty(), "a refused queued start is not written again at once: {again:?}");
-    let resident = h.host.view().sessions.get(&uri).expect("held").resident.as_ref().expect("resident");
+    let resident = h.host.view().sessions.get(&uri).expect("held").resident().expect("resident");
     let state = &resident.chats[&chat];
     assert!(state.active_turn.is_none(), "no turn runs");
     assert_eq!(state.queued_messages.as_ref().map(Vec::len), Some(1), "q1 is still queued");

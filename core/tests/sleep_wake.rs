@@ -10,11 +10,11 @@ fn config(sleep_after_ms: u64, residency_limit: usize) -> Config {
 }
 
 fn phase(h: &Harness, uri: &str) -> &'static str {
-    h.host.view().sessions.get(uri).expect("the session is held").phase.name()
+    h.host.view().sessions.get(uri).expect("the session is held").phase().name()
 }
 
 fn resident(h: &Harness, uri: &str) -> bool {
-    h.host.view().sessions.get(uri).expect("the session is held").resident.is_some()
+    h.host.view().sessions.get(uri).expect("the session is held").resident().is_some()
 }
 
 /// Creates a session with one finished turn, nobody subscribed.
@@ -55,7 +55,7 @@ fn no_sleep_while_watched_or_mid_turn_and_the_turn_completes() {
         assert!(resident(&h, &a), "not evicted mid-turn");
     }
     h.agent_reply(&a_chat, "long", "finally");
-    let turns = h.host.view().sessions.get(&a).expect("the session is held").resident.as_ref().map(|r| r.chats[&a_chat].turns.len());
+    let turns = h.host.view().sessions.get(&a).expect("the session is held").resident().map(|r| r.chats[&a_chat].turns.len());
     assert_eq!(turns, Some(1), "the long turn completed and was recorded");
     // Watched: never sleeps.
     h.request(1, "subscribe", json!({"channel": a}));
@@ -170,7 +170,7 @@ fn a_restart_lists_stored_sessions_and_resumes_them_on_demand() {
     let mut h = Harness::new(config(0, 10));
     h.connect(1, "c1");
     let (a, a_chat) = h.session_with_turn("a");
-    let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
+    let record = h.host.view().sessions.get(&a).expect("the session is held").record().clone();
     let row_before = h.list(1)[0].clone();
     let mut h = Harness::with_records(config(0, 10), vec![record]);
     h.connect(1, "c1");
@@ -217,7 +217,7 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     h.settle_backend();
     backend_event(&mut h, &chat, ahpd_core::BackendEvent::Exited { message: "exit status: 3".into() });
     assert_eq!(phase(&h, &a), "live");
-    let chat_state = &h.host.view().sessions.get(&a).expect("the session is held").resident.as_ref().expect("resident").chats[&chat];
+    let chat_state = &h.host.view().sessions.get(&a).expect("the session is held").resident().expect("resident").chats[&chat];
     assert!(chat_state.active_turn.is_none(), "the running turn ended");
     h.advance(120_000);
     assert_eq!(phase(&h, &a), "live", "it never sleeps");
@@ -235,8 +235,8 @@ fn a_session_whose_backend_cannot_resume_stays_live_after_its_agent_exits_and_st
     h.agent_reply(&chat, "t3", "hello again");
     let view = h.host.view();
     let s = view.sessions.get(&a).expect("the session is held");
-    assert_eq!(&*s.record.chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
-    let turns = &s.resident.as_ref().expect("resident").chats[&chat].turns;
+    assert_eq!(&*s.record().chats[0].conversation_id, "fresh-conversation", "the new conversation is recorded");
+    let turns = &s.resident().expect("resident").chats[&chat].turns;
     assert_eq!(turns.len(), 3, "the chat kept its turns");
     // Only once: the send after that goes straight to the agent.
     h.start_turn(1, &chat, 4, "t4", "once more");
@@ -250,7 +250,7 @@ fn a_session_whose_backend_cannot_resume_is_started_afresh_after_a_restart() {
     let mut h = Harness::new(cfg.clone());
     h.connect(1, "c1");
     let (a, chat) = h.session_with_turn("a");
-    let record = h.host.view().sessions.get(&a).expect("the session is held").record.clone();
+    let record = h.host.view().sessions.get(&a).expect("the session is held").record().clone();
     let mut h = Harness::with_records(cfg, vec![record]);
     h.connect(1, "c1");
     let rid = h.send_request(1, "subscribe", json!({"channel": chat}));

@@ -96,7 +96,7 @@ fn a_client_cannot_move_a_session_into_a_folder_that_is_not_trusted() {
         assert!(reason.contains("not a trusted folder"), "{seq}: {frames:?}");
     }
     assert!(echo(3)["params"].get("rejectionReason").is_none(), "{frames:?}");
-    let dirs = h.host.view().sessions.get(uri).expect("session").record.working_directories.clone();
+    let dirs = h.host.view().sessions.get(uri).expect("session").record().working_directories.clone();
     assert_eq!(*dirs, ["file:///src/app", "file:///src/lib"]);
 }
 
@@ -124,7 +124,7 @@ fn worktree_session_w(h: &mut Harness) -> ahpd_core::SessionRecord {
         h.done(op, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
     }
     h.settle();
-    let record = h.host.view().sessions.get("ahp-session:/w").expect("session").record.clone();
+    let record = h.host.view().sessions.get("ahp-session:/w").expect("session").record().clone();
     assert_eq!(*record.working_directories, ["file:///src/app.worktrees/agents-w"], "the session moved into its tree");
     record
 }
@@ -156,7 +156,7 @@ fn a_tree_the_host_made_is_trusted_when_its_repository_is_and_a_hand_made_one_is
     let message = refused(&reply);
     assert!(message.contains("not woken") && message.contains("not a trusted folder"), "{reply}");
     assert!(moved_on.backend_cmds().is_empty(), "no agent was started");
-    assert_eq!(moved_on.host.view().sessions.get("ahp-session:/w").map(|s| s.phase.name()), Some("asleep"));
+    assert_eq!(moved_on.host.view().sessions.get("ahp-session:/w").map(|s| s.phase().name()), Some("asleep"));
 }
 
 /// A tree on its way off the disk (its maker disposed, nobody else working
@@ -213,7 +213,7 @@ fn a_tree_cut_from_a_trusted_folder_of_a_repository_is_trusted_there_alone() {
         started.iter().any(|(_, c)| matches!(c, ahpd_core::BackendCmd::Start { working_directory: Some(w), .. } if w == "file:///mono.worktrees/agents-p/pkg")),
         "the agent starts in the tree's pkg: {started:?}"
     );
-    let record = h.host.view().sessions.get("ahp-session:/p").expect("session").record.clone();
+    let record = h.host.view().sessions.get("ahp-session:/p").expect("session").record().clone();
     assert_eq!(*record.working_directories, ["file:///mono.worktrees/agents-p/pkg"]);
     assert_eq!(create(&mut h, "in-pkg", "file:///mono.worktrees/agents-p/pkg/src", json!({}), mono.clone())["result"], Value::Null);
     let message = refused(&create(&mut h, "top", "file:///mono.worktrees/agents-p", json!({}), mono));
@@ -249,7 +249,7 @@ fn a_session_in_a_windows_tree_is_still_trusted_after_a_restart() {
         h.done(op, Outcome::Git(GitResult::Checkpointed { changes: Changes::default() }));
     }
     h.settle();
-    let record = h.host.view().sessions.get("ahp-session:/b").expect("session").record.clone();
+    let record = h.host.view().sessions.get("ahp-session:/b").expect("session").record().clone();
     assert_eq!(record.in_tree.as_ref().map(|t| t.path.as_str()), Some("/src/app.worktrees/fix-it"));
 
     let mut again = Harness::with_records(trusting(&["/src/app"]), vec![record]);

@@ -34,7 +34,7 @@ const CHAT: &str = "ahp-chat:/ahp-session@w1";
 fn restarted() -> Harness {
     let mut h = Harness::with_records(Config::default(), stored());
     h.connect(1, "c1");
-    assert_eq!(h.host.view().sessions.get(SESSION).expect("restored").phase.name(), "asleep");
+    assert_eq!(h.host.view().sessions.get(SESSION).expect("restored").phase().name(), "asleep");
     h
 }
 
@@ -97,7 +97,7 @@ fn a_config_change_a_draft_and_the_rows_marks_are_kept_without_a_wake() {
         let mut h = restarted();
         dispatch(&mut h, channel, action);
         assert!(!woke(&mut h), "{what} does not wake it");
-        assert_eq!(h.host.view().sessions.get(SESSION).unwrap().phase.name(), "asleep", "{what}");
+        assert_eq!(h.host.view().sessions.get(SESSION).unwrap().phase().name(), "asleep", "{what}");
     }
 }
 

@@ -102,8 +102,8 @@ impl Metrics {
             ["starting", "live", "asleep", "waking", "disposing"].into_iter().map(|p| (p, 0)).collect();
         let mut resident = 0u64;
         for s in view.sessions.values() {
-            *phases.entry(phase_name(&s.phase)).or_default() += 1;
-            if s.resident.is_some() {
+            *phases.entry(phase_name(s.phase())).or_default() += 1;
+            if s.resident().is_some() {
                 resident += 1;
             }
         }

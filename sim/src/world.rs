@@ -664,7 +664,7 @@ impl World {
         match input {
             Input::Done { op, .. } => self.op_subject.get(op).and_then(|u| of(u)).or_else(|| {
                 // A git command is the work of the session holding it.
-                view.sessions.iter().find(|(_, s)| s.work.git_ops.contains(op) || s.work.git_begin == Some(*op)).map(|(u, _)| u.clone())
+                view.sessions.iter().find(|(_, s)| s.work().git_ops.contains(op) || s.work().git_begin == Some(*op)).map(|(u, _)| u.clone())
             }),
             Input::Backend { chat, .. } => of(chat),
             Input::Frame { .. } => label.split_whitespace().nth(3).and_then(of),
@@ -683,7 +683,7 @@ impl World {
         self.mirror_scope = MirrorScope::All;
         let now = self.now_host();
         let subject = self.subject(&input, &label);
-        let phase_of = |host: &Host| -> &'static str { subject.as_ref().and_then(|s| host.view().sessions.get(s).map(|s| s.phase.name())).unwrap_or("-") };
+        let phase_of = |host: &Host| -> &'static str { subject.as_ref().and_then(|s| host.view().sessions.get(s).map(|s| s.phase().name())).unwrap_or("-") };
         let before_phase = phase_of(&self.host);
         let mut before: Before = self.history.before_step(&self.host.view());
         let (grants_before, residency_before) = self.users_rules_before(&input, &label, sent, subject.clone(), now);
@@ -1052,7 +1052,7 @@ impl World {
                 unacked.entry(key).or_default().insert(0, record);
             }
             PreCrash {
-                bits: view.sessions.values().map(|s| (s.record.key().into_owned(), (s.record.is_read, s.record.is_archived))).collect(),
+                bits: view.sessions.values().map(|s| (s.record().key().into_owned(), (s.record().is_read, s.record().is_archived))).collect(),
                 unacked,
             }
         };

@@ -154,8 +154,8 @@ fn a_dispose_the_store_refuses_leaves_the_session_asleep_with_nothing_running() 
     assert!(d.take_reply(1, id).is_some_and(|r| r["error"]["code"] == -32603));
     let view = d.host.view();
     let s = view.sessions.get(SESSION).expect("the session is held");
-    assert_eq!(s.phase.name(), "asleep");
-    assert!(!s.is_busy() && s.work.sends_in_flight.is_empty() && !s.has_active_turn());
+    assert_eq!(s.phase().name(), "asleep");
+    assert!(!s.is_busy() && s.work().sends_in_flight.is_empty() && !s.has_active_turn());
 }
 
 /// Seeds 110, 194, 247, 346 of issue 18's users option
@@ -216,8 +216,8 @@ fn an_agent_exit_leaves_no_turn_running_in_another_chat() {
     d.input(Input::Backend { chat: CHAT.to_owned(), event: BackendEvent::Exited { message: "killed".to_owned() } });
     let view = d.host.view();
     let s = view.sessions.get(SESSION).expect("the session is held");
-    assert_eq!(s.phase.name(), "asleep");
-    let running: Vec<_> = s.resident.iter().flat_map(|r| r.chats.iter()).filter(|(_, c)| c.active_turn.is_some()).map(|(u, _)| u.clone()).collect();
+    assert_eq!(s.phase().name(), "asleep");
+    let running: Vec<_> = s.resident().iter().flat_map(|r| r.chats.iter()).filter(|(_, c)| c.active_turn.is_some()).map(|(u, _)| u.clone()).collect();
     assert!(running.is_empty(), "turns left running on an asleep session: {running:?}");
 }
 
@@ -238,11 +238,11 @@ fn a_session_keeps_its_awareness_tier_across_a_restart() {
         "config": {"sessionAwareness": "coordinate", "autoApprove": true}}));
     d.settle();
     assert!(d.take_reply(1, id).is_some_and(|r| r["error"].is_null()));
-    let record = d.host.view().sessions.get(SESSION).expect("the session is held").record.clone();
+    let record = d.host.view().sessions.get(SESSION).expect("the session is held").record().clone();
     assert_eq!(Tier::of_config(&record.config), Tier::Coordinate);
     let restarted = Host::new(Config::default(), 8, vec![record], d.now);
     let view = restarted.view();
-    let back = &view.sessions.get(SESSION).expect("the session is restored").record;
+    let back = &view.sessions.get(SESSION).expect("the session is restored").record();
     assert_eq!(Tier::of_config(&back.config), Tier::Coordinate, "{:?}", back.config);
     assert!(auto_approve(&back.config));
 }

@@ -30,7 +30,7 @@ use ahp_types::Uri;
 use super::Host;
 use crate::effect::{ConnId, Durability, LogLevel, OpId};
 use crate::input::{BackendEvent, Outcome};
-use crate::session::git::GitHold;
+use crate::session::agents::TurnSend;
 use crate::session::starts::StartNext;
 use crate::session::handle::{SessionInput, SessionOut};
 use crate::continuation::WaitingRequest;
@@ -96,13 +96,13 @@ impl Host {
     pub(crate) fn forget_unborn(&mut self, session_uri: &Uri) {
         if let Some(s) = self.drop_session(session_uri) {
             self.shared.retired.insert(session_uri.clone());
-            for chat in &s.record.chats {
+            for chat in &s.record().chats {
                 self.shared.chats.remove(&chat.resource);
                 self.shared.retired.insert(chat.resource.clone());
             }
             for c in self.shared.conns.values_mut() {
                 c.subscriptions.remove(session_uri);
-                for chat in &s.record.chats {
+                for chat in &s.record().chats {
                     c.subscriptions.remove(&chat.resource);
                 }
             }
@@ -114,7 +114,7 @@ impl Host {
     /// then `session/ready` (Sessions page, "The life of a session").
     pub(crate) fn on_sent(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some((chat, turn_id)) = session.work.sends_in_flight.remove(&op) else { return };
+        let Some((chat, turn_id)) = session.send_answered(op) else { return };
         match outcome {
             Outcome::Failed { message } => self.fail_turn(session_uri, &chat, &turn_id, &message),
             _ => self.agent_took_turn(session_uri, &chat),
@@ -126,19 +126,19 @@ impl Host {
             self.shared.stats.stale_events += 1;
             return;
         };
-        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some());
+        let live = self.sessions.get(&session_uri).is_some_and(|s| s.phase().is_live() && s.resident().is_some());
         if !live {
             self.shared.stats.stale_events += 1;
             return;
         }
         match event {
-            BackendEvent::Busy(busy) => self.to_session(&session_uri, SessionInput::Busy { chat, busy }),
+            BackendEvent::Busy(busy) => self.hand_to_session(&session_uri, SessionInput::Busy { chat, busy }),
             BackendEvent::Exited { message } => {
                 if let Some(turn_id) = self.sessions.get(&session_uri).and_then(|s| s.running_turn(chat)) {
                     self.fail_turn(&session_uri, chat, &turn_id, &format!("the agent exited: {message}"));
                 }
                 crate::mark!("agent_exited");
-                let can_resume = self.sessions.get(&session_uri).is_some_and(|s| s.can_resume);
+                let can_resume = self.sessions.get(&session_uri).is_some_and(|s| s.can_resume());
                 if can_resume {
                     // The other chats' agents are closed below and the
                     // session sleeps, which it does with nothing running
@@ -151,7 +151,7 @@ impl Host {
                     }
                 }
                 self.shared.log(LogLevel::Warn, "backend.exited", Some(session_uri.clone()), message);
-                if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume) {
+                if !self.sessions.get(&session_uri).is_some_and(|s| s.can_resume()) {
                     // A backend that cannot resume never sleeps.
                     self.in_session(&session_uri, |s, sh| s.agent_exited_for_good(sh, chat));
                     return;
@@ -181,14 +181,14 @@ impl Host {
                 self.apply_session_out(&session_uri, out);
             }
             BackendEvent::SteeringTaken { turn_id, id } => {
-                self.to_session(&session_uri, SessionInput::SteeringTaken { chat, turn_id: &turn_id, id: &id });
+                self.hand_to_session(&session_uri, SessionInput::SteeringTaken { chat, turn_id: &turn_id, id: &id });
             }
         }
     }
 
     /// Hands `input` to session `uri`'s own rules ([`Session::handle`])
     /// and applies what it returns.
-    pub(crate) fn to_session(&mut self, uri: &Uri, input: SessionInput<'_>) {
+    pub(crate) fn hand_to_session(&mut self, uri: &Uri, input: SessionInput<'_>) {
         let Some((s, place)) = self.sessions.get_mut_placed(uri) else { return };
         let out = s.handle(&mut self.shared, &place, input);
         self.apply_session_out(uri, out);
@@ -203,20 +203,17 @@ impl Host {
         }
     }
 
-    /// A session's first send, or its first after a move, asks git first
-    /// ([`Session::hold_for_git`](crate::session::Session::hold_for_git));
-    /// true when the turn is held for it (or failed because no tree can
-    /// be named).
-    pub(crate) fn hold_for_git(&mut self, session_uri: &Uri, chat: &Uri, turn_id: &str, message: &std::sync::Arc<ahp_types::state::Message>) -> bool {
-        match self.in_session(session_uri, |s, sh| s.hold_for_git(sh, chat, turn_id, message)) {
-            None | Some(GitHold::NotNeeded) => false,
-            Some(GitHold::Held) => true,
-            Some(GitHold::Failed { pending, reason }) => {
+    /// Does what became of a turn handed to a session asks of the host
+    /// ([`TurnSend`]): a wake, or the held turns' failure.
+    fn after_send(&mut self, session_uri: &Uri, sent: Option<TurnSend>) {
+        match sent {
+            Some(TurnSend::NeedsWake) => self.wake(session_uri),
+            Some(TurnSend::Failed { pending, reason }) => {
                 for (c, t, _) in pending {
                     self.fail_turn(session_uri, &c, &t, &reason);
                 }
-                true
             }
+            Some(TurnSend::Sent | TurnSend::Held) | None => {}
         }
     }
 
@@ -256,22 +253,14 @@ impl Host {
         self.held_sessions().filter_map(|(_, s)| s.queue_retry_at()).min()
     }
 
-    /// Hands a started turn to the chat's agent, waking the session first
-    /// when its agent is not running.
-    pub(crate) fn send_turn(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: std::sync::Arc<ahp_types::state::Message>) {
-        let live = self.sessions.get(session_uri).is_some_and(|s| s.phase.is_live() && !s.start_owed);
-        // A session's first send asks git first (its tree and `turn/0`);
-        // a sleeping session is woken first and asks once it is live.
-        if live && self.hold_for_git(session_uri, &chat, &turn_id, &message) {
-            return;
-        }
-        if live {
-            self.in_session(session_uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
-            return;
-        }
-        let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.work.pending_sends.push((chat, turn_id, message));
-        self.wake(session_uri);
+    /// A turn started in the session (`chat/turnStarted` applied): the
+    /// host's count of active sessions moves, and the session hands the
+    /// turn to its chat's agent ([`Session::start_turn`](crate::session::Session::start_turn)),
+    /// woken first when its agents are not running.
+    pub(crate) fn turn_started(&mut self, session_uri: &Uri, chat: Uri, turn_id: String, message: std::sync::Arc<ahp_types::state::Message>) {
+        self.recount_active();
+        let sent = self.in_session(session_uri, |s, sh| s.start_turn(sh, chat, turn_id, message));
+        self.after_send(session_uri, sent);
     }
 
     /// The agent of `chat` in a live session answered its start: the turns
@@ -371,10 +360,10 @@ impl Host {
         }
         let watched = self.watched();
         for (_, s) in self.held_sessions() {
-            if s.last_activity.plus_ms(self.shared.config.sleep_after_ms) > now {
+            if s.last_activity().plus_ms(self.shared.config.sleep_after_ms) > now {
                 continue;
             }
-            match (s.phase.is_waking(), s.sleep_refusal(|| watched.session(&s.record))) {
+            match (s.phase().is_waking(), s.sleep_refusal(|| watched.session(s.record()))) {
                 (true, _) => crate::mark!("sleep_refused_waking"),
                 (_, Some(SleepRefusal::CannotResume)) => crate::mark!("sleep_refused_not_resumable"),
                 (_, Some(SleepRefusal::WorkInHand)) if s.is_busy() => crate::mark!("sleep_refused_background_busy"),
@@ -390,7 +379,7 @@ impl Host {
     /// When the first held session falls asleep after idle, if any does.
     pub(crate) fn idle_sleep_deadline(&self) -> Option<MonoTime> {
         let watched = self.watched();
-        self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record))).min()
+        self.held_sessions().filter_map(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(s.record()))).min()
     }
 
     /// Puts every held session whose quiet has lasted `sleepAfterMinutes`
@@ -400,7 +389,7 @@ impl Host {
         let watched = self.watched();
         let due: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(&s.record)).is_some_and(|t| t <= now))
+            .filter(|(_, s)| s.sleep_due_at(self.shared.config.sleep_after_ms, || watched.session(s.record())).is_some_and(|t| t <= now))
             .map(|(uri, _)| uri.clone())
             .collect();
         self.mark_sleep_refusals(now);
@@ -476,7 +465,7 @@ impl Host {
         let watched = self.watched();
         let archived: Vec<Uri> = self
             .held_sessions()
-            .filter(|(_, s)| s.record.is_archived && s.evictable(|| watched.session(&s.record)))
+            .filter(|(_, s)| s.record().is_archived && s.evictable(|| watched.session(s.record())))
             .map(|(u, _)| u.clone())
             .collect();
         for uri in archived {
@@ -486,7 +475,7 @@ impl Host {
         while self.resident_count() > self.shared.config.residency_limit {
             self.mark_eviction_skips();
             let watched = self.watched();
-            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| watched.session(&s.record))).map(|(u, s)| (u, s.last_used));
+            let candidates = self.held_sessions().filter(|(_, s)| s.evictable(|| watched.session(s.record()))).map(|(u, s)| (u, s.last_used()));
             let victim = crate::lru::least_recent(candidates).cloned();
             match victim {
                 Some(uri) => {
@@ -510,13 +499,13 @@ impl Host {
         }
         let watched = self.watched();
         for (_, s) in self.held_sessions().filter(|(_, s)| s.is_announced()) {
-            if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
+            if !matches!(s.phase(), Phase::Live { .. } | Phase::Asleep) {
                 crate::mark!("evict_skip_changing_phase");
-            } else if !s.can_resume {
+            } else if !s.can_resume() {
                 crate::mark!("evict_skip_pinned_not_resumable");
             } else if s.has_work_in_hand() {
                 crate::mark!("evict_skip_work_in_hand");
-            } else if watched.session(&s.record) {
+            } else if watched.session(s.record()) {
                 crate::mark!("evict_skip_watched");
             }
         }
@@ -527,7 +516,7 @@ impl Host {
     fn evict(&mut self, uri: &Uri) {
         self.let_agents_go(uri);
         if let Some(s) = self.sessions.get_mut(uri) {
-            s.resident = None;
+            s.drop_state();
         }
         self.held.remove(uri);
         // The row is read from the record now: say what that moved.
@@ -542,8 +531,8 @@ impl Host {
     /// Wakers that arrive while it runs share it.
     pub(crate) fn wake(&mut self, uri: &Uri) {
         let Some(session) = self.sessions.get(uri) else { return };
-        if session.phase != Phase::Asleep {
-            if session.phase.is_waking() {
+        if !session.is_asleep() {
+            if session.phase().is_waking() {
                 // "Wakers that arrive together share one resume."
                 crate::mark!("wake_coalesced");
             }
@@ -567,9 +556,10 @@ impl Host {
     /// `childFinished` and an automation's run reach a chat.
     pub(crate) fn deliver(&mut self, uri: &Uri, chat: &Uri, id: String, message: ahp_types::state::Message, sender: String) {
         let Some(session) = self.sessions.get_mut(uri) else { return };
-        let Some(record) = session.record.chats.iter_mut().find(|c| c.resource == *chat) else { return };
-        record.queued.push(crate::record::QueuedMessage { id: id.clone(), message: message.clone(), sender });
-        let held = session.resident.as_ref().is_some_and(|r| r.chats.contains_key(chat));
+        if !session.queue_message(chat, crate::record::QueuedMessage { id: id.clone(), message: message.clone(), sender }) {
+            return;
+        }
+        let held = session.resident().is_some_and(|r| r.chats.contains_key(chat));
         self.in_session(uri, |s, sh| {
             if held {
                 let kind = ahp_types::state::PendingMessageKind::Queued;
@@ -581,13 +571,13 @@ impl Host {
         });
         self.store_put(uri);
         let Some(session) = self.sessions.get(uri) else { return };
-        match (&session.phase, session.resident.is_some()) {
+        match (session.phase(), session.resident().is_some()) {
             (Phase::Live { .. }, _) => self.start_queued_if_due(uri, false),
             (Phase::Asleep, true) => {
                 self.start_queued_if_due(uri, true);
                 // Nothing could start it now (a write in flight): the
                 // session is woken, and its wake's end starts the queue.
-                if self.sessions.get(uri).is_some_and(|s| s.phase == Phase::Asleep && s.work.parked.is_none()) {
+                if self.sessions.get(uri).is_some_and(|s| s.is_asleep() && s.work().parked.is_none()) {
                     crate::mark!("tool_message_wakes_held");
                     self.wake(uri);
                 }
@@ -625,11 +615,8 @@ impl Host {
             WakeEnd::Woke { pending, waiters } => {
                 self.held.insert(uri.clone());
                 for (chat, turn_id, message) in pending {
-                    // A first send waits for its tree and `turn/0` (host/git.rs).
-                    if self.hold_for_git(uri, &chat, &turn_id, &message) {
-                        continue;
-                    }
-                    self.in_session(uri, |s, sh| s.hand_to_agent(sh, chat, turn_id, message));
+                    let sent = self.in_session(uri, |s, sh| s.send_live(sh, chat, turn_id, message));
+                    self.after_send(uri, sent);
                 }
                 for waiter in waiters {
                     match waiter {
@@ -640,10 +627,10 @@ impl Host {
                         }
                         Waiter::Handshake { conn, id } => self.handshake_settled(conn, id, uri),
                         Waiter::Action(q) => {
-                            let busy = self.sessions.get(uri).is_some_and(|s| s.work.parked.is_some() || !s.work.inbox.is_empty());
+                            let busy = self.sessions.get(uri).is_some_and(|s| s.work().parked.is_some() || !s.work().inbox.is_empty());
                             if busy {
                                 if let Some(s) = self.sessions.get_mut(uri) {
-                                    s.work.inbox.push_back(crate::session::Queued::Action(q));
+                                    s.queue(crate::session::Queued::Action(q));
                                 }
                             } else {
                                 self.process_action(uri, q);
@@ -672,12 +659,11 @@ impl Host {
     /// Returns true when the wake was refused.
     pub(crate) fn refuse_untrusted_wake(&mut self, session_uri: &Uri) -> bool {
         let Some(session) = self.sessions.get(session_uri) else { return false };
-        let Err(reason) = self.trusted(&session.record.working_directories) else { return false };
+        let Err(reason) = self.trusted(&session.record().working_directories) else { return false };
         crate::mark!("wake_refused_untrusted_folder");
         self.shared.log(LogLevel::Warn, "session.untrusted_folder", Some(session_uri.clone()), reason.clone());
         let Some(session) = self.sessions.get_mut(session_uri) else { return true };
-        let pending = std::mem::take(&mut session.work.pending_sends);
-        let waiters = std::mem::take(&mut session.work.waiters);
+        let (pending, waiters) = session.take_held();
         let reason = format!("the session was not woken: {reason}");
         for (chat, turn_id, _) in pending {
             self.fail_turn(session_uri, &chat, &turn_id, &reason);
@@ -764,6 +750,6 @@ impl Host {
     pub fn drained(&self) -> bool {
         self.drain.is_some()
             && self.running_turns().is_empty()
-            && self.sessions.values().all(|s| s.work.pending_sends.is_empty() && s.work.sends_in_flight.is_empty() && s.work.parked.is_none())
+            && self.sessions.values().all(|s| s.work().pending_sends.is_empty() && s.work().sends_in_flight.is_empty() && s.work().parked.is_none())
     }
 }

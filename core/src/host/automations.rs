@@ -182,7 +182,7 @@ pub(crate) fn check(definition: &ahp_types::state::AutomationDefinition, config:
 /// Whether a run may be pinned to session `uri`: one of this host's own,
 /// made and announced, not being disposed.
 fn pinnable(sessions: &SessionTable, uri: &str) -> bool {
-    sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record.external)
+    sessions.get(uri).is_some_and(|s| !matches!(s.phase(), Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record().external)
 }
 
 /// Whether an automation owned by `owner` may act with `op` now (a run
@@ -921,13 +921,13 @@ impl Auto<'_> {
             return self.end_run(run, End::Failed(failure(format!("the pinned session {session} is not there to run in"))));
         }
         let Some(s) = self.sessions.get(&session) else { return };
-        let chat = s.record.default_chat().into_owned();
-        let full = s.record.chats.iter().find(|c| c.resource == chat).is_some_and(|c| c.queued.len() >= self.shared.config.limits.queued_messages_per_chat);
+        let chat = s.record().default_chat().into_owned();
+        let full = s.record().chats.iter().find(|c| c.resource == chat).is_some_and(|c| c.queued.len() >= self.shared.config.limits.queued_messages_per_chat);
         if full {
             return self.end_run(run, End::Failed(failure(format!("the pinned session {session} already has as many messages queued as it may"))));
         }
-        let folders = s.record.working_directories.to_vec();
-        let phase = s.phase.clone();
+        let folders = s.record().working_directories.to_vec();
+        let phase = s.phase().clone();
         self.link_session(run, &session);
         match phase {
             Phase::Live { .. } => self.queue_run_message(run, &session),
@@ -970,7 +970,7 @@ impl Auto<'_> {
         let mut message = a.record.definition.message.clone();
         let sender = a.record.owner.clone().unwrap_or_default();
         message.meta.get_or_insert_with(Default::default).insert(automation::RUN_META_KEY.to_owned(), json!({"automation": auto, "run": run}));
-        let Some(chat) = self.sessions.get(session).map(|s| s.record.default_chat().into_owned()) else { return };
+        let Some(chat) = self.sessions.get(session).map(|s| s.record().default_chat().into_owned()) else { return };
         let turn_id = format!("run-{}", self.shared.rng.hex_id());
         let now = self.shared.now.wall.to_iso();
         if let Some(r) = self.state.by_uri.get_mut(&auto).and_then(|a| a.record.runs.iter_mut().find(|r| r.resource == *run)) {
@@ -1053,7 +1053,7 @@ impl Auto<'_> {
                 crate::mark!("automation_run_start_failed");
                 self.end_run(&run, End::Failed(failure(message)));
             }
-            None if self.sessions.get(session).is_some_and(|s| s.phase.is_live()) => {
+            None if self.sessions.get(session).is_some_and(|s| s.phase().is_live()) => {
                 self.state.starting.remove(session);
                 self.queue_run_message(&run, session);
             }
@@ -1088,7 +1088,7 @@ impl Auto<'_> {
         for run in runs {
             let Some((_, r)) = self.state.find_run(&run) else { continue };
             let Some(turn) = r.turn.clone().filter(|t| t.chat == *chat) else { continue };
-            let state = self.sessions.get(session).and_then(|s| s.resident.as_ref()).and_then(|res| res.chats.get(chat));
+            let state = self.sessions.get(session).and_then(|s| s.resident()).and_then(|res| res.chats.get(chat));
             let Some(ended) = state.and_then(|c| c.turns.iter().rev().find(|t| t.id == turn.turn_id)) else { continue };
             let end = match ended.state {
                 TurnState::Complete => End::Completed,

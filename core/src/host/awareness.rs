@@ -277,7 +277,7 @@ impl Aware<'_> {
             }
             _ => {
                 // Live sessions hold their state, so they are among `held`.
-                let live = self.held.iter().filter(|u| self.sessions.get(u).is_some_and(|s| s.phase.is_live())).cloned().collect();
+                let live = self.held.iter().filter(|u| self.sessions.get(u).is_some_and(|s| s.phase().is_live())).cloned().collect();
                 let gone = self.state.published.keys().filter(|u| !self.is_live(u)).cloned().collect();
                 (live, gone)
             }
@@ -326,7 +326,7 @@ impl Aware<'_> {
     /// Whether `uri` is a live session (live and holding its state): one
     /// that has a record in the registry.
     fn is_live(&self, uri: &Uri) -> bool {
-        self.sessions.get(uri).is_some_and(|s| s.phase.is_live() && s.resident.is_some())
+        self.sessions.get(uri).is_some_and(|s| s.phase().is_live() && s.resident().is_some())
     }
 
     /// Starts a scan, or owes one when a scan is in flight, or sets one due
@@ -359,13 +359,13 @@ impl Aware<'_> {
     fn record_name(&self, uri: &Uri) -> Option<String> {
         let session = self.sessions.get(uri)?;
         let key = ResourceId::parse(uri).ok()?.store_key();
-        (key == ResourceId::parse(&session.record.resource).ok()?.store_key()).then(|| format!("{}-{key}.json", self.shared.config.awareness.pid))
+        (key == ResourceId::parse(&session.record().resource).ok()?.store_key()).then(|| format!("{}-{key}.json", self.shared.config.awareness.pid))
     }
 
     /// `uri`'s record as it stands now (stamped with the wall clock).
     fn own_record(&self, uri: &Uri) -> Option<ActiveRecord> {
         let session = self.sessions.get(uri)?;
-        let dirs: Vec<String> = session.record.working_directories.iter().filter_map(|d| rules::uri_to_path(d)).collect();
+        let dirs: Vec<String> = session.record().working_directories.iter().filter_map(|d| rules::uri_to_path(d)).collect();
         let repo = dirs.first().and_then(|d| self.state.repos.get(d)).cloned().flatten();
         let (status, activity) = session.status();
         Some(ActiveRecord {
@@ -508,7 +508,7 @@ impl Aware<'_> {
             self.shared.log(LogLevel::Info, kind.name(), Some(uri.clone()), format!("peer {}", printable(key)));
             self.push_event(uri, kind.name(), Some((session, Arc::clone(key))), None);
         }
-        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record().config)).unwrap_or_default();
         let warnings = rules::warnings(tier, &me, self.state.baseline.get(uri).map(String::as_str), &fresh);
         let before = self.state.warnings.get(uri).cloned().unwrap_or_default();
         for w in warnings.iter().filter(|w| !before.contains(w)) {
@@ -556,7 +556,7 @@ impl Aware<'_> {
     /// with its peers (the module's doc). The events are those from `seq`
     /// `new_from` on (none without).
     fn awareness_meta(&self, uri: &Uri, new_from: Option<u64>) -> [(&'static str, Value); 4] {
-        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+        let tier = self.sessions.get(uri).map(|s| Tier::of_config(&s.record().config)).unwrap_or_default();
         let count = self.state.peers.get(uri).map_or(0, PeerSet::len);
         let warnings: &[Warning] = self.state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
         let events: Vec<&Event> = match (self.state.events.get(uri), new_from) {
@@ -574,7 +574,7 @@ impl Aware<'_> {
     /// Sets `uri`'s awareness `_meta` keys through `session/metaChanged`
     /// when they moved (a resident session only).
     fn expose(&mut self, uri: &Uri) {
-        if self.sessions.get(uri).and_then(|s| s.resident.as_ref()).is_none() {
+        if self.sessions.get(uri).and_then(|s| s.resident()).is_none() {
             return;
         }
         // The events `_meta` has not shown yet ride on this change, each on
@@ -589,7 +589,7 @@ impl Aware<'_> {
                 from
             })
         });
-        let Some(resident) = self.sessions.get(uri).and_then(|s| s.resident.as_ref()) else { return };
+        let Some(resident) = self.sessions.get(uri).and_then(|s| s.resident()) else { return };
         let fresh = self.awareness_meta(uri, new_from);
         let current = resident.session.meta.as_ref();
         // Most calls change nothing: the whole `_meta` is copied only when
@@ -628,7 +628,7 @@ impl Aware<'_> {
     /// the session's claims (at most `CLAIMS_MAX`), published by the next
     /// tick.
     pub(crate) fn on_wrote(&mut self, session_uri: &Uri, paths: Vec<String>) {
-        let base = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first()).and_then(|d| rules::uri_to_path(d));
+        let base = self.sessions.get(session_uri).and_then(|s| s.record().working_directories.first()).and_then(|d| rules::uri_to_path(d));
         self.state.recheck.insert(session_uri.clone());
         let claims = self.state.claims.entry(session_uri.clone()).or_default();
         for path in paths.iter().filter_map(|p| rules::join(base.as_deref(), &rules::clean_text(p, rules::TEXT_MAX_CHARS))) {
@@ -669,7 +669,7 @@ impl Aware<'_> {
 /// summary of `warnings`). Read only: the simulator's checkers ask it too
 /// ([`HostView::peers_answer`](crate::HostView::peers_answer)).
 pub(crate) fn answer(state: &Awareness, sessions: &SessionTable, config: &Config, uri: &Uri) -> Value {
-    let tier = sessions.get(uri).map(|s| Tier::of_config(&s.record.config)).unwrap_or_default();
+    let tier = sessions.get(uri).map(|s| Tier::of_config(&s.record().config)).unwrap_or_default();
     let peers: Vec<&ActiveRecord> = state.peers.get(uri).map(|p| p.values().map(|r| &**r).collect()).unwrap_or_default();
     let warnings: &[Warning] = state.warnings.get(uri).map(Vec::as_slice).unwrap_or_default();
     let events: Vec<Value> = state.events.get(uri).map(|e| e.kept.iter().map(Event::to_json).collect()).unwrap_or_default();

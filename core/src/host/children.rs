@@ -75,8 +75,8 @@ impl Family {
 /// Whether `child` is a child of `parent` on both records: its link names
 /// the parent, and the parent lists it.
 pub(crate) fn is_child_of(sessions: &SessionTable, child: &str, parent: &str) -> bool {
-    let names = sessions.get(child).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == parent);
-    names && sessions.get(parent).and_then(|s| s.record.tools.as_ref()).is_some_and(|t| t.children.iter().any(|c| c.session == child))
+    let names = sessions.get(child).and_then(|s| s.record().tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == parent);
+    names && sessions.get(parent).and_then(|s| s.record().tools.as_ref()).is_some_and(|t| t.children.iter().any(|c| c.session == child))
 }
 
 impl Tools<'_> {
@@ -92,7 +92,7 @@ impl Tools<'_> {
         let folders: Vec<Uri> = match working_directory {
             Some(dir) if crate::git::path_of_uri(&dir).is_some() => vec![dir],
             Some(dir) => return Err(refusal(Code::InvalidArgument, format!("working_directory is not a file:// folder: {}", crate::ids::printable(&dir)))),
-            None => self.sessions.get(caller).and_then(|s| s.record.working_directories.first().cloned()).into_iter().collect(),
+            None => self.sessions.get(caller).and_then(|s| s.record().working_directories.first().cloned()).into_iter().collect(),
         };
         self.tool_grant(caller, Operation::SessionCreate)?;
         self.child_room(caller)?;
@@ -111,7 +111,7 @@ impl Tools<'_> {
     /// Refused `limit_reached` when `parent` has as many children as it
     /// may.
     fn child_room(&self, parent: &Uri) -> Result<(), HostToolError> {
-        let children = self.sessions.get(parent).and_then(|s| s.record.tools.as_ref()).map_or(0, |t| t.children.len());
+        let children = self.sessions.get(parent).and_then(|s| s.record().tools.as_ref()).map_or(0, |t| t.children.len());
         if children >= MAX_CHILDREN_PER_SESSION {
             crate::mark!("child_refused_limit");
             return Err(refusal(Code::LimitReached, format!("this session already has {MAX_CHILDREN_PER_SESSION} children; dispose one first")));
@@ -142,7 +142,7 @@ impl Tools<'_> {
     pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: &crate::git::RepoFacts) -> Vec<ToolOut> {
         let checked = if self.stopping {
             Err(refusal(Code::Unavailable, "the host is shutting down"))
-        } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
+        } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase(), Phase::Disposing(_))) {
             Err(refusal(Code::NotFound, format!("session {} is gone", request.parent)))
         } else {
             self.child_room(&request.parent)
@@ -160,8 +160,8 @@ impl Tools<'_> {
         let uri = rid.uri();
         let default_chat = rid.default_chat_uri();
         let Some(parent) = self.sessions.get(&request.parent) else { return Vec::new() };
-        let owner = parent.record.owner.as_deref().map(str::to_owned);
-        let scope = parent.record.scope.as_deref().map(str::to_owned);
+        let owner = parent.record().owner.as_deref().map(str::to_owned);
+        let scope = parent.record().scope.as_deref().map(str::to_owned);
         // The defaults for its folder, as a createSession naming no config
         // gets them; charged to the parent's scope.
         let (config, offer) = crate::session_config::settle(&serde_json::Map::new(), facts, None);
@@ -185,7 +185,7 @@ impl Tools<'_> {
     /// listed on its parent's record (written), its agent starting.
     pub(crate) fn child_added(&mut self, parent: &Uri, uri: &Uri) {
         if let Some(p) = self.sessions.get_mut(parent) {
-            p.record.tools.get_or_insert_with(Box::default).children.push(ChildEntry { session: uri.clone(), delivered: 0 });
+            p.tools_or_default().children.push(ChildEntry { session: uri.clone(), delivered: 0 });
         }
         self.store_put(parent);
         self.expose_tool_meta(parent);
@@ -219,7 +219,7 @@ impl Tools<'_> {
             outs.extend(self.child_refused(uri, call, "the host is shutting down".to_owned()));
             return outs;
         }
-        let Some(chat) = self.sessions.get(uri).map(|s| s.record.default_chat().into_owned()) else { return Vec::new() };
+        let Some(chat) = self.sessions.get(uri).map(|s| s.record().default_chat().into_owned()) else { return Vec::new() };
         crate::mark!("child_started");
         vec![ToolOut::StartQueued(uri.clone()), ToolOut::Answer { call, result: Ok(json!({"session": uri, "chat": chat})) }]
     }
@@ -227,7 +227,7 @@ impl Tools<'_> {
     /// A child's agent would not start (`message`): it never existed
     /// ([`ToolOut::ForgetUnborn`]), then [`Tools::child_gone`].
     pub(crate) fn child_refused(&mut self, uri: &Uri, call: HostCallId, message: String) -> Vec<ToolOut> {
-        let parent = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).map(|p| p.session.clone());
+        let parent = self.sessions.get(uri).and_then(|s| s.record().tools.as_ref()).and_then(|t| t.parent.as_ref()).map(|p| p.session.clone());
         vec![ToolOut::ForgetUnborn(uri.clone()), ToolOut::ChildGone { parent, child: uri.clone(), call, message }]
     }
 
@@ -245,7 +245,7 @@ impl Tools<'_> {
     /// Takes `child` off `parent`'s list (and writes it), if it is there.
     fn forget_child(&mut self, parent: &Uri, child: &Uri) {
         let Some(p) = self.sessions.get_mut(parent) else { return };
-        let Some(tools) = p.record.tools.as_mut() else { return };
+        let Some(tools) = p.tools_mut() else { return };
         let before = tools.children.len();
         tools.children.retain(|c| c.session != *child);
         if tools.children.len() != before {
@@ -264,7 +264,7 @@ impl Tools<'_> {
         }
         let s = self.sessions.get(child).ok_or_else(not_found)?;
         let bits = s.status().0;
-        let status = match &s.phase {
+        let status = match &s.phase() {
             Phase::Starting(_) => "starting",
             _ if bits & ahp_types::state::SessionStatus::InProgress.0 != 0 => "running",
             Phase::Asleep => "asleep",
@@ -272,7 +272,7 @@ impl Tools<'_> {
             _ if bits & ahp_types::state::SessionStatus::Error.0 != 0 => "error",
             _ => "idle",
         };
-        let link = s.record.tools.as_ref().and_then(|t| t.parent.as_ref());
+        let link = s.record().tools.as_ref().and_then(|t| t.parent.as_ref());
         let last = link.and_then(|l| l.last.as_ref());
         Ok(json!({
             "session": child,
@@ -290,17 +290,17 @@ impl Tools<'_> {
     /// the record, and its parent is told: [`Tools::deliver_child_finish`]).
     pub(crate) fn note_child_finish(&mut self, uri: &Uri, chat: &Uri) -> bool {
         let Some(s) = self.sessions.get(uri) else { return false };
-        if matches!(s.phase, Phase::Disposing(_)) {
+        if matches!(s.phase(), Phase::Disposing(_)) {
             return false;
         }
-        let Some(link) = s.record.tools.as_ref().and_then(|t| t.parent.as_ref()) else { return false };
-        let Some(turn) = s.resident.as_ref().and_then(|r| r.chats.get(chat)).and_then(|c| c.turns.last()) else { return false };
+        let Some(link) = s.record().tools.as_ref().and_then(|t| t.parent.as_ref()) else { return false };
+        let Some(turn) = s.resident().and_then(|r| r.chats.get(chat)).and_then(|c| c.turns.last()) else { return false };
         // A turn end is numbered once (a failure with no turn running
         // comes through here too, its chat's last turn an old one).
         if link.last.as_ref().is_some_and(|l| l.chat == *chat && l.turn_id == turn.id) {
             return false;
         }
-        let delivered = self.sessions.get(&link.session).and_then(|p| p.record.tools.as_ref()).and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
+        let delivered = self.sessions.get(&link.session).and_then(|p| p.record().tools.as_ref()).and_then(|t| t.children.iter().find(|c| c.session == *uri)).map_or(0, |c| c.delivered);
         let number = link.finished.max(delivered) + 1;
         let status = match turn.state {
             TurnState::Complete => "complete",
@@ -308,7 +308,7 @@ impl Tools<'_> {
             TurnState::Error => "error",
         };
         let finish = ChildFinish { chat: chat.clone(), turn_id: turn.id.clone(), status: status.to_owned(), reply: reply_of(turn) };
-        let Some(link) = self.sessions.get_mut(uri).and_then(|s| s.record.tools.as_mut()).and_then(|t| t.parent.as_mut()) else { return false };
+        let Some(link) = self.sessions.get_mut(uri).and_then(|s| s.tools_mut()).and_then(|t| t.parent.as_mut()) else { return false };
         link.finished = number;
         link.last = Some(finish);
         crate::mark!("child_turn_ended");
@@ -325,20 +325,20 @@ impl Tools<'_> {
             self.state.family.owed.insert(child.clone());
             return Vec::new();
         }
-        let Some(link) = self.sessions.get(child).filter(|s| !matches!(s.phase, Phase::Disposing(_))).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
+        let Some(link) = self.sessions.get(child).filter(|s| !matches!(s.phase(), Phase::Disposing(_))).and_then(|s| s.record().tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
         let Some(last) = link.last else { return Vec::new() };
         let parent = link.session;
-        if !is_child_of(self.sessions, child, &parent) || self.sessions.get(&parent).is_some_and(|p| matches!(p.phase, Phase::Disposing(_))) {
+        if !is_child_of(self.sessions, child, &parent) || self.sessions.get(&parent).is_some_and(|p| matches!(p.phase(), Phase::Disposing(_))) {
             return Vec::new();
         }
         let Some(p) = self.sessions.get_mut(&parent) else { return Vec::new() };
-        let Some(entry) = p.record.tools.as_mut().and_then(|t| t.children.iter_mut().find(|c| c.session == *child)) else { return Vec::new() };
+        let Some(entry) = p.tools_mut().and_then(|t| t.children.iter_mut().find(|c| c.session == *child)) else { return Vec::new() };
         if entry.delivered >= link.finished {
             return Vec::new();
         }
         entry.delivered = link.finished;
-        let default_chat = p.record.default_chat().into_owned();
-        let sender = p.record.owner.as_deref().unwrap_or("").to_owned();
+        let default_chat = p.record().default_chat().into_owned();
+        let sender = p.record().owner.as_deref().unwrap_or("").to_owned();
         // The turn named: two finishes saying the same must not read as
         // one turn (a kept turn is matched by its text, `kept_turns::merge`).
         let text = format!(
@@ -370,7 +370,7 @@ impl Tools<'_> {
     /// waits on is woken ([`ToolOut::Wake`]); then its own link to its
     /// parent ([`ToolOut::OwedLink`], [`Tools::owed_link`]).
     pub(crate) fn settle_owed(&mut self, uri: &Uri) -> Vec<ToolOut> {
-        let Some(tools) = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()) else { return Vec::new() };
+        let Some(tools) = self.sessions.get(uri).and_then(|s| s.record().tools.as_ref()) else { return Vec::new() };
         let children = tools.children.clone();
         for c in children {
             if !is_child_of(self.sessions, &c.session, uri) {
@@ -382,7 +382,7 @@ impl Tools<'_> {
         // A childFinished queued before the restart, whose wake the
         // restart cut short: the parent wakes for it now.
         let owed_wake = self.sessions.get(uri).is_some_and(|s| {
-            s.phase == Phase::Asleep && s.record.chats.iter().flat_map(|c| c.queued.iter()).any(|m| is_child_finished(&m.message))
+            s.is_asleep() && s.record().chats.iter().flat_map(|c| c.queued.iter()).any(|m| is_child_finished(&m.message))
         });
         if owed_wake {
             crate::mark!("child_finished_wakes_at_restore");
@@ -397,7 +397,7 @@ impl Tools<'_> {
     /// ([`Tools::deliver_child_finish`]); one whose parent does not list it
     /// (or is gone) drops its link.
     pub(crate) fn owed_link(&mut self, uri: &Uri) -> Vec<ToolOut> {
-        let Some(link) = self.sessions.get(uri).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
+        let Some(link) = self.sessions.get(uri).and_then(|s| s.record().tools.as_ref()).and_then(|t| t.parent.clone()) else { return Vec::new() };
         if is_child_of(self.sessions, uri, &link.session) {
             self.deliver_child_finish(uri)
         } else {
@@ -411,8 +411,8 @@ impl Tools<'_> {
     /// still starting: nothing of it is written before its first turn).
     fn unlink_child(&mut self, child: &Uri) {
         let Some(s) = self.sessions.get_mut(child) else { return };
-        let starting = matches!(s.phase, Phase::Starting(_));
-        let Some(tools) = s.record.tools.as_mut() else { return };
+        let starting = matches!(s.phase(), Phase::Starting(_));
+        let Some(tools) = s.tools_mut() else { return };
         if tools.parent.take().is_some() {
             if !starting {
                 self.store_put(child);
@@ -430,7 +430,7 @@ impl Tools<'_> {
             self.forget_child(&link.session, &record.resource);
         }
         for c in &tools.children {
-            let names_it = self.sessions.get(&c.session).and_then(|s| s.record.tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == record.resource);
+            let names_it = self.sessions.get(&c.session).and_then(|s| s.record().tools.as_ref()).and_then(|t| t.parent.as_ref()).is_some_and(|p| p.session == record.resource);
             if names_it {
                 crate::mark!("child_orphaned_by_dispose");
                 self.unlink_child(&c.session);

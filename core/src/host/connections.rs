@@ -303,7 +303,7 @@ impl Host {
         // process retired (disposed, perhaps made anew since), cannot be
         // brought up to date by replay: answer with snapshots.
         let rebuilt = live.iter().filter(|uri| *uri != ROOT_RESOURCE_URI).any(|uri| {
-            let state = self.session_of(uri).and_then(|s| self.sessions.get(&s)).and_then(|s| s.resident.as_ref());
+            let state = self.session_of(uri).and_then(|s| self.sessions.get(&s)).and_then(|s| s.resident());
             self.shared.retired.contains(uri) || state.is_none_or(|r| r.born_seq >= last_seen)
         });
         for uri in &live {
@@ -368,7 +368,7 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no session or chat {}", crate::ids::printable(&request.channel))));
         };
         let (phase, resident) = match self.sessions.get(&session_uri) {
-            Some(s) => (s.phase.clone(), s.resident.is_some()),
+            Some(s) => (s.phase().clone(), s.resident().is_some()),
             None => return,
         };
         if matches!(phase, Phase::Disposing(_)) {
@@ -381,7 +381,7 @@ impl Host {
             }
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("subscribe_wakes_session");
-                s.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::Subscribe(request) });
+                s.wait(Waiter::Request { conn, id, request: WaitingRequest::Subscribe(request) });
             }
             self.wake(&session_uri);
             return;
@@ -415,7 +415,7 @@ impl Host {
         let waiting: usize = self
             .sessions
             .values()
-            .map(|s| s.work.waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
+            .map(|s| s.work().waiters.iter().filter(|w| matches!(w, Waiter::Request { conn: c, .. } if *c == conn)).count())
             .sum::<usize>()
             + usize::from(held);
         if waiting < max {
@@ -454,10 +454,10 @@ impl Host {
             // Only the sessions it waited on are handed out to change, so
             // the indexes kept per changed session (`SessionTable`) and the
             // checks of touched sessions do not redo every session.
-            let waited: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.work.waiters.iter().any(of_conn)).map(|(u, _)| u.clone()).collect();
+            let waited: Vec<Uri> = self.sessions.iter().filter(|(_, s)| s.work().waiters.iter().any(of_conn)).map(|(u, _)| u.clone()).collect();
             for uri in waited {
                 if let Some(session) = self.sessions.get_mut(&uri) {
-                    session.work.waiters.retain(|w| !of_conn(w));
+                    session.forget_waiters(of_conn);
                 }
             }
             self.shared.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
@@ -471,7 +471,7 @@ impl Host {
         let fill = |snapshot: &mut Value| {
             let Some(uri) = snapshot.get("resource").and_then(Value::as_str) else { return };
             let Some(session) = self.sessions.get(uri) else { return };
-            let Some(config) = crate::session::state::session_config(&session.record) else { return };
+            let Some(config) = crate::session::state::session_config(session.record()) else { return };
             if let Some(state) = snapshot.get_mut("state").and_then(Value::as_object_mut) {
                 state.insert("config".to_owned(), config);
             }
@@ -495,7 +495,7 @@ impl Host {
             state
         } else {
             let session_uri = self.session_of(uri)?;
-            let resident = self.sessions.get(&session_uri)?.resident.as_ref()?;
+            let resident = self.sessions.get(&session_uri)?.resident()?;
             if uri == session_uri {
                 SnapshotState::Session(Box::new(resident.session.clone()))
             } else {
@@ -650,7 +650,7 @@ impl Host {
             .filter(|uri| {
                 self.sessions
                     .get(uri)
-                    .is_some_and(|s| s.resident.is_none() && matches!(s.phase, Phase::Asleep | Phase::Waking(_)))
+                    .is_some_and(|s| s.resident().is_none() && matches!(s.phase(), Phase::Asleep | Phase::Waking(_)))
             })
             .cloned()
             .collect();
@@ -675,7 +675,7 @@ impl Host {
             self.touch(uri);
             if let Some(s) = self.sessions.get_mut(uri) {
                 crate::mark!("handshake_waits_for_wake");
-                s.work.waiters.push(Waiter::Handshake { conn, id });
+                s.wait(Waiter::Handshake { conn, id });
             }
         }
         // A wake refused at once (a folder no longer trusted) settles its

@@ -113,22 +113,22 @@ impl Window<'_> {
         let Some(session) = self.sessions.get(&p.session) else {
             return self.shared.reply_error(conn, id, refuse("no such session"));
         };
-        if matches!(session.phase, Phase::Starting(_) | Phase::Disposing(_)) {
+        if matches!(session.phase(), Phase::Starting(_) | Phase::Disposing(_)) {
             return self.shared.reply_error(conn, id, refuse("the session is being created or disposed"));
         }
-        if session.is_announced() || session.record.git.is_some() || session.work.git_begin.is_some() {
+        if session.is_announced() || session.record().git.is_some() || session.work().git_begin.is_some() {
             return self.shared.reply_error(conn, id, refuse("the session has started: only a creating session whose tree is pending has one cut"));
         }
-        if !table::worktree_asked(&session.record.config) {
+        if !table::worktree_asked(&session.record().config) {
             return self.shared.reply_error(conn, id, refuse("the session's isolation is not worktree"));
         }
-        let Some(folder_uri) = session.record.working_directories.first().cloned() else {
+        let Some(folder_uri) = session.record().working_directories.first().cloned() else {
             return self.shared.reply_error(conn, id, refuse("the session has no folder"));
         };
         let Some(repo) = path_of_uri(&folder_uri) else {
             return self.shared.reply_error(conn, id, refuse("the session's folder is not a local folder"));
         };
-        let values = session.record.config.clone();
+        let values = session.record().config.clone();
         let prefix = table::string_value(&values, table::BRANCH_PREFIX, "");
         let branch = match data::branch_for(&prefix, p.prompt.as_deref().unwrap_or("")) {
             Ok(b) => b,

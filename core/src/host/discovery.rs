@@ -213,7 +213,7 @@ impl Finder<'_> {
         if self.shared.recent_cutoff.is_some() {
             return;
         }
-        let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.is_announced() && !s.record.external).map(|s| s.modified_at).collect();
+        let mut own: Vec<WallTime> = self.sessions.values().filter(|s| s.is_announced() && !s.record().external).map(|s| s.modified_at()).collect();
         own.sort_by(|a, b| b.cmp(a));
         self.shared.recent_cutoff = Some(own.get(1).copied());
     }
@@ -287,10 +287,10 @@ impl Finder<'_> {
         let mut found = Vec::new();
         for id in ids {
             let Some((uri, session)) = self.sessions.conversation_holder(provider, id) else { continue };
-            if session.resident.is_some() {
+            if session.resident().is_some() {
                 continue;
             }
-            let Some(chat) = session.record.chats.iter().find(|c| &*c.conversation_id == id).map(|c| c.resource.clone()) else { continue };
+            let Some(chat) = session.record().chats.iter().find(|c| &*c.conversation_id == id).map(|c| c.resource.clone()) else { continue };
             found.push(Found::Damaged { uri: uri.clone(), chat, provider: provider.to_owned() });
         }
         found
@@ -411,11 +411,11 @@ impl Finder<'_> {
                     for (uri, s) in self.sessions.iter_after(after.as_deref()).take(*budget) {
                         walked += 1;
                         last = Some(uri);
-                        if s.record.provider == provider
-                            && s.record.external
-                            && s.resident.is_none()
-                            && s.phase == Phase::Asleep
-                            && s.record.chats.iter().all(|c| !merge.seen.contains(&conversation_key(provider, &c.conversation_id)))
+                        if s.record().provider == provider
+                            && s.record().external
+                            && s.resident().is_none()
+                            && s.is_asleep()
+                            && s.record().chats.iter().all(|c| !merge.seen.contains(&conversation_key(provider, &c.conversation_id)))
                         {
                             gone.push(Found::Gone(uri.clone()));
                         }
@@ -469,7 +469,7 @@ impl Finder<'_> {
             // Only an external session at rest takes the row's title and
             // times; asked here first so that a session of this host's own
             // is read, not handed out to change.
-            if s.record.external && s.resident.is_none() {
+            if s.record().external && s.resident().is_none() {
                 let title = (!row.title.is_empty()).then(|| row.title.as_str().into());
                 return vec![Found::Refreshed { uri: uri.clone(), title, modified_at: row.modified_at }];
             }
@@ -578,7 +578,7 @@ impl Finder<'_> {
         // the sessions an input touched are the ones the step rules check
         // again.
         let Some(session) = self.sessions.get_mut(uri) else { return Vec::new() };
-        if session.record.external || session.resident.is_some() || session.phase != Phase::Asleep {
+        if session.record().external || session.resident().is_some() || !session.is_asleep() {
             return Vec::new();
         }
         vec![Found::ChatJoined { uri: uri.clone(), chat: Box::new(chat_from_row(chat, row)), modified_at: row.modified_at }]
@@ -604,8 +604,8 @@ impl Finder<'_> {
         let mut found = Vec::new();
         let mut added = 0;
         let mut removed = 0;
-        for (uri, s) in self.sessions.iter().filter(|(_, s)| s.record.external && s.is_announced()) {
-            let modified = s.modified_at;
+        for (uri, s) in self.sessions.iter().filter(|(_, s)| s.record().external && s.is_announced()) {
+            let modified = s.modified_at();
             match (before.shows(modified, uri), after.shows(modified, uri)) {
                 (false, true) => {
                     added += 1;

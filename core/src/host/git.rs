@@ -246,7 +246,7 @@ impl Trees<'_> {
                     outs.push(TreesOut::Wake(session_uri.clone()));
                 }
             }
-            BegunNext::InTree => match self.sessions.get(session_uri).map(|s| s.phase.shallow()) {
+            BegunNext::InTree => match self.sessions.get(session_uri).map(|s| s.phase().shallow()) {
                 Some(Phase::Live { .. }) => outs.push(TreesOut::RestartAgents(session_uri.clone())),
                 Some(Phase::Asleep) => outs.push(TreesOut::Wake(session_uri.clone())),
                 _ => {}
@@ -269,9 +269,9 @@ impl Trees<'_> {
     /// The commands [`Trees::dispose`] waits for, trees handed over first.
     fn remove_or_hand_over_trees(&mut self, session_uri: &Uri) -> Vec<OpId> {
         let Some(session) = self.sessions.get(session_uri) else { return Vec::new() };
-        let shared = session.record.shared_trees.to_vec();
-        let git = session.record.git.clone();
-        let refs_prefix = worktree::checkpoint_prefix(&session.record.key());
+        let shared = session.record().shared_trees.to_vec();
+        let git = session.record().git.clone();
+        let refs_prefix = worktree::checkpoint_prefix(&session.record().key());
         let mut ops = Vec::new();
         let purpose = || Op::Git(GitOp::Dispose { session: session_uri.clone() });
         // Trees handed to it: passed on, or removed with their maker's refs.
@@ -305,13 +305,8 @@ impl Trees<'_> {
     /// and a session made in it meanwhile is refused as any folder outside
     /// the trusted ones is (sim seeds 806, 6807).
     fn let_go_of_trees(&mut self, session_uri: &Uri) {
-        let Some(record) = self.sessions.get_mut(session_uri).map(|s| &mut s.record) else { return };
-        record.shared_trees = Default::default();
-        if let Some(git) = record.git.as_mut() {
-            git.worktree = None;
-            for former in &mut git.former {
-                former.worktree = None;
-            }
+        if let Some(s) = self.sessions.get_mut(session_uri) {
+            s.trees_mut().let_go();
         }
     }
 
@@ -334,13 +329,11 @@ impl Trees<'_> {
         match cut {
             TreeCut::Begin { session, folder, checkpoint_ref, new_branch, mut plan } => {
                 let Some(s) = self.sessions.get_mut(&session) else { return };
-                s.work.git_ops.remove(&op);
-                if s.work.git_begin != Some(op) {
+                if !s.git_answered(op) {
                     return;
                 }
-                s.work.git_begin = None;
                 // Disposed meanwhile: no tree is cut for it.
-                if matches!(s.phase, Phase::Disposing(_)) {
+                if matches!(s.phase(), Phase::Disposing(_)) {
                     return;
                 }
                 settle_base(&mut plan, &new_branch, &facts);
@@ -349,8 +342,7 @@ impl Trees<'_> {
                     GitCmd::Begin { folder, checkpoint_ref, worktree: Some(plan) },
                 );
                 if let Some(s) = self.sessions.get_mut(&session) {
-                    s.work.git_begin = Some(begin);
-                    s.work.git_ops.insert(begin);
+                    s.git_began(begin);
                 }
             }
             TreeCut::Make { folder, new_branch, mut plan, purpose } => {
@@ -367,7 +359,7 @@ impl Trees<'_> {
     /// was cut from: its own (unless it moved away from it), then those of
     /// the folders it moved away from.
     fn trees_of(&self, session_uri: &Uri) -> Vec<(String, WorktreeRecord)> {
-        let Some(git) = self.sessions.get(session_uri).and_then(|s| s.record.git.as_ref()) else { return Vec::new() };
+        let Some(git) = self.sessions.get(session_uri).and_then(|s| s.record().git.as_ref()) else { return Vec::new() };
         let own = git.worktree.iter().filter(|_| !git.moved).map(|w| (git.folder.clone(), w.clone()));
         let former = git.former.iter().filter_map(|f| f.worktree.clone().map(|w| (f.folder.clone(), w)));
         own.chain(former).collect()
@@ -381,7 +373,7 @@ impl Trees<'_> {
     /// Whether the session's record keeps the tree at `path` (its own, one
     /// it moved away from, or one handed to it).
     fn holds_tree(&self, session_uri: &Uri, path: &str) -> bool {
-        let Some(record) = self.sessions.get(session_uri).map(|s| &s.record) else { return false };
+        let Some(record) = self.sessions.get(session_uri).map(|s| s.record()) else { return false };
         let made = record.git.as_ref().is_some_and(|g| {
             g.made_trees().any(|w| w.path == path)
         });
@@ -403,7 +395,7 @@ impl Trees<'_> {
                 continue;
             }
             if let Some(s) = self.sessions.get_mut(&user) {
-                s.record.shared_trees.push(tree.clone());
+                s.trees_mut().keep(tree.clone());
             }
             self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
             self.store_put(&user);
@@ -424,7 +416,7 @@ impl Trees<'_> {
         let waiting: Vec<Uri> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.record.is_archived && s.phase == Phase::Asleep)
+            .filter(|(_, s)| s.record().is_archived && s.is_asleep())
             .filter(|(u, _)| self.trees_of(u).iter().any(|(_, t)| !t.off_disk))
             .map(|(u, _)| u.clone())
             .collect();
@@ -435,11 +427,7 @@ impl Trees<'_> {
 
     /// The tree at `path` among the session's, to change.
     fn tree_mut(&mut self, session_uri: &Uri, path: &str) -> Option<&mut WorktreeRecord> {
-        let git = self.sessions.get_mut(session_uri)?.record.git.as_mut()?;
-        if let Some(w) = git.worktree.as_mut().filter(|w| w.path == path) {
-            return Some(w);
-        }
-        git.former.iter_mut().filter_map(|f| f.worktree.as_mut()).find(|w| w.path == path)
+        self.sessions.get_mut(session_uri)?.trees_mut().at(path)
     }
 
     /// The session's archived bit changed: its trees go off the disk
@@ -449,7 +437,7 @@ impl Trees<'_> {
     /// uncommitted work stays (the shell checks that).
     pub(crate) fn trees_follow_archive(&mut self, session_uri: &Uri, archived: bool) {
         let Some(session) = self.sessions.get(session_uri) else { return };
-        if archived && (session.phase != Phase::Asleep || !session.work.pending_sends.is_empty() || session.work.git_begin.is_some()) {
+        if archived && (!session.is_asleep() || !session.work().pending_sends.is_empty() || session.work().git_begin.is_some()) {
             return;
         }
         for (repo, tree) in self.trees_of(session_uri) {
@@ -474,7 +462,7 @@ impl Trees<'_> {
     /// A session just went to sleep: if it is archived, its trees go off
     /// the disk now that its agents are gone.
     pub(crate) fn archived_trees_go(&mut self, session_uri: &Uri) {
-        if self.sessions.get(session_uri).is_some_and(|s| s.record.is_archived) {
+        if self.sessions.get(session_uri).is_some_and(|s| s.record().is_archived) {
             self.trees_follow_archive(session_uri, true);
         }
     }
@@ -508,17 +496,16 @@ impl Trees<'_> {
     /// in it). Returns true when the wake waits for that.
     pub(crate) fn restore_before_wake(&mut self, session_uri: &Uri) -> bool {
         let Some(session) = self.sessions.get(session_uri) else { return false };
-        if session.work.git_begin.is_some() {
+        if session.work().git_begin.is_some() {
             // Already being put back: the wake goes on when it is.
-            return session.record.git.as_ref().and_then(|g| g.worktree.as_ref()).is_some_and(|w| w.off_disk);
+            return session.record().git.as_ref().and_then(|g| g.worktree.as_ref()).is_some_and(|w| w.off_disk);
         }
-        let Some(git) = session.record.git.as_ref().filter(|g| !g.moved) else { return false };
+        let Some(git) = session.record().git.as_ref().filter(|g| !g.moved) else { return false };
         let Some(tree) = git.worktree.clone().filter(|w| w.off_disk) else { return false };
         let repo = git.folder.clone();
         let op = self.shared.git(Op::Git(GitOp::Restore { session: session_uri.clone() }), GitCmd::RestoreTree { repo, worktree: tree });
         if let Some(s) = self.sessions.get_mut(session_uri) {
-            s.work.git_begin = Some(op);
-            s.work.git_ops.insert(op);
+            s.git_began(op);
         }
         true
     }
@@ -528,14 +515,12 @@ impl Trees<'_> {
     /// in another folder), its waiters fail, and it stays asleep.
     fn on_restored_for_wake(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome, outs: &mut Vec<TreesOut>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        session.work.git_ops.remove(&op);
-        if session.work.git_begin != Some(op) {
+        if !session.git_answered(op) {
             return;
         }
-        session.work.git_begin = None;
         match outcome {
             Outcome::Git(GitResult::TreeRestored) => {
-                if let Some(w) = session.record.git.as_mut().and_then(|g| g.worktree.as_mut()) {
+                if let Some(w) = session.trees_mut().own() {
                     w.off_disk = false;
                 }
                 self.shared.log(LogLevel::Info, "git.tree_restored", Some(session_uri.clone()), "before its agents start again".to_owned());
@@ -547,8 +532,7 @@ impl Trees<'_> {
                     Outcome::Failed { message } => message,
                     _ => "git answered something else".to_owned(),
                 };
-                let pending = std::mem::take(&mut session.work.pending_sends);
-                let waiters = std::mem::take(&mut session.work.waiters);
+                let (pending, waiters) = session.take_held();
                 self.shared.log(LogLevel::Warn, "git.restore_failed", Some(session_uri.clone()), message.clone());
                 let reason = format!("the session's worktree could not be put back: {message}");
                 for (chat, turn_id, _) in pending {
@@ -568,8 +552,8 @@ impl Trees<'_> {
 pub(crate) fn tree_users(sessions: &SessionTable, window: &crate::detached::Registry, path: &str, except: Option<&Uri>) -> (Vec<Uri>, bool) {
     let users = sessions
         .iter()
-        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase, Phase::Disposing(_)))
-        .filter(|(_, s)| s.record.working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path))))
+        .filter(|(uri, s)| Some(*uri) != except && !matches!(s.phase(), Phase::Disposing(_)))
+        .filter(|(_, s)| s.record().working_directories.iter().any(|w| path_of_uri(w).is_some_and(|p| crate::trust::within(&p, path))))
         .map(|(uri, _)| uri.clone())
         .collect();
     let handle = window.iter().any(|(_, d)| d.tree.path == path);

@@ -220,7 +220,7 @@ impl Host {
         if self.shared.config.users.is_some() {
             let principal = self.shared.conns.get(&conn).and_then(|c| c.principal.as_ref());
             let admin = principal.is_some_and(|p| p.is_administrator());
-            if !admin && session.record.owner.as_deref() != principal.map(|p| p.owner()).as_deref() {
+            if !admin && session.record().owner.as_deref() != principal.map(|p| p.owner()).as_deref() {
                 crate::mark!("dispose_refused_not_owner");
                 self.shared.log(LogLevel::Warn, "session.dispose_refused", Some(uri.clone()), format!("connection {} is not the owner", conn.0));
                 return self.shared.reply_error(conn, id, error(PERMISSION_DENIED, "Only the session's owner can delete it."));
@@ -231,7 +231,7 @@ impl Host {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("a chat is moving into or out of session {uri}: dispose it once moveChat has answered")));
         }
         let Some(session) = self.sessions.get(&uri) else { return };
-        match session.phase {
+        match session.phase() {
             Phase::Disposing(_) => {
                 return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("session {uri} is already being disposed")))
             }
@@ -240,7 +240,7 @@ impl Host {
             }
             _ => {}
         }
-        let waiters = self.sessions.get_mut(&uri).map(|s| std::mem::take(&mut s.work.waiters)).unwrap_or_default();
+        let waiters = self.sessions.get_mut(&uri).map(|s| s.take_waiters()).unwrap_or_default();
         self.fail_waiters(&uri, waiters, "the session is being disposed");
         self.in_session(&uri, |s, sh| s.begin_dispose(sh, conn, id));
     }
@@ -252,7 +252,7 @@ impl Host {
     /// session kept.
     pub(crate) fn dispose_stored(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        if !matches!(session.phase, Phase::Disposing(_)) {
+        if !matches!(session.phase(), Phase::Disposing(_)) {
             return;
         }
         if store_error.is_some() {
@@ -262,9 +262,7 @@ impl Host {
         ops.extend(self.trees().dispose(uri));
         let done = ops.is_empty();
         if let Some(s) = self.sessions.get_mut(uri) {
-            if let Phase::Disposing(owed) = &mut s.phase {
-                owed.ops = ops;
-            }
+            s.dispose_waits_for(ops);
         }
         if done {
             self.dispose_finish(uri, None);
@@ -276,7 +274,7 @@ impl Host {
     /// when the store refused the tombstone, keep it and say so.
     pub(crate) fn dispose_finish(&mut self, uri: &Uri, store_error: Option<String>) {
         let Some(session) = self.sessions.get(uri) else { return };
-        let (conn, id) = match &session.phase {
+        let (conn, id) = match &session.phase() {
             Phase::Disposing(owed) => match owed.client() {
                 Some(asker) => asker,
                 None => return,
@@ -293,13 +291,13 @@ impl Host {
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };
-        self.tell(crate::facts::Fact::Disposed { session: uri, record: &session.record });
+        self.tell(crate::facts::Fact::Disposed { session: uri, record: session.record() });
         // Only passes asked from now on speak for the tombstone.
         let since = crate::effect::OpId(self.shared.next_op);
-        self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(&session.record), since));
-        self.shared.catalogue.remove(session.modified_at.0, uri);
+        self.tombstones.insert(uri.clone(), super::Tombstone::after(crate::session::dispose::tombstone_of(session.record()), since));
+        self.shared.catalogue.remove(session.modified_at().0, uri);
         let mut channels = vec![uri.clone()];
-        for chat in &session.record.chats {
+        for chat in &session.record().chats {
             self.shared.chats.remove(&chat.resource);
             channels.push(chat.resource.clone());
         }
@@ -313,7 +311,7 @@ impl Host {
                 c.subscriptions.remove(ch);
             }
         }
-        let shown = session.is_announced() && self.shared.shows(&session.record, session.modified_at);
+        let shown = session.is_announced() && self.shared.shows(session.record(), session.modified_at());
         if shown {
             let params = ahp_types::notifications::SessionRemovedParams {
                 channel: ROOT_RESOURCE_URI.to_owned(),
@@ -328,7 +326,7 @@ impl Host {
         self.recount_active();
         self.shared.reply(conn, id, Value::Null);
         self.shared.log(LogLevel::Info, "session.disposed", Some(uri.clone()), String::new());
-        let worked_in_trees = !session.record.working_directories.is_empty();
+        let worked_in_trees = !session.record().working_directories.is_empty();
         // Its state and envelopes are freed by the shell, off this thread.
         self.shared.effects.push(crate::effect::Effect::Release(crate::effect::Released::new((session, forgotten))));
         if worked_in_trees {
@@ -414,14 +412,14 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", printable(&request.chat))));
         };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        if matches!(session.phase, Phase::Disposing(_)) {
+        if matches!(session.phase(), Phase::Disposing(_)) {
             // Nothing would wake it to answer a waiter: refuse now, as
             // `subscribe` does.
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
-        let Some(resident) = session.resident.as_ref() else {
+        let Some(resident) = session.resident() else {
             crate::mark!("fetch_turns_wakes_session");
-            session.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::FetchTurns(request) });
+            session.wait(Waiter::Request { conn, id, request: WaitingRequest::FetchTurns(request) });
             self.wake(&session_uri);
             return;
         };
@@ -497,14 +495,14 @@ impl Host {
     /// Whether the session has a parked write or queued work: a new command
     /// waits behind it, in order ([`Host::queue_command`]).
     fn busy_with_writes(&self, session_uri: &Uri) -> bool {
-        self.sessions.get(session_uri).is_some_and(|s| s.work.parked.is_some() || !s.work.inbox.is_empty())
+        self.sessions.get(session_uri).is_some_and(|s| s.work().parked.is_some() || !s.work().inbox.is_empty())
     }
 
     /// Queues request `id` of `conn`, decoded, behind the session's parked
     /// write and the work already queued.
     fn queue_command(&mut self, session_uri: &Uri, conn: ConnId, id: u64, command: QueuedCommand) {
         if let Some(session) = self.sessions.get_mut(session_uri) {
-            session.work.inbox.push_back(Queued::Command { conn, id, command });
+            session.queue(Queued::Command { conn, id, command });
         }
     }
 
@@ -591,12 +589,12 @@ impl Host {
         let Some(session) = self.sessions.get(session_uri) else {
             return Some(error(SESSION_NOT_FOUND, format!("no session {}", crate::ids::printable(session_uri))));
         };
-        match session.phase {
+        match session.phase() {
             Phase::Disposing(_) => return Some(error(SESSION_NOT_FOUND, "the session is being disposed")),
             Phase::Starting(_) => return Some(error(INVALID_PARAMS, "the session is still being created")),
             _ => {}
         }
-        let multiple = self.shared.config.agents.iter().any(|a| a.provider == session.record.provider && a.multiple_chats);
+        let multiple = self.shared.config.agents.iter().any(|a| a.provider == session.record().provider && a.multiple_chats);
         if !multiple {
             return Some(error(INVALID_PARAMS, "this session's agent holds one chat only"));
         }
@@ -608,7 +606,7 @@ impl Host {
     /// source chat is another session's (`session/fork.rs`).
     fn source_refusal(&self, session_uri: &Uri, source: &ahp_types::commands::ChatSource) -> Option<ahp_types::messages::JsonRpcError> {
         let session = self.sessions.get(session_uri)?;
-        if !self.shared.agent_forks(&session.record.provider) {
+        if !self.shared.agent_forks(&session.record().provider) {
             crate::mark!("fork_refused_agent");
             return Some(error(INVALID_PARAMS, "forks and side chats are not offered by this agent"));
         }
@@ -630,7 +628,7 @@ impl Host {
         }
         let session = self.sessions.get(session_uri)?;
         if let Some(dirs) = dirs {
-            if let Some(bad) = dirs.iter().find(|d| !session.record.working_directories.contains(d)) {
+            if let Some(bad) = dirs.iter().find(|d| !session.record().working_directories.contains(d)) {
                 return Some(error(INVALID_PARAMS, format!("{} is not one of the session's folders", crate::ids::printable(bad))));
             }
         }
@@ -644,10 +642,10 @@ impl Host {
         if self.busy_with_writes(&session_uri) {
             return self.queue_command(&session_uri, conn, id, QueuedCommand::CreateChat(Box::new(request)));
         }
-        if self.sessions.get(&session_uri).is_some_and(|s| s.resident.is_none()) {
+        if self.sessions.get(&session_uri).is_some_and(|s| s.resident().is_none()) {
             if let Some(s) = self.sessions.get_mut(&session_uri) {
                 crate::mark!("create_chat_wakes_session");
-                s.work.waiters.push(Waiter::Request { conn, id, request: WaitingRequest::CreateChat(Box::new(request)) });
+                s.wait(Waiter::Request { conn, id, request: WaitingRequest::CreateChat(Box::new(request)) });
             }
             return self.wake(&session_uri);
         }
@@ -734,10 +732,10 @@ impl Host {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, format!("no chat {}", crate::ids::printable(&request.chat))));
         };
         let Some(session) = self.sessions.get(&session_uri) else { return };
-        if session.record.is_default_chat(&request.chat) {
+        if session.record().is_default_chat(&request.chat) {
             return self.shared.reply_error(conn, id, error(INVALID_PARAMS, "the session's default chat is kept: dispose the session instead"));
         }
-        if matches!(session.phase, Phase::Disposing(_)) {
+        if matches!(session.phase(), Phase::Disposing(_)) {
             return self.shared.reply_error(conn, id, error(SESSION_NOT_FOUND, "the session is being disposed"));
         }
         if self.busy_with_writes(&session_uri) {
@@ -1148,8 +1146,8 @@ impl Host {
         let _ = kind;
         let queued = QueuedAction { conn, channel, client_seq: params.client_seq, action: params.action };
         let Some(session) = self.sessions.get_mut(&session_uri) else { return };
-        if session.work.parked.is_some() || !session.work.inbox.is_empty() {
-            session.work.inbox.push_back(Queued::Action(queued));
+        if session.work().parked.is_some() || !session.work().inbox.is_empty() {
+            session.queue(Queued::Action(queued));
             return;
         }
         self.process_action(&session_uri, queued);
@@ -1183,8 +1181,8 @@ impl Host {
         if let Some(owner) = self.session_of(&q.channel).filter(|owner| owner != session_uri) {
             crate::mark!("action_follows_moved_chat");
             let Some(session) = self.sessions.get_mut(&owner) else { return };
-            if session.work.parked.is_some() || !session.work.inbox.is_empty() {
-                session.work.inbox.push_back(Queued::Action(q));
+            if session.work().parked.is_some() || !session.work().inbox.is_empty() {
+                session.queue(Queued::Action(q));
                 return;
             }
             return self.process_action(&owner, q);
@@ -1195,7 +1193,7 @@ impl Host {
             Admission::Refused(reason) => return self.reject(q.conn, &q.channel, q.action, origin, reason.to_owned()),
             Admission::AfterWake => {
                 if let Some(s) = self.sessions.get_mut(session_uri) {
-                    s.work.waiters.push(Waiter::Action(q));
+                    s.wait(Waiter::Action(q));
                 }
                 return self.wake(session_uri);
             }
@@ -1204,10 +1202,10 @@ impl Host {
         let checked = {
             let trusted = |folder: &Uri| self.trusted(std::slice::from_ref(folder));
             let rules = ActionRules {
-                takes_peers: self.shared.agent_takes_peers(&session.record.provider),
+                takes_peers: self.shared.agent_takes_peers(&session.record().provider),
                 stopping: self.stopping(),
-                forgets: self.shared.agent_forgets(&session.record.provider),
-                resumes: self.shared.agent_resumes(&session.record.provider),
+                forgets: self.shared.agent_forgets(&session.record().provider),
+                resumes: self.shared.agent_resumes(&session.record().provider),
                 message_text_max_bytes: self.shared.config.limits.message_text_max_bytes,
                 message_attachments_max_bytes: self.shared.config.limits.message_attachments_max_bytes,
                 title_max_bytes: self.shared.config.limits.title_max_bytes,
@@ -1219,7 +1217,7 @@ impl Host {
         if let Err(reason) = checked {
             return self.reject(q.conn, &q.channel, q.action, origin, reason);
         }
-        if matches!(q.action, StateAction::ChatDraftChanged(_)) && self.sessions.get(session_uri).is_some_and(|s| s.resident.is_none()) {
+        if matches!(q.action, StateAction::ChatDraftChanged(_)) && self.sessions.get(session_uri).is_some_and(|s| s.resident().is_none()) {
             crate::mark!("draft_kept_without_wake");
         }
         match kind_of(&q.action) {
@@ -1241,7 +1239,7 @@ impl Host {
             Outcome::Failed { message } => Some(message),
             _ => None,
         };
-        let parked = self.sessions.get(session_uri).and_then(|s| s.work.parked.as_ref()).is_some_and(|p| p.op == op);
+        let parked = self.sessions.get(session_uri).and_then(|s| s.work().parked.as_ref()).is_some_and(|p| p.op == op);
         if parked {
             self.on_parked_write(session_uri, failure);
         } else if let Some(message) = failure {
@@ -1254,7 +1252,7 @@ impl Host {
     /// the write failed), then take the next queued action.
     pub(crate) fn on_parked_write(&mut self, session_uri: &Uri, failure: Option<String>) {
         let Some(session) = self.sessions.get_mut(session_uri) else { return };
-        let Some(parked) = session.work.parked.take() else { return };
+        let Some(parked) = session.take_parked() else { return };
         let mut kept = parked.kept;
         match (parked.work, failure) {
             (ParkedWork::Action(q), None) => {
@@ -1275,8 +1273,7 @@ impl Host {
             (ParkedWork::StartQueued { chat, turn_id, queued_id }, failure) => {
                 let next = self.in_session(session_uri, |s, sh| s.finish_queued_start(sh, &chat, turn_id, queued_id, failure)).flatten();
                 if let Some(ActionNext::TurnStarted { turn_id, message }) = next {
-                    self.recount_active();
-                    self.send_turn(session_uri, chat, turn_id, message);
+                    self.turn_started(session_uri, chat, turn_id, message);
                 }
             }
             (ParkedWork::Reorder { conn, id, chat, after }, failure) => self.finish_reorder(session_uri, conn, id, chat, after, failure),
@@ -1285,7 +1282,7 @@ impl Host {
             // A hold's op is another session's write: never this one's.
             (ParkedWork::MoveHold, _) => {}
         }
-        if self.sessions.get_mut(session_uri).is_some_and(|s| std::mem::take(&mut s.work.put_owed)) {
+        if self.sessions.get_mut(session_uri).is_some_and(|s| s.take_put_owed()) {
             self.store_put(session_uri);
         }
         self.drain_inbox(session_uri);
@@ -1295,11 +1292,7 @@ impl Host {
     /// Takes queued actions in order until one parks again.
     pub(crate) fn drain_inbox(&mut self, session_uri: &Uri) {
         loop {
-            let Some(session) = self.sessions.get_mut(session_uri) else { return };
-            if session.work.parked.is_some() {
-                return;
-            }
-            let Some(next) = session.work.inbox.pop_front() else { return };
+            let Some(next) = self.sessions.get_mut(session_uri).and_then(|s| s.next_queued()) else { return };
             match next {
                 Queued::Action(q) => self.process_action(session_uri, q),
                 Queued::Command { conn, id, command } => {
@@ -1308,11 +1301,10 @@ impl Host {
                         // waited behind it, or it would queue itself again
                         // behind the rest (out of order, and for ever when
                         // only commands remain).
-                        let behind = self.sessions.get_mut(session_uri).map(|s| std::mem::take(&mut s.work.inbox)).unwrap_or_default();
+                        let behind = self.sessions.get_mut(session_uri).map(|s| s.take_queue()).unwrap_or_default();
                         self.run_queued_command(conn, id, command);
                         if let Some(s) = self.sessions.get_mut(session_uri) {
-                            let added = std::mem::replace(&mut s.work.inbox, behind);
-                            s.work.inbox.extend(added);
+                            s.requeue(behind);
                         }
                     }
                 }
@@ -1331,11 +1323,11 @@ impl Host {
                 // broadcast: the agent is let go, so its next start (the
                 // next turn wakes it) runs in the new root with the
                 // conversation resumed.
-                let root_now = self.sessions.get(session_uri).and_then(|s| s.record.working_directories.first().cloned());
+                let root_now = self.sessions.get(session_uri).and_then(|s| s.record().working_directories.first().cloned());
                 let root_shown = self
                     .sessions
                     .get(session_uri)
-                    .and_then(|s| s.resident.as_ref())
+                    .and_then(|s| s.resident())
                     .and_then(|r| r.session.working_directories.as_ref())
                     .and_then(|l| l.first().cloned());
                 if root_now != root_shown {
@@ -1352,10 +1344,7 @@ impl Host {
                 let next = self.in_session(session_uri, |s, sh| s.apply_client_action(sh, &q.channel, action, origin)).flatten();
                 match next {
                     None => {}
-                    Some(ActionNext::TurnStarted { turn_id, message }) => {
-                        self.recount_active();
-                        self.send_turn(session_uri, q.channel, turn_id, message);
-                    }
+                    Some(ActionNext::TurnStarted { turn_id, message }) => self.turn_started(session_uri, q.channel, turn_id, message),
                     Some(ActionNext::TurnCancelled) => self.end_turn_bookkeeping(session_uri, &q.channel, false, super::agents::TurnEnder::Host),
                     Some(ActionNext::TurnResumed) => self.recount_active(),
                     // Before the residency check: a live session archived now

@@ -32,15 +32,14 @@
 
 use std::collections::BTreeSet;
 
-use ahp_types::actions::StateAction;
 use ahp_types::state::{Message, MessageKind, MessageOrigin};
 use ahp_types::Uri;
 use serde_json::{json, Value};
 
 use crate::effect::{Effect, LogLevel};
-use crate::shared::{TOOL_META_KEY, WAKES_META_KEY};
+use crate::shared::TOOL_META_KEY;
 use crate::grants::{Operation, Principal};
-use crate::record::{ScheduledWake, SessionRecord, ToolsRecord};
+use crate::record::{ScheduledWake, SessionRecord};
 use crate::session::table::SessionTable;
 use crate::session::{Phase, Session};
 use crate::time::WallTime;
@@ -235,7 +234,7 @@ impl Tools<'_> {
         if self.stopping {
             return Err(HostToolError::new(Code::Unavailable, "the host is shutting down"));
         }
-        if self.sessions.get(&caller).is_none_or(|s| matches!(s.phase, Phase::Disposing(_))) {
+        if self.sessions.get(&caller).is_none_or(|s| matches!(s.phase(), Phase::Disposing(_))) {
             return Err(HostToolError::new(Code::NotFound, format!("session {caller} is being disposed")));
         }
         Ok(caller)
@@ -281,7 +280,7 @@ impl Tools<'_> {
     /// more).
     pub(crate) fn owner_principal(&self, uri: &Uri) -> Option<Principal> {
         let users = self.shared.config.users.as_ref()?;
-        let owner = self.sessions.get(uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("");
+        let owner = self.sessions.get(uri).and_then(|s| s.record().owner.as_deref()).unwrap_or("");
         if let Some(id) = owner.strip_prefix("user:") {
             users.users.iter().find(|u| u.id == id).map(|u| Principal::User { id: u.id.clone(), role: u.role, administrator: u.administrator, memberships: Vec::new() })
         } else if let Some(name) = owner.strip_prefix("plugin:") {
@@ -323,7 +322,7 @@ impl Tools<'_> {
         check_text("prompt", &prompt)?;
         self.tool_grant(caller, Operation::ChatSend)?;
         let Some(session) = self.sessions.get_mut(caller) else { return refuse(Code::NotFound, format!("no session {caller}")) };
-        let tools = session.record.tools.get_or_insert_with(Box::default);
+        let tools = session.tools_or_default();
         if tools.wakes.len() >= MAX_WAKES_PER_SESSION {
             crate::mark!("wake_refused_limit");
             return refuse(Code::LimitReached, format!("this session already has {MAX_WAKES_PER_SESSION} wakes waiting; cancel one first"));
@@ -341,7 +340,7 @@ impl Tools<'_> {
     /// `cancel_wakeup`: one of the caller's wakes forgotten.
     fn cancel_wakeup(&mut self, caller: &Uri, id: &str) -> HostToolResult {
         let Some(session) = self.sessions.get_mut(caller) else { return refuse(Code::NotFound, format!("no session {caller}")) };
-        let Some(wake) = take_wake(&mut session.record.tools, id) else {
+        let Some(wake) = session.take_wake(id) else {
             return refuse(Code::NotFound, format!("this session has no wake {}", crate::ids::printable(id)));
         };
         self.state.wakes.remove(&(wake.at, caller.clone(), wake.id));
@@ -361,21 +360,21 @@ impl Tools<'_> {
         let target: Uri = target.to_owned();
         // A session still being created is not listed yet (Sessions page:
         // "nothing announces it or lists it until its first turn").
-        let Some(session) = self.sessions.get(&target).filter(|s| !matches!(s.phase, Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record.external) else {
+        let Some(session) = self.sessions.get(&target).filter(|s| !matches!(s.phase(), Phase::Disposing(_) | Phase::Starting(_)) && s.is_announced() && !s.record().external) else {
             return refuse(Code::NotFound, format!("no session {target} on this host"));
         };
         if target == *caller {
             return refuse(Code::Forbidden, "a session may not send a message to itself; use schedule_wakeup to prompt yourself later");
         }
-        let default_chat: Uri = session.record.default_chat().into_owned();
-        let full = session.record.chats.iter().find(|c| c.resource == default_chat).is_some_and(|c| c.queued.len() >= self.shared.config.limits.queued_messages_per_chat);
+        let default_chat: Uri = session.record().default_chat().into_owned();
+        let full = session.record().chats.iter().find(|c| c.resource == default_chat).is_some_and(|c| c.queued.len() >= self.shared.config.limits.queued_messages_per_chat);
         self.tool_grant(caller, Operation::ChatSend)?;
         if full {
             return refuse(Code::LimitReached, format!("{target} already has {} messages queued", self.shared.config.limits.queued_messages_per_chat));
         }
         let id = format!("msg-{}", self.shared.rng.hex_id());
         let meta = json!({"from": {"session": caller, "chat": chat}});
-        let sender = self.sessions.get(caller).and_then(|s| s.record.owner.as_deref()).unwrap_or("").to_owned();
+        let sender = self.sessions.get(caller).and_then(|s| s.record().owner.as_deref()).unwrap_or("").to_owned();
         crate::mark!("tool_message_sent");
         outs.push(ToolOut::Deliver { session: target.clone(), chat: default_chat.clone(), id: id.clone(), message: Box::new(message(text, MessageKind::Agent, meta)), sender });
         Ok(json!({"session": target, "chat": default_chat, "turnId": id}))
@@ -396,8 +395,8 @@ impl Tools<'_> {
         self.state.wakes.remove(&first);
         let (_, uri, id) = first;
         let Some(session) = self.sessions.get_mut(&uri) else { return Some(Vec::new()) };
-        let disposing = matches!(session.phase, Phase::Disposing(_));
-        let Some(wake) = take_wake(&mut session.record.tools, &id) else { return Some(Vec::new()) };
+        let disposing = matches!(session.phase(), Phase::Disposing(_));
+        let Some(wake) = session.take_wake(&id) else { return Some(Vec::new()) };
         if disposing {
             // Its session is going: the wake goes with it (kept, it
             // would be due and unfired; the tombstone keeps none).
@@ -416,7 +415,7 @@ impl Tools<'_> {
         }
         crate::mark!("wake_fired");
         self.shared.log(LogLevel::Info, "wake.fired", Some(uri.clone()), format!("{} on {}", wake.id, wake.chat));
-        let sender = self.sessions.get(&uri).and_then(|s| s.record.owner.as_deref()).unwrap_or("").to_owned();
+        let sender = self.sessions.get(&uri).and_then(|s| s.record().owner.as_deref()).unwrap_or("").to_owned();
         let meta = json!({"wake": wake.id});
         // Its own id, not the wake's: a wake id a lost write gave out
         // may be given again after a restart.
@@ -434,12 +433,6 @@ impl crate::HostView<'_> {
     }
 }
 
-/// Takes wake `id` off `tools`, dropping the box when it holds nothing.
-fn take_wake(tools: &mut Option<Box<ToolsRecord>>, id: &str) -> Option<ScheduledWake> {
-    let t = tools.as_mut()?;
-    let i = t.wakes.iter().position(|w| w.id == id)?;
-    Some(t.wakes.remove(i))
-}
 
 /// Refuses `text` (the tool parameter `what`) `invalid_argument` when it is
 /// blank or longer than [`MAX_TOOL_TEXT_BYTES`].
@@ -457,40 +450,4 @@ pub(super) fn check_text(what: &str, text: &str) -> Result<(), HostToolError> {
 pub(super) fn message(text: String, kind: MessageKind, tool_meta: Value) -> Message {
     let meta = [(TOOL_META_KEY.to_owned(), tool_meta)].into_iter().collect();
     Message { text, origin: MessageOrigin { kind }, attachments: None, model: None, agent: None, meta: Some(meta) }
-}
-
-impl crate::session::Session {
-    /// The `_meta` value listing this session's waiting wakes (`None`
-    /// when it has none).
-    pub fn wakes_meta(&self) -> Option<Value> {
-        crate::session::state::wakes_value(&self.record)
-    }
-
-    /// Says what the host tools keep on the session on its state's `_meta`
-    /// through `session/metaChanged` when it moved (a held state only; a
-    /// state made later reads it from the record): its waiting wakes
-    /// (`ahpd.wakes`), its parent (`ahpd.parent`), its children
-    /// (`ahpd.children`).
-    pub(crate) fn expose_tool_meta(&mut self, sh: &mut super::Shared) {
-        let Some(resident) = self.resident.as_ref() else { return };
-        let fresh = [
-            (WAKES_META_KEY, self.wakes_meta()),
-            (super::PARENT_META_KEY, crate::session::state::parent_value(&self.record)),
-            (super::CHILDREN_META_KEY, crate::session::state::children_value(&self.record)),
-        ];
-        let current = resident.session.meta.as_ref();
-        if fresh.iter().all(|(k, v)| current.and_then(|m| m.get(*k)) == v.as_ref()) {
-            return;
-        }
-        let mut meta = resident.session.meta.clone().unwrap_or_default();
-        for (key, value) in fresh {
-            match value {
-                Some(v) => meta.insert(key.to_owned(), v),
-                None => meta.remove(key),
-            };
-        }
-        let uri = self.record.resource.clone();
-        let action = StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
-        self.emit(sh, &uri, action, None);
-    }
 }

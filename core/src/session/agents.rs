@@ -76,6 +76,33 @@ impl Session {
         }
     }
 
+    /// A turn started in the session (`chat/turnStarted`, from a client or
+    /// the queue): a live session sends it on ([`Session::send_live`]); one
+    /// asleep, or whose start is owed, holds it and is woken by the host
+    /// ([`TurnSend::NeedsWake`]).
+    pub(crate) fn start_turn(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: std::sync::Arc<Message>) -> TurnSend {
+        if !self.phase.is_live() || self.start_owed {
+            self.work.pending_sends.push((chat, turn_id, message));
+            return TurnSend::NeedsWake;
+        }
+        self.send_live(sh, chat, turn_id, message)
+    }
+
+    /// A turn of a live session goes to its agent, unless the session's
+    /// first send (or its first after a move) must ask git first
+    /// ([`Session::hold_for_git`]): then it is held, or failed when no tree
+    /// can be named.
+    pub(crate) fn send_live(&mut self, sh: &mut Shared, chat: Uri, turn_id: String, message: std::sync::Arc<Message>) -> TurnSend {
+        match self.hold_for_git(sh, &chat, &turn_id, &message) {
+            super::git::GitHold::Held => TurnSend::Held,
+            super::git::GitHold::Failed { pending, reason } => TurnSend::Failed { pending, reason },
+            super::git::GitHold::NotNeeded => {
+                self.hand_to_agent(sh, chat, turn_id, message);
+                TurnSend::Sent
+            }
+        }
+    }
+
     /// Sends a turn of a live session to its chat's agent (starting an
     /// agent it owes first). A chat whose agent is still starting holds
     /// the turn until the start answers (`Host::chat_start_answered`):
@@ -165,4 +192,23 @@ impl Session {
         self.set_phase(Phase::Asleep);
         true
     }
+}
+
+/// What became of a turn the session was handed ([`Session::start_turn`],
+/// [`Session::send_live`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnSend {
+    /// It went to its chat's agent (or waits for that agent's start).
+    Sent,
+    /// It waits for the session's git work (its tree and `turn/0`).
+    Held,
+    /// It is held until the session wakes: the host wakes it.
+    NeedsWake,
+    /// No tree can be named: these held turns fail with `reason`.
+    Failed {
+        /// The turns held: (chat, turn id, message).
+        pending: Vec<crate::session::in_hand::HeldSend>,
+        /// What the client reads.
+        reason: String,
+    },
 }

@@ -212,3 +212,39 @@ impl Session {
         sh.log(crate::effect::LogLevel::Info, "session.adopted", Some(self.record.resource.clone()), String::new());
     }
 }
+
+impl Session {
+    /// The `_meta` value listing this session's waiting wakes (`None`
+    /// when it has none).
+    pub fn wakes_meta(&self) -> Option<serde_json::Value> {
+        super::state::wakes_value(&self.record)
+    }
+
+    /// Says what the host tools keep on the session on its state's `_meta`
+    /// through `session/metaChanged` when it moved (a held state only; a
+    /// state made later reads it from the record): its waiting wakes
+    /// (`ahpd.wakes`), its parent (`ahpd.parent`), its children
+    /// (`ahpd.children`).
+    pub(crate) fn expose_tool_meta(&mut self, sh: &mut crate::shared::Shared) {
+        let Some(resident) = self.resident.as_deref() else { return };
+        let fresh = [
+            (crate::shared::WAKES_META_KEY, self.wakes_meta()),
+            (crate::shared::PARENT_META_KEY, super::state::parent_value(&self.record)),
+            (crate::shared::CHILDREN_META_KEY, super::state::children_value(&self.record)),
+        ];
+        let current = resident.session.meta.as_ref();
+        if fresh.iter().all(|(k, v)| current.and_then(|m| m.get(*k)) == v.as_ref()) {
+            return;
+        }
+        let mut meta = resident.session.meta.clone().unwrap_or_default();
+        for (key, value) in fresh {
+            match value {
+                Some(v) => meta.insert(key.to_owned(), v),
+                None => meta.remove(key),
+            };
+        }
+        let uri = &self.record.resource.clone();
+        let action = ahp_types::actions::StateAction::SessionMetaChanged(ahp_types::actions::SessionMetaChangedAction { meta: Some(meta) });
+        self.emit(sh, &uri, action, None);
+    }
+}

@@ -13,6 +13,7 @@ pub mod effects;
 pub mod fork;
 pub mod git;
 pub mod handle;
+pub mod in_hand;
 pub mod lifecycle;
 pub mod moves;
 pub mod mirror;
@@ -367,9 +368,9 @@ impl std::fmt::Debug for WorkSlot {
 pub struct Session {
     /// The durable record (host-owned fields); the catalogue row is built
     /// from it when the session is not resident.
-    pub record: SessionRecord,
+    pub(in crate::session) record: SessionRecord,
     /// `modifiedAt` as a number; only moves forward.
-    pub modified_at: WallTime,
+    pub(in crate::session) modified_at: WallTime,
     /// The row root subscribers hold, when kept: `None` while provisional
     /// or settled ([`Session::announcement`] tells which).
     sent_row: Option<Box<SessionSummary>>,
@@ -377,22 +378,74 @@ pub struct Session {
     /// "Provisional sessions"); with `sent_row`, the [`Announcement`].
     announced: bool,
     /// Whether its creation failed and its start is owed to the next send.
-    pub start_owed: bool,
+    pub(in crate::session) start_owed: bool,
     /// What the host is doing with it.
-    pub phase: Phase,
+    pub(in crate::session) phase: Phase,
     /// The protocol state, while resident (boxed: a catalogue row that is
     /// not resident pays one pointer for it).
-    pub resident: Option<Box<Resident>>,
+    pub(in crate::session) resident: Option<Box<Resident>>,
     /// Whether its backend can resume it (else it never sleeps).
-    pub can_resume: bool,
+    pub(in crate::session) can_resume: bool,
     /// Last monotonic time an action moved in it (idle timer).
-    pub last_activity: MonoTime,
+    pub(in crate::session) last_activity: MonoTime,
     /// LRU stamp: a host-wide counter taken when it was last used.
-    pub last_used: u64,
+    pub(in crate::session) last_used: u64,
     /// What it has in hand while it works (agents, sends, waiters, parked
     /// writes, git commands): nothing is allocated for a quiet session
     /// ([`WorkSlot`]).
-    pub work: WorkSlot,
+    pub(in crate::session) work: WorkSlot,
+}
+
+impl Session {
+    /// The durable record (host-owned fields of the catalogue row).
+    pub fn record(&self) -> &SessionRecord {
+        &self.record
+    }
+
+    /// `modifiedAt` as a number; only moves forward.
+    pub fn modified_at(&self) -> WallTime {
+        self.modified_at
+    }
+
+    /// Whether its creation failed and its start is owed to the next send.
+    pub fn start_owed(&self) -> bool {
+        self.start_owed
+    }
+
+    /// What the host is doing with it.
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Whether its agents were let go ([`Phase::Asleep`]).
+    pub fn is_asleep(&self) -> bool {
+        self.phase == Phase::Asleep
+    }
+
+    /// The protocol state, while resident.
+    pub fn resident(&self) -> Option<&Resident> {
+        self.resident.as_deref()
+    }
+
+    /// Whether its backend can resume it (else it never sleeps).
+    pub fn can_resume(&self) -> bool {
+        self.can_resume
+    }
+
+    /// Last monotonic time an action moved in it (idle timer).
+    pub fn last_activity(&self) -> MonoTime {
+        self.last_activity
+    }
+
+    /// LRU stamp: a host-wide counter taken when it was last used.
+    pub fn last_used(&self) -> u64 {
+        self.last_used
+    }
+
+    /// What it has in hand while it works ([`Work::EMPTY`] when quiet).
+    pub fn work(&self) -> &Work {
+        &self.work
+    }
 }
 
 impl Session {

@@ -93,10 +93,10 @@ pub struct AwarenessBefore {
 
 fn meta<'a>(view: &'a HostView<'_>, uri: &str) -> Option<&'a serde_json::Map<String, Value>> {
     let s = view.sessions.get(uri)?;
-    if !s.phase.is_live() {
+    if !s.phase().is_live() {
         return None;
     }
-    s.resident.as_ref()?.session.meta.as_ref()
+    s.resident()?.session.meta.as_ref()
 }
 
 fn key_of(record: &Value) -> String {
@@ -153,13 +153,13 @@ fn overlaps(a: &str, b: &str) -> bool {
 }
 
 fn live_resident<'a>(view: &'a HostView<'_>) -> impl Iterator<Item = &'a Uri> {
-    view.sessions.iter().filter(|(_, s)| s.phase.is_live() && s.resident.is_some()).map(|(u, _)| u)
+    view.sessions.iter().filter(|(_, s)| s.phase().is_live() && s.resident().is_some()).map(|(u, _)| u)
 }
 
 fn folders(view: &HostView<'_>, uri: &str) -> Vec<String> {
     view.sessions
         .get(uri)
-        .map(|s| s.record.working_directories.iter().filter_map(|d| awareness::uri_to_path(d)).collect())
+        .map(|s| s.record().working_directories.iter().filter_map(|d| awareness::uri_to_path(d)).collect())
         .unwrap_or_default()
 }
 
@@ -219,9 +219,9 @@ impl AwarenessChecker {
         let own = registry.own_files();
         let mut published: BTreeSet<&str> = BTreeSet::new();
         for (name, session) in own {
-            let live = view.sessions.get(session).is_some_and(|s| s.phase.is_live() && s.resident.is_some());
+            let live = view.sessions.get(session).is_some_and(|s| s.phase().is_live() && s.resident().is_some());
             if !live {
-                let phase = view.sessions.get(session).map_or("gone", |s| s.phase.name());
+                let phase = view.sessions.get(session).map_or("gone", |s| s.phase().name());
                 return Err(breach("awareness_record_lifetime", format!("{name}: the record of {session} ({phase}) is still in the registry")));
             }
             published.insert(session);
@@ -235,7 +235,7 @@ impl AwarenessChecker {
     fn check_tiers(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.tiers.retain(|u, _| view.sessions.contains_key(u));
         for (uri, s) in view.sessions.iter() {
-            let tier = Tier::of_config(&s.record.config);
+            let tier = Tier::of_config(&s.record().config);
             match self.tiers.get(uri) {
                 Some(t) if *t != tier => {
                     return Err(breach("awareness_tier_stable", format!("{uri} was at the {} tier and is now at {}", t.name(), tier.name())));
@@ -269,8 +269,8 @@ impl AwarenessChecker {
             return Ok(());
         }
         self.stats.writes += 1;
-        let tier = Tier::of_config(&s.record.config);
-        let auto = awareness::auto_approve(&s.record.config);
+        let tier = Tier::of_config(&s.record().config);
+        let auto = awareness::auto_approve(&s.record().config);
         let base = folders(view, session).into_iter().next();
         let targets: Vec<String> = paths.iter().filter_map(|p| awareness::join(base.as_deref(), p)).collect();
         let peers = before.peers.get(session).cloned().unwrap_or_default();
@@ -403,7 +403,7 @@ impl AwarenessChecker {
                 return Err(breach("awareness_peer_events", format!("{uri}: the scan logged {logged:?}; its peers moved by {want:?}")));
             }
             // Warnings by tier.
-            let tier = Tier::of_config(&view.sessions.get(uri).map(|s| s.record.config.clone()).unwrap_or_default());
+            let tier = Tier::of_config(&view.sessions.get(uri).map(|s| s.record().config.clone()).unwrap_or_default());
             let warnings = match listed(view, uri).get("warnings") {
                 Some(Value::Array(w)) => w.clone(),
                 _ => Vec::new(),

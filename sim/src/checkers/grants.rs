@@ -236,12 +236,12 @@ fn digest(view: &HostView<'_>, frame: &Frame) -> Digest {
         .into_iter()
         .map(|(u, s)| SessionDigest {
             uri: u.clone(),
-            record: s.record.clone(),
-            phase: s.phase.clone(),
-            resident: s.resident.clone(),
-            last_used: s.last_used,
-            waiters: s.work.waiters.len(),
-            inbox: s.work.inbox.len(),
+            record: s.record().clone(),
+            phase: s.phase().clone(),
+            resident: s.resident().cloned().map(Box::new),
+            last_used: s.last_used(),
+            waiters: s.work().waiters.len(),
+            inbox: s.work().inbox.len(),
         })
         .collect();
     Digest { sessions, catalogue: view.catalogue.clone(), subscriptions: view.conns.get(&conn).map(|c| c.subscriptions.clone()) }
@@ -257,7 +257,7 @@ impl Grants {
     /// (the store's copy is the durable one; a lost write may have been
     /// another incarnation of the URI).
     pub fn on_host_start(&mut self, view: &HostView<'_>) {
-        self.owners = view.sessions.iter().map(|(u, s)| (u.clone(), s.record.owner.as_deref().map(str::to_owned))).collect();
+        self.owners = view.sessions.iter().map(|(u, s)| (u.clone(), s.record().owner.as_deref().map(str::to_owned))).collect();
         self.creates.clear();
     }
 
@@ -290,7 +290,7 @@ impl Grants {
         let mut may_dispose = false;
         if self.users && predicted.is_none() && frame.method == "disposeSession" {
             if let (Some(s), Some(session)) = (&signer, view.sessions.get(&frame.channel)) {
-                may_dispose = s.administrator() || session.record.owner.as_deref() == Some(s.owner.as_str());
+                may_dispose = s.administrator() || session.record().owner.as_deref() == Some(s.owner.as_str());
                 if !may_dispose {
                     predicted = Some(Predicted::Owner);
                 }
@@ -310,43 +310,43 @@ impl Grants {
         self.owners.retain(|u, _| view.sessions.contains_key(u));
         for (uri, s) in view.sessions {
             match self.owners.get(uri) {
-                Some(owner) if owner.as_deref() != s.record.owner.as_deref() => {
-                    return Err(breach("owner_never_changes", format!("{uri}: owner {owner:?} -> {:?}", s.record.owner)));
+                Some(owner) if owner.as_deref() != s.record().owner.as_deref() => {
+                    return Err(breach("owner_never_changes", format!("{uri}: owner {owner:?} -> {:?}", s.record().owner)));
                 }
                 Some(_) => {}
                 None => {
                     // A child an agent made (`start_child_session`) is
                     // owned as its parent is: `inv_child_owned_as_parent`.
-                    if let Some((conn, id)) = match &s.phase {
+                    if let Some((conn, id)) = match &s.phase() {
                         Phase::Starting(owed) => owed.client(),
                         _ => None,
                     } {
                         if let Some((owner, scope)) = self.creates.remove(&(conn, id)) {
                             self.creations_judged += 1;
-                            if s.record.owner.as_deref() != owner.as_deref() {
+                            if s.record().owner.as_deref() != owner.as_deref() {
                                 return Err(breach("owner_never_changes", format!(
-                                    "{uri} was made by {owner:?} and records owner {:?}", s.record.owner
+                                    "{uri} was made by {owner:?} and records owner {:?}", s.record().owner
                                 )));
                             }
                             match scope {
-                                Ok(scope) if scope.as_deref() == s.record.scope.as_deref() => {}
+                                Ok(scope) if scope.as_deref() == s.record().scope.as_deref() => {}
                                 Ok(scope) => {
                                     return Err(breach("scope_follows_page", format!(
-                                        "{uri} (by {owner:?}) records scope {:?}, the page says {scope:?}", s.record.scope
+                                        "{uri} (by {owner:?}) records scope {:?}, the page says {scope:?}", s.record().scope
                                     )))
                                 }
                                 Err(()) => {
                                     return Err(breach("scope_follows_page", format!(
-                                        "{uri} was made by {owner:?} whose scope does not resolve (records {:?})", s.record.scope
+                                        "{uri} was made by {owner:?} whose scope does not resolve (records {:?})", s.record().scope
                                     )))
                                 }
                             }
                         }
                     }
-                    if !self.users && s.record.owner.is_some() {
-                        return Err(breach("owner_never_changes", format!("{uri}: a host with no users directory recorded owner {:?}", s.record.owner)));
+                    if !self.users && s.record().owner.is_some() {
+                        return Err(breach("owner_never_changes", format!("{uri}: a host with no users directory recorded owner {:?}", s.record().owner)));
                     }
-                    self.owners.insert(uri.clone(), s.record.owner.as_deref().map(str::to_owned));
+                    self.owners.insert(uri.clone(), s.record().owner.as_deref().map(str::to_owned));
                 }
             }
         }

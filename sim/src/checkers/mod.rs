@@ -98,7 +98,7 @@ impl History {
         self.resumed.on_host_start();
         self.questions.on_host_start();
         self.announced = view.sessions.iter().filter(|(_, s)| s.is_announced()).map(|(u, _)| u.clone()).collect();
-        self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase.shallow())).collect();
+        self.prev_phases = view.sessions.iter().map(|(u, s)| (u.clone(), s.phase().shallow())).collect();
         Ok(())
     }
 
@@ -169,8 +169,8 @@ impl History {
         for uri in &scope {
             let Some(prev) = self.prev_phases.get(uri) else { continue };
             match view.sessions.get(uri) {
-                Some(s) if s.phase.shallow() != *prev && !lifecycle::is_legal(prev, &s.phase) => {
-                    return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase.name())));
+                Some(s) if s.phase().shallow() != *prev && !lifecycle::is_legal(prev, s.phase()) => {
+                    return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase().name())));
                 }
                 None if !matches!(prev, Phase::Starting(_) | Phase::Disposing(_)) => {
                     return Err(breach("lifecycle_transition", format!("{uri} vanished from {}", prev.name())));
@@ -180,9 +180,9 @@ impl History {
         }
         for uri in &scope {
             let Some(s) = view.sessions.get(uri) else { continue };
-            let rediscovered = before.scan && s.phase == Phase::Asleep;
-            if !self.prev_phases.contains_key(uri) && !matches!(s.phase, Phase::Starting(_)) && !rediscovered {
-                return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase.name())));
+            let rediscovered = before.scan && s.is_asleep();
+            if !self.prev_phases.contains_key(uri) && !matches!(s.phase(), Phase::Starting(_)) && !rediscovered {
+                return Err(breach("lifecycle_transition", format!("{uri} appeared as {}", s.phase().name())));
             }
         }
         for uri in &scope {
@@ -199,7 +199,7 @@ impl History {
                     if s.is_announced() {
                         self.announced.insert(uri.clone());
                     }
-                    self.prev_phases.insert(uri.clone(), s.phase.shallow());
+                    self.prev_phases.insert(uri.clone(), s.phase().shallow());
                 }
             }
         }
@@ -219,15 +219,15 @@ impl History {
     /// chat's state, whenever the host holds it, shows every turn it ever
     /// showed, ended or running (for an agent that can resume).
     fn check_echoed_turns(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
-        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
+        self.echoed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase(), Phase::Starting(_))));
         for chats in self.echoed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
-        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
+        self.rewound.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase(), Phase::Starting(_))));
         for chats in self.rewound.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
-        self.completed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase, Phase::Starting(_))));
+        self.completed.retain(|uri, _| view.sessions.get(uri).is_some_and(|s| !matches!(s.phase(), Phase::Starting(_))));
         for chats in self.completed.values_mut() {
             chats.retain(|chat, _| view.chats.contains_key(chat));
         }
@@ -250,7 +250,7 @@ impl History {
             // applies it, whether or not the state is still held after it)
             // is not lost: it is one the chat must never show again (issue
             // 23).
-            for rec in s.record.chats.iter().filter(|c| !c.forgetting.is_empty()) {
+            for rec in s.record().chats.iter().filter(|c| !c.forgetting.is_empty()) {
                 let Some(seen) = self.echoed.get_mut(uri).and_then(|m| m.get_mut(&rec.resource)) else { continue };
                 let gone = self.rewound.entry(uri.clone()).or_default().entry(rec.resource.clone()).or_default();
                 for id in &rec.forgetting {
@@ -262,7 +262,7 @@ impl History {
                     done.retain(|id| !rec.forgetting.contains(id));
                 }
             }
-            let Some(r) = s.resident.as_ref().filter(|_| s.can_resume) else { continue };
+            let Some(r) = s.resident().filter(|_| s.can_resume()) else { continue };
             for (chat, state) in &r.chats {
                 let shown: BTreeSet<&str> = state.turns.iter().map(|t| t.id.as_str()).chain(state.active_turn.as_ref().map(|t| t.id.as_str())).collect();
                 let seen = self.echoed.entry(uri.clone()).or_default().entry(chat.clone()).or_default();
@@ -309,10 +309,10 @@ fn host_state(view: &HostView<'_>, channel: &str) -> Option<MirrorState> {
         return Some(MirrorState::Root(Box::new(view.root.clone())));
     }
     if let Some(s) = view.sessions.get(channel) {
-        return s.resident.as_ref().map(|r| MirrorState::Session(Box::new(session_as_sent(s, &r.session))));
+        return s.resident().map(|r| MirrorState::Session(Box::new(session_as_sent(s, &r.session))));
     }
     let session = view.chats.get(channel)?;
-    let r = view.sessions.get(session)?.resident.as_ref()?;
+    let r = view.sessions.get(session)?.resident()?;
     r.chats.get(channel).map(|c| MirrorState::Chat(Box::new(c.clone())))
 }
 
@@ -320,7 +320,7 @@ fn host_state(view: &HostView<'_>, channel: &str) -> Option<MirrorState> {
 /// `config` the snapshot writer fills in from the record.
 fn session_as_sent(session: &ahpd_core::session::Session, state: &ahp_types::state::SessionState) -> ahp_types::state::SessionState {
     let mut state = state.clone();
-    if let Some(config) = ahpd_core::session::state::session_config(&session.record) {
+    if let Some(config) = ahpd_core::session::state::session_config(session.record()) {
         state.config = serde_json::from_value(config).ok();
     }
     state
@@ -331,12 +331,12 @@ fn equal(view: &HostView<'_>, channel: &str, mirror: &MirrorState, configs: &mut
         return Some(matches!(mirror, MirrorState::Root(r) if **r == *view.root));
     }
     if let Some(s) = view.sessions.get(channel) {
-        let r = s.resident.as_ref()?;
+        let r = s.resident()?;
         let MirrorState::Session(m) = mirror else { return Some(false) };
-        return Some(session_equal(m, &r.session, configs.config_of(&s.record)));
+        return Some(session_equal(m, &r.session, configs.config_of(s.record())));
     }
     let session = view.chats.get(channel)?;
-    let r = view.sessions.get(session)?.resident.as_ref()?;
+    let r = view.sessions.get(session)?.resident()?;
     let c = r.chats.get(channel)?;
     Some(matches!(mirror, MirrorState::Chat(m) if **m == *c))
 }
@@ -486,7 +486,7 @@ impl Stale {
         for uri in touched {
             set.insert((*uri).clone());
             if let Some(s) = view.sessions.get(*uri) {
-                set.extend(s.record.chats.iter().map(|c| c.resource.clone()));
+                set.extend(s.record().chats.iter().map(|c| c.resource.clone()));
             }
         }
     }
@@ -655,10 +655,10 @@ pub fn check_restart(pre: &PreCrash, store: &Store, view: &HostView<'_>) -> Resu
         if !s.is_announced() {
             return Err(breach("rule5_restart_keeps_acked", format!("{key} restored but not listed")));
         }
-        if s.record.title != record.title || s.record.is_read != record.is_read || s.record.is_archived != record.is_archived {
+        if s.record().title != record.title || s.record().is_read != record.is_read || s.record().is_archived != record.is_archived {
             return Err(breach("rule5_restart_keeps_acked", format!("{key} restored with other bits than the store holds")));
         }
-        check_restart_chat_flags(key, record, &s.record)?;
+        check_restart_chat_flags(key, record, s.record())?;
         if let Some((read, archived)) = pre.bits.get(key) {
             let unacked = pre.unacked.get(key).map(Vec::as_slice).unwrap_or(&[]);
             let read_ok = record.is_read == *read || unacked.iter().flatten().any(|r| r.is_read == record.is_read);
@@ -710,16 +710,16 @@ pub fn pending(view: &HostView<'_>, clients: &[Client], q: &Queue) -> Vec<String
         }
     }
     for (uri, s) in view.sessions {
-        if !matches!(s.phase, Phase::Live { .. } | Phase::Asleep) {
-            out.push(format!("{uri} left {}", s.phase.name()));
+        if !matches!(s.phase(), Phase::Live { .. } | Phase::Asleep) {
+            out.push(format!("{uri} left {}", s.phase().name()));
         }
-        if !s.work.waiters.is_empty() {
-            out.push(format!("{uri} has {} waiters", s.work.waiters.len()));
+        if !s.work().waiters.is_empty() {
+            out.push(format!("{uri} has {} waiters", s.work().waiters.len()));
         }
-        if s.work.parked.is_some() || !s.work.inbox.is_empty() {
+        if s.work().parked.is_some() || !s.work().inbox.is_empty() {
             out.push(format!("{uri} has actions waiting for the store"));
         }
-        if !s.work.sends_in_flight.is_empty() || !s.work.pending_sends.is_empty() {
+        if !s.work().sends_in_flight.is_empty() || !s.work().pending_sends.is_empty() {
             out.push(format!("{uri} has turns not handed to its agent"));
         }
     }

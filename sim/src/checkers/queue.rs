@@ -142,7 +142,7 @@ impl QueueHistory {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
-            let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
+            let Some(record) = session.record().chats.iter().find(|c| c.resource == *chat) else { continue };
             if record.queued.iter().any(|m| m.id == *id) || record.steering.as_ref().is_some_and(|s| s.id == *id) {
                 // The unheard removal, or the taking by a turn, was not durable: held again.
                 *fate = Fate::Queued;
@@ -177,7 +177,7 @@ impl QueueHistory {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
-            let Some(record) = session.record.chats.iter().find(|c| c.resource == *chat) else { continue };
+            let Some(record) = session.record().chats.iter().find(|c| c.resource == *chat) else { continue };
             let held = record.queued.iter().any(|m| m.id == *id)
                 || record.steering.as_ref().is_some_and(|s| s.id == *id)
                 || record.senders.get(id).is_some()

@@ -82,7 +82,7 @@ struct Seen {
 }
 
 fn chat_work(s: &Session) -> bool {
-    s.resident.as_ref().is_some_and(|r| {
+    s.resident().is_some_and(|r| {
         r.chats.values().any(|c| c.active_turn.is_some() || c.steering_message.is_some() || c.queued_messages.as_ref().is_some_and(|q| !q.is_empty()))
             || r.session.input_needed.as_ref().is_some_and(|i| !i.is_empty())
     })
@@ -130,20 +130,20 @@ fn seen(watching: &Watching<'_>, uri: &Uri, s: &Session) -> Seen {
     let work = chat_work(s);
     // A chat's agent still starting in a live session is in hand too (its
     // answer names the conversation a wake resumes).
-    let starting_chat = matches!(&s.phase, Phase::Live { starting } if !starting.is_empty());
-    let in_hand = work || s.is_busy() || !s.work.sends_in_flight.is_empty() || s.work.parked.is_some() || !s.work.inbox.is_empty() || !s.work.waiters.is_empty() || !s.work.git_ops.is_empty() || starting_chat;
-    let live = s.phase.is_live();
-    let asleep = s.phase == Phase::Asleep;
+    let starting_chat = matches!(s.phase(), Phase::Live { starting } if !starting.is_empty());
+    let in_hand = work || s.is_busy() || !s.work().sends_in_flight.is_empty() || s.work().parked.is_some() || !s.work().inbox.is_empty() || !s.work().waiters.is_empty() || !s.work().git_ops.is_empty() || starting_chat;
+    let live = s.phase().is_live();
+    let asleep = s.is_asleep();
     Seen {
-        phase: s.phase.name(),
-        resident: s.resident.is_some(),
+        phase: s.phase().name(),
+        resident: s.resident().is_some(),
         live,
         asleep,
-        archived: s.record.is_archived,
-        evictable: s.resident.is_some()
+        archived: s.record().is_archived,
+        evictable: s.resident().is_some()
             && s.is_announced()
             && (live || asleep)
-            && s.record.provider != "oneshot"
+            && s.record().provider != "oneshot"
             && !in_hand
             && watchers.is_empty()
             && !held_by_handshake,
@@ -269,11 +269,11 @@ impl Residency {
         }
         for (uri, s) in view.sessions {
             let was = before.sessions.get(uri).map(|b| b.phase);
-            let now = s.phase.name();
+            let now = s.phase().name();
             if was != Some(now) {
                 named.insert(id_of(uri).to_owned());
-                let started = was == Some("starting") && s.phase.is_live();
-                if started || (was == Some("asleep") && matches!(s.phase, Phase::Waking(_) | Phase::Live { .. })) {
+                let started = was == Some("starting") && s.phase().is_live();
+                if started || (was == Some("asleep") && matches!(s.phase(), Phase::Waking(_) | Phase::Live { .. })) {
                     used.insert(uri.clone());
                 }
             }

@@ -114,7 +114,7 @@ impl ResumeHistory {
                 .chats
                 .get(&chat)
                 .and_then(|uri| view.sessions.get(&**uri))
-                .and_then(|s| s.resident.as_ref())
+                .and_then(|s| s.resident())
                 .and_then(|r| r.chats.get(&chat))
                 .and_then(|c| c.active_turn.as_ref())
                 .map(|t| t.id.clone());

@@ -84,7 +84,7 @@ impl TreesChecker {
         }
         if let GitCmd::Checkpoint { checkpoint_ref, base, .. } = command {
             let prefix = prefix_of(checkpoint_ref);
-            if !view.sessions.values().any(|s| checkpoint_prefix(&s.record.key()) == prefix) {
+            if !view.sessions.values().any(|s| checkpoint_prefix(&s.record().key()) == prefix) {
                 return Err(breach("git_checkpoint_known", format!("checkpoint {checkpoint_ref} for no session the host holds")));
             }
             let own = base.starts_with(prefix) && base.ends_with("turn/0");
@@ -103,18 +103,18 @@ impl TreesChecker {
         }
         for removed in &git.removed {
             for (uri, s) in view.sessions.iter() {
-                if matches!(s.phase, Phase::Disposing(_)) {
+                if matches!(s.phase(), Phase::Disposing(_)) {
                     continue;
                 }
-                let owns = s.record.git.as_ref().is_some_and(|g| {
+                let owns = s.record().git.as_ref().is_some_and(|g| {
                     g.made_trees().any(|w| w.path == removed.path)
                 });
-                let works_in = s.record.working_directories.iter().any(|d| path_of_uri(d).is_some_and(|p| within(&p, &removed.path)));
+                let works_in = s.record().working_directories.iter().any(|d| path_of_uri(d).is_some_and(|p| within(&p, &removed.path)));
                 if works_in && !owns {
                     return Err(breach("tree_in_use_removed", format!(
                         "{command:?} took {} off the disk while {uri} ({}) works in it (issue 19)",
                         removed.path,
-                        s.phase.name()
+                        s.phase().name()
                     )));
                 }
             }
@@ -131,11 +131,11 @@ impl TreesChecker {
             *newest = (seq, changes);
         }
         let want = summary(&newest.1);
-        let Some((uri, s)) = view.sessions.iter().find(|(_, s)| checkpoint_prefix(&s.record.key()) == prefix) else { return Ok(()) };
-        if s.record.changes.as_deref() != Some(&want) {
+        let Some((uri, s)) = view.sessions.iter().find(|(_, s)| checkpoint_prefix(&s.record().key()) == prefix) else { return Ok(()) };
+        if s.record().changes.as_deref() != Some(&want) {
             return Err(breach("changes_match_git", format!(
                 "{uri} shows changes {:?} after git answered {want:?} for its newest checkpoint",
-                s.record.changes
+                s.record().changes
             )));
         }
         Ok(())
@@ -144,9 +144,9 @@ impl TreesChecker {
     /// After every step: worktree sessions work in their trees.
     pub fn after_step(&self, view: &HostView<'_>) -> Result<(), Violation> {
         for (uri, s) in view.sessions.iter() {
-            let Some(g) = s.record.git.as_ref().filter(|g| !g.moved) else { continue };
+            let Some(g) = s.record().git.as_ref().filter(|g| !g.moved) else { continue };
             let Some(w) = g.worktree.as_ref() else { continue };
-            let root = s.record.working_directories.first().and_then(|d| path_of_uri(d));
+            let root = s.record().working_directories.first().and_then(|d| path_of_uri(d));
             if !root.as_deref().is_some_and(|r| within(r, &w.path)) {
                 return Err(breach("worktree_session_in_its_tree", format!("{uri} has the tree {} but works in {root:?}", w.path)));
             }
@@ -164,14 +164,14 @@ pub fn check_start_trusted(view: &HostView<'_>, folders: &[String]) -> Result<()
     }
     let mut trees: Vec<MadeTree<'_>> = Vec::new();
     for s in view.sessions.values() {
-        if let Some(t) = &s.record.in_tree {
+        if let Some(t) = &s.record().in_tree {
             trees.push(MadeTree { path: &t.path, repo: Some(&t.repo_root) });
         }
-        for t in &s.record.shared_trees {
+        for t in &s.record().shared_trees {
             let repo = if t.tree.repo_root.is_empty() { Some(t.repo.as_str()) } else { Some(t.tree.repo_root.as_str()) };
             trees.push(MadeTree { path: &t.tree.path, repo });
         }
-        let Some(g) = s.record.git.as_ref() else { continue };
+        let Some(g) = s.record().git.as_ref() else { continue };
         for w in g.made_trees() {
             let repo = if w.repo_root.is_empty() { g.repo_root.as_deref() } else { Some(w.repo_root.as_str()) };
             trees.push(MadeTree { path: &w.path, repo });

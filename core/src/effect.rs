@@ -116,6 +116,16 @@ pub enum Effect {
         /// What to do.
         command: crate::git::GitCmd,
     },
+    /// Filesystem work for a session's files (issue 48,
+    /// [`crate::files::fs`]), done off the thread every client waits on;
+    /// answered by `Input::Done { op, outcome: Outcome::Fs(..) }` (but
+    /// [`crate::files::fs::FsCmd::Unwatch`], which nothing waits on).
+    Fs {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// What to do.
+        command: crate::files::fs::FsCmd,
+    },
     /// Work on the workspace-awareness registry (issue 10); answered by
     /// `Input::Done { op, .. }`: `Outcome::RegistryScanned` for a scan,
     /// `Outcome::Ok` or `Outcome::Failed` otherwise.

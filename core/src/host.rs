@@ -649,6 +649,8 @@ impl Host {
                 self.on_disconnected(conn)
             }
             Input::Done { op, outcome } => self.on_done(op, outcome),
+            // core side: o48-core
+            Input::FsChanged { .. } => {}
             Input::Backend { chat, event } => self.on_backend_event(&chat, event),
             Input::PolicyChanged(policy) => {
                 self.shared.config.policy = policy;

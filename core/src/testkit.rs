@@ -334,6 +334,8 @@ impl Harness {
                 Effect::Backend { op, .. } | Effect::Store { op, .. } | Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
                 Effect::Git { op, command } => Some((op, git(&command))),
                 Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) | Effect::HostToolAnswer { .. } | Effect::Release(_) => None,
+                // core side: o48-core
+                Effect::Fs { .. } => None,
             };
             if let Some((op, outcome)) = done {
                 self.done(op, outcome);

@@ -145,8 +145,20 @@ impl FsExec {
         let shared = Arc::clone(&self.shared);
         tokio::spawn(async move {
             let started = super::bulk::spawn(move || {
-                let watcher = start_watcher(&path, recursive, tx)?;
+                let made = start_watcher(&path, recursive, tx);
                 let mut watches = lock(&shared.watches);
+                let ours = watches.get(&watch).is_some_and(|slot| Arc::ptr_eq(&slot.alive, &alive));
+                let watcher = match made {
+                    Ok(watcher) => watcher,
+                    Err(e) => {
+                        // Nothing is watched: the slot goes (unless a later
+                        // watch of the same id has taken it).
+                        if ours {
+                            watches.remove(&watch);
+                        }
+                        return Err(e);
+                    }
+                };
                 match watches.get_mut(&watch) {
                     Some(slot) if Arc::ptr_eq(&slot.alive, &alive) => slot.watcher = Some(watcher),
                     // Unwatched (or replaced) meanwhile: this watcher is

@@ -147,24 +147,28 @@ impl FsExec {
             let started = super::bulk::spawn(move || {
                 let made = start_watcher(&path, recursive, tx);
                 let mut watches = lock(&shared.watches);
-                let ours = watches.get(&watch).is_some_and(|slot| Arc::ptr_eq(&slot.alive, &alive));
-                let watcher = match made {
-                    Ok(watcher) => watcher,
-                    Err(e) => {
-                        // Nothing is watched: the slot goes (unless a later
-                        // watch of the same id has taken it).
-                        if ours {
+                let slot = watches.get_mut(&watch).filter(|slot| Arc::ptr_eq(&slot.alive, &alive));
+                let unwanted = match (made, slot) {
+                    (Ok(watcher), Some(slot)) => {
+                        slot.watcher = Some(watcher);
+                        None
+                    }
+                    // Unwatched (or replaced) meanwhile: this watcher is
+                    // nobody's.
+                    (Ok(watcher), None) => Some(watcher),
+                    (Err(e), slot) => {
+                        // Nothing is watched: the slot goes (unless a
+                        // later watch of the same id has taken it).
+                        if slot.is_some() {
                             watches.remove(&watch);
                         }
                         return Err(e);
                     }
                 };
-                match watches.get_mut(&watch) {
-                    Some(slot) if Arc::ptr_eq(&slot.alive, &alive) => slot.watcher = Some(watcher),
-                    // Unwatched (or replaced) meanwhile: this watcher is
-                    // nobody's; it ends here, on this bulk thread.
-                    _ => drop(watcher),
-                }
+                // Dropped with the lock released: ending a watcher waits
+                // for its thread, and the driver takes this lock.
+                drop(watches);
+                drop(unwanted);
                 Ok(())
             });
             let result = match started.await {

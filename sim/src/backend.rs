@@ -792,6 +792,8 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",
+        // core side: o48-core
+        Outcome::Fs(_) => "fs",
         Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }

@@ -808,6 +808,8 @@ impl World {
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
+                    // core side: o48-core
+                    Effect::Fs { op, command } => format!("  -> fs op{} {command:?}", op.0),
                     Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
                     Effect::HostToolAnswer { call, result } => format!("  -> host tool answer call{} {result:?}", call.0),
                     Effect::Release(_) => "  -> release".to_owned(),
@@ -942,6 +944,8 @@ impl World {
             Effect::HostToolAnswer { .. } => {}
             // Dropped here, at once: what the daemon frees off its thread.
             Effect::Release(_) => {}
+            // core side: o48-core (the sim's filesystem is the core side's; nothing is answered yet)
+            Effect::Fs { .. } => {}
             Effect::Registry { op, command } => {
                 let wall_ms = self.now_host().wall.0;
                 self.registry.on_command(&mut self.q, wall_ms, self.faults.registry_fail, op, command);

@@ -161,8 +161,9 @@ fn escapes_are_refused_and_change_nothing() {
     assert_eq!(h.fs.nodes, before.nodes, "nothing changed on the filesystem");
 }
 
-/// With a users directory: another member's session is out of reach; a
-/// guest of the owner's project reads but never writes.
+/// With a users directory: another member reads a session's folder as it
+/// reads the session's turns, and never writes to it; a guest reads and
+/// never writes.
 #[test]
 fn another_principals_session_and_a_guest() {
     let mut config = Config::default();
@@ -176,11 +177,13 @@ fn another_principals_session_and_a_guest() {
     assert_eq!(r["result"]["data"], "hello", "{r}");
     for channel in [s.as_str(), ROOT] {
         let r = h.request_fs(2, "resourceRead", json!({"channel": channel, "uri": "file:///w/notes.md"}));
-        assert_eq!(code(&r), -32009, "bob may not read alice's folder: {r}");
+        assert_eq!(r["result"]["data"], "hello", "bob reads alice's folder as he reads her turns: {r}");
     }
     let r = h.request_fs(3, "resourceRead", json!({"channel": s, "uri": "file:///w/notes.md"}));
-    assert_eq!(r["result"]["data"], "hello", "a guest of the project reads: {r}");
+    assert_eq!(r["result"]["data"], "hello", "a guest reads: {r}");
     let before = h.fs.clone();
+    let r = h.request_fs(2, "resourceWrite", json!({"channel": s, "uri": "file:///w/notes.md", "data": "x", "encoding": "utf-8"}));
+    assert_eq!(code(&r), -32009, "bob never writes to alice's folder: {r}");
     for (method, params) in [
         ("resourceWrite", json!({"channel": s, "uri": "file:///w/notes.md", "data": "x", "encoding": "utf-8"})),
         ("resourceMkdir", json!({"channel": s, "uri": "file:///w/d"})),

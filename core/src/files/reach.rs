@@ -6,11 +6,13 @@
 //! shares) whose state the principal may read, and writable only inside
 //! those of a session whose artifacts it may write. On a host with no
 //! users directory every session counts, for reading and writing. With
-//! one, a session counts when the principal holds the grant
-//! (`session:state` to read, `session:artifacts` to write; a guest holds
-//! no write grant) and the session is its own, or the principal is the
-//! host itself or an administrator, or (to read only) the session is
-//! charged to a scope (`team/project`) the principal is a member of. A
+//! one, a session counts for reading when the principal holds
+//! `session:state` (as it may then subscribe to that session's state and
+//! read its turns: a guest sees the sessions and what is in them), and for
+//! writing when it holds `session:artifacts` (a guest holds no write
+//! grant) and the session is its own, or the principal is the host itself
+//! or an administrator: a file written is not undone, so another member's
+//! session's folder is changed only through its agent, never directly. A
 //! session being disposed counts for nobody.
 
 use crate::grants::{Operation, Principal};
@@ -49,13 +51,7 @@ pub fn may_reach(users: bool, principal: Option<&Principal>, record: &SessionRec
     if matches!(p, Principal::Root { .. }) || p.is_administrator() {
         return true;
     }
-    if record.owner.as_deref() == Some(p.owner().as_str()) {
-        return true;
-    }
-    match (access, p, record.scope.as_deref()) {
-        (Access::Read, Principal::User { memberships, .. }, Some(scope)) => memberships.iter().any(|m| m.scope() == scope),
-        _ => false,
-    }
+    access == Access::Read || record.owner.as_deref() == Some(p.owner().as_str())
 }
 
 /// The folders of session `record`, as absolute paths in a fixed order,

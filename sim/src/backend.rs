@@ -792,6 +792,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",
+        Outcome::Fs(_) => "fs",
         Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }

@@ -76,6 +76,14 @@ pub fn markers() -> Vec<String> {
     out
 }
 
+/// Another program on the machine writes a file in one of the folders
+/// sessions use (what watches report besides the clients' writes).
+pub fn another_program(fs: &mut MemFs, rng: &mut SimRng) {
+    let folder = ["/work/a", "/work/b", "/work/repo1", "/work/repo1/pkg", "/work/plain"][rng.below(5) as usize];
+    let name = ["other.txt", "src/gen.rs", "notes.md"][rng.below(3) as usize];
+    fs.put(&format!("{folder}/{name}"), b"another program");
+}
+
 /// What is outside every session folder now (compared after every step).
 pub fn outside(fs: &MemFs) -> Vec<(String, Node)> {
     fs.nodes.range(SECRET_DIR.to_owned()..).take_while(|(k, _)| k.starts_with(SECRET_DIR)).map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -143,7 +151,17 @@ fn fresh(rng: &mut SimRng) -> String {
 /// fresh file, a subscribe to a watch channel that may not be its own.
 pub fn think(client: &mut Client, rng: &mut SimRng, session: &Uri) -> Vec<ClientOut> {
     let channel = if rng.chance(0.8) { session.clone() } else { ahp_types::ROOT_RESOURCE_URI.to_owned() };
-    let path = |rng: &mut SimRng| if rng.chance(0.3) { fresh(rng) } else { PATHS[rng.below(PATHS.len() as u64) as usize].to_owned() };
+    // The session's own folder, when this client holds its state: most
+    // requests there are answered, not refused.
+    let own: Option<String> = match client.mirrors.get(session).map(|m| &m.state) {
+        Some(crate::clients::MirrorState::Session(s)) => s.working_directories.as_ref().and_then(|l| l.first().cloned()),
+        _ => None,
+    };
+    let path = |rng: &mut SimRng| match &own {
+        Some(folder) if rng.chance(0.4) => format!("{folder}/{}", ["notes.md", "src", "new-0.txt", "src/main.rs", "out/key", "../zz-secret/key"][rng.below(6) as usize]),
+        _ if rng.chance(0.3) => fresh(rng),
+        _ => PATHS[rng.below(PATHS.len() as u64) as usize].to_owned(),
+    };
     let (method, params) = match rng.below(11) {
         0 => ("resourceRead", json!({"channel": channel, "uri": path(rng), "encoding": if rng.chance(0.5) { "base64" } else { "utf-8" }})),
         1 => ("resourceList", json!({"channel": channel, "uri": path(rng)})),
@@ -154,7 +172,13 @@ pub fn think(client: &mut Client, rng: &mut SimRng, session: &Uri) -> Vec<Client
         6 => ("resourceMove", json!({"channel": channel, "source": path(rng), "destination": path(rng)})),
         7 => ("resourceDelete", json!({"channel": channel, "uri": path(rng), "recursive": rng.chance(0.3)})),
         8 => ("completions", json!({"channel": channel, "kind": "userMessage", "text": (["@ke", "see @oth", "@", "x @main"][rng.below(4) as usize]), "offset": 3})),
-        9 => ("createResourceWatch", json!({"channel": channel, "uri": (["file:///work/a", "file:///work/a/out", "file:///work/repo1", "file:///zz-secret"][rng.below(4) as usize]), "recursive": rng.chance(0.5)})),
+        9 => {
+            let uri = match &own {
+                Some(folder) if rng.chance(0.6) => folder.clone(),
+                _ => ["file:///work/a", "file:///work/a/out", "file:///work/repo1", "file:///zz-secret"][rng.below(4) as usize].to_owned(),
+            };
+            ("createResourceWatch", json!({"channel": channel, "uri": uri, "recursive": rng.chance(0.5)}))
+        }
         _ => ("subscribe", json!({"channel": format!("ahp-resource-watch:/{}", rng.range(1, 4))})),
     };
     vec![client.send_request(method, params, ReqKind::Plain)]

@@ -958,6 +958,9 @@ impl World {
                 // executor), answered after a short delay; then the
                 // changes its watches saw, one batch per watch.
                 let result = self.fs.run(&command);
+                if self.world_rng.chance(0.3) {
+                    crate::files::another_program(&mut self.fs, &mut self.world_rng);
+                }
                 if crate::files::outside(&self.fs) != self.fs_outside {
                     return Err(self.violation(ahpd_core::invariants::Violation {
                         rule: "files_outside_unchanged",

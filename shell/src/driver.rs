@@ -295,6 +295,11 @@ impl Driver {
             Effect::Store { op, command } => self.store.submit(op, command),
             Effect::Scan { op, provider } => self.backends.scan(op, &provider),
             Effect::Git { op, command } => self.backends.git(op, command),
+            // TODO(issue 48, the shell engineer's executor branch): run the
+            // command off this thread and answer `Input::Done { op,
+            // outcome: Outcome::Fs(..) }`; this arm only keeps the
+            // workspace building until it lands (nothing answers yet).
+            Effect::Fs { op, .. } => tracing::debug!(op = op.0, "filesystem command with no executor yet"),
             Effect::Registry { op, command } => match &self.registry {
                 Some(registry) => registry.submit(op, command),
                 None => tracing::debug!(op = op.0, "registry command with no registry"),
@@ -376,6 +381,7 @@ fn input_kind(input: &Input) -> &'static str {
             ahpd_core::input::Outcome::TranscriptDamaged { .. } => "done.transcript_damaged",
             ahpd_core::input::Outcome::Scanned { .. } => "done.scanned",
             ahpd_core::input::Outcome::Git(_) => "done.git",
+            ahpd_core::input::Outcome::Fs(_) => "done.fs",
             ahpd_core::input::Outcome::RegistryScanned { .. } => "done.registry_scanned",
             ahpd_core::input::Outcome::Ok => "done.ok",
         },
@@ -383,6 +389,7 @@ fn input_kind(input: &Input) -> &'static str {
         Input::PolicyChanged(_) => "policy",
         Input::Shutdown { .. } => "shutdown",
         Input::HostTool { .. } => "host_tool",
+        Input::FsChanged { .. } => "fs_changed",
         Input::Tick => "tick",
     }
 }

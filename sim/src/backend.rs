@@ -792,7 +792,6 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",
-        // core side: o48-core
         Outcome::Fs(_) => "fs",
         Outcome::RegistryScanned { .. } => "registry scanned",
     }

@@ -294,6 +294,18 @@ impl FileWork<'_> {
                 return std::mem::take(&mut self.outs);
             }
         };
+        let users = self.shared.config.users.is_some();
+        let browse = edge.browsable && self.shared.config.files.browsing(users) && self.shared.authorize(conn, crate::grants::Operation::SessionCreate).is_ok();
+        // The grant first, as every other command checks it: a principal
+        // that holds no read (or, to change, no write) grant on any
+        // session is refused in the grants table's words.
+        if let Err(e) = self.shared.authorize(conn, edge.access.operation()) {
+            if !browse {
+                crate::mark!("files_refused_grant");
+                self.refuse(conn, id, e);
+                return std::mem::take(&mut self.outs);
+            }
+        }
         if completions && !matches!(edge.req, FileReq::Complete { .. }) {
             crate::mark!("files_completions_no_mention");
             self.reply(conn, id, serde_json::to_value(CompletionsResult { items: Vec::new() }).unwrap_or_default());
@@ -309,15 +321,9 @@ impl FileWork<'_> {
             }
         }
         let (roots, root_sessions, session) = self.roots(conn, &edge.channel, edge.access);
-        let users = self.shared.config.users.is_some();
-        let browse = edge.browsable && self.shared.config.files.browsing(users) && self.shared.authorize(conn, crate::grants::Operation::SessionCreate).is_ok();
         if roots.is_empty() && !browse {
             crate::mark!("files_refused_no_roots");
-            let refusal = match self.shared.authorize(conn, edge.access.operation()) {
-                Err(e) => e,
-                Ok(()) => outside(edge.access),
-            };
-            self.refuse(conn, id, refusal);
+            self.refuse(conn, id, outside(edge.access));
             return std::mem::take(&mut self.outs);
         }
         let targets = edge.targets.len();

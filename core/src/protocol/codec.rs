@@ -498,7 +498,7 @@ mod tests {
             assert_eq!(Method::parse(name.to_owned()), m);
             assert_eq!(m.name(), name);
         }
-        assert_eq!(names.len(), 25);
+        assert_eq!(names.len(), 36);
         assert!(names.contains("vscode/reconcileAgentHostDetachedWorktrees") && names.contains("ahpd/listPeers"));
         for other in ["Ping", "listPeers", "vscode/createAgentHostDetachedWorktre", "", "ping "] {
             let m = Method::parse(other.to_owned());

@@ -1167,9 +1167,6 @@ impl Host {
         self.apply_tools(outs);
     }
 
-    /// Runs `rule` on session `uri` with what it shares with the host; `None`
-    /// when no such session is known. How the host hands an input or a
-    /// completion to the session it is for.
     /// Hands a fact of a session's life to every part that takes it, in
     /// this one order (`crate::facts`): the lifecycle says each fact
     /// once, here is who hears it.
@@ -1233,10 +1230,18 @@ impl Host {
                 let outs = self.files().follow_dispose(session);
                 self.apply_files(outs);
             }
+            Fact::DisposeRefused { session } => {
+                // The family's deliveries the dispose held back are settled
+                // at the end of this input (the timer table).
+                self.tools().owe_family(session);
+            }
         }
         heard
     }
 
+    /// Runs `rule` on session `uri` with what it shares with the host; `None`
+    /// when no such session is known. How the host hands an input or a
+    /// completion to the session it is for.
     pub(crate) fn in_session<R>(&mut self, uri: &Uri, rule: impl FnOnce(&mut Session, &mut Shared) -> R) -> Option<R> {
         let session = self.sessions.get_mut(uri)?;
         Some(rule(session, &mut self.shared))

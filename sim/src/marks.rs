@@ -74,6 +74,7 @@ pub const EXPECTED: &[&str] = &[
     "child_finish_owed_stopping",
     "child_finished_wakes_at_restore",
     "child_orphaned_by_dispose",
+    "child_links_owed_after_refused_dispose",
     // Sleep and wake.
     "sleep_after_idle",
     "sleep_refused_watched",

@@ -208,6 +208,10 @@ pub enum BackendCmd {
         /// The message, shared with the record's kept turn (one copy per
         /// turn, however big).
         message: std::sync::Arc<Message>,
+        /// The message's `file:` attachments the backend reads for the
+        /// agent, and the folders each must resolve inside
+        /// (`files::attachments`); empty when it attaches no file.
+        attachments: crate::files::attachments::AttachmentReads,
     },
     /// Stop the running turn `turn_id`.
     Cancel {

@@ -19,8 +19,11 @@
 //! - `requests`: each command, its two steps (resolve and check, then
 //!   act) and its answer;
 //! - `watch`: resource watches and their batches;
-//! - `mention`: the `@token` of `completions`, in UTF-16 offsets.
+//! - `mention`: the `@token` of `completions`, in UTF-16 offsets;
+//! - `attachments`: a message's attached files, read for its agent within
+//!   the session's folders.
 
+pub mod attachments;
 pub mod fs;
 #[cfg(any(feature = "testkit", feature = "sim"))]
 pub mod memfs;

@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ahp_types::state::ResourceChangeType;
+use ahpd_core::files::attachments::{self, AttachmentReads, Unread, ATTACHMENTS_READ_MAX};
 use ahpd_core::files::fs::{FsCmd, FsError, FsKind, FsResult, Resolved, WriteMode};
 use ahpd_core::{Input, OpId, Outcome};
 use notify::event::{ModifyKind, RenameMode};
@@ -427,6 +428,99 @@ fn read(path: &str, max_bytes: u64) -> Result<(Vec<u8>, String), FsError> {
         return Err(FsError::TooLarge);
     }
     Ok((data, etag(&meta)))
+}
+
+/// One attached file as read for an agent (`ahpd_core::files::attachments`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadAttachment {
+    /// The attachment's label.
+    pub label: String,
+    /// The URI the client sent.
+    pub uri: String,
+    /// What was read, or why nothing was.
+    pub body: AttachmentBody,
+}
+
+/// The content of an attached file, or why it was not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachmentBody {
+    /// UTF-8 text, with its content type (the client's, else `text/plain`).
+    Text {
+        /// The file's text.
+        text: String,
+        /// Its content type.
+        mime: String,
+    },
+    /// Anything else, with its content type (the client's, else
+    /// `application/octet-stream`).
+    Blob {
+        /// The file's bytes.
+        data: Vec<u8>,
+        /// Its content type.
+        mime: String,
+    },
+    /// Not read ([`Unread::words`] say why).
+    Unread(Unread),
+}
+
+/// Reads a turn's attached files for its agent (module docs of
+/// `ahpd_core::files::attachments`): the session's folders and each file
+/// resolved (links followed, `..` resolved), a file admitted only when its
+/// real path is inside a real folder (`attachments::admit`, the core's
+/// rule), then read as [`read`] reads (`O_NOFOLLOW`, refused when it no
+/// longer resolves to itself, bounded by `reads.max_bytes`). Blocking: run
+/// it off the async threads.
+pub fn read_attachments(reads: &AttachmentReads) -> Vec<ReadAttachment> {
+    let roots: Vec<String> = reads
+        .roots
+        .iter()
+        .filter_map(|r| resolve_one(r, true).ok())
+        .filter(|r| r.kind == Some(FsKind::Directory))
+        .map(|r| r.real)
+        .collect();
+    reads
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let body = if i >= ATTACHMENTS_READ_MAX {
+                AttachmentBody::Unread(Unread::TooMany)
+            } else {
+                match &f.path {
+                    None => AttachmentBody::Unread(Unread::Malformed),
+                    Some(path) => read_attachment(path, &roots, reads.max_bytes, f.content_type.as_deref()),
+                }
+            };
+            ReadAttachment { label: f.label.clone(), uri: f.uri.clone(), body }
+        })
+        .collect()
+}
+
+/// One attached file ([`read_attachments`]).
+fn read_attachment(path: &str, roots: &[String], max_bytes: u64, content_type: Option<&str>) -> AttachmentBody {
+    let resolved = match resolve_one(path, true) {
+        Ok(r) => r,
+        Err(FsError::NotFound | FsError::Invalid) => return AttachmentBody::Unread(Unread::Unavailable),
+        Err(_) => return AttachmentBody::Unread(Unread::Failed),
+    };
+    // Outside and missing read the same (the agent learns nothing of what
+    // lies outside its folders).
+    if resolved.kind.is_none() || !attachments::admit(&resolved.real, roots.iter().map(String::as_str)) {
+        return AttachmentBody::Unread(Unread::Unavailable);
+    }
+    if resolved.kind != Some(FsKind::File) {
+        return AttachmentBody::Unread(Unread::NotAFile);
+    }
+    match read(&resolved.real, max_bytes) {
+        Ok((data, _)) => match String::from_utf8(data) {
+            Ok(text) => AttachmentBody::Text { text, mime: content_type.unwrap_or("text/plain").to_owned() },
+            Err(e) => AttachmentBody::Blob { data: e.into_bytes(), mime: content_type.unwrap_or("application/octet-stream").to_owned() },
+        },
+        Err(FsError::TooLarge) => AttachmentBody::Unread(Unread::TooLarge),
+        Err(FsError::IsADirectory) => AttachmentBody::Unread(Unread::NotAFile),
+        Err(FsError::NotFound | FsError::Moved) => AttachmentBody::Unread(Unread::Unavailable),
+        Err(_) => AttachmentBody::Unread(Unread::Failed),
+    }
 }
 
 /// The lock serializing this daemon's writes to `path`.
@@ -1149,6 +1243,54 @@ mod tests {
 
     fn link(target: &str, at: &str) {
         std::os::unix::fs::symlink(target, at).unwrap_or_else(|e| panic!("symlink {at}: {e}"));
+    }
+
+    /// An attached file is read only inside the session's folders: a link
+    /// out, `..` out and a missing file read the same ("unavailable"); a
+    /// folder, a big file and a binary one as what they are.
+    #[test]
+    fn attachments_are_read_only_inside_the_sessions_folders() {
+        use ahpd_core::files::attachments::FileAttachment;
+        let (_d, base) = folder();
+        fs::create_dir_all(format!("{base}/w/sub")).unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(format!("{base}/outside")).unwrap_or_else(|e| panic!("{e}"));
+        put(&format!("{base}/outside/secret.txt"), "secret");
+        put(&format!("{base}/w/notes.md"), "hello\n");
+        put(&format!("{base}/w/big.txt"), &"x".repeat(100));
+        fs::write(format!("{base}/w/bin"), [0u8, 159, 146, 150]).unwrap_or_else(|e| panic!("{e}"));
+        link("../outside/secret.txt", &format!("{base}/w/leak"));
+        let file = |label: &str, path: Option<String>| FileAttachment { label: label.into(), uri: format!("file://{}", path.clone().unwrap_or_default()), path, content_type: None };
+        let reads = AttachmentReads {
+            files: vec![
+                file("notes", Some(format!("{base}/w/notes.md"))),
+                file("leak", Some(format!("{base}/w/leak"))),
+                file("dotdot", Some(format!("{base}/w/../outside/secret.txt"))),
+                file("abs", Some(format!("{base}/outside/secret.txt"))),
+                file("missing", Some(format!("{base}/w/nope"))),
+                file("dir", Some(format!("{base}/w/sub"))),
+                file("big", Some(format!("{base}/w/big.txt"))),
+                file("bin", Some(format!("{base}/w/bin"))),
+                file("bad", None),
+            ],
+            roots: vec![format!("{base}/w")],
+            max_bytes: 50,
+        };
+        let got: Vec<(String, AttachmentBody)> = read_attachments(&reads).into_iter().map(|r| (r.label, r.body)).collect();
+        let unavailable = AttachmentBody::Unread(Unread::Unavailable);
+        assert_eq!(
+            got,
+            vec![
+                ("notes".to_owned(), AttachmentBody::Text { text: "hello\n".into(), mime: "text/plain".into() }),
+                ("leak".to_owned(), unavailable.clone()),
+                ("dotdot".to_owned(), unavailable.clone()),
+                ("abs".to_owned(), unavailable.clone()),
+                ("missing".to_owned(), unavailable),
+                ("dir".to_owned(), AttachmentBody::Unread(Unread::NotAFile)),
+                ("big".to_owned(), AttachmentBody::Unread(Unread::TooLarge)),
+                ("bin".to_owned(), AttachmentBody::Blob { data: vec![0, 159, 146, 150], mime: "application/octet-stream".into() }),
+                ("bad".to_owned(), AttachmentBody::Unread(Unread::Malformed)),
+            ]
+        );
     }
 
     #[test]

@@ -19,12 +19,6 @@ use crate::session::{Parked, Phase, Queued, Session, Waiter};
 pub type HeldSend = (Uri, String, Arc<Message>);
 
 impl Session {
-    /// Holds a turn's send until the session's agents can take it (a wake,
-    /// a start or a tree still to come).
-    pub fn hold_send(&mut self, chat: Uri, turn_id: String, message: Arc<Message>) {
-        self.work.pending_sends.push((chat, turn_id, message));
-    }
-
     /// The agent answered the send `op`: the (chat, turn id) it carried, if
     /// it was in flight.
     pub fn send_answered(&mut self, op: OpId) -> Option<(Uri, String)> {

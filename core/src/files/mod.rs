@@ -48,7 +48,7 @@ pub use watch::{is_watch_channel, Watch, WATCH_SCHEME};
 /// The settings of a session's files over the wire (`files` in the
 /// daemon's config file; docs/USER-GUIDE.md "Files").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct FilesConfig {
     /// Whether `resourceList` and `resourceResolve` may name folders outside
     /// every session's folders, for a folder picker (names and kinds only,

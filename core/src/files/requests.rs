@@ -537,8 +537,13 @@ impl FileWork<'_> {
                 self.refuse(conn, id, fs_error(&e, access));
             }
             (FileReq::Read { encoding }, FsResult::Read { data, .. }) => {
+                // Encoded straight into JSON text (a 10 MiB file is not
+                // copied into a `Value` first: issue 48's read benchmark).
                 let answer = read_answer(data, *encoding);
-                self.reply(conn, id, serde_json::to_value(answer).unwrap_or_default());
+                match serde_json::value::to_raw_value(&answer) {
+                    Ok(raw) => self.shared.send(conn, crate::effect::Outbound::Result { id, result: crate::effect::ResultBody::Encoded(raw) }),
+                    Err(e) => self.refuse(conn, id, error(INTERNAL_ERROR, format!("the file could not be encoded: {e}"))),
+                }
             }
             (FileReq::List, FsResult::Listed(entries)) => {
                 let entries = entries

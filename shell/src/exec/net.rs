@@ -718,6 +718,32 @@ mod tests {
         WriterCmd::Frame(Utf8Bytes::from("x".repeat(len)))
     }
 
+    /// A message over `FRAGMENT_BYTES` (with multi-byte characters cut
+    /// across fragments) reaches a WebSocket client whole, as one text
+    /// message, and a small one after it too.
+    #[tokio::test]
+    async fn a_long_message_goes_in_fragments_and_arrives_whole() {
+        use tokio_tungstenite::tungstenite::protocol::Role;
+        use tokio_tungstenite::WebSocketStream;
+        let (a, b) = tokio::io::duplex(64 << 10);
+        let mut server = WebSocketStream::from_raw_socket(a, Role::Server, None).await;
+        let mut client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
+        let long: String = "é€x".repeat(FRAGMENT_BYTES / 2 + 7);
+        assert!(long.len() > 2 * FRAGMENT_BYTES);
+        let sent = long.clone();
+        let send = tokio::spawn(async move {
+            let r = feed_text(&mut server, Utf8Bytes::from(sent)).await;
+            let r2 = feed_text(&mut server, Utf8Bytes::from("after")).await;
+            let r3 = server.flush().await;
+            (r.is_ok() && r2.is_ok() && r3.is_ok(), server)
+        });
+        let first = client.next().await.and_then(Result::ok);
+        let second = client.next().await.and_then(Result::ok);
+        assert_eq!(first, Some(Message::Text(Utf8Bytes::from(long))));
+        assert_eq!(second, Some(Message::Text(Utf8Bytes::from("after"))));
+        assert!(send.await.is_ok_and(|(ok, _)| ok));
+    }
+
     /// One answer bigger than the whole bound (a reconnect's snapshots of a
     /// huge chat) goes when nothing else waits; a frame behind it that
     /// would pile past the bound drops the client, as any pile-up does.

@@ -360,3 +360,41 @@ async fn a_messages_attached_files_reach_the_agent_within_the_sessions_folders()
         "{reply}"
     );
 }
+
+/// A watch's `excludes` leave out what they match (and everything below a
+/// folder they match); its state echoes them; a pattern that is not
+/// relative is refused with -32602.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_leaves_out_what_its_excludes_match() {
+    let ws = workspace();
+    let daemon = Daemon::start(&ws.data);
+    let (c, _, _root) = connect_init(&daemon.url, "files-watch-excludes").await;
+    let (_sid, _chat) = session_in(&c, &ws.proj).await;
+    let excludes = serde_json::json!({"items": ["build", "**/*.log"]});
+    let params = CreateResourceWatchParams { channel: String::new(), meta: None, uri: file_uri(&ws.proj), recursive: Some(true), excludes: Some(excludes.clone()), includes: None };
+    let watch = within("createResourceWatch", c.create_resource_watch(params)).await.expect("createResourceWatch");
+    let (snapshot, mut sub) = within("subscribe watch", c.subscribe(watch.channel.clone())).await.expect("subscribe watch");
+    match snapshot.snapshot.map(|s| s.state) {
+        Some(SnapshotState::ResourceWatch(w)) => assert_eq!(w.excludes, Some(excludes), "{w:?}"),
+        other => panic!("expected a resource watch snapshot, got {other:?}"),
+    }
+    std::fs::create_dir_all(ws.proj.join("build/deep")).expect("build");
+    std::fs::write(ws.proj.join("build/deep/out.o"), "o").expect("out.o");
+    std::fs::write(ws.proj.join("src/run.log"), "log").expect("log");
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    std::fs::write(ws.proj.join("src/kept.rs"), "// kept\n").expect("kept");
+    let mut seen = Vec::new();
+    wait_for(&mut sub, "the kept file reported", |ev| {
+        let ahp::SubscriptionEvent::Action(env) = ev else { return None };
+        let ahp::ahp_types::actions::StateAction::ResourceWatchChanged(a) = env.action else { return None };
+        let text = serde_json::to_string(&a.changes).ok()?;
+        seen.push(text.clone());
+        text.contains("kept.rs").then_some(())
+    })
+    .await;
+    assert!(seen.iter().all(|t| !t.contains("/build") && !t.contains("run.log")), "excluded paths reported: {seen:?}");
+    let bad = CreateResourceWatchParams { channel: String::new(), meta: None, uri: file_uri(&ws.proj), recursive: Some(true), excludes: Some(serde_json::json!({"items": ["/etc"]})), includes: None };
+    let e = rpc_error(within("createResourceWatch", c.create_resource_watch(bad)).await);
+    assert_eq!(e.code, -32602, "{e:?}");
+    assert!(e.message.contains("relative"), "{e:?}");
+}

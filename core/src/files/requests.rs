@@ -86,11 +86,12 @@ pub enum FileReq {
         uri: Uri,
         /// Descendants too.
         recursive: bool,
-        /// As asked, echoed in the watch's state (not applied: the host
-        /// reports every change under the root).
+        /// As asked, echoed in the watch's state.
         excludes: Option<Value>,
         /// As asked, echoed in the watch's state.
         includes: Option<Value>,
+        /// Both, read at the edge and applied to every change.
+        filter: super::watch::WatchFilter,
     },
     /// `completions` of kind `userMessage` (no targets: the roots only).
     Complete {
@@ -260,7 +261,8 @@ fn edge(method: FileMethod, params: Value) -> Result<Edge, JsonRpcError> {
         }
         FileMethod::CreateWatch => {
             let p: CreateResourceWatchParams = parse(params)?;
-            let req = FileReq::Watch { uri: p.uri.clone(), recursive: p.recursive.unwrap_or(false), excludes: p.excludes, includes: p.includes };
+            let filter = super::watch::WatchFilter::parse(p.excludes.as_ref(), p.includes.as_ref()).map_err(|e| error(INVALID_PARAMS, e))?;
+            let req = FileReq::Watch { uri: p.uri.clone(), recursive: p.recursive.unwrap_or(false), excludes: p.excludes, includes: p.includes, filter };
             one(p.channel, req, &p.uri, Access::Read, true, false)
         }
         FileMethod::Completions => {

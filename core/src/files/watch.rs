@@ -6,7 +6,8 @@
 //!
 //! The rules: a batch reports only paths inside the watch's root (for a
 //! watch that is not recursive, the root and its direct children) and
-//! inside the folders the principal could read when the watch was made;
+//! inside the folders the principal could read when the watch was made,
+//! and not left out by its `excludes` / `includes` ([`WatchFilter`]);
 //! each path at most once per action (its last change), never an empty
 //! action, at most `watch_batch_max` changes an action. A watch ends
 //! (`FsCmd::Unwatch`) when its last subscriber unsubscribes or goes, when
@@ -35,6 +36,93 @@ pub fn is_watch_channel(uri: &str) -> bool {
     uri.starts_with(WATCH_SCHEME)
 }
 
+/// Most patterns one of a watch's `excludes` or `includes` holds (100).
+pub const FILTER_PATTERNS_MAX: usize = 100;
+
+/// Longest pattern, in bytes (1,024).
+pub const FILTER_PATTERN_MAX_BYTES: usize = 1024;
+
+/// A watch's `excludes` and `includes` (`CreateResourceWatchParams`): glob
+/// patterns or plain paths relative to the watched folder, each list as
+/// `{items: [..]}` (a bare array is taken too). `*` stays within one name,
+/// `**` crosses folders. A change is left out when an exclude matches its
+/// path relative to the root or any folder above it (`node_modules`
+/// leaves out everything below it); with includes, it is reported only
+/// when one matches the same way. The watched folder itself is always
+/// reported.
+#[derive(Debug, Clone, Default)]
+pub struct WatchFilter {
+    /// The patterns as given: (excludes, includes).
+    patterns: (Vec<String>, Vec<String>),
+    /// Compiled; `None` when the list is absent or empty.
+    excludes: Option<globset::GlobSet>,
+    includes: Option<globset::GlobSet>,
+}
+
+impl PartialEq for WatchFilter {
+    fn eq(&self, other: &WatchFilter) -> bool {
+        self.patterns == other.patterns
+    }
+}
+
+impl WatchFilter {
+    /// Reads both lists at the edge. Errors (answered `InvalidParams`)
+    /// name the list and the pattern: not a list of strings, more than
+    /// [`FILTER_PATTERNS_MAX`], one over [`FILTER_PATTERN_MAX_BYTES`], an
+    /// absolute path or a `..`, or a glob that does not parse.
+    pub fn parse(excludes: Option<&serde_json::Value>, includes: Option<&serde_json::Value>) -> Result<WatchFilter, String> {
+        let (ex, exs) = patterns("excludes", excludes)?;
+        let (inc, incs) = patterns("includes", includes)?;
+        Ok(WatchFilter { patterns: (ex, inc), excludes: exs, includes: incs })
+    }
+
+    /// Whether a change at `rel` (relative to the root, `/`-separated;
+    /// empty: the root itself) is reported.
+    pub fn admits(&self, rel: &str) -> bool {
+        if rel.is_empty() {
+            return true;
+        }
+        let mut candidates = vec![rel];
+        let mut at = rel;
+        while let Some(i) = at.rfind('/') {
+            at = &at[..i];
+            candidates.push(at);
+        }
+        let hits = |set: &globset::GlobSet| candidates.iter().any(|c| set.is_match(c));
+        !self.excludes.as_ref().is_some_and(hits) && self.includes.as_ref().is_none_or(hits)
+    }
+}
+
+/// One list of [`WatchFilter`]: its patterns and their compiled set.
+fn patterns(field: &str, value: Option<&serde_json::Value>) -> Result<(Vec<String>, Option<globset::GlobSet>), String> {
+    let Some(value) = value.filter(|v| !v.is_null()) else { return Ok((Vec::new(), None)) };
+    let items = value.get("items").unwrap_or(value);
+    let Some(items) = items.as_array() else { return Err(format!("{field} must be {{\"items\": [patterns]}}")) };
+    if items.len() > FILTER_PATTERNS_MAX {
+        return Err(format!("{field} holds {} patterns, over the limit of {FILTER_PATTERNS_MAX}", items.len()));
+    }
+    let mut given = Vec::with_capacity(items.len());
+    let mut set = globset::GlobSetBuilder::new();
+    for item in items {
+        let Some(p) = item.as_str() else { return Err(format!("{field}.items must be strings")) };
+        if p.len() > FILTER_PATTERN_MAX_BYTES {
+            return Err(format!("a pattern of {field} is over {FILTER_PATTERN_MAX_BYTES} bytes"));
+        }
+        let p = p.trim_start_matches("./").trim_end_matches('/');
+        if p.starts_with('/') || p.split('/').any(|n| n == "..") {
+            return Err(format!("{field} pattern {p:?} must be relative to the watched folder, without .."));
+        }
+        let glob = globset::GlobBuilder::new(p).literal_separator(true).build().map_err(|e| format!("{field} pattern {p:?}: {e}"))?;
+        set.add(glob);
+        given.push(p.to_owned());
+    }
+    if given.is_empty() {
+        return Ok((given, None));
+    }
+    let set = set.build().map_err(|e| format!("{field}: {e}"))?;
+    Ok((given, Some(set)))
+}
+
 /// One resource watch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Watch {
@@ -59,6 +147,8 @@ pub struct Watch {
     /// Whether anyone subscribed yet (after which it ends with its last
     /// subscriber).
     pub subscribed: bool,
+    /// Its `excludes` and `includes`.
+    pub filter: WatchFilter,
 }
 
 impl Watch {
@@ -67,7 +157,8 @@ impl Watch {
         if !is_clean(path) || !inside(path, self.roots.iter().map(String::as_str)) || !within(path, &self.root) {
             return false;
         }
-        self.state.recursive || path == self.root || parent(path) == self.root
+        let rel = path.strip_prefix(self.root.as_str()).unwrap_or(path).trim_start_matches('/');
+        (self.state.recursive || path == self.root || parent(path) == self.root) && self.filter.admits(rel)
     }
 }
 
@@ -106,14 +197,15 @@ impl FileWork<'_> {
     /// folders of `sessions`): its channel allocated and the shell asked to
     /// place it; the request is answered once it is in place.
     pub(super) fn place_watch(&mut self, pending: Pending, root: String, roots: Vec<String>, sessions: BTreeSet<Uri>) {
-        let FileReq::Watch { uri, recursive, excludes, includes } = &pending.req else { return };
+        let FileReq::Watch { uri, recursive, excludes, includes, filter } = &pending.req else { return };
         self.state.last_watch += 1;
         let id = self.state.last_watch;
         let channel = format!("{WATCH_SCHEME}/{id}");
         let state = ResourceWatchState { root: uri.clone(), recursive: *recursive, excludes: excludes.clone(), includes: includes.clone() };
         let owner = self.shared.owner_of(pending.conn);
         let recursive = *recursive;
-        self.state.watches.insert(id, Watch { channel, conn: pending.conn, owner, root: root.clone(), state, roots, sessions, live: false, subscribed: false });
+        let filter = filter.clone();
+        self.state.watches.insert(id, Watch { channel, conn: pending.conn, owner, root: root.clone(), state, roots, sessions, live: false, subscribed: false, filter });
         crate::mark!("files_watch_placed");
         self.send(Pending { step: Step::Placing { watch: id }, ..pending }, FsCmd::Watch { watch: id, path: root, recursive });
     }
@@ -269,5 +361,32 @@ impl FileWork<'_> {
             self.shared.fan_out(&channel, action, None);
         }
         std::mem::take(&mut self.outs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn excludes_and_includes_apply_to_a_path_and_the_folders_above_it() {
+        let f = WatchFilter::parse(Some(&json!({"items": ["node_modules", "**/*.log"]})), None).unwrap_or_default();
+        assert!(f.admits("src/main.rs"));
+        assert!(!f.admits("node_modules"));
+        assert!(!f.admits("node_modules/a/b.js"), "below an excluded folder");
+        assert!(!f.admits("build/out.log") && !f.admits("x.log"));
+        assert!(f.admits(""), "the root itself");
+        let f = WatchFilter::parse(None, Some(&json!({"items": ["src", "*.md"]}))).unwrap_or_default();
+        assert!(f.admits("src/a/b.rs") && f.admits("README.md"));
+        assert!(!f.admits("docs/x.md"), "* stays within one name");
+        assert!(!f.admits("target/debug/x"));
+        let f = WatchFilter::parse(Some(&json!(["src/gen/**"])), Some(&json!({"items": ["src"]}))).unwrap_or_default();
+        assert!(f.admits("src/lib.rs") && !f.admits("src/gen/x.rs"), "excludes win");
+        assert_eq!(WatchFilter::parse(Some(&json!({"items": []})), Some(&serde_json::Value::Null)), Ok(WatchFilter::default()));
+        for bad in [json!({"items": "x"}), json!({"items": [1]}), json!({"items": ["/etc"]}), json!({"items": ["a/../b"]}), json!({"items": ["a[" ]})] {
+            assert!(WatchFilter::parse(Some(&bad), None).is_err(), "{bad}");
+        }
+        assert!(WatchFilter::parse(None, Some(&json!({"items": vec!["a"; FILTER_PATTERNS_MAX + 1]}))).is_err());
     }
 }

@@ -488,3 +488,44 @@ async fn claude_code_runs_a_queued_message_as_the_next_turn() {
     assert!(reply.contains("Stub says: queued for claude"), "the real agent answered the queued message: {reply:?}");
     c.shutdown().await;
 }
+
+/// "Attachments reach agents" (issue 48): a file attached to a message is
+/// read by the host within the session's folder and reaches the real agent
+/// as embedded context (the adapter advertises `embeddedContext`), so the
+/// model sees its text; a file outside the folder attached beside it does
+/// not reach the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_receives_a_file_attached_to_its_message() {
+    use ahp::ahp_types::state::{MessageAttachment, MessageResourceAttachment};
+    let (tmp, work) = workspace();
+    std::fs::write(work.join("notes.md"), "the magic word is PLUGH-7\n").expect("notes");
+    let outside = tmp.path().canonicalize().expect("canonical").join("outside.md");
+    std::fs::write(&outside, "outside says PLUGH-7 too\n").expect("outside");
+    let kit = Kit::new(tmp.path());
+    let daemon = kit.daemon(&tmp.path().join("data"), &[]);
+    let (c, _, _root) = connect_init(&daemon.url, "claude-attach").await;
+    let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
+    let file = |label: &str, path: &Path| {
+        MessageAttachment::Resource(MessageResourceAttachment {
+            label: label.to_owned(),
+            range: None,
+            display_kind: Some("document".to_owned()),
+            meta: None,
+            uri: file_uri(path),
+            size_hint: None,
+            content_type: None,
+            nonce: None,
+            selection: None,
+        })
+    };
+    let mut turn = user_turn("t1", "/seen PLUGH-7");
+    if let StateAction::ChatTurnStarted(started) = &mut turn {
+        started.message.attachments = Some(vec![file("notes.md", &work.join("notes.md")), file("outside.md", &outside)]);
+    }
+    within("dispatch", c.dispatch(chat.clone(), turn)).await.expect("dispatch");
+    follow_chat(&mut sub, &mut state, "the attachment turn ends", |env, _| ends_turn(env)).await;
+    let turn = state.turns.last().expect("a turn");
+    assert_eq!(turn.state, TurnState::Complete, "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    assert!(markdown(turn).contains("Seen PLUGH-7 in 1 of 1 attached files."), "{turn:?}\nstub saw:\n{}", kit.stub_requests());
+    c.shutdown().await;
+}

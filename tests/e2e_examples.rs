@@ -52,6 +52,8 @@ fn the_python_example_walks_the_protocol_guide_against_the_daemon() {
     // What it saw, as the guide tells it.
     assert!(stdout.contains("turn t1 reply: 'Echo: hello from Python'"), "{stdout}");
     assert!(stdout.contains("turn t2 after approval:") && stdout.contains("chat/toolCallComplete"), "{stdout}");
+    assert!(stdout.contains("resourceRead notes.md: 'hello from Python\\n' (utf-8)"), "{stdout}");
+    assert!(stdout.contains("watch ahp-resource-watch:") && stdout.contains("later.md"), "{stdout}");
     assert!(stdout.contains("reconnect: replay of"), "{stdout}");
     assert!(stdout.trim_end().ends_with("ok"), "{stdout}");
 }

@@ -154,6 +154,10 @@ pub struct Config {
     /// list, every folder). Sessions page, "Isolation and worktrees".
     #[serde(default)]
     pub trust: crate::trust::Trust,
+    /// A session's files over the wire (issue 48): browsing, the default
+    /// directory, the read, list, watch and completion bounds.
+    #[serde(default)]
+    pub files: crate::files::FilesConfig,
 }
 
 /// Bounds on what one client may ask of the host; each refusal is a clear
@@ -303,6 +307,7 @@ impl Default for Config {
             policy: crate::policy::Policy::default(),
             awareness: crate::awareness::AwarenessConfig::default(),
             trust: crate::trust::Trust::default(),
+            files: crate::files::FilesConfig::default(),
         }
     }
 }

@@ -116,6 +116,16 @@ pub enum Effect {
         /// What to do.
         command: crate::git::GitCmd,
     },
+    /// Filesystem work for a session's files (issue 48,
+    /// [`crate::files::fs`]), done off the thread every client waits on;
+    /// answered by `Input::Done { op, outcome: Outcome::Fs(..) }` (but
+    /// [`crate::files::fs::FsCmd::Unwatch`], which nothing waits on).
+    Fs {
+        /// Ties the answer to this command.
+        op: OpId,
+        /// What to do.
+        command: crate::files::fs::FsCmd,
+    },
     /// Work on the workspace-awareness registry (issue 10); answered by
     /// `Input::Done { op, .. }`: `Outcome::RegistryScanned` for a scan,
     /// `Outcome::Ok` or `Outcome::Failed` otherwise.
@@ -198,6 +208,10 @@ pub enum BackendCmd {
         /// The message, shared with the record's kept turn (one copy per
         /// turn, however big).
         message: std::sync::Arc<Message>,
+        /// The message's `file:` attachments the backend reads for the
+        /// agent, and the folders each must resolve inside
+        /// (`files::attachments`); empty when it attaches no file.
+        attachments: crate::files::attachments::AttachmentReads,
     },
     /// Stop the running turn `turn_id`.
     Cancel {

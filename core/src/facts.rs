@@ -64,6 +64,13 @@ pub(crate) enum Fact<'a> {
         /// Its record as it was at the end.
         record: &'a SessionRecord,
     },
+    /// A dispose the store refused: the session is kept and is no longer
+    /// being disposed. What waited on the dispose (a child's turn end its
+    /// parent was not told while either was being disposed) is owed now.
+    DisposeRefused {
+        /// The session.
+        session: &'a Uri,
+    },
 }
 
 /// What the parts that heard a fact say back to the lifecycle that told it

@@ -249,6 +249,9 @@ pub struct Host {
     /// The automations, their schedule index and their runs in flight
     /// (`host/automations.rs`).
     pub(crate) automations: automations::Automations,
+    /// A session's files over the wire: the resource watches and the
+    /// requests waiting on the filesystem (`crate::files`, issue 48).
+    pub(crate) files: crate::files::Files,
 }
 
 /// A read-only view of the host for checkers, the simulator and debugging.
@@ -279,6 +282,9 @@ pub struct HostView<'a> {
     host: &'a Host,
     /// The sessions the last input put to sleep or evicted, in order.
     pub went: &'a [(Uri, Went)],
+    /// A session's files over the wire: the resource watches and the
+    /// requests waiting on the filesystem (issue 48).
+    pub files: &'a crate::files::Files,
 }
 
 impl HostView<'_> {
@@ -433,6 +439,7 @@ impl Host {
             drain: None,
             tools: tools::ToolState::default(),
             automations: automations::Automations::default(),
+            files: crate::files::Files::default(),
         }
     }
 
@@ -659,6 +666,10 @@ impl Host {
                 let outs = self.tools().on_host_tool(call, &chat, tool);
                 self.apply_tools(outs);
             }
+            Input::FsChanged { watch, changes } => {
+                let outs = self.files().on_changed(watch, changes);
+                self.apply_files(outs);
+            }
             Input::Tick => {}
         }
         timers::Timer::fire_all(self, tick);
@@ -694,6 +705,7 @@ impl Host {
             stats: &self.shared.stats,
             host: self,
             went: &self.went,
+            files: &self.files,
         }
     }
 
@@ -777,6 +789,10 @@ impl Host {
                 self.apply_trees(outs);
             }
             Op::Registry { scan } => self.aware().on_registry_done(op, scan, outcome),
+            Op::Fs => {
+                let outs = self.files().on_done(op, outcome);
+                self.apply_files(outs);
+            }
             Op::AutomationWrite { automation } => {
                 if let Outcome::Failed { message } = outcome {
                     // Carried by the automation's next write; a restart
@@ -849,6 +865,10 @@ impl Host {
             Method::FetchAutomationRuns => self.automation().on_fetch_runs(conn, id, params),
             Method::ListAutomationTriggerDefinitions => self.automation().on_list_trigger_definitions(conn, id, params),
             Method::Detached(request) => self.window().on_detached_request(conn, id, request, params),
+            Method::Files(request) => {
+                let outs = self.files().on_request(conn, id, request, params);
+                self.apply_files(outs);
+            }
             Method::Unsubscribe => {
                 self.on_unsubscribe(conn, params);
                 self.shared.reply(conn, id, serde_json::Value::Null);
@@ -967,6 +987,24 @@ impl Host {
                     self.apply_automation(outs);
                 }
                 Out::Started { automation, run, answer } => self.automation().run_started(&automation, &run, answer),
+            }
+        }
+    }
+
+    /// A session's files at work: their state with what they read of the
+    /// host ([`crate::files::FileWork`]); what they ask of the host comes
+    /// back as outs for [`Host::apply_files`].
+    pub(crate) fn files(&mut self) -> crate::files::FileWork<'_> {
+        crate::files::FileWork { state: &mut self.files, sessions: &self.sessions, shared: &mut self.shared, outs: Vec::new() }
+    }
+
+    /// Does what the files owner asked ([`crate::files::FilesOut`]), in
+    /// order.
+    pub(crate) fn apply_files(&mut self, outs: Vec<crate::files::FilesOut>) {
+        use crate::files::FilesOut;
+        for out in outs {
+            match out {
+                FilesOut::Touch(session) => self.touch(&session),
             }
         }
     }
@@ -1129,9 +1167,6 @@ impl Host {
         self.apply_tools(outs);
     }
 
-    /// Runs `rule` on session `uri` with what it shares with the host; `None`
-    /// when no such session is known. How the host hands an input or a
-    /// completion to the session it is for.
     /// Hands a fact of a session's life to every part that takes it, in
     /// this one order (`crate::facts`): the lifecycle says each fact
     /// once, here is who hears it.
@@ -1192,11 +1227,21 @@ impl Host {
                 self.tools().forget_family(record);
                 let outs = self.automation().follow_dispose(session);
                 self.apply_automation(outs);
+                let outs = self.files().follow_dispose(session);
+                self.apply_files(outs);
+            }
+            Fact::DisposeRefused { session } => {
+                // The family's deliveries the dispose held back are settled
+                // at the end of this input (the timer table).
+                self.tools().owe_family(session);
             }
         }
         heard
     }
 
+    /// Runs `rule` on session `uri` with what it shares with the host; `None`
+    /// when no such session is known. How the host hands an input or a
+    /// completion to the session it is for.
     pub(crate) fn in_session<R>(&mut self, uri: &Uri, rule: impl FnOnce(&mut Session, &mut Shared) -> R) -> Option<R> {
         let session = self.sessions.get_mut(uri)?;
         Some(rule(session, &mut self.shared))

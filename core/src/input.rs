@@ -67,6 +67,15 @@ pub enum Input {
         /// What happened.
         outcome: Outcome,
     },
+    /// A resource watch (`crate::files::fs::FsCmd::Watch`) saw changes:
+    /// one batch, each path once with its last kind of change, in the
+    /// order first seen (issue 48).
+    FsChanged {
+        /// The watch's id, as the core gave it.
+        watch: u64,
+        /// (real path, change) pairs.
+        changes: Vec<(String, ahp_types::state::ResourceChangeType)>,
+    },
     /// Something a backend says unprompted about one of a session's chats.
     Backend {
         /// The chat the event is about.
@@ -141,6 +150,8 @@ pub enum Outcome {
     },
     /// `Effect::Git` finished: what git answered.
     Git(crate::git::GitResult),
+    /// `Effect::Fs`'s answer (issue 48).
+    Fs(crate::files::fs::FsResult),
     /// `RegistryCmd::Scan` finished: what the shell read, unjudged.
     RegistryScanned {
         /// Every record file read, in name order.

@@ -36,6 +36,7 @@ pub mod effect;
 pub mod export;
 pub mod external;
 pub mod git;
+pub mod files;
 pub mod folders;
 pub mod grants;
 pub mod kept_turns;

@@ -53,6 +53,9 @@ pub struct Harness {
     /// How far both clocks move before each input, in ms (0: only
     /// [`Harness::advance`] and the test move them).
     pub step_ms: u64,
+    /// The filesystem `Effect::Fs` runs on ([`Harness::settle_fs`]; issue
+    /// 48): empty but for `/` until a test fills it.
+    pub fs: crate::files::memfs::MemFs,
     next_id: u64,
     client_seq: i64,
 }
@@ -82,7 +85,7 @@ impl Harness {
     }
 
     fn built(host: Host, now: Now) -> Harness {
-        Harness { host, now, pending: Vec::new(), step_ms: 0, next_id: 100, client_seq: 0 }
+        Harness { host, now, pending: Vec::new(), step_ms: 0, fs: crate::files::memfs::MemFs::new(), next_id: 100, client_seq: 0 }
     }
 
     /// Moves both clocks `ms` forward and hands the host a tick.
@@ -333,12 +336,53 @@ impl Harness {
                 }
                 Effect::Backend { op, .. } | Effect::Store { op, .. } | Effect::Registry { op, .. } => Some((op, Outcome::Ok)),
                 Effect::Git { op, command } => Some((op, git(&command))),
+                Effect::Fs { op, command } => {
+                    let result = self.fs.run(&command);
+                    (!matches!(command, crate::files::fs::FsCmd::Unwatch { .. })).then_some((op, Outcome::Fs(result)))
+                }
                 Effect::Send { .. } | Effect::Close { .. } | Effect::Scan { .. } | Effect::Log(_) | Effect::HostToolAnswer { .. } | Effect::Release(_) => None,
             };
             if let Some((op, outcome)) = done {
                 self.done(op, outcome);
             }
         }
+    }
+
+    /// Runs every pending filesystem command on [`Harness::fs`] and hands
+    /// the host each answer, until none is pending; then the changes the
+    /// watches placed on it saw, one `Input::FsChanged` batch per watch.
+    /// Returns the commands run, in order.
+    pub fn settle_fs(&mut self) -> Vec<crate::files::fs::FsCmd> {
+        let mut seen = Vec::new();
+        loop {
+            let cmds = self.take(|e| match e {
+                Effect::Fs { op, command } => Some((*op, command.clone())),
+                _ => None,
+            });
+            if cmds.is_empty() {
+                break;
+            }
+            for (op, command) in cmds {
+                let result = self.fs.run(&command);
+                let answered = !matches!(command, crate::files::fs::FsCmd::Unwatch { .. });
+                seen.push(command);
+                if answered {
+                    self.done(op, Outcome::Fs(result));
+                }
+            }
+        }
+        for (watch, changes) in self.fs.take_batches() {
+            self.input(Input::FsChanged { watch, changes });
+        }
+        seen
+    }
+
+    /// Sends a files request and returns its reply once the filesystem
+    /// commands it asks are run ([`Harness::settle_fs`]).
+    pub fn request_fs(&mut self, conn: u64, method: &str, params: Value) -> Value {
+        let id = self.send_request(conn, method, params);
+        self.settle_fs();
+        self.take_reply(conn, id).unwrap_or_else(|| panic!("no reply to {method}; pending: {:#?}", self.pending))
     }
 
     /// Answers every store write, keeping the last record written per key

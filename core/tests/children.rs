@@ -320,3 +320,38 @@ fn dispose_drops_the_link_either_way() {
     assert!(h.host.view().sessions.get(&b).is_some(), "the child is kept");
     assert!(record(&h, &b).tools.is_none_or(|t| t.parent.is_none()), "its link dropped");
 }
+
+/// A child's turn ends while its parent is being disposed, and the store
+/// refuses the dispose: the parent stays (asleep), and the finish the
+/// dispose held back reaches it once, waking it. Before the fix the finish
+/// was numbered and never delivered (sim seed 1661 on the files branch).
+#[test]
+fn a_finish_held_by_a_refused_dispose_reaches_the_parent() {
+    let mut h = Harness::new(config(0));
+    h.connect(1, "c1");
+    let (parent, parent_chat) = h.session_with_turn("p");
+    h.settle();
+    let (kid, kid_chat, turn) = make_child(&mut h, &parent_chat, "a long job");
+    let parent_key = record(&h, &parent).key().into_owned();
+    let rid = h.send_request(1, "disposeSession", json!({"channel": parent}));
+    // The dispose's write waits; meanwhile the child ends its turn.
+    let held: Vec<_> = h.store_ops();
+    assert!(!held.is_empty(), "the dispose wrote to the store");
+    reply_unsettled(&mut h, &kid_chat, &turn, "done meanwhile");
+    for (op, command) in held {
+        let parents = match &command {
+            StoreCmd::Put { record, .. } => record.key() == parent_key,
+            StoreCmd::Delete { key } => *key == parent_key,
+            _ => false,
+        };
+        h.done(op, if parents { Outcome::Failed { message: "disk full".into() } } else { Outcome::Ok });
+    }
+    let cmds = h.settle();
+    let reply = h.take_reply(1, rid).expect("the dispose was answered");
+    assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("disk full")), "{reply}");
+    assert!(h.host.view().sessions.get(&parent).is_some(), "the parent is kept");
+    let told: Vec<_> = sends(&cmds).into_iter().filter(|s| s.0 == parent_chat).collect();
+    assert_eq!(told.len(), 1, "told once: {told:?}");
+    assert!(told[0].2.starts_with("childFinished") && told[0].2.contains("done meanwhile") && told[0].2.contains(&kid), "{}", told[0].2);
+    assert_eq!(phase(&h, &parent), "live", "the finish woke the parent");
+}

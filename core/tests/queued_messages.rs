@@ -30,7 +30,7 @@ fn queue(h: &mut Harness, chat: &str, seq: i64, id: &str, text: &str) {
 fn sends(cmds: &[(String, BackendCmd)]) -> Vec<(String, String)> {
     cmds.iter()
         .filter_map(|(_, c)| match c {
-            BackendCmd::Send { turn_id, message } => Some((turn_id.clone(), message.text.clone())),
+            BackendCmd::Send { turn_id, message, .. } => Some((turn_id.clone(), message.text.clone())),
             _ => None,
         })
         .collect()

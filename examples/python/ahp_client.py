@@ -197,6 +197,28 @@ async def main(url, token, folder, trace):
         if "chat/toolCallComplete" not in types or types[-1] != "chat/turnComplete":
             raise Failed(f"the approved tool call did not complete: {types}")
 
+        # 5b. the session's files: write one, read it back (text comes back
+        # as utf-8), and watch the folder: a change arrives as
+        # `resourceWatch/changed` on the watch's own channel.
+        notes = f"{work}/notes.md"
+        await c.request("resourceWrite", {"channel": ROOT, "uri": notes, "data": "hello from Python\n", "encoding": "utf-8"})
+        read = await c.request("resourceRead", {"channel": ROOT, "uri": notes})
+        print(f"resourceRead notes.md: {read['data']!r} ({read['encoding']})")
+        if read["data"] != "hello from Python\n":
+            raise Failed(f"read back {read['data']!r}")
+        watch = (await c.request("createResourceWatch", {"channel": ROOT, "uri": work, "recursive": True}))["channel"]
+        await c.request("subscribe", {"channel": watch})
+        await c.request("resourceWrite", {"channel": ROOT, "uri": f"{work}/later.md", "data": "later\n", "encoding": "utf-8"})
+        while True:
+            message = await c.next_notification()
+            if message.get("method") != "action" or message["params"]["channel"] != watch:
+                continue
+            changes = message["params"]["action"]["changes"]["items"]
+            if any(ch["uri"].endswith("/later.md") for ch in changes):
+                break
+        print(f"watch {watch}: " + ", ".join(f"{ch['type']} {ch['uri'].rsplit('/', 1)[-1]}" for ch in changes))
+        await c.request("unsubscribe", {"channel": watch})
+
         # 6. listSessions, paged: `limit` rows a page, `nextCursor` for more.
         page = await c.request("listSessions", {"channel": ROOT, "limit": 1})
         rows = list(page["items"])

@@ -700,6 +700,7 @@ async fn serve(settings: Settings) -> Result<(), String> {
         external_sources: claude_projects.iter().map(|_| exec::claude::PROVIDER.to_owned()).collect(),
         show_external_sessions: settings.show_external_sessions,
         limits: settings.limits.clone(),
+        files: settings.files.clone(),
         users: settings.users.clone(),
         policy: settings.policy.clone(),
         trust,

@@ -99,6 +99,9 @@ pub struct FileConfig {
     agents: BTreeMap<String, toml::Value>,
     #[serde(default)]
     limits: FileLimits,
+    /// `[files]`: a session's files over the wire (the core's
+    /// `FilesConfig`, every key optional).
+    files: Option<ahpd_core::files::FilesConfig>,
     users: Option<PathBuf>,
     policy: Option<PathBuf>,
     /// Folders agents may run in (relative to the file's folder).
@@ -465,6 +468,9 @@ pub struct Settings {
     pub agents: Vec<crate::exec::acp::AgentConfig>,
     /// The core's limits.
     pub limits: Limits,
+    /// A session's files over the wire (`[files]`; docs/USER-GUIDE.md
+    /// "Files").
+    pub files: ahpd_core::files::FilesConfig,
     /// The users directory file, if any.
     pub users_file: Option<PathBuf>,
     /// The users directory read from it.
@@ -529,6 +535,13 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
     if limits.frame_max_bytes == 0 || limits.frames_per_second == 0 || limits.connections_max == 0 || limits.outgoing_buffer_max_bytes == 0 {
         return Err("limits: frame_max_bytes, frames_per_second, connections_max and outgoing_buffer_max_bytes must be above 0".to_owned());
     }
+    let files = file.files.unwrap_or_default();
+    if files.default_directory.as_deref().is_some_and(|d| !Path::new(d).is_absolute()) {
+        return Err("files.default_directory must be an absolute path".to_owned());
+    }
+    if files.list_max_entries == 0 || files.watches_per_conn == 0 || files.watch_batch_max == 0 || files.completions_max == 0 {
+        return Err("files: list_max_entries, watches_per_conn, watch_batch_max and completions_max must be above 0".to_owned());
+    }
     let users_file = given.users.or(file.users);
     let users = users_file.as_deref().map(load_users).transpose()?;
     let policy_file = given.policy.or(file.policy);
@@ -551,6 +564,7 @@ pub fn resolve(given: Given) -> Result<Settings, String> {
         show_external_sessions: given.show_external_sessions.or(file.show_external_sessions).unwrap_or(defaults.show_external_sessions),
         agents: crate::agents::settle(&file.agents, &given.agents)?,
         limits,
+        files,
         users_file,
         users,
         policy_file,
@@ -706,6 +720,21 @@ impl Settings {
         let _ = writeln!(o, "title_max_bytes = {}", l.title_max_bytes);
         let _ = writeln!(o, "message_attachments_max_bytes = {}", l.message_attachments_max_bytes);
         let _ = writeln!(o, "replay_buffer_max_bytes = {}", l.replay_buffer_max_bytes);
+        let f = &self.files;
+        let _ = writeln!(o, "\n[files]");
+        match f.browse {
+            Some(b) => { let _ = writeln!(o, "browse = {b}"); }
+            None => { let _ = writeln!(o, "# browse: not set (on without a users directory, off with one)"); }
+        }
+        match &f.default_directory {
+            Some(d) => { let _ = writeln!(o, "default_directory = {}", quoted(d)); }
+            None => { let _ = writeln!(o, "# default_directory: not set (the first trusted folder)"); }
+        }
+        let _ = writeln!(o, "read_max_bytes = {}", f.read_max_bytes);
+        let _ = writeln!(o, "list_max_entries = {}", f.list_max_entries);
+        let _ = writeln!(o, "watches_per_conn = {}", f.watches_per_conn);
+        let _ = writeln!(o, "watch_batch_max = {}", f.watch_batch_max);
+        let _ = writeln!(o, "completions_max = {}", f.completions_max);
         let _ = writeln!(o, "\n# agents: echo is built in; {} ACP agents", self.agents.len());
         for a in &self.agents {
             let args = a.args.iter().map(|s| quoted(s)).collect::<Vec<_>>().join(", ");
@@ -763,5 +792,29 @@ mod tests {
         assert!(resolve_listen("nowhere").is_err());
         assert!(resolve_listen("localhost:http").is_err());
         assert_eq!(resolve_listen("[::1]:80").map(|a| a.len()), Ok(1));
+    }
+
+    /// `[files]` reaches the core's `FilesConfig`: keys given replace the
+    /// defaults, the rest stay; an unknown key, a relative default folder
+    /// or a zero bound is refused with words naming it.
+    #[test]
+    fn the_files_table_is_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let write = |text: &str| {
+            let path = dir.path().join("c.toml");
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            resolve(Given { config: Some(path), ..Given::default() })
+        };
+        let s = write("[files]\nbrowse = false\ndefault_directory = \"/srv/code\"\ncompletions_max = 7\n").unwrap_or_else(|e| panic!("{e}"));
+        let d = ahpd_core::files::FilesConfig::default();
+        assert_eq!(s.files, ahpd_core::files::FilesConfig { browse: Some(false), default_directory: Some("/srv/code".into()), completions_max: 7, ..d });
+        assert!(s.render().contains("[files]\nbrowse = false\ndefault_directory = \"/srv/code\""), "{}", s.render());
+        assert_eq!(write("").map(|s| s.files).ok(), Some(ahpd_core::files::FilesConfig::default()));
+        let e = write("[files]\nbrowze = true\n").err().unwrap_or_default();
+        assert!(e.contains("line 2") && e.contains("browze"), "{e}");
+        let e = write("[files]\ndefault_directory = \"code\"\n").err().unwrap_or_default();
+        assert!(e.contains("files.default_directory"), "{e}");
+        let e = write("[files]\ncompletions_max = 0\n").err().unwrap_or_default();
+        assert!(e.contains("completions_max"), "{e}");
     }
 }

@@ -298,7 +298,7 @@ impl Backend {
                 agent.conversation = conversation.clone();
                 self.done(cx, chat, op, Outcome::Started { conversation_id: conversation, history }, delay);
             }
-            BackendCmd::Send { turn_id, message } => {
+            BackendCmd::Send { turn_id, message, .. } => {
                 let running = self.agents.get(chat).is_some_and(|a| a.running);
                 if !running || cx.faults_rng.chance(cx.faults.send_fail) {
                     let message = if running { "the agent refused the message" } else { "no agent is running for this chat" };
@@ -792,6 +792,7 @@ pub fn outcome_name(outcome: &Outcome) -> &'static str {
         Outcome::Ok => "ok",
         Outcome::Scanned { .. } => "scanned",
         Outcome::Git(_) => "git",
+        Outcome::Fs(_) => "fs",
         Outcome::RegistryScanned { .. } => "registry scanned",
     }
 }

@@ -468,6 +468,7 @@ impl Client {
             6,                                   // 21 resume, steer, move (resume_move.rs)
             4,                                   // 22 moveChat (chat_move.rs)
             if ctx.automations { 3 } else { 0 }, // 23 automations (automations.rs)
+            2,                                   // 24 a session's files (files.rs)
         ];
         // Picked from borrows: only the one picked is copied.
         let known: Vec<&Uri> = self.known.iter().collect();
@@ -662,6 +663,7 @@ impl Client {
             21 => out.extend(self.resume_or_move(rng, &chat)),
             22 => out.extend(self.move_chat(rng, &session, &chat)),
             23 => out.extend(crate::automations::think(self, rng, &session)),
+            24 => out.extend(crate::files::think(self, rng, &session)),
             _ => {
                 let target = match rng.pick(&listed) {
                     Some(c) => c.clone(),

@@ -21,6 +21,7 @@ pub mod chat_move;
 pub mod chat_shape;
 pub mod checkers;
 pub mod clients;
+pub mod files;
 pub mod marks;
 pub mod git;
 pub mod options;

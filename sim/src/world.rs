@@ -182,6 +182,12 @@ pub struct World {
     /// The `childFinished` turns handed to parents' agents, as (child,
     /// turn end number): each at most once (`child_finished_once`).
     child_finishes: std::collections::BTreeSet<(String, u64)>,
+    /// The simulated machine's filesystem (issue 48, `files.rs`), what is
+    /// outside every session folder as the run started, and the markers
+    /// no frame may carry.
+    fs: ahpd_core::files::memfs::MemFs,
+    fs_outside: Vec<(String, ahpd_core::files::memfs::Node)>,
+    fs_markers: Vec<String>,
 }
 
 impl World {
@@ -256,7 +262,11 @@ impl World {
             tool_turns: std::collections::BTreeSet::new(),
             tool_calls_open: std::collections::BTreeSet::new(),
             child_finishes: std::collections::BTreeSet::new(),
+            fs: crate::files::machine(),
+            fs_outside: Vec::new(),
+            fs_markers: crate::files::markers(),
         };
+        world.fs_outside = crate::files::outside(&world.fs);
         world.stale = vec![checkers::Stale::All; world.clients.len()];
         world.rows_agreed = vec![None; world.clients.len()];
         let _ = world.history.on_host_start(&world.host.view());
@@ -808,6 +818,7 @@ impl World {
                     Effect::Log(l) => format!("  -> log {} {:?} {}", l.event, l.session, l.detail),
                     Effect::Scan { op, provider } => format!("  -> scan op{} {provider}", op.0),
                     Effect::Git { op, command } => format!("  -> git op{} {command:?}", op.0),
+                    Effect::Fs { op, command } => format!("  -> fs op{} {command:?}", op.0),
                     Effect::Registry { op, command } => format!("  -> registry op{} {command:?}", op.0),
                     Effect::HostToolAnswer { call, result } => format!("  -> host tool answer call{} {result:?}", call.0),
                     Effect::Release(_) => "  -> release".to_owned(),
@@ -877,6 +888,9 @@ impl World {
             Effect::Send { conn, message } => {
                 let Some(&client) = self.conn_owner.get(&conn) else { return Ok(()) };
                 let text = text.unwrap_or_else(|| message.to_json());
+                if let Err((rule, detail)) = crate::files::check_frame(&text, &self.fs_markers) {
+                    return Err(self.violation(ahpd_core::invariants::Violation { rule, detail }));
+                }
                 if text.contains(backend::SERVER_PATH) {
                     return Err(self.violation(ahpd_core::invariants::Violation {
                         rule: "no_server_path_to_clients",
@@ -937,6 +951,29 @@ impl World {
                 *self.log_events.entry(l.event).or_default() += 1;
                 if l.event == "limit.rate" {
                     self.rate_line(&l.detail)?;
+                }
+            }
+            Effect::Fs { op, command } => {
+                // Run on the simulated machine at once (the shell's
+                // executor), answered after a short delay; then the
+                // changes its watches saw, one batch per watch.
+                let result = self.fs.run(&command);
+                if self.world_rng.chance(0.3) {
+                    crate::files::another_program(&mut self.fs, &mut self.world_rng);
+                }
+                if crate::files::outside(&self.fs) != self.fs_outside {
+                    return Err(self.violation(ahpd_core::invariants::Violation {
+                        rule: "files_outside_unchanged",
+                        detail: format!("{command:?} changed what is outside every session folder"),
+                    }));
+                }
+                if !matches!(command, ahpd_core::files::fs::FsCmd::Unwatch { .. }) {
+                    let delay = self.world_rng.exp_ms(2);
+                    self.q.to_host(None, delay, Input::Done { op, outcome: Outcome::Fs(result) }, format!("done op{} fs", op.0));
+                }
+                for (watch, changes) in self.fs.take_batches() {
+                    let delay = self.world_rng.exp_ms(5);
+                    self.q.to_host(None, delay, Input::FsChanged { watch, changes }, format!("fs changed watch{watch}"));
                 }
             }
             Effect::HostToolAnswer { .. } => {}
@@ -1080,6 +1117,8 @@ impl World {
         self.aware.on_host_start();
         self.narrow_trust();
         self.host = Host::new(self.config.clone(), seed, self.store.records(), self.now_host());
+        // The process's watches went with it.
+        self.fs.watches.clear();
         self.host.restore_automations(self.store.automations.values().cloned());
         // A new process: no mirror has been compared with its state yet.
         self.stale.iter_mut().for_each(checkers::Stale::all);

@@ -12,6 +12,10 @@
 //   /long <n>                       a reply of n words streamed slowly (cancel)
 //   /slow <ms>                      waits before it answers
 //   /error <status> <message>       answers with that HTTP status and message
+//   /seen <word>                    "Seen <word> in <n> of <m> attached files.":
+//                                   the files attached to the prompt (as
+//                                   Claude Code's ACP adapter hands them) that
+//                                   hold the word
 //   /calltool <server> <tool> [json] calls tool mcp__<server>__<tool> with the JSON
 //                                   object as input, then says `Tool said: <result>`
 //   anything else                   "Stub says: <the message>"
@@ -57,14 +61,21 @@ function lastUser(messages) {
     if (m.role !== "user") continue;
     const blocks = Array.isArray(m.content) ? m.content : [{ type: "text", text: m.content }];
     const results = blocks.filter((b) => b.type === "tool_result");
+    // A file attached to the prompt comes after it: Claude Code's ACP
+    // adapter hands an embedded resource as a link to it and a
+    // `<context ref="...">` block with its text; ahpd names a file it did
+    // not read as `[attached <label> (<uri>): not read: ...]`.
+    const attached = blocks
+      .filter((b) => b.type === "text" && b.text.trim().startsWith("<context ref="))
+      .map((b) => b.text.trim());
     const texts = blocks
-      .filter((b) => b.type === "text")
+      .filter((b) => b.type === "text" && !b.text.trim().startsWith("<context ref="))
       .flatMap((b) => b.text.split(/\n\n+/))
       .map((t) => t.trim())
-      .filter((t) => t && !t.startsWith("<system-reminder>") && !t.startsWith("[Request interrupted"));
-    return { text: texts.length > 0 ? texts[texts.length - 1] : "", results };
+      .filter((t) => t && !t.startsWith("<system-reminder>") && !t.startsWith("[Request interrupted") && !t.startsWith("[attached ") && !/^\[@[^\]]*\]\([^)]*\)$/.test(t));
+    return { text: texts.length > 0 ? texts[texts.length - 1] : "", results, attached };
   }
-  return { text: "", results: [] };
+  return { text: "", results: [], attached: [] };
 }
 
 /** The first user text of the conversation that holds a directive: the
@@ -98,7 +109,7 @@ function decide(body) {
  * shape), naming tools through `tool` (the API's own name of `Write` or
  * `Bash`). */
 function play(messages, tool) {
-  const { text, results } = lastUser(messages);
+  const { text, results, attached } = lastUser(messages);
   // Tool results alone continue the turn that asked for the tool; a text
   // beside them is a new prompt.
   const following = results.length > 0 && !text;
@@ -135,6 +146,12 @@ function play(messages, tool) {
     }
     case "/slow":
       return { text: `Stub says: ${prompt}`, waitMs: parseInt(words[1] || "1000", 10) || 1000 };
+    case "/seen": {
+      // Which files attached to this prompt hold the word (issue 48: a
+      // file attached to a message reaches the model).
+      const n = attached.filter((a) => a.includes(words[1] || "")).length;
+      return { text: `Seen ${words[1]} in ${n} of ${attached.length} attached files.` };
+    }
     case "/error":
       return { error: { status: parseInt(words[1] || "500", 10) || 500, message: words.slice(2).join(" ") || "stub error" } };
     default:

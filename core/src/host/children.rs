@@ -354,6 +354,19 @@ impl Tools<'_> {
         vec![ToolOut::Deliver { session: parent, chat: default_chat, id, message: Box::new(super::tools::message(text, MessageKind::SystemNotification, meta)), sender }]
     }
 
+    /// A dispose of `uri` the store refused (`Fact::DisposeRefused`): no
+    /// turn end crosses a link while either end is being disposed, so the
+    /// session and each child it lists are owed a look
+    /// ([`Tools::settle_owed`]), which delivers what a child finished
+    /// meanwhile.
+    pub(crate) fn owe_family(&mut self, uri: &Uri) {
+        let Some(tools) = self.sessions.get(uri).and_then(|s| s.record().tools.as_ref()) else { return };
+        crate::mark!("child_links_owed_after_refused_dispose");
+        let children: Vec<Uri> = tools.children.iter().map(|c| c.session.clone()).collect();
+        self.state.family.owed.insert(uri.clone());
+        self.state.family.owed.extend(children);
+    }
+
     /// The sessions whose family links wait to be looked at (module docs),
     /// taken: each is then settled ([`Tools::settle_owed`]). None while the
     /// host stops (the set waits for the restart).

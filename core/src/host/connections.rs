@@ -241,8 +241,8 @@ impl Host {
             }),
             meta: Some([(crate::detached::CAPABILITY.to_owned(), Value::Bool(true))].into_iter().collect()),
             snapshots,
-            default_directory: None,
-            completion_trigger_characters: None,
+            default_directory: crate::files::default_directory(&self.shared.config),
+            completion_trigger_characters: Some(vec![crate::files::mention::TRIGGER.to_string()]),
             terminal_command_prefix: None,
             telemetry: None,
             automations: Some(super::automations::capabilities()),
@@ -356,6 +356,10 @@ impl Host {
         if let Some(e) = self.subscriptions_full(conn, &request.channel) {
             return self.shared.reply_error(conn, id, e);
         }
+        if crate::files::is_watch_channel(&request.channel) {
+            let outs = self.files().on_subscribe(conn, id, &request.channel);
+            return self.apply_files(outs);
+        }
         if request.channel == ROOT_RESOURCE_URI || super::automations::is_channel(&request.channel) {
             let Some(snapshot) = self.snapshot(&request.channel, None) else {
                 return self.shared.reply_error(conn, id, error(INVALID_PARAMS, format!("no automation run {}", crate::ids::printable(&request.channel))));
@@ -437,6 +441,10 @@ impl Host {
         if let Some(c) = self.shared.conns.get_mut(&conn) {
             c.subscriptions.remove(&params.channel);
         }
+        if crate::files::is_watch_channel(&params.channel) {
+            let outs = self.files().on_unsubscribed(&params.channel);
+            self.apply_files(outs);
+        }
     }
 
     pub(crate) fn on_disconnected(&mut self, conn: ConnId) {
@@ -460,6 +468,8 @@ impl Host {
                     session.forget_waiters(of_conn);
                 }
             }
+            let outs = self.files().on_disconnected(conn);
+            self.apply_files(outs);
             self.shared.log(LogLevel::Info, "client.disconnected", None, format!("connection {}", conn.0));
         }
     }
@@ -493,6 +503,8 @@ impl Host {
             SnapshotState::Root(Box::new(self.shared.root.clone()))
         } else if let Some(state) = self.automations.state(uri) {
             state
+        } else if crate::files::is_watch_channel(uri) {
+            return self.files.snapshot(uri, self.shared.server_seq);
         } else {
             let session_uri = self.session_of(uri)?;
             let resident = self.sessions.get(&session_uri)?.resident()?;
@@ -620,6 +632,10 @@ impl Host {
     /// Whether `conn` may be sent `channel`'s snapshot and envelopes (always
     /// on a host with no users directory).
     pub(crate) fn may_read(&self, conn: ConnId, channel: &str) -> bool {
+        if crate::files::is_watch_channel(channel) {
+            let owner = self.shared.owner_of(conn);
+            return self.files.may_subscribe(self.shared.config.users.is_some(), owner.as_deref(), channel);
+        }
         self.shared.authorize(conn, self.read_operation(channel)).is_ok()
     }
 

@@ -288,6 +288,7 @@ impl Host {
             }
             // What changed while the dispose was under way was not written.
             self.store_put(uri);
+            self.tell(crate::facts::Fact::DisposeRefused { session: uri });
             return;
         }
         let Some(session) = self.drop_session(uri) else { return };

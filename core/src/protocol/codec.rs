@@ -166,6 +166,9 @@ pub enum Method {
     DispatchAction,
     /// One of the window's five detached-worktree requests.
     Detached(DetachedMethod),
+    /// One of the files commands (issue 48), answered by the files owner
+    /// (`crate::files`).
+    Files(FileMethod),
     /// Any other name, as sent (answered "method not found" as a request,
     /// logged and dropped as a notification).
     Unknown(String),
@@ -204,6 +207,9 @@ impl Method {
         if let Some(known) = Method::KNOWN.iter().find(|m| m.known_name() == Some(name.as_str())) {
             return known.clone();
         }
+        if let Some(f) = FileMethod::parse(&name) {
+            return Method::Files(f);
+        }
         match DetachedMethod::parse(&name) {
             Some(d) => Method::Detached(d),
             None => Method::Unknown(name),
@@ -234,6 +240,7 @@ impl Method {
             Method::ListAutomationTriggerDefinitions => "listAutomationTriggerDefinitions",
             Method::DispatchAction => DISPATCH_ACTION,
             Method::Detached(d) => d.name(),
+            Method::Files(f) => f.name(),
             Method::Unknown(_) => return None,
         })
     }
@@ -288,6 +295,74 @@ impl DetachedMethod {
     /// The one of the five named `name`, if any.
     pub fn parse(name: &str) -> Option<DetachedMethod> {
         DetachedMethod::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+/// The files commands (issue 48; AHP 1.0's `resource*` family,
+/// `createResourceWatch` and `completions`), answered by the files owner
+/// (`crate::files`): each reads its params after the handshake check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileMethod {
+    /// `resourceList`.
+    List,
+    /// `resourceRead`.
+    Read,
+    /// `resourceWrite`.
+    Write,
+    /// `resourceResolve`.
+    Resolve,
+    /// `resourceMkdir`.
+    Mkdir,
+    /// `resourceCopy`.
+    Copy,
+    /// `resourceMove`.
+    Move,
+    /// `resourceDelete`.
+    Delete,
+    /// `resourceRequest`.
+    Request,
+    /// `createResourceWatch`.
+    CreateWatch,
+    /// `completions`.
+    Completions,
+}
+
+impl FileMethod {
+    /// The eleven, each once.
+    pub const ALL: [FileMethod; 11] = [
+        FileMethod::List,
+        FileMethod::Read,
+        FileMethod::Write,
+        FileMethod::Resolve,
+        FileMethod::Mkdir,
+        FileMethod::Copy,
+        FileMethod::Move,
+        FileMethod::Delete,
+        FileMethod::Request,
+        FileMethod::CreateWatch,
+        FileMethod::Completions,
+    ];
+
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileMethod::List => "resourceList",
+            FileMethod::Read => "resourceRead",
+            FileMethod::Write => "resourceWrite",
+            FileMethod::Resolve => "resourceResolve",
+            FileMethod::Mkdir => "resourceMkdir",
+            FileMethod::Copy => "resourceCopy",
+            FileMethod::Move => "resourceMove",
+            FileMethod::Delete => "resourceDelete",
+            FileMethod::Request => "resourceRequest",
+            FileMethod::CreateWatch => "createResourceWatch",
+            FileMethod::Completions => "completions",
+        }
+    }
+
+    /// The one named `name`, if any.
+    pub fn parse(name: &str) -> Option<FileMethod> {
+        FileMethod::ALL.into_iter().find(|f| f.name() == name)
     }
 }
 
@@ -415,7 +490,7 @@ mod tests {
     /// kept as sent, and a request re-encodes to the same method.
     #[test]
     fn methods_parse_to_their_names_and_back() {
-        let known = Method::KNOWN.into_iter().chain(DetachedMethod::ALL.map(Method::Detached));
+        let known = Method::KNOWN.into_iter().chain(DetachedMethod::ALL.map(Method::Detached)).chain(FileMethod::ALL.map(Method::Files));
         let mut names = std::collections::BTreeSet::new();
         for m in known {
             let name = m.known_name().expect("a known method has a name");
@@ -423,7 +498,7 @@ mod tests {
             assert_eq!(Method::parse(name.to_owned()), m);
             assert_eq!(m.name(), name);
         }
-        assert_eq!(names.len(), 25);
+        assert_eq!(names.len(), 36);
         assert!(names.contains("vscode/reconcileAgentHostDetachedWorktrees") && names.contains("ahpd/listPeers"));
         for other in ["Ping", "listPeers", "vscode/createAgentHostDetachedWorktre", "", "ping "] {
             let m = Method::parse(other.to_owned());

@@ -24,8 +24,16 @@ pub const SESSION_ALREADY_EXISTS: i32 = -32003;
 pub const TURN_IN_PROGRESS: i32 = -32004;
 /// -32005: none of the offered protocol versions is supported.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32005;
+/// -32008: the requested file, folder or URI does not exist (`NotFound`).
+pub const NOT_FOUND: i32 = -32008;
 /// -32009: the caller may not do this.
 pub const PERMISSION_DENIED: i32 = -32009;
+/// -32010: the target exists and the operation does not overwrite
+/// (`AlreadyExists`).
+pub const ALREADY_EXISTS: i32 = -32010;
+/// -32011: a precondition token no longer matches (`Conflict`: a stale
+/// `ifMatch`).
+pub const CONFLICT: i32 = -32011;
 
 /// An error with `code` and `message` and no data.
 pub fn error(code: i32, message: impl Into<String>) -> JsonRpcError {

@@ -117,7 +117,10 @@ impl Session {
             self.work.pending_sends.push((chat, turn_id, message));
             return;
         }
-        let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message });
+        // The files it attaches are read by the backend, within this
+        // session's folders (`files::attachments`, issue 48).
+        let attachments = crate::files::attachments::reads_for(&message, &self.record);
+        let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message, attachments });
         self.work.sends_in_flight.insert(op, (chat, turn_id));
     }
 

@@ -133,7 +133,7 @@ impl Session {
                         message: format!("the backend would not start: {message}"),
                         logged: Some(message),
                     },
-                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
+                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::Fs(_) | Outcome::RegistryScanned { .. } => StartNext::CreateRefused {
                         asker,
                         message: "the backend did not start the agent".to_owned(),
                         logged: None,
@@ -148,7 +148,7 @@ impl Session {
                     Outcome::Failed { message } => {
                         wake.error.get_or_insert(message);
                     }
-                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                    Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::Fs(_) | Outcome::RegistryScanned { .. } => {
                         wake.history.insert(chat.clone(), Vec::new());
                     }
                 }
@@ -165,7 +165,7 @@ impl Session {
                     StartNext::ChatStarted
                 }
                 Outcome::Failed { message } => StartNext::ChatFailed(message),
-                Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::RegistryScanned { .. } => {
+                Outcome::Ok | Outcome::TranscriptDamaged { .. } | Outcome::Scanned { .. } | Outcome::Git(_) | Outcome::Fs(_) | Outcome::RegistryScanned { .. } => {
                     StartNext::ChatFailed("the backend answered the start with something else".to_owned())
                 }
             },

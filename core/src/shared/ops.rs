@@ -72,6 +72,9 @@ pub enum Op {
     },
     /// A git command (`host/git.rs`).
     Git(GitOp),
+    /// A filesystem command (issue 48): the files owner keeps the request
+    /// it continues, by this op (`crate::files::Files`).
+    Fs,
     /// A command for the awareness registry (`scan`: a registry scan).
     Registry {
         /// Whether it is a scan.

@@ -7,7 +7,8 @@
 //! Every figure is printed beside a baseline measured in the same run: plain
 //! reads of the same files, a minimal tokio-tungstenite server in this
 //! process answering the same bytes, serde_json encoding of the same rows,
-//! or the same daemon measured at another size.
+//! an inotify watcher or an `ignore` walk with a `nucleo-matcher` filter in
+//! this process, or the same daemon measured at another size.
 //!
 //! ```sh
 //! cargo build --release -p ahpd --bins
@@ -17,6 +18,7 @@
 //! cargo run --release -p ahpd --bin bench_daemon -- wake
 //! cargo run --release -p ahpd --bin bench_daemon -- peers --live 100
 //! cargo run --release -p ahpd --bin bench_daemon -- soak               # issue 25's hostile phases
+//! cargo run --release -p ahpd --bin bench_daemon -- files --file-mib 10 --repo-files 100000   # issue 48
 //! cargo run --release -p ahpd --bin bench_daemon -- all
 //! ```
 //!
@@ -85,6 +87,9 @@ enum Scenario {
     Wake,
     /// Many live sessions in one folder (awareness peers): memory, snapshot.
     Peers,
+    /// A session's files (issue 48): `resourceRead` throughput, a watch's
+    /// latency, `completions` over a big repository with pings beside.
+    Files,
     /// Issue 25's hostile phases (big turns, clients that never read, a
     /// frame flood) with one well-behaved client measured throughout, and
     /// RSS before, during and after each. Not part of `all`.
@@ -163,6 +168,25 @@ struct Cli {
     /// `--daemon-arg=--limit-replay-buffer-max-bytes=1000000000`.
     #[arg(long = "daemon-arg", allow_hyphen_values = true)]
     daemon_args: Vec<String>,
+    /// files: MiB of each file read (random bytes, text) [default: 10; `all`: 2].
+    #[arg(long)]
+    file_mib: Option<f64>,
+    /// files: timed reads of each file per run [default: 10; `all`: 5].
+    #[arg(long)]
+    reads: Option<usize>,
+    /// files: files written while the watch looks on [default: 200; `all`: 50].
+    #[arg(long)]
+    watch_writes: Option<usize>,
+    /// files: milliseconds between two of those writes.
+    #[arg(long, default_value_t = 20)]
+    watch_gap_ms: u64,
+    /// files: files of the generated repository, besides its ignored
+    /// `target/` (a tenth more) [default: 100000; `all`: 10000].
+    #[arg(long)]
+    repo_files: Option<usize>,
+    /// files: timed `completions` calls after the first.
+    #[arg(long, default_value_t = 50)]
+    queries: usize,
     /// Keep the temp data (the daemons' data dirs and logs) and print where.
     #[arg(long)]
     keep: bool,
@@ -226,6 +250,17 @@ async fn run(cli: Cli) -> R<()> {
     }
     if matches!(cli.scenario, Scenario::Peers | Scenario::All) {
         peers(&env, cli.live.unwrap_or(100)).await?;
+    }
+    if matches!(cli.scenario, Scenario::Files | Scenario::All) {
+        let opts = FilesOpts {
+            file_bytes: (cli.file_mib.unwrap_or(if all { 2.0 } else { 10.0 }).max(0.001) * 1024.0 * 1024.0) as usize,
+            reads: cli.reads.unwrap_or(if all { 5 } else { 10 }).max(1),
+            writes: cli.watch_writes.unwrap_or(if all { 50 } else { 200 }).max(1),
+            gap: Duration::from_millis(cli.watch_gap_ms),
+            repo_files: cli.repo_files.unwrap_or(if all { 10_000 } else { 100_000 }).max(1),
+            queries: cli.queries.max(1),
+        };
+        files(&env, &opts).await?;
     }
     if cli.scenario == Scenario::Soak {
         let opts = SoakOpts {
@@ -2088,5 +2123,600 @@ async fn soak(env: &Env, o: &SoakOpts) -> R<()> {
     for e in errors.iter().take(10) {
         println!("steady client error: {e}");
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Files (issue 48)
+// ---------------------------------------------------------------------------
+
+/// Sizes of the files scenario.
+struct FilesOpts {
+    /// Bytes of each file read (one of random bytes, one of text).
+    file_bytes: usize,
+    /// Timed `resourceRead`s per file per run (after one untimed).
+    reads: usize,
+    /// Files written while a watch looks on.
+    writes: usize,
+    /// Pause between two of those writes.
+    gap: Duration,
+    /// Files of the generated repository (besides its ignored subtree).
+    repo_files: usize,
+    /// Timed `completions` calls after the first.
+    queries: usize,
+}
+
+/// Names the generated repository's paths are made of.
+const WORDS: &[&str] = &[
+    "parser", "lexer", "render", "widget", "socket", "buffer", "config", "driver", "engine", "format", "handle", "layout", "loader",
+    "module", "object", "output", "packet", "reader", "record", "schema", "server", "stream", "thread", "vector", "writer", "cache",
+    "event", "index", "query", "route", "store", "token", "graph", "shell", "actor", "timer", "frame",
+];
+
+/// A small deterministic generator (xorshift64*): the repository and the
+/// queries are the same in every run and on every machine.
+struct Rng(u64);
+
+impl Rng {
+    /// The next number.
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A number below `n`.
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// The relative path of the repository's file `i`: nested folders
+/// (`src/<word><n>/<word>_<leaf>/`), 200 files a folder.
+fn repo_path(i: usize) -> String {
+    let leaf = i / 200;
+    let w = WORDS.len();
+    let (a, b, c, d) = (WORDS[leaf % w], WORDS[(leaf / w) % w], WORDS[(i * 7) % w], WORDS[(i / 3 + leaf) % w]);
+    let ext = ["rs", "ts", "md", "json", "py"][i % 5];
+    format!("src/{a}{}/{b}_{leaf}/{c}_{d}_{i}.{ext}", leaf % 7)
+}
+
+/// Writes the repository of `n` files under `repo`, with `target/` (another
+/// `n / 10` files) excluded by its `.gitignore`; two threads.
+fn generate_repo(repo: &Path, n: usize) -> R<()> {
+    fs::create_dir_all(repo).map_err(|e| format!("could not create {}: {e}", repo.display()))?;
+    fs::write(repo.join(".gitignore"), "/target/\n*.tmp\n").map_err(|e| format!("could not write the .gitignore: {e}"))?;
+    let ignored = n / 10;
+    let failed: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for t in 0..2usize {
+            let failed = &failed;
+            s.spawn(move || {
+                let result = (|| -> R<()> {
+                    for i in (t..n + ignored).step_by(2) {
+                        let rel = if i < n { repo_path(i) } else { format!("target/debug/build/{}", repo_path(i - n)) };
+                        let path = repo.join(&rel);
+                        if i % 200 < 2 {
+                            if let Some(dir) = path.parent() {
+                                fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+                            }
+                        }
+                        fs::write(&path, format!("// {rel}\n")).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = result {
+                    if let Ok(mut f) = failed.lock() {
+                        f.get_or_insert(e);
+                    }
+                }
+            });
+        }
+    });
+    match failed.into_inner().ok().flatten() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// `count` queries of 3-6 characters, each a subsequence of a file name of
+/// the repository (as a user types part of a name they remember).
+fn queries(n_files: usize, count: usize) -> Vec<String> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    (0..count)
+        .map(|_| {
+            let path = repo_path(rng.below(n_files));
+            let name: Vec<char> = path.rsplit('/').next().unwrap_or(&path).chars().filter(|c| c.is_ascii_alphabetic()).collect();
+            let len = 3 + rng.below(4);
+            let mut picks: Vec<usize> = Vec::new();
+            while picks.len() < len.min(name.len()) {
+                let k = rng.below(name.len());
+                if !picks.contains(&k) {
+                    picks.push(k);
+                }
+            }
+            picks.sort_unstable();
+            picks.into_iter().map(|k| name[k]).collect()
+        })
+        .collect()
+}
+
+/// The `rg --files` half of the completions baseline: the repository's
+/// files, relative to it, with the daemon's walker settings (`.gitignore`
+/// also outside git, `.ignore`, hidden files skipped, links not followed,
+/// two threads), sorted.
+fn walk_files(root: &Path) -> Vec<String> {
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    ignore::WalkBuilder::new(root)
+        .hidden(true)
+        .ignore(true)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(true)
+        .parents(true)
+        .require_git(false)
+        .follow_links(false)
+        .threads(2)
+        .build_parallel()
+        .run(|| {
+            let tx = tx.clone();
+            Box::new(move |entry| {
+                if let Ok(entry) = entry {
+                    if entry.file_type().is_some_and(|t| t.is_file()) {
+                        if let Some(rel) = entry.path().strip_prefix(root).ok().and_then(Path::to_str) {
+                            let _ = tx.send(rel.to_owned());
+                        }
+                    }
+                }
+                ignore::WalkState::Continue
+            })
+        });
+    drop(tx);
+    let mut files: Vec<String> = rx.into_iter().collect();
+    files.sort_unstable();
+    files
+}
+
+/// The `fzf -f QUERY` half: `files` scored against `query` with
+/// `nucleo-matcher` (path matching, smart case), the best `limit` sorted
+/// (ties by path), as absolute paths under `root`.
+fn filter_files(root: &str, files: &[String], query: &str, limit: usize) -> Vec<String> {
+    use nucleo_matcher::pattern::{CaseMatching, Normalization, Pattern};
+    let mut matcher = nucleo_matcher::Matcher::new(nucleo_matcher::Config::DEFAULT.match_paths());
+    let pattern = Pattern::parse(query, CaseMatching::Smart, Normalization::Smart);
+    let mut buf = Vec::new();
+    let mut found: Vec<(i64, &str)> = files
+        .iter()
+        .filter_map(|rel| pattern.score(nucleo_matcher::Utf32Str::new(rel, &mut buf), &mut matcher).map(|s| (-i64::from(s), rel.as_str())))
+        .collect();
+    if limit < found.len() {
+        found.select_nth_unstable(limit);
+        found.truncate(limit);
+    }
+    found.sort_unstable();
+    found.into_iter().map(|(_, rel)| format!("{root}/{rel}")).collect()
+}
+
+/// Connects with no message or frame size limit (a 10 MB file's reply is
+/// one 14 MB frame) and says `initialize`.
+async fn open_big(url: &str, client_id: &str) -> R<Client> {
+    use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+    let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
+    let (ws, _) = tokio::time::timeout(STEP, tokio_tungstenite::connect_async_with_config(url, Some(config), false))
+        .await
+        .map_err(|_| format!("connecting to {url} timed out"))?
+        .map_err(|e| format!("could not connect to {url}: {e}"))?;
+    let mut c = Client { ws, next_id: 1, next_seq: 1 };
+    c.request("initialize", json!({"channel": "ahp-root://", "protocolVersions": ["1.0.0"], "clientId": client_id})).await?;
+    Ok(c)
+}
+
+/// Whether the first or last 96 bytes of `text` hold `needle` (where a
+/// reply's id and `result`/`error` sit, without scanning a 14 MB frame).
+fn ends_hold(text: &str, needle: &str) -> bool {
+    let b = text.as_bytes();
+    let n = needle.as_bytes();
+    let head = &b[..b.len().min(96)];
+    let tail = &b[b.len().saturating_sub(96)..];
+    head.windows(n.len()).any(|w| w == n) || tail.windows(n.len()).any(|w| w == n)
+}
+
+/// One `resourceRead` of `uri`, timed from the send to the whole reply
+/// frame received; (ms, reply frame).
+async fn timed_read(c: &mut Client, uri: &str) -> R<(f64, String)> {
+    let params = ahp_types::commands::ResourceReadParams { channel: String::new(), meta: None, uri: uri.to_owned(), encoding: None };
+    let params = serde_json::to_value(params).map_err(|e| format!("could not encode resourceRead: {e}"))?;
+    let (frame, id) = c.request_frame("resourceRead", &params);
+    let t = Instant::now();
+    c.send(frame).await?;
+    let (id_a, id_b) = (format!("\"id\":{id},"), format!("\"id\":{id}}}"));
+    loop {
+        let text = c.next_text().await?;
+        if ends_hold(&text, &id_a) || ends_hold(&text, &id_b) {
+            let took = ms(t.elapsed());
+            if !ends_hold(&text, "\"result\"") && text.len() < 4096 {
+                return Err(format!("resourceRead of {uri} failed: {}", clip(&text)));
+            }
+            return Ok((took, text));
+        }
+    }
+}
+
+/// The reply's `result` checked once: its encoding is `want` and its data
+/// decodes to `bytes` bytes (base64) or is `bytes` bytes of text.
+fn check_read(reply: &str, want: &str, bytes: usize) -> R<()> {
+    let v: Value = serde_json::from_str(reply).map_err(|e| format!("unparsable resourceRead reply: {e}"))?;
+    let r = &v["result"];
+    let (enc, data) = (r["encoding"].as_str().unwrap_or(""), r["data"].as_str().unwrap_or(""));
+    let len = if enc == "base64" { data.len() / 4 * 3 - data.bytes().rev().take_while(|&c| c == b'=').count() } else { data.len() };
+    if enc != want || len != bytes {
+        return Err(format!("resourceRead answered {enc} of {len} bytes, expected {want} of {bytes}: {}", clip(reply)));
+    }
+    Ok(())
+}
+
+/// The `resourceRead` baseline: a minimal tokio-tungstenite server that
+/// answers a `resourceRead` frame by reading the file from disk, taking it
+/// as UTF-8 text or else base64-encoding it (what the daemon's answer does),
+/// and sending the JSON-RPC result frame; any other request gets `null`.
+async fn mini_read_server() -> R<(String, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("minimal server bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| format!("minimal server address: {e}"))?;
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+                let (mut tx, mut rx) = ws.split();
+                while let Some(Ok(msg)) = rx.next().await {
+                    let WsMessage::Text(t) = msg else { continue };
+                    let Ok(req) = serde_json::from_str::<MiniReq>(t.as_str()) else { continue };
+                    let Some(id) = req.id else { continue };
+                    let reply = if req.method == "resourceRead" {
+                        let uri = req.params["uri"].as_str().unwrap_or("");
+                        let data = ahpd_core::files::path::parse_file_uri(uri).ok().and_then(|p| fs::read(p).ok()).unwrap_or_default();
+                        let result = match String::from_utf8(data) {
+                            Ok(text) => ahp_types::commands::ResourceReadResult { data: text, encoding: ahp_types::commands::ContentEncoding::Utf8, content_type: None },
+                            Err(e) => {
+                                use base64::Engine as _;
+                                let data = base64::engine::general_purpose::STANDARD.encode(e.as_bytes());
+                                ahp_types::commands::ResourceReadResult { data, encoding: ahp_types::commands::ContentEncoding::Base64, content_type: None }
+                            }
+                        };
+                        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{}}}", serde_json::to_string(&result).unwrap_or_default())
+                    } else {
+                        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":null}}")
+                    };
+                    if tx.send(WsMessage::Text(reply.into())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((format!("ws://{addr}/"), task))
+}
+
+/// Pings on their own connection, one every 2 ms after the last answered,
+/// until `stop` (or `count` answered); the latencies in ms.
+fn pinger(mut c: Client, stop: Arc<AtomicBool>, count: usize) -> tokio::task::JoinHandle<R<Vec<f64>>> {
+    tokio::spawn(async move {
+        let mut lat = Vec::new();
+        while !stop.load(Ordering::Relaxed) && lat.len() < count {
+            lat.push(ms(c.ping().await?));
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(lat)
+    })
+}
+
+/// Where a name the watch benchmark wrote first arrived: (index → instant).
+type Arrivals = Arc<Mutex<HashMap<usize, Instant>>>;
+
+/// The index `i` of every `bench-watch-<tag>-<i>.txt` in `text`.
+fn watch_names(text: &str, tag: &str) -> Vec<usize> {
+    let prefix = format!("bench-watch-{tag}-");
+    text.match_indices(&prefix)
+        .filter_map(|(at, _)| {
+            let rest = &text[at + prefix.len()..];
+            let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
+        .collect()
+}
+
+/// Records the first arrival of each index in `names`.
+fn arrived(arrivals: &Arrivals, names: Vec<usize>, at: Instant) {
+    if let Ok(mut m) = arrivals.lock() {
+        for i in names {
+            m.entry(i).or_insert(at);
+        }
+    }
+}
+
+/// Latencies (ms) from each write to its first arrival, and how many never
+/// arrived.
+fn watch_latencies(written: &[Instant], arrivals: &Arrivals) -> (Vec<f64>, usize) {
+    let m = arrivals.lock().map(|m| m.clone()).unwrap_or_default();
+    let mut lat = Vec::new();
+    let mut lost = 0;
+    for (i, w) in written.iter().enumerate() {
+        match m.get(&i) {
+            Some(at) => lat.push(ms(at.saturating_duration_since(*w))),
+            None => lost += 1,
+        }
+    }
+    (lat, lost)
+}
+
+/// The files scenario: `resourceRead` throughput, watch latency and
+/// `completions` over a big repository, each beside its baseline.
+async fn files(env: &Env, o: &FilesOpts) -> R<()> {
+    let mut runs = Runs::default();
+    // The workspace, made once: the read files, the watched folder, the repository.
+    let ws = env.fresh_dir("files")?;
+    fs::create_dir_all(ws.join("proj")).map_err(|e| format!("could not create the session folder: {e}"))?;
+    let proj = ws.join("proj").canonicalize().map_err(|e| format!("could not resolve the session folder: {e}"))?;
+    let mut random = vec![0u8; o.file_bytes];
+    getrandom::fill(&mut random).map_err(|e| format!("no OS randomness: {e}"))?;
+    fs::write(proj.join("random.bin"), &random).map_err(|e| format!("could not write random.bin: {e}"))?;
+    drop(random);
+    let mut text = String::with_capacity(o.file_bytes + 100);
+    let mut i = 0usize;
+    while text.len() < o.file_bytes {
+        let w = WORDS[i % WORDS.len()];
+        text.push_str(&format!("    let {w}_{i} = \"{w}\\t{i}\"; // {} line {i}\n", WORDS[(i * 7) % WORDS.len()]));
+        i += 1;
+    }
+    text.truncate(o.file_bytes);
+    fs::write(proj.join("text.txt"), &text).map_err(|e| format!("could not write text.txt: {e}"))?;
+    drop(text);
+    let repo = ws.join("repo");
+    let t = Instant::now();
+    generate_repo(&repo, o.repo_files)?;
+    let repo = repo.canonicalize().map_err(|e| format!("could not resolve the repository: {e}"))?;
+    println!("files: {} and {} of text written; repository of {} files (+{} ignored) in {:.1} s", fmt_bytes(o.file_bytes as f64), fmt_bytes(o.file_bytes as f64), o.repo_files, o.repo_files / 10, t.elapsed().as_secs_f64());
+    let repo_str = repo.to_str().ok_or("a temp path is not UTF-8")?.to_owned();
+    let uri_of = |p: &Path| ahpd_core::git::uri_of_path(&p.to_string_lossy());
+    let reads = [("random", uri_of(&proj.join("random.bin")), "base64"), ("text", uri_of(&proj.join("text.txt")), "utf-8")];
+    let qs = queries(o.repo_files, o.queries + 1);
+    let limit = ahpd_core::files::FilesConfig::default().completions_max;
+    let mib = o.file_bytes as f64 / (1024.0 * 1024.0);
+
+    for run in 0..env.runs {
+        let data = env.fresh_dir("filesd")?;
+        let aw = env.fresh_dir("aware")?;
+        let mut d = Daemon::spawn(env, &data, &Awareness::On(aw), &[])?;
+        d.wait_listening().await?;
+        let mut c = open_big(&d.url, "files").await?;
+        c.new_session(&format!("ahp-session:/files-{run}"), &proj).await?;
+
+        // 1. resourceRead through the daemon, then the minimal server.
+        let (mini_url, mini_task) = mini_read_server().await?;
+        let mut m = open_big(&mini_url, "mini").await?;
+        for (name, uri, enc) in &reads {
+            let (_, first) = timed_read(&mut c, uri).await?;
+            check_read(&first, enc, o.file_bytes)?;
+            let (_, mfirst) = timed_read(&mut m, uri).await?;
+            check_read(&mfirst, enc, o.file_bytes)?;
+            runs.put(format!("{name}frame"), first.len() as f64);
+            runs.put(format!("{name}mframe"), mfirst.len() as f64);
+            drop((first, mfirst));
+            // Alternated, so that both see the same machine.
+            let (mut dt, mut mt) = (Vec::new(), Vec::new());
+            for _ in 0..o.reads {
+                dt.push(timed_read(&mut c, uri).await?.0);
+                mt.push(timed_read(&mut m, uri).await?.0);
+            }
+            runs.put(format!("{name}rate"), mib / (median(&dt) / 1e3));
+            runs.put(format!("{name}mrate"), mib / (median(&mt) / 1e3));
+        }
+        mini_task.abort();
+        drop(m);
+
+        // 2. A recursive watch on the session folder; the same writes seen
+        // by an inotify watcher (the notify crate) in this process.
+        let tag = format!("r{run}");
+        let mut wc = Client::open_init(&d.url, "watcher").await?;
+        let params = ahp_types::commands::CreateResourceWatchParams { channel: String::new(), meta: None, uri: uri_of(&proj), recursive: Some(true), excludes: None, includes: None };
+        let created = wc.request("createResourceWatch", serde_json::to_value(params).map_err(|e| format!("could not encode createResourceWatch: {e}"))?).await?;
+        let channel = created["channel"].as_str().ok_or("createResourceWatch answered no channel")?.to_owned();
+        wc.request("subscribe", json!({"channel": channel})).await?;
+        let (daemon_seen, local_seen): (Arrivals, Arrivals) = Default::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (seen, stop, tag) = (daemon_seen.clone(), stop.clone(), tag.clone());
+            let (_tx, mut rx) = wc.ws.split();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(Some(Ok(WsMessage::Text(t)))) = tokio::time::timeout(Duration::from_millis(50), rx.next()).await {
+                        let at = Instant::now();
+                        if t.as_str().contains("resourceWatch/changed") {
+                            arrived(&seen, watch_names(t.as_str(), &tag), at);
+                        }
+                    }
+                }
+                drop(_tx);
+            })
+        };
+        let local = {
+            let (seen, tag) = (local_seen.clone(), tag.clone());
+            let mut w = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+                let at = Instant::now();
+                if let Ok(ev) = ev {
+                    for p in &ev.paths {
+                        arrived(&seen, watch_names(&p.to_string_lossy(), &tag), at);
+                    }
+                }
+            })
+            .map_err(|e| format!("could not make the baseline watcher: {e}"))?;
+            notify::Watcher::watch(&mut w, &proj, notify::RecursiveMode::Recursive).map_err(|e| format!("could not watch {}: {e}", proj.display()))?;
+            w
+        };
+        let mut written = Vec::with_capacity(o.writes);
+        for i in 0..o.writes {
+            let path = proj.join(format!("bench-watch-{tag}-{i:05}.txt"));
+            written.push(Instant::now());
+            fs::write(&path, format!("write {i}\n")).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+            tokio::time::sleep(o.gap).await;
+        }
+        // Stragglers: up to 2 s for the last writes to arrive.
+        let waited = Instant::now();
+        while waited.elapsed() < Duration::from_secs(2) && daemon_seen.lock().map(|m| m.len()).unwrap_or(0) < o.writes {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let _ = reader.await;
+        drop(local);
+        let (lat, lost) = watch_latencies(&written, &daemon_seen);
+        let (llat, llost) = watch_latencies(&written, &local_seen);
+        runs.put("w50", percentile(&lat, 0.5));
+        runs.put("w99", percentile(&lat, 0.99));
+        runs.put("wlost", lost as f64);
+        runs.put("l50", percentile(&llat, 0.5));
+        runs.put("l99", percentile(&llat, 0.99));
+        runs.put("llost", llost as f64);
+
+        // 3. completions over the repository, with pings on another
+        // connection alone, then while the completions run.
+        let mut cc = Client::open_init(&d.url, "completer").await?;
+        let chat = cc.new_session(&format!("ahp-session:/repo-{run}"), &repo).await?;
+        let pc = Client::open_init(&d.url, "pinger").await?;
+        let alone = pinger(pc, Arc::new(AtomicBool::new(false)), PINGS).await.map_err(|e| format!("ping task: {e}"))??;
+        let pc = Client::open_init(&d.url, "pinger-2").await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let during = pinger(pc, stop.clone(), usize::MAX);
+        let complete = |q: &str| {
+            let text = format!("@{q}");
+            let params = ahp_types::commands::CompletionsParams {
+                channel: chat.clone(),
+                meta: None,
+                kind: ahp_types::commands::CompletionItemKind::UserMessage,
+                offset: text.len() as i64,
+                text,
+            };
+            serde_json::to_value(params).map_err(|e| format!("could not encode completions: {e}"))
+        };
+        let t = Instant::now();
+        let first = cc.request("completions", complete(&qs[0])?).await?;
+        let first_ms = ms(t.elapsed());
+        let first_items = first["items"].as_array().map_or(0, Vec::len);
+        let window = Instant::now();
+        let mut later = Vec::with_capacity(o.queries);
+        let mut items = 0usize;
+        for q in &qs[1..] {
+            let t = Instant::now();
+            let r = cc.request("completions", complete(q)?).await?;
+            later.push(ms(t.elapsed()));
+            items += r["items"].as_array().map_or(0, Vec::len);
+        }
+        let window = window.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let during = during.await.map_err(|e| format!("ping task: {e}"))??;
+        drop(d);
+        if first_items == 0 || items == 0 {
+            return Err(format!("completions found nothing (first call {first_items} items, later calls {items} in all)"));
+        }
+        runs.put("cfirst", first_ms);
+        runs.put("c50", median(&later));
+        runs.put("cwindow", window.as_secs_f64() * 1e3);
+        runs.put("citems", items as f64 / later.len().max(1) as f64);
+        runs.put("ping_alone99", percentile(&alone, 0.99));
+        runs.put("ping_alone50", median(&alone));
+        runs.put("ping_during99", percentile(&during, 0.99));
+        runs.put("ping_during50", median(&during));
+        runs.put("ping_during_n", during.len() as f64);
+
+        // The completions baseline in this process: one walk, then the
+        // filter per query.
+        let t = Instant::now();
+        let listed = walk_files(&repo);
+        let walk_ms = ms(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(filter_files(&repo_str, &listed, &qs[0], limit));
+        let bfirst = walk_ms + ms(t.elapsed());
+        let mut filt = Vec::with_capacity(o.queries);
+        for q in &qs[1..] {
+            let t = Instant::now();
+            std::hint::black_box(filter_files(&repo_str, &listed, q, limit));
+            filt.push(ms(t.elapsed()));
+        }
+        // The daemon keeps a root's list for COMPLETE_FRESH (2 s), then walks
+        // it again in the background while the old list answers: over the
+        // later calls' window it makes about one walk per (2 s + a walk).
+        let refresh_walks = (window.as_secs_f64() / (2.0 + walk_ms / 1e3)).floor();
+        runs.put("bwalk", walk_ms);
+        runs.put("bfiles", listed.len() as f64);
+        runs.put("bfirst", bfirst);
+        runs.put("bfilter", median(&filt));
+        runs.put("bamort", walk_ms * refresh_walks / later.len().max(1) as f64);
+        runs.put("brefresh", refresh_walks);
+        println!(
+            "files run {}: read {:.0} MiB/s random (minimal {:.0}), {:.0} text (minimal {:.0}); watch p50 {:.1} ms ({} lost; inotify {:.1} ms); completions first {:.0} ms, p50 {:.1} ms (walk {:.0} ms, filter {:.1} ms); ping p99 {:.2} alone, {:.2} during",
+            run + 1,
+            runs.0["randomrate"].last().copied().unwrap_or(f64::NAN),
+            runs.0["randommrate"].last().copied().unwrap_or(f64::NAN),
+            runs.0["textrate"].last().copied().unwrap_or(f64::NAN),
+            runs.0["textmrate"].last().copied().unwrap_or(f64::NAN),
+            percentile(&lat, 0.5),
+            lost,
+            percentile(&llat, 0.5),
+            first_ms,
+            median(&later),
+            walk_ms,
+            median(&filt),
+            percentile(&alone, 0.99),
+            percentile(&during, 0.99),
+        );
+    }
+    let g = |k: &str| runs.get(k);
+    let size = fmt_bytes(o.file_bytes as f64);
+    let base_q = g("bfilter") + g("bamort");
+    let rows = vec![
+        row(
+            format!("resourceRead {size} random bytes → base64 ({} frame), MiB/s of file", fmt_bytes(g("randomframe"))),
+            format!("{:.0}", g("randomrate")),
+            format!("{:.0} minimal server ({} frame)", g("randommrate"), fmt_bytes(g("randommframe"))),
+            Some(g("randomrate") / g("randommrate")),
+            "≥ 0.5×",
+        ),
+        row(
+            format!("resourceRead {size} text → utf-8 ({} frame), MiB/s of file", fmt_bytes(g("textframe"))),
+            format!("{:.0}", g("textrate")),
+            format!("{:.0} minimal server ({} frame)", g("textmrate"), fmt_bytes(g("textmframe"))),
+            Some(g("textrate") / g("textmrate")),
+            "≥ 0.5×",
+        ),
+        row(
+            format!("watch: write → resourceWatch/changed p50 ({} writes, {} ms apart; {:.0} lost)", o.writes, o.gap.as_millis(), g("wlost")),
+            fmt_ms(g("w50")),
+            format!("{} inotify (notify) in the bench ({:.0} lost)", fmt_ms(g("l50")), g("llost")),
+            Some(g("w50") / g("l50")),
+            "≤ 50 ms",
+        ),
+        row("watch: the same, p99", fmt_ms(g("w99")), format!("{} inotify in the bench", fmt_ms(g("l99"))), Some(g("w99") / g("l99")), "≤ 200 ms"),
+        row(
+            format!("completions, first call ({} files listed)", g("bfiles")),
+            fmt_ms(g("cfirst")),
+            format!("{} walk + one filter in the bench", fmt_ms(g("bfirst"))),
+            Some(g("cfirst") / g("bfirst")),
+            "",
+        ),
+        row(
+            format!("completions p50 of {} later calls (@ + 3-6 chars; {:.1} items each)", o.queries, g("citems")),
+            fmt_ms(g("c50")),
+            format!("{} = filter {} + walk {} × {:.0} refresh(es) ÷ {}", fmt_ms(base_q), fmt_ms(g("bfilter")), fmt_ms(g("bwalk")), g("brefresh"), o.queries),
+            Some(g("c50") / base_q),
+            "≤ 50 ms; ≤ 2×",
+        ),
+        row(
+            format!("ping p99 while completions run ({:.0} pings; p50 {})", g("ping_during_n"), fmt_ms(g("ping_during50"))),
+            fmt_ms(g("ping_during99")),
+            format!("{} alone (p50 {}), same daemon", fmt_ms(g("ping_alone99")), fmt_ms(g("ping_alone50"))),
+            Some(g("ping_during99") / g("ping_alone99")),
+            "unchanged",
+        ),
+    ];
+    print_table(&format!("files (awareness on; medians of {} run(s))", env.runs), &rows);
     Ok(())
 }

@@ -21,6 +21,7 @@ pub struct Backends {
     claude_projects: Option<PathBuf>,
     events: EventSink,
     git: super::git::GitExec,
+    fs: super::fs::FsExec,
 }
 
 impl Backends {
@@ -34,6 +35,7 @@ impl Backends {
             acp: Acp::new(Vec::new(), echo_dir.clone(), events.clone()),
             echo_dir,
             claude_projects: None,
+            fs: super::fs::FsExec::new(events.clone()),
             events,
             git,
         }
@@ -50,6 +52,13 @@ impl Backends {
     /// `Input::Done { op, .. }`.
     pub fn git(&mut self, op: OpId, command: ahpd_core::git::GitCmd) {
         self.git.execute(op, command);
+    }
+
+    /// Runs one filesystem command (`exec/fs.rs`, issue 48); its answer
+    /// comes back as `Input::Done { op, .. }` (a watch's changes as
+    /// `Input::FsChanged`).
+    pub fn fs(&mut self, op: OpId, command: ahpd_core::files::fs::FsCmd) {
+        self.fs.execute(op, command);
     }
 
     /// Drives each of `agents` over ACP under its name; a chat with no

@@ -33,6 +33,10 @@
 //!   (`BackendEvent::SteeringTaken`) and answered in a part of its own,
 //!   `Echo (steered): <message>`; try it with a `/slow` turn. A turn that
 //!   ends first takes none, and the host runs it as the next turn.
+//! - attachments: every reply ends with the files its message attaches,
+//!   read as an ACP agent's are (within the session's folders,
+//!   `ahpd_core::files::attachments`) and named with their size or why they
+//!   were not read: `Attached: notes.md (6 bytes)`.
 //! - `/crash`: the agent exits mid-turn (`BackendEvent::Exited`).
 //! - `/busy <ms>`: background work is reported for that long
 //!   (`BackendEvent::Busy`), then the turn completes normally.
@@ -73,10 +77,12 @@ use ahp_types::state::{
 };
 use ahp_types::Uri;
 use ahpd_core::{BackendCmd, BackendEvent, Input, OpId, Outcome, ScannedRow, WallTime};
+use ahpd_core::files::attachments::AttachmentReads;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::echo_transcript::{self, file_name, FileIn, Header};
+use super::fs::AttachmentBody;
 use super::fsutil;
 use crate::events::EventSink;
 
@@ -276,7 +282,7 @@ impl Actor {
                 });
                 Outcome::Started { conversation_id, history }
             }
-            BackendCmd::Send { turn_id, message } => {
+            BackendCmd::Send { turn_id, message, attachments } => {
                 if Directive::parse(&message.text) == Directive::Fail && self.agent.as_ref().is_some_and(|a| a.running.is_none()) {
                     // Refused, but had: the conversation keeps the turn as
                     // failed, so its history (and an export, and a restart)
@@ -287,7 +293,7 @@ impl Actor {
                     self.record_failed(&scratch, &turn_id, "echo: asked to fail", 0).await;
                     return failed("echo: asked to fail".to_owned());
                 }
-                self.send(turn_id, message)
+                self.send(turn_id, message, attachments)
             }
             BackendCmd::Cancel { turn_id } => {
                 let running = self.agent.as_ref().and_then(|a| a.running.as_ref()).is_some_and(|r| r.turn_id == turn_id);
@@ -374,7 +380,7 @@ impl Actor {
         forget_in_file(&self.dir, &self.chat, &conversation_id, &turn_ids).await
     }
 
-    fn send(&mut self, turn_id: String, message: Arc<Message>) -> Outcome {
+    fn send(&mut self, turn_id: String, message: Arc<Message>, attachments: AttachmentReads) -> Outcome {
         let Some(agent) = self.agent.as_mut() else {
             return failed("echo: the agent for this chat is not running".to_owned());
         };
@@ -408,6 +414,7 @@ impl Actor {
             chat: self.chat.clone(),
             turn_id: turn_id.clone(),
             message,
+            attachments,
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
@@ -457,6 +464,9 @@ impl Actor {
             chat: self.chat.clone(),
             turn_id: turn_id.clone(),
             message,
+            // Named when the turn first ran; its resumed part does not
+            // read them again.
+            attachments: AttachmentReads::default(),
             events: self.events.clone(),
             actor: me,
             scratch: scratch.clone(),
@@ -563,6 +573,8 @@ struct TurnCtx {
     started: Instant,
     /// The chat's working directory, if any (for `/write`).
     workdir: Option<PathBuf>,
+    /// The files the message attaches, to read and name in the reply.
+    attachments: AttachmentReads,
 }
 
 impl TurnCtx {
@@ -571,8 +583,29 @@ impl TurnCtx {
         &self.message.text
     }
 
+    /// The files the message attaches, read as an ACP agent's are
+    /// (`exec::fs::read_attachments`: within the session's folders) and
+    /// named: `\n\nAttached: notes.md (6 bytes), x (not read: ...)`;
+    /// empty when it attaches none.
+    async fn attached(&self) -> String {
+        if self.attachments.is_empty() {
+            return String::new();
+        }
+        let reads = self.attachments.clone();
+        let read = tokio::task::spawn_blocking(move || crate::exec::fs::read_attachments(&reads)).await.unwrap_or_default();
+        let named: Vec<String> = read
+            .into_iter()
+            .map(|a| match a.body {
+                AttachmentBody::Text { text, .. } => format!("{} ({} bytes)", a.label, text.len()),
+                AttachmentBody::Blob { data, .. } => format!("{} ({} bytes)", a.label, data.len()),
+                AttachmentBody::Unread(why) => format!("{} ({})", a.label, why.words()),
+            })
+            .collect();
+        format!("\n\nAttached: {}", named.join(", "))
+    }
+
     async fn run(self, directive: Directive, confirm: oneshot::Receiver<bool>, answer: oneshot::Receiver<Answer>) {
-        let reply = format!("Echo: {}", self.text());
+        let reply = format!("Echo: {}{}", self.text(), self.attached().await);
         match directive {
             Directive::Plain | Directive::Fail => {
                 self.stream(&reply, CHUNK_DELAY_MS * MAX_CHUNKS as u64).await;

@@ -8,6 +8,7 @@ pub mod bulk;
 pub mod claude;
 pub mod echo;
 pub mod echo_transcript;
+pub mod fs;
 pub mod fsutil;
 pub mod git;
 pub mod journal;

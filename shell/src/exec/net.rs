@@ -29,7 +29,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
@@ -69,6 +70,16 @@ const METRICS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most bytes of queued frames one write gathers (they are fed to the
 /// socket's buffer and flushed together); the rest wait for the next.
 const WRITE_BATCH_BYTES: usize = 256 << 10;
+
+/// Largest WebSocket frame the writer sends, in bytes (256 KiB): a longer
+/// message goes out as fragments of this size (RFC 6455 5.4; every client
+/// joins them back into one message). The WebSocket library copies what is
+/// left of its output buffer to the front after each partial write to the
+/// socket, and the socket takes at most its send buffer
+/// ([`SEND_BUFFER_BYTES`]) at a time: one 13 MiB frame cost hundreds of
+/// such copies of megabytes each, a `resourceRead` of 10 MiB ran at a third
+/// of a plain server's speed (issue 48). Fragments bound each copy.
+const FRAGMENT_BYTES: usize = 256 << 10;
 
 /// A command for a connection's writer task.
 #[derive(Debug)]
@@ -400,6 +411,27 @@ async fn respond_typed(stream: &mut TcpStream, status: &str, extra_headers: &str
     let _ = stream.shutdown().await;
 }
 
+/// Feeds one text message to `sink`: whole up to [`FRAGMENT_BYTES`], else
+/// as a text frame and continuation frames of that size, the last final.
+/// The pieces share the message's bytes (no copy).
+async fn feed_text<S>(sink: &mut S, text: Utf8Bytes) -> Result<(), tokio_tungstenite::tungstenite::Error>
+where
+    S: futures_util::Sink<Message, Error = tokio_tungstenite::tungstenite::Error> + Unpin,
+{
+    if text.len() <= FRAGMENT_BYTES {
+        return sink.feed(Message::Text(text)).await;
+    }
+    let bytes = bytes::Bytes::from(text);
+    let mut at = 0;
+    while at < bytes.len() {
+        let end = (at + FRAGMENT_BYTES).min(bytes.len());
+        let opcode = if at == 0 { OpCode::Data(Data::Text) } else { OpCode::Data(Data::Continue) };
+        sink.feed(Message::Frame(Frame::message(bytes.slice(at..end), opcode, end == bytes.len()))).await?;
+        at = end;
+    }
+    Ok(())
+}
+
 /// Runs one connection: read the request head and pass it through the
 /// front door (`gate`: Host, Origin, token; a refusal is answered on the
 /// HTTP request, before any upgrade); answer plain HTTP, or do the
@@ -501,11 +533,11 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, conn: ConnId, event
                     match cmd {
                         WriterCmd::Frame(text) => {
                             frames += 1;
-                            fed = sink.feed(Message::Text(text)).await;
+                            fed = feed_text(&mut sink, text).await;
                         }
                         WriterCmd::Action(broadcast) => {
                             frames += 1;
-                            fed = sink.feed(Message::Text(action_frame_off_workers(&broadcast).await)).await;
+                            fed = feed_text(&mut sink, action_frame_off_workers(&broadcast).await).await;
                         }
                         WriterCmd::Close => {
                             close = Some(None);
@@ -684,6 +716,32 @@ mod tests {
 
     fn text(len: usize) -> WriterCmd {
         WriterCmd::Frame(Utf8Bytes::from("x".repeat(len)))
+    }
+
+    /// A message over `FRAGMENT_BYTES` (with multi-byte characters cut
+    /// across fragments) reaches a WebSocket client whole, as one text
+    /// message, and a small one after it too.
+    #[tokio::test]
+    async fn a_long_message_goes_in_fragments_and_arrives_whole() {
+        use tokio_tungstenite::tungstenite::protocol::Role;
+        use tokio_tungstenite::WebSocketStream;
+        let (a, b) = tokio::io::duplex(64 << 10);
+        let mut server = WebSocketStream::from_raw_socket(a, Role::Server, None).await;
+        let mut client = WebSocketStream::from_raw_socket(b, Role::Client, None).await;
+        let long: String = "é€x".repeat(FRAGMENT_BYTES / 2 + 7);
+        assert!(long.len() > 2 * FRAGMENT_BYTES);
+        let sent = long.clone();
+        let send = tokio::spawn(async move {
+            let r = feed_text(&mut server, Utf8Bytes::from(sent)).await;
+            let r2 = feed_text(&mut server, Utf8Bytes::from("after")).await;
+            let r3 = server.flush().await;
+            (r.is_ok() && r2.is_ok() && r3.is_ok(), server)
+        });
+        let first = client.next().await.and_then(Result::ok);
+        let second = client.next().await.and_then(Result::ok);
+        assert_eq!(first, Some(Message::Text(Utf8Bytes::from(long))));
+        assert_eq!(second, Some(Message::Text(Utf8Bytes::from("after"))));
+        assert!(send.await.is_ok_and(|(ok, _)| ok));
     }
 
     /// One answer bigger than the whole bound (a reconnect's snapshots of a

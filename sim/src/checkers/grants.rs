@@ -93,6 +93,10 @@ impl Frame {
             ("createSession" | "disposeSession" | "createChat" | "disposeChat" | "resolveSessionConfig" | "sessionConfigCompletions", _) => Some(true),
             // `moveChat` (issue 23): `chat:dispose` and `chat:create`.
             ("moveChat", _) => Some(true),
+            // A session's files (issue 48): reading needs `session:state`,
+            // changing `session:artifacts`.
+            ("resourceList" | "resourceRead" | "resourceResolve" | "createResourceWatch" | "completions", _) => Some(false),
+            ("resourceWrite" | "resourceMkdir" | "resourceCopy" | "resourceMove" | "resourceDelete", _) => Some(true),
             // The window's detached-tree requests (`session:worktree`).
             (m, _) if m.starts_with("vscode/") && m.contains("DetachedWorktree") => Some(true),
             ("dispatchAction", Some(t)) => match t {

@@ -169,7 +169,14 @@ impl History {
         for uri in &scope {
             let Some(prev) = self.prev_phases.get(uri) else { continue };
             match view.sessions.get(uri) {
-                Some(s) if s.phase().shallow() != *prev && !lifecycle::is_legal(prev, s.phase()) => {
+                // A refused dispose leaves the session asleep, and the same
+                // input may wake it for what the dispose held back (a
+                // child's finish, `Fact::DisposeRefused`): two moves of the
+                // table in one step.
+                Some(s) if s.phase().shallow() != *prev
+                    && !lifecycle::is_legal(prev, s.phase())
+                    && !(matches!(prev, Phase::Disposing(_)) && lifecycle::is_legal(&Phase::Asleep, s.phase())) =>
+                {
                     return Err(breach("lifecycle_transition", format!("{uri}: {} -> {} is not in the table", prev.name(), s.phase().name())));
                 }
                 None if !matches!(prev, Phase::Starting(_) | Phase::Disposing(_)) => {

@@ -32,12 +32,12 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, CreateTerminalRequest, CreateTerminalResponse,
+    CancelNotification, ClientCapabilities, CreateTerminalRequest, CreateTerminalResponse,
     FileSystemCapabilities, Implementation, InitializeRequest, KillTerminalRequest, KillTerminalResponse,
     EnvVariable, HttpHeader, LoadSessionRequest, McpServer, McpServerHttp, McpServerStdio, NewSessionRequest, PermissionOption, PermissionOptionKind, PromptRequest, PromptResponse,
     ReadTextFileRequest, ReadTextFileResponse, ReleaseTerminalRequest, ReleaseTerminalResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionId, SessionNotification, TerminalOutputRequest, TextContent, WaitForTerminalExitRequest,
+    SessionId, SessionNotification, TerminalOutputRequest, WaitForTerminalExitRequest,
     WaitForTerminalExitResponse, WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
@@ -91,6 +91,10 @@ struct Live {
     tx: mpsc::UnboundedSender<FromAgent>,
     rx: mpsc::UnboundedReceiver<FromAgent>,
     turn: Option<TurnMap>,
+    /// Whether the agent takes `resource` blocks in a prompt
+    /// (`promptCapabilities.embeddedContext`): attached files go as
+    /// content, else as links ([`super::prompt`]).
+    embedded_context: bool,
     waiting: HashMap<String, (Vec<PermissionOption>, Responder<RequestPermissionResponse>)>,
     /// The chat's secret for the host's MCP server, held as long as this
     /// agent runs (dropped with it: the secret is refused from then on).
@@ -166,7 +170,16 @@ impl ChatActor {
             BackendCmd::Start { conversation_id, working_directory, resume, session: _, peer_directories: _ } => {
                 self.start(conversation_id, working_directory, resume).await
             }
-            BackendCmd::Send { turn_id, message } => self.send(turn_id, &message),
+            BackendCmd::Send { turn_id, message, attachments } => {
+                // The files it attaches, read off the async threads within
+                // the session's folders (`ahpd_core::files::attachments`).
+                let read = if attachments.is_empty() {
+                    Vec::new()
+                } else {
+                    tokio::task::spawn_blocking(move || crate::exec::fs::read_attachments(&attachments)).await.unwrap_or_default()
+                };
+                self.send(turn_id, &message, read)
+            }
             BackendCmd::Cancel { turn_id } => {
                 if let Some(live) = self.live.as_mut().filter(|l| l.turn.as_ref().is_some_and(|t| t.turn_id() == turn_id)) {
                     if let Err(e) = live.cx.send_notification(CancelNotification::new(live.session_id.clone())) {
@@ -297,6 +310,7 @@ impl ChatActor {
             tx: c.tx,
             rx: c.rx,
             turn: None,
+            embedded_context: init.agent_capabilities.prompt_capabilities.embedded_context,
             waiting: HashMap::new(),
             _secret: secret,
         });
@@ -316,14 +330,14 @@ impl ChatActor {
         failed(message)
     }
 
-    fn send(&mut self, turn_id: String, message: &Message) -> Outcome {
+    fn send(&mut self, turn_id: String, message: &Message, read: Vec<crate::exec::fs::ReadAttachment>) -> Outcome {
         let Some(live) = self.live.as_mut() else {
             return failed(format!("{}: the agent for this chat is not running", self.agent.name));
         };
         if live.turn.is_some() {
             return failed(format!("{}: a turn is already running in this chat", self.agent.name));
         }
-        let prompt = PromptRequest::new(live.session_id.clone(), vec![ContentBlock::Text(TextContent::new(message.text.clone()))]);
+        let prompt = PromptRequest::new(live.session_id.clone(), super::prompt::blocks(message, read, live.embedded_context));
         let tx = live.tx.clone();
         let id = turn_id.clone();
         let sent = live.cx.prepare_request(prompt).on_receiving_result(move |result| async move {

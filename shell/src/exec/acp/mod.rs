@@ -22,6 +22,7 @@
 pub mod chat;
 pub mod fs;
 pub mod process;
+pub mod prompt;
 pub mod terminal;
 pub mod turn;
 

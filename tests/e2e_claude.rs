@@ -496,7 +496,6 @@ async fn claude_code_runs_a_queued_message_as_the_next_turn() {
 /// not reach the model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_receives_a_file_attached_to_its_message() {
-    use ahp::ahp_types::state::{MessageAttachment, MessageResourceAttachment};
     let (tmp, work) = workspace();
     std::fs::write(work.join("notes.md"), "the magic word is PLUGH-7\n").expect("notes");
     let outside = tmp.path().canonicalize().expect("canonical").join("outside.md");
@@ -505,23 +504,7 @@ async fn claude_code_receives_a_file_attached_to_its_message() {
     let daemon = kit.daemon(&tmp.path().join("data"), &[]);
     let (c, _, _root) = connect_init(&daemon.url, "claude-attach").await;
     let (_sid, chat, _ssub, mut state, mut sub) = session_on(&c, "claude", &work).await;
-    let file = |label: &str, path: &Path| {
-        MessageAttachment::Resource(MessageResourceAttachment {
-            label: label.to_owned(),
-            range: None,
-            display_kind: Some("document".to_owned()),
-            meta: None,
-            uri: file_uri(path),
-            size_hint: None,
-            content_type: None,
-            nonce: None,
-            selection: None,
-        })
-    };
-    let mut turn = user_turn("t1", "/seen PLUGH-7");
-    if let StateAction::ChatTurnStarted(started) = &mut turn {
-        started.message.attachments = Some(vec![file("notes.md", &work.join("notes.md")), file("outside.md", &outside)]);
-    }
+    let turn = user_turn_with("t1", "/seen PLUGH-7", vec![file_attachment("notes.md", &work.join("notes.md")), file_attachment("outside.md", &outside)]);
     within("dispatch", c.dispatch(chat.clone(), turn)).await.expect("dispatch");
     follow_chat(&mut sub, &mut state, "the attachment turn ends", |env, _| ends_turn(env)).await;
     let turn = state.turns.last().expect("a turn");

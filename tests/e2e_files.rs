@@ -319,8 +319,6 @@ async fn completions_find_a_file_by_a_partial_name() {
 /// nothing of what lies outside).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_messages_attached_files_reach_the_agent_within_the_sessions_folders() {
-    use ahp::ahp_types::actions::StateAction;
-    use ahp::ahp_types::state::MessageResourceAttachment;
     let ws = workspace();
     let daemon = Daemon::start(&ws.data);
     let (c, _, _root) = connect_init(&daemon.url, "files-attach").await;
@@ -328,28 +326,16 @@ async fn a_messages_attached_files_reach_the_agent_within_the_sessions_folders()
     let text = "read @mainr";
     let params = CompletionsParams { channel: chat.clone(), meta: None, kind: CompletionItemKind::UserMessage, text: text.to_owned(), offset: text.len() as i64 };
     let offered = within("completions", c.completions(params)).await.expect("completions").items.into_iter().next().expect("an item").attachment;
-    let file = |label: &str, path: &Path| {
-        MessageAttachment::Resource(MessageResourceAttachment {
-            label: label.to_owned(),
-            range: None,
-            display_kind: None,
-            meta: None,
-            uri: file_uri(path),
-            size_hint: None,
-            content_type: None,
-            nonce: None,
-            selection: None,
-        })
-    };
-    let mut turn = user_turn("t1", text);
-    if let StateAction::ChatTurnStarted(started) = &mut turn {
-        started.message.attachments = Some(vec![
+    let turn = user_turn_with(
+        "t1",
+        text,
+        vec![
             offered,
-            file("abs", &ws.outside.join("secret.txt")),
-            file("link", &ws.proj.join("out/secret.txt")),
-            file("missing", &ws.proj.join("nope.txt")),
-        ]);
-    }
+            file_attachment("abs", &ws.outside.join("secret.txt")),
+            file_attachment("link", &ws.proj.join("out/secret.txt")),
+            file_attachment("missing", &ws.proj.join("nope.txt")),
+        ],
+    );
     let (mut chat_state, mut csub) = subscribe_chat(&c, &chat).await;
     within("dispatch", c.dispatch(chat.clone(), turn)).await.expect("dispatch");
     follow_chat(&mut csub, &mut chat_state, "attachment turn", |env, _| is_turn_complete(env)).await;

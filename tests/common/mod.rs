@@ -34,7 +34,7 @@ use ahp::ahp_types::commands::{
     CreateSessionParams, DisposeSessionParams, InitializeResult, ListSessionsParams, ListSessionsResult,
 };
 use ahp::ahp_types::state::{
-    ChatState, Message, MessageKind, MessageOrigin, ResponsePart, SessionLifecycle, SessionState, SessionSummary,
+    ChatState, Message, MessageAttachment, MessageKind, MessageOrigin, MessageResourceAttachment, ResponsePart, SessionLifecycle, SessionState, SessionSummary,
     SnapshotState, ToolCallConfirmationReason, ToolCallState, Turn, TurnState,
 };
 use ahp::ahp_types::ROOT_RESOURCE_URI;
@@ -317,6 +317,31 @@ pub fn user_turn(turn_id: &str, text: &str) -> StateAction {
         },
         queued_message_id: None,
         meta: None,
+    })
+}
+
+/// `user_turn` whose message attaches `attachments`.
+pub fn user_turn_with(turn_id: &str, text: &str, attachments: Vec<MessageAttachment>) -> StateAction {
+    let mut turn = user_turn(turn_id, text);
+    if let StateAction::ChatTurnStarted(started) = &mut turn {
+        started.message.attachments = Some(attachments);
+    }
+    turn
+}
+
+/// A `resource` attachment naming the local file `path`, as a client
+/// attaches a file to a message.
+pub fn file_attachment(label: &str, path: &Path) -> MessageAttachment {
+    MessageAttachment::Resource(MessageResourceAttachment {
+        label: label.to_owned(),
+        range: None,
+        display_kind: Some("document".to_owned()),
+        meta: None,
+        uri: file_uri(path),
+        size_hint: None,
+        content_type: None,
+        nonce: None,
+        selection: None,
     })
 }
 

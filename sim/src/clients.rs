@@ -909,10 +909,15 @@ impl Client {
             }
             (ReqKind::CreateIn { uri, untrusted, worktree, bad_folder }, result) => {
                 let code = error_code(error);
-                if bad_folder && !matches!(code, Some(-32602 | -32009)) {
+                // A URI already in use is refused first, at the edge, before
+                // any folder is looked at (-32003, docs/DECISIONS.md 3): the
+                // folder's and the trust check's refusals are owed for a
+                // free URI only (100k-seed run, seeds 23013, 32282, ...).
+                let uri_taken = code == Some(-32003);
+                if bad_folder && !uri_taken && !matches!(code, Some(-32602 | -32009)) {
                     return Err(breach("folder_refusal", format!("createSession of {uri} in a folder that is not a directory was answered {text}")));
                 }
-                if untrusted == Some(true) && code != Some(-32009) {
+                if untrusted == Some(true) && !uri_taken && code != Some(-32009) {
                     return Err(breach("trust_refusal", format!("createSession of {uri} in an untrusted folder was answered {text}")));
                 }
                 // A refusal of the grants table is -32009 too: only a

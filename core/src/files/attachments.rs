@@ -60,7 +60,7 @@ impl AttachmentReads {
     }
 }
 
-/// One `file:` attachment to read.
+/// One `file:` attachment to read (or named as not read: `refused`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileAttachment {
     /// The attachment's label (what the agent is told it is).
@@ -68,9 +68,12 @@ pub struct FileAttachment {
     /// The URI the client sent.
     pub uri: String,
     /// Its path as the URI names it ([`super::path::parse_file_uri`]),
-    /// before resolution; `None` when the URI is not a well-formed `file:`
-    /// URI of this host (then it is not read: [`Unread::Malformed`]).
+    /// before resolution; `None` when it is not read ([`FileAttachment::refused`]).
     pub path: Option<String>,
+    /// Why the core refused to have it read, if it did: not a well-formed
+    /// `file:` URI of this host ([`Unread::Malformed`]) or past
+    /// [`ATTACHMENTS_READ_MAX`] ([`Unread::TooMany`]).
+    pub refused: Option<Unread>,
     /// The content type the client gave, if any.
     pub content_type: Option<String>,
 }
@@ -117,13 +120,17 @@ pub fn reads_for(message: &Message, record: &SessionRecord) -> AttachmentReads {
         .iter()
         .flatten()
         .filter_map(|a| match a {
-            MessageAttachment::Resource(r) if r.uri.starts_with("file:") => Some(FileAttachment {
-                label: r.label.clone(),
-                uri: r.uri.clone(),
-                path: super::path::parse_file_uri(&r.uri).ok(),
-                content_type: r.content_type.clone(),
-            }),
+            MessageAttachment::Resource(r) if r.uri.starts_with("file:") => Some(r),
             _ => None,
+        })
+        .enumerate()
+        .map(|(i, r)| {
+            let (path, refused) = match super::path::parse_file_uri(&r.uri) {
+                _ if i >= ATTACHMENTS_READ_MAX => (None, Some(Unread::TooMany)),
+                Ok(path) => (Some(path), None),
+                Err(_) => (None, Some(Unread::Malformed)),
+            };
+            FileAttachment { label: r.label.clone(), uri: r.uri.clone(), path, refused, content_type: r.content_type.clone() }
         })
         .collect();
     if files.is_empty() {
@@ -178,6 +185,10 @@ mod tests {
         assert_eq!(reads.roots, vec!["/w".to_owned()]);
         let named: Vec<(&str, Option<&str>)> = reads.files.iter().map(|f| (f.label.as_str(), f.path.as_deref())).collect();
         assert_eq!(named, vec![("a.md", Some("/w/a.md")), ("bad", None)]);
+        assert_eq!(reads.files.iter().map(|f| f.refused).collect::<Vec<_>>(), vec![None, Some(Unread::Malformed)]);
+        let many = Message { attachments: Some(vec![resource("f", "file:///w/f"); ATTACHMENTS_READ_MAX + 1]), ..message.clone() };
+        let reads = reads_for(&many, &record);
+        assert_eq!(reads.files.iter().filter(|f| f.refused == Some(Unread::TooMany)).count(), 1, "only the files past the bound");
         assert!(admit("/w/a.md", ["/w"]));
         assert!(!admit("/wx/a.md", ["/w"]), "whole components");
         assert!(!admit("/etc/passwd", ["/w"]));

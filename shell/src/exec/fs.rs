@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ahp_types::state::ResourceChangeType;
-use ahpd_core::files::attachments::{self, AttachmentReads, Unread, ATTACHMENTS_READ_MAX};
+use ahpd_core::files::attachments::{self, AttachmentReads, Unread};
 use ahpd_core::files::fs::{FsCmd, FsError, FsKind, FsResult, Resolved, WriteMode};
 use ahpd_core::{Input, OpId, Outcome};
 use notify::event::{ModifyKind, RenameMode};
@@ -481,15 +481,12 @@ pub fn read_attachments(reads: &AttachmentReads) -> Vec<ReadAttachment> {
     reads
         .files
         .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let body = if i >= ATTACHMENTS_READ_MAX {
-                AttachmentBody::Unread(Unread::TooMany)
-            } else {
-                match &f.path {
-                    None => AttachmentBody::Unread(Unread::Malformed),
-                    Some(path) => read_attachment(path, &roots, reads.max_bytes, f.content_type.as_deref()),
-                }
+        .map(|f| {
+            // What the core refused is not read (its rule: malformed, or
+            // past the bound of files read).
+            let body = match (&f.path, f.refused) {
+                (Some(path), None) => read_attachment(path, &roots, reads.max_bytes, f.content_type.as_deref()),
+                (_, why) => AttachmentBody::Unread(why.unwrap_or(Unread::Malformed)),
             };
             ReadAttachment { label: f.label.clone(), uri: f.uri.clone(), body }
         })
@@ -1259,7 +1256,10 @@ mod tests {
         put(&format!("{base}/w/big.txt"), &"x".repeat(100));
         fs::write(format!("{base}/w/bin"), [0u8, 159, 146, 150]).unwrap_or_else(|e| panic!("{e}"));
         link("../outside/secret.txt", &format!("{base}/w/leak"));
-        let file = |label: &str, path: Option<String>| FileAttachment { label: label.into(), uri: format!("file://{}", path.clone().unwrap_or_default()), path, content_type: None };
+        let file = |label: &str, path: Option<String>| {
+            let refused = path.is_none().then_some(Unread::Malformed);
+            FileAttachment { label: label.into(), uri: format!("file://{}", path.clone().unwrap_or_default()), path, refused, content_type: None }
+        };
         let reads = AttachmentReads {
             files: vec![
                 file("notes", Some(format!("{base}/w/notes.md"))),

@@ -215,10 +215,25 @@ pub fn inv_live_is_resident(uri: &Uri, s: &Session) -> Result<(), Violation> {
     Ok(())
 }
 
-/// "A session sleeps with nothing running."
+/// "A session sleeps with nothing running": no send in flight, no busy
+/// agent, no turn held for an agent (one started while it slept woke it);
+/// and a wake waits for at least one start, or nothing would end it.
 pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> {
     if s.is_asleep() && (!s.work().sends_in_flight.is_empty() || s.is_busy()) {
         return fail("inv_asleep_runs_no_turn", format!("{uri} asleep with work in hand"));
+    }
+    // A turn started while a session sleeps wakes it in the same input
+    // (`Session::start_turn`, `TurnSend::NeedsWake`), or its tree is being
+    // put back first (`git_begin`, `Trees::restore_before_wake`): one still
+    // held by a session asleep otherwise waits on an agent nothing will
+    // start.
+    if s.is_asleep() && !s.work().pending_sends.is_empty() && s.work().git_begin.is_none() {
+        return fail("inv_asleep_runs_no_turn", format!("{uri} asleep holding turns for an agent nothing starts"));
+    }
+    // A wake ends when the last start it waits for answers: a wake waiting
+    // for none never ends (sim seed 11569 at d163ccb).
+    if s.phase().is_waking() && s.phase().awaited().is_some_and(|ops| ops.is_empty()) {
+        return fail("inv_asleep_runs_no_turn", format!("{uri} waking with no start left to answer"));
     }
     Ok(())
 }

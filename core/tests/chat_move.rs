@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use ahpd_core::grants::{token_hash, Membership, Role, User, UsersDirectory};
 use ahpd_core::record::SessionRecord;
 use ahpd_core::testkit::Harness;
-use ahpd_core::{AgentSpec, BackendCmd, Config, StoreCmd};
+use ahpd_core::{AgentSpec, BackendCmd, Config, Outcome, StoreCmd};
 use serde_json::{json, Value};
 
 fn config() -> Config {
@@ -408,4 +408,61 @@ fn a_chat_moved_to_an_asleep_session_starts_there_at_its_next_wake() {
     let r = h.take_reply(1, rid).expect("subscribed");
     let chats: Vec<Value> = r["result"]["snapshot"]["state"]["chats"].as_array().cloned().unwrap_or_default();
     assert!(chats.iter().any(|c| c["resource"] == side.as_str() && c["movable"] == true), "{r}");
+}
+
+/// The source of a move woke between the move's two writes: its wake asked
+/// every chat's agent to start, the moving one's too. When the second write
+/// lands the chat leaves, the wake no longer waits for its start and ends
+/// with the others' answers, and the agent started for it there is let go
+/// (sim seed 11569 at d163ccb: the wake waited for ever for an answer that
+/// no longer counted, and the session and everything queued on it with it).
+#[test]
+fn a_chat_moved_out_while_its_session_wakes_leaves_the_wake_to_end() {
+    let mut h = Harness::new(Config { residency_limit: 0, sleep_after_ms: 5_000, ..Config::default() });
+    let (a, b, side) = two_sessions(&mut h);
+    h.advance(5_000);
+    assert!(h.host.view().sessions.get(&a).is_some_and(|s| s.is_asleep()), "a sleeps");
+    h.backend_cmds();
+    let rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b}}));
+    // The first write (the destination's record) is answered; the second
+    // (the source's, without the chat) is held.
+    let mut source_write = None;
+    for _ in 0..10 {
+        for (op, cmd) in h.store_ops() {
+            match cmd {
+                StoreCmd::Put { record, .. } if record.resource.as_str() == a && record.chats.iter().all(|c| c.resource.as_str() != side) => source_write = Some(op),
+                _ => h.done(op, Outcome::Ok),
+            }
+        }
+        if source_write.is_some() {
+            break;
+        }
+    }
+    let source_write = source_write.expect("the source's write");
+    let sub = h.send_request(1, "subscribe", json!({"channel": a}));
+    let starts: Vec<(ahpd_core::OpId, String)> =
+        h.backend_cmds().into_iter().filter(|(_, _, c)| matches!(c, BackendCmd::Start { .. })).map(|(op, chat, _)| (op, chat)).collect();
+    assert_eq!(starts.len(), 2, "the wake starts both chats' agents: {starts:?}");
+    let side_start = starts.iter().find(|(_, c)| *c == side).map(|(op, _)| *op).expect("the moving chat's start");
+    for (op, chat) in &starts {
+        if *chat != side {
+            h.done(*op, Outcome::Started { conversation_id: format!("conv-{chat}"), history: Vec::new() });
+        }
+    }
+    assert_eq!(h.host.view().sessions.get(&a).map(|s| s.phase().name()), Some("waking"), "the wake waits for the moving chat's start");
+
+    h.done(source_write, Outcome::Ok);
+    assert_eq!(h.host.view().sessions.get(&a).map(|s| s.phase().name()), Some("live"), "the chat left: the wake has every answer");
+    assert_eq!(h.take_reply(1, rid).expect("the move is answered")["result"], json!({"session": b}));
+    assert!(h.take_reply(1, sub).is_some_and(|r| r.get("result").is_some()), "the subscriber is answered");
+    let frames = h.frames(1);
+    assert!(
+        frames.iter().any(|f| f["params"]["channel"] == a.as_str() && f["params"]["action"]["type"] == "session/chatRemoved" && f["params"]["action"]["chat"] == side.as_str()),
+        "the source's subscriber sees the chat leave: {frames:?}"
+    );
+    assert!(h.backend_cmds().iter().any(|(_, chat, c)| *chat == side && matches!(c, BackendCmd::Close)), "the agent the wake started for it is let go");
+    // The start's late answer changes nothing in the source.
+    h.done(side_start, Outcome::Started { conversation_id: "late".into(), history: Vec::new() });
+    h.settle();
+    assert!(h.host.view().sessions.get(&a).is_some_and(|s| s.record().chats.iter().all(|c| c.resource.as_str() != side)));
 }

@@ -275,3 +275,51 @@ fn a_restarted_host_numbers_its_envelopes_above_the_last_process_and_a_reconnect
     let seqs: Vec<u64> = r["result"]["snapshots"].as_array().expect("snapshots").iter().filter_map(|s| s["fromSeq"].as_u64()).collect();
     assert!(!seqs.is_empty() && seqs.iter().all(|s| *s > last_seen), "new numbers start above the old ones: {seqs:?} vs {last_seen}");
 }
+
+/// A provisional session's other chat was made with a first message, whose
+/// turn waits for that chat's agent to start; then the first turn fails the
+/// creation. The waiting turn ends with the failed creation's error, and the
+/// session sleeps holding no turn for an agent nothing would start (sim
+/// seeds 17838, 52039, 62971 at d163ccb: the turn stayed in progress for
+/// ever, and the session never settled).
+#[test]
+fn a_failed_creation_ends_the_turns_its_other_chats_held_for_their_start() {
+    let mut h = Harness::new(Config::default());
+    h.connect(1, "c1");
+    let (uri, chat) = h.create(1, "s1");
+    h.start_turn(1, &chat, 1, "t1", "boom");
+    let (send, _, _) = h.backend_cmds().remove(0);
+    let second = "ahp-chat:/second";
+    let rid = h.send_request(
+        1,
+        "createChat",
+        json!({"channel": uri, "chat": second, "initialMessage": {"text": "meanwhile", "origin": {"kind": "user"}}}),
+    );
+    h.settle_store();
+    assert_eq!(h.take_reply(1, rid).expect("createChat answered")["result"], Value::Null);
+    let cmds = h.backend_cmds();
+    let (start, _, _) = cmds.iter().find(|(_, c, cmd)| c == second && matches!(cmd, BackendCmd::Start { .. })).cloned().expect("the second chat's agent starts");
+    assert!(!cmds.iter().any(|(_, _, cmd)| matches!(cmd, BackendCmd::Send { .. })), "its turn waits for the start: {cmds:?}");
+    h.request(1, "subscribe", json!({"channel": second}));
+    h.frames(1);
+
+    h.done(send, Outcome::Failed { message: "agent refused".into() });
+    h.settle_store();
+    let frames = h.frames(1);
+    let err = frames
+        .iter()
+        .find(|f| f["params"]["channel"] == second && f["params"]["action"]["type"] == "chat/error")
+        .unwrap_or_else(|| panic!("the second chat's turn ends: {frames:?}"));
+    assert!(err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or("").contains("creation failed"), "{err}");
+    let view = h.host.view();
+    let s = view.sessions.get(&uri).expect("the session is held");
+    assert!(s.is_asleep(), "the failed creation lets its agents go");
+    assert!(s.work().pending_sends.is_empty(), "no turn is held for an agent nothing starts");
+
+    // The start's late answer sends nothing; a message sent again tries the start again.
+    h.done(start, Outcome::Started { conversation_id: "late".into(), history: Vec::new() });
+    assert!(h.backend_cmds().iter().all(|(_, _, cmd)| !matches!(cmd, BackendCmd::Send { .. })));
+    h.start_turn(1, second, 2, "t2", "again");
+    let cmds = h.settle();
+    assert!(cmds.iter().any(|(c, cmd)| c == second && matches!(cmd, BackendCmd::Send { turn_id, .. } if turn_id == "t2")), "{cmds:?}");
+}

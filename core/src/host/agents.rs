@@ -293,7 +293,8 @@ impl Host {
         let Some(running) = self.in_session(session_uri, |s, sh| s.error_turn(sh, chat, turn_id, message)) else {
             return self.end_turn_bookkeeping(session_uri, chat, false, TurnEnder::Host);
         };
-        if self.in_session(session_uri, |s, sh| s.fail_creation(sh, message)).unwrap_or(false) {
+        let held = self.in_session(session_uri, |s, sh| s.fail_creation(sh, message)).flatten();
+        if held.is_some() {
             // The creation failed: its agent goes, and the next send starts
             // it afresh (Sessions page: "held with its start owed").
             self.let_agents_go(session_uri);
@@ -303,6 +304,12 @@ impl Host {
             self.shared.log(LogLevel::Warn, "session.creation_failed", Some(session_uri.clone()), message.to_owned());
         }
         self.end_turn_bookkeeping(session_uri, chat, running, TurnEnder::Host);
+        // The other chats' turns that waited on the failed start end with
+        // it; a message sent again tries again, as the first one's does.
+        for (other, turn_id, _) in held.unwrap_or_default() {
+            crate::mark!("creation_failed_ends_held_turn");
+            self.fail_turn(session_uri, &other, &turn_id, &format!("the session's creation failed: {message}"));
+        }
     }
 
     /// After a turn ended (completed, cancelled, failed): clear its clock,

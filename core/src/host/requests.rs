@@ -982,9 +982,9 @@ impl Host {
     pub(crate) fn finish_move(&mut self, work: Box<MoveWork>, failure: Option<String>) {
         let MoveWork { conn, id, chat, after, source, destination } = *work;
         let chat_uri = chat.resource.clone();
-        let (record, state) = match self.sessions.get_mut(&source) {
+        let (record, state, source_woke) = match self.sessions.get_mut(&source) {
             Some(s) => s.moved_out(&mut self.shared, chat, failure),
-            None => (chat, None),
+            None => (chat, None, false),
         };
         let held = self.in_session(&destination, |s, _| s.release_move_hold()) == Some(true);
         self.in_session(&destination, |s, sh| s.put_moved_chat(sh, record, state, after.as_ref()));
@@ -995,6 +995,10 @@ impl Host {
         self.shared.log(LogLevel::Info, "chat.moved", Some(destination.clone()), format!("{} from {}", chat_uri, printable(&source)));
         if held {
             self.after_parked(&destination);
+        }
+        if source_woke {
+            crate::mark!("move_out_ends_wake");
+            self.finish_wake(&source);
         }
     }
 

@@ -67,14 +67,7 @@ impl Session {
         let record = self.record.chats.remove(pos);
         self.work.pending_sends.retain(|(c, _, _)| c != chat);
         self.work.sends_in_flight.retain(|_, (c, _)| c != chat);
-        self.work.starts_unanswered.retain(|_, c| c != chat);
-        if let Some(ops) = self.phase.awaited_mut() {
-            ops.retain(|op| !sh.starts_chat(op, chat));
-        }
-        if let Phase::Waking(wake) = &mut self.phase {
-            wake.history.remove(chat);
-        }
-        let wake_done = self.phase.is_waking() && self.phase.awaited().is_some_and(|ops| ops.is_empty());
+        let wake_done = self.forget_agent_of(sh, chat);
         self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Delete { conversation_id: record.conversation_id.into() });
         let session_uri = self.record.resource.clone();
         self.emit(sh, &session_uri, StateAction::SessionChatRemoved(SessionChatRemovedAction { chat: chat.clone() }), None);
@@ -88,5 +81,26 @@ impl Session {
             c.subscriptions.remove(chat);
         }
         Some(wake_done)
+    }
+
+    /// `chat` leaves this session (disposed, or moved out): nothing of the
+    /// session waits on its agent any more: not its starts still
+    /// unanswered (a late answer must not name a conversation for a chat
+    /// made anew under this URI: issue 19, seed 55746), not an agent it
+    /// owes, not the wake, which no longer waits for its start nor keeps
+    /// what it answered. Returns true when the session is waking and now
+    /// has every answer it waits for: the caller ends the wake, as the
+    /// last start's answer would have (sim seed 11569 at d163ccb: a chat
+    /// moved out while its session woke left the wake waiting for ever).
+    pub(crate) fn forget_agent_of(&mut self, sh: &Shared, chat: &Uri) -> bool {
+        self.work.starts_unanswered.retain(|_, c| c != chat);
+        self.work.agents_owed.remove(chat);
+        if let Some(ops) = self.phase.awaited_mut() {
+            ops.retain(|op| !sh.starts_chat(op, chat));
+        }
+        if let Phase::Waking(wake) = &mut self.phase {
+            wake.history.remove(chat);
+        }
+        self.phase.is_waking() && self.phase.awaited().is_some_and(|ops| ops.is_empty())
     }
 }

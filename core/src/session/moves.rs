@@ -114,17 +114,17 @@ impl Session {
     /// go keeping the conversation (`BackendCmd::Close`, never a delete),
     /// `session/chatRemoved`, then from the state held. Its subscribers
     /// keep their subscription, and the host's chat index is the
-    /// destination's to change. Returns the chat's record and its held
-    /// state, or `None` when the session has no such chat.
-    pub(crate) fn take_moved_chat(&mut self, sh: &mut Shared, chat: &Uri) -> Option<(ChatRecord, Option<ChatState>)> {
+    /// destination's to change. Returns the chat's record, its held state
+    /// and whether a wake now has every answer it waits for
+    /// ([`Session::forget_agent_of`]), or `None` when the session has no
+    /// such chat.
+    pub(crate) fn take_moved_chat(&mut self, sh: &mut Shared, chat: &Uri) -> Option<(ChatRecord, Option<ChatState>, bool)> {
         let pos = self.record.chats.iter().position(|c| c.resource == *chat)?;
         let record = self.record.chats.remove(pos);
-        self.work.starts_unanswered.retain(|_, c| c != chat);
-        self.work.agents_owed.remove(chat);
-        if let Some(ops) = self.phase.awaited_mut() {
-            ops.retain(|op| !sh.starts_chat(op, chat));
-        }
-        if matches!(self.phase, Phase::Live { .. }) {
+        let wake_done = self.forget_agent_of(sh, chat);
+        // A waking session has asked the chat's agent to start: that agent
+        // is let go too, or it would run on beside the destination's.
+        if matches!(self.phase, Phase::Live { .. } | Phase::Waking(_)) {
             self.backend(sh, Op::Fire, chat.clone(), BackendCmd::Close);
         }
         let session_uri = self.record.resource.clone();
@@ -133,7 +133,7 @@ impl Session {
             r.turn_started_mono.remove(chat);
             r.chats.remove(chat)
         });
-        Some((record, state))
+        Some((record, state, wake_done))
     }
 
     /// Puts chat `record` (moved from another session, both records
@@ -341,8 +341,10 @@ impl Session {
     /// move: the destination's record holds the chat under the higher
     /// generation, which wins at restore; this record is written again
     /// (logged). Returns the chat's record (its move generation the
-    /// carried one) and its held state for the destination.
-    pub(crate) fn moved_out(&mut self, sh: &mut Shared, chat: ChatRecord, failure: Option<String>) -> (ChatRecord, Option<ChatState>) {
+    /// carried one) and its held state for the destination, and whether
+    /// this session's wake now has every answer it waits for (the host
+    /// ends it).
+    pub(crate) fn moved_out(&mut self, sh: &mut Shared, chat: ChatRecord, failure: Option<String>) -> (ChatRecord, Option<ChatState>, bool) {
         if let Some(message) = failure {
             crate::mark!("move_source_write_failed");
             sh.log(LogLevel::Warn, "move.source_not_saved", Some(self.record.resource.clone()), format!(
@@ -351,11 +353,11 @@ impl Session {
             self.work.put_owed = true;
         }
         match self.take_moved_chat(sh, &chat.resource) {
-            Some((mut record, state)) => {
+            Some((mut record, state, wake_done)) => {
                 record.moved = chat.moved;
-                (record, state)
+                (record, state, wake_done)
             }
-            None => (chat, None),
+            None => (chat, None, false),
         }
     }
 }

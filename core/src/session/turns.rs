@@ -131,10 +131,12 @@ impl Session {
     /// A turn of a session still provisional failed: so did its creation
     /// (`session/creationFailed` with `message`), and its start is owed to
     /// the next send (Sessions page, "Provisional sessions": "held with its
-    /// start owed"). False, with nothing done, for an announced session.
-    pub(crate) fn fail_creation(&mut self, sh: &mut Shared, message: &str) -> bool {
+    /// start owed"). Returns the turns its other chats held for the start,
+    /// for the host to end; `None`, with nothing done, for an announced
+    /// session.
+    pub(crate) fn fail_creation(&mut self, sh: &mut Shared, message: &str) -> Option<Vec<crate::session::in_hand::HeldSend>> {
         if self.is_announced() {
-            return false;
+            return None;
         }
         let action = StateAction::SessionCreationFailed(SessionCreationFailedAction {
             error: ErrorInfo { error_type: "creationFailed".to_owned(), message: message.to_owned(), stack: None, meta: None },
@@ -142,7 +144,13 @@ impl Session {
         let session_uri = self.record.resource.clone();
         self.emit(sh, &session_uri, action, None);
         self.start_owed = true;
-        true
+        // Turns of its other chats held for the agents' start (a
+        // `createChat` with a first message while the session was
+        // provisional) waited on the start that failed: they go back to
+        // the host to end with it, and the session sleeps holding none
+        // (`inv_asleep_runs_no_turn`; sim seeds 17838, 52039, 62971 at
+        // d163ccb: one such turn was held for ever).
+        Some(std::mem::take(&mut self.work.pending_sends))
     }
 
     /// What a turn's end does to its session, first: its clock stops,

@@ -13,7 +13,7 @@
 use ahp_types::state::Message;
 use ahp_types::Uri;
 
-use crate::effect::BackendCmd;
+use crate::effect::{BackendCmd, OpId};
 use crate::shared::{Op, Shared};
 use crate::session::{Phase, Session};
 
@@ -117,11 +117,59 @@ impl Session {
             self.work.pending_sends.push((chat, turn_id, message));
             return;
         }
+        // The conversation the start named must be durable before the
+        // agent writes a turn into it: the turn's end is written
+        // `Durability::WithNext` (docs/DECISIONS.md, 32), and a restart
+        // that read an older record would resume another conversation, or
+        // start this one afresh over the agent's history, and show the
+        // turn interrupted (sim seeds 3406 and 28889; DECISIONS 8).
+        if self.conversation_unsaved(&chat) {
+            crate::mark!("send_waits_for_conversation_saved");
+            if self.work().conversations_unsaved.contains(&chat) {
+                self.store_put(sh);
+            }
+            self.work.pending_sends.push((chat, turn_id, message));
+            return;
+        }
         // The files it attaches are read by the backend, within this
         // session's folders (`files::attachments`, issue 48).
         let attachments = crate::files::attachments::reads_for(&message, &self.record);
         let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message, attachments });
         self.work.sends_in_flight.insert(op, (chat, turn_id));
+    }
+
+    /// Whether the conversation a start named for `chat` is not durable
+    /// yet: not written, or its write not answered.
+    fn conversation_unsaved(&self, chat: &Uri) -> bool {
+        let work = self.work();
+        work.conversations_unsaved.contains(chat) || work.conversation_writes.values().any(|named| named.contains(chat))
+    }
+
+    /// The store answered write `op`; `failed` when it refused it. A write
+    /// that carried conversations a start named makes them durable, and
+    /// the turns held for them go to their agents; refused, the names are
+    /// unsaved again and those turns fail with the store's words
+    /// (returned: chat, turn id), as a client's action the store refused
+    /// is not applied. Turns held for something else (a wake, a chat's
+    /// start, the session's git work) stay held.
+    pub(crate) fn conversation_written(&mut self, sh: &mut Shared, op: OpId, failed: bool) -> Vec<(Uri, String)> {
+        let Some(named) = self.work.conversation_writes.remove(&op) else { return Vec::new() };
+        // A later write in flight carries the same names: its answer decides.
+        let named: Vec<Uri> = named.into_iter().filter(|chat| !self.conversation_unsaved(chat)).collect();
+        // Held for nothing else: the session is live with its start and
+        // git work done, and the chat's agent is not starting.
+        let may_send = self.phase.is_live() && !self.start_owed && self.work().git_begin.is_none();
+        let ready: Vec<Uri> = named.iter().filter(|chat| may_send && !self.phase.awaited().is_some_and(|ops| ops.iter().any(|op| sh.starts_chat(op, chat)))).cloned().collect();
+        if failed {
+            self.work.conversations_unsaved.extend(named);
+            return self.work().pending_sends.iter().filter(|(c, _, _)| ready.contains(c)).map(|(c, t, _)| (c.clone(), t.clone())).collect();
+        }
+        let (held, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.work.pending_sends).into_iter().partition(|(c, _, _)| ready.contains(c));
+        self.work.pending_sends = rest;
+        for (chat, turn_id, message) in held {
+            self.hand_to_agent(sh, chat, turn_id, message);
+        }
+        Vec::new()
     }
 
     /// `chat`'s agent reported background work (an ACP terminal still

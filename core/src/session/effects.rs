@@ -77,6 +77,14 @@ impl Session {
         let record = Box::new(self.record.clone());
         let op = sh.new_op(Op::StorePut { session: self.record.resource.clone() });
         sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record, durability } });
+        // A durable write carries the conversations named since the last:
+        // their chats' turns wait for its answer (`Session::hand_to_agent`).
+        // A `WithNext` write is answered before it is durable: it saves
+        // nothing a turn may wait for.
+        if durability == Durability::Now && !self.work().conversations_unsaved.is_empty() {
+            let named = std::mem::take(&mut self.work.conversations_unsaved);
+            self.work.conversation_writes.insert(op, named);
+        }
         Some(op)
     }
 

@@ -1,0 +1,116 @@
+//! A conversation a chat's start named is durable before a turn goes to
+//! it (docs/DECISIONS.md, 8 and 32). Found by the 100,000-seed sim run at
+//! d163ccb: a turn clients were shown completed came back interrupted
+//! after a crash (`completed_turn_stays_complete`, seeds 3406 and 28889).
+
+use std::collections::BTreeMap;
+
+use ahpd_core::record::SessionRecord;
+use ahpd_core::testkit::Harness;
+use ahpd_core::{BackendCmd, Config, OpId, Outcome, StoreCmd};
+use serde_json::json;
+
+/// Session `s1` with one turn, and a second chat `c2` whose agent's start
+/// is unanswered, with turn `t-new` in it written ahead (durable in
+/// `disk`). Returns (session, chat, the start's op).
+fn turn_waiting_for_a_chat_start(h: &mut Harness, disk: &mut BTreeMap<String, SessionRecord>) -> (String, String, OpId) {
+    h.connect(1, "c1");
+    let (uri, _) = h.session_with_turn("s1");
+    h.settle();
+    let chat = "ahp-chat:/ahp-session-s1-c2".to_owned();
+    let id = h.send_request(1, "createChat", json!({"channel": uri, "chat": chat}));
+    h.durable(disk);
+    assert!(h.take_reply(1, id).is_some(), "createChat answered");
+    let start = h.backend_cmds().into_iter().find_map(|(op, c, cmd)| (c == chat && matches!(cmd, BackendCmd::Start { .. })).then_some(op));
+    h.request(1, "subscribe", json!({"channel": chat}));
+    h.dispatch(1, &chat, 5, json!({
+        "type": "chat/turnStarted", "turnId": "t-new", "startedAt": "2026-12-01T00:00:00.000Z",
+        "message": {"text": "first words", "origin": {"kind": "user"}}
+    }));
+    h.durable(disk);
+    (uri, chat, start.expect("the new chat's agent is started"))
+}
+
+fn sends_to(cmds: &[(OpId, String, BackendCmd)], chat: &str) -> usize {
+    cmds.iter().filter(|(_, c, cmd)| c == chat && matches!(cmd, BackendCmd::Send { .. })).count()
+}
+
+/// The record writes pending that name `conversation` for `chat`.
+fn writes_naming(ops: &[(OpId, StoreCmd)], chat: &str, conversation: &str) -> Vec<OpId> {
+    ops.iter()
+        .filter_map(|(op, cmd)| match cmd {
+            StoreCmd::Put { record, .. } => {
+                record.chats.iter().any(|c| c.resource == chat && &*c.conversation_id == conversation && !c.fresh).then_some(*op)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_turn_goes_to_its_agent_once_the_conversation_its_start_named_is_durable_and_comes_back_complete_after_a_crash() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat, start) = turn_waiting_for_a_chat_start(&mut h, &mut disk);
+    // The agent picks its own id for the new conversation.
+    h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
+    assert_eq!(sends_to(&h.backend_cmds(), &chat), 0, "the turn waits for the name to be durable");
+    let ops = h.store_ops();
+    let naming = writes_naming(&ops, &chat, "srv-9");
+    assert_eq!(naming.len(), 1, "one write carries the name: {ops:?}");
+    for (op, cmd) in ops {
+        if let StoreCmd::Put { record, .. } = cmd {
+            disk.insert(record.key().into_owned(), *record);
+        }
+        h.done(op, Outcome::Ok);
+    }
+    assert_eq!(sends_to(&h.backend_cmds(), &chat), 1, "the turn goes once the name is durable");
+    // The agent completes the turn; its end's write (durable only with the
+    // next write) is lost with the machine.
+    h.agent_reply(&chat, "t-new", "Echo: first words");
+    drop(h);
+    let mut h = Harness::with_records(Config::default(), disk.values().cloned().collect());
+    h.connect(1, "c1");
+    let id = h.send_request(1, "subscribe", json!({"channel": chat}));
+    let mut resumed = None;
+    for (op, c, cmd) in h.backend_cmds() {
+        match cmd {
+            BackendCmd::Start { conversation_id, resume, .. } if c == chat => {
+                resumed = Some((conversation_id.clone(), resume));
+                let history = vec![ahpd_core::session::state::replayed_turn("t-new".into(), None, "first words".into())];
+                h.done(op, Outcome::Started { conversation_id, history });
+            }
+            BackendCmd::Start { conversation_id, .. } => h.done(op, Outcome::Started { conversation_id, history: Vec::new() }),
+            _ => h.done(op, Outcome::Ok),
+        }
+    }
+    h.settle();
+    assert_eq!(resumed, Some(("srv-9".to_owned(), true)), "the wake resumes the conversation the agent named");
+    let reply = h.take_reply(1, id).expect("subscribe answered");
+    let turns = reply["result"]["snapshot"]["state"]["turns"].as_array().cloned().unwrap_or_default();
+    let states: Vec<(&str, &str)> = turns.iter().map(|t| (t["id"].as_str().unwrap_or(""), t["state"].as_str().unwrap_or(""))).collect();
+    assert_eq!(states, [("t-new", "complete")], "{reply}");
+}
+
+#[test]
+fn a_turn_held_for_a_conversations_name_fails_when_the_store_refuses_the_write() {
+    let mut h = Harness::new(Config::default());
+    let mut disk = BTreeMap::new();
+    let (_, chat, start) = turn_waiting_for_a_chat_start(&mut h, &mut disk);
+    h.frames(1);
+    h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
+    let ops = h.store_ops();
+    let naming = writes_naming(&ops, &chat, "srv-9");
+    assert_eq!(naming.len(), 1, "{ops:?}");
+    for (op, _) in ops {
+        let outcome = if naming.contains(&op) { Outcome::Failed { message: "disk full".into() } } else { Outcome::Ok };
+        h.done(op, outcome);
+    }
+    h.settle_store();
+    assert_eq!(sends_to(&h.backend_cmds(), &chat), 0, "the turn never reaches the agent");
+    let frames = h.frames(1);
+    let err = frames.iter().find(|f| f["params"]["action"]["type"] == "chat/error").unwrap_or_else(|| panic!("the turn fails: {frames:?}"));
+    assert_eq!(err["params"]["action"]["turnId"], "t-new");
+    let words = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
+    assert!(words.contains("not saved") && words.contains("disk full"), "{err}");
+}

@@ -1245,13 +1245,17 @@ impl Host {
         // A write that carried a conversation a start named settles first:
         // a turn held for it goes to its agent (or fails) before the
         // parked work, which may send the chat's next turn.
-        let unsaved = self.in_session(session_uri, |s, sh| s.conversation_written(sh, op, failure.is_some())).unwrap_or_default();
-        if let Some(message) = failure.as_deref().filter(|_| !unsaved.is_empty()) {
+        let names = self.in_session(session_uri, |s, sh| s.conversation_written(sh, op, failure.is_some())).unwrap_or_default();
+        if let Some(message) = failure.as_deref().filter(|_| !names.fail.is_empty()) {
             crate::mark!("conversation_not_saved_fails_turns");
             let reason = format!("not saved: the session store failed: {message}");
-            for (chat, turn_id) in unsaved {
+            for (chat, turn_id) in names.fail {
                 self.fail_turn(session_uri, &chat, &turn_id, &reason);
             }
+        }
+        if names.wake {
+            crate::mark!("conversation_written_wakes_session");
+            self.wake(session_uri);
         }
         let parked = self.sessions.get(session_uri).and_then(|s| s.work().parked.as_ref()).is_some_and(|p| p.op == op);
         if parked {

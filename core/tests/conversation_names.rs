@@ -1,14 +1,19 @@
 //! A conversation a chat's start named is durable before a turn goes to
-//! it (docs/DECISIONS.md, 8 and 32). Found by the 100,000-seed sim run at
-//! d163ccb: a turn clients were shown completed came back interrupted
-//! after a crash (`completed_turn_stays_complete`, seeds 3406 and 28889).
+//! it (docs/DECISIONS.md, 8 and 32), and a chat moved into a session whose
+//! state is not held keeps its state for that session's wake (17). Both
+//! found by the 100,000-seed sim run at d163ccb: a turn clients were shown
+//! completed came back interrupted after a crash
+//! (`completed_turn_stays_complete`, seeds 3406 and 28889), and a moved
+//! chat's turn lost its duration under a client that watched it
+//! (`rule3_mirror_matches_host`, seed 5821).
 
 use std::collections::BTreeMap;
 
+use ahp_types::state::{ChatState, Turn, TurnState};
 use ahpd_core::record::SessionRecord;
 use ahpd_core::testkit::Harness;
 use ahpd_core::{BackendCmd, Config, OpId, Outcome, StoreCmd};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Session `s1` with one turn, and a second chat `c2` whose agent's start
 /// is unanswered, with turn `t-new` in it written ahead (durable in
@@ -113,4 +118,55 @@ fn a_turn_held_for_a_conversations_name_fails_when_the_store_refuses_the_write()
     assert_eq!(err["params"]["action"]["turnId"], "t-new");
     let words = err["params"]["action"]["part"]["error"]["message"].as_str().unwrap_or_default();
     assert!(words.contains("not saved") && words.contains("disk full"), "{err}");
+}
+
+/// The chat state `session` holds for `chat`, if its state is held.
+fn held_chat(h: &Harness, session: &str, chat: &str) -> Option<ChatState> {
+    h.host.view().sessions.get(session)?.resident()?.chats.get(chat).cloned()
+}
+
+#[test]
+fn a_chat_moved_into_a_session_whose_state_is_not_held_keeps_its_state_for_that_sessions_wake() {
+    let config = Config { residency_limit: 0, sleep_after_ms: 0, ..Config::default() };
+    let mut h = Harness::new(config.clone());
+    h.connect(1, "c1");
+    let (a, _) = h.session_with_turn("a");
+    let (b, _) = h.session_with_turn("b");
+    let side = "ahp-chat:/side".to_owned();
+    let r = h.send_request(1, "createChat", json!({"channel": a, "chat": side}));
+    h.settle();
+    assert_eq!(h.take_reply(1, r).expect("createChat reply")["result"], Value::Null);
+    h.start_turn(1, &side, 50, "s1", "side question");
+    h.settle_backend();
+    h.agent_reply(&side, "s1", "Echo: side question");
+    h.settle();
+    // A new process, every write durable: neither session's state is held.
+    let records: Vec<SessionRecord> = h.host.view().sessions.values().map(|s| s.record().clone()).collect();
+    let mut h = Harness::with_records(config, records);
+    h.connect(1, "c1");
+    // A client watches the side chat (waking `a`), and a turn runs there:
+    // its duration is the host's own clock, which no transcript keeps.
+    let id = h.send_request(1, "subscribe", json!({"channel": side}));
+    h.settle();
+    let r = h.take_reply(1, id).expect("subscribe answered");
+    assert!(r.get("result").is_some(), "{r}");
+    h.start_turn(1, &side, 51, "s2", "again");
+    h.settle_backend();
+    h.advance(40);
+    h.agent_reply(&side, "s2", "Echo: again");
+    h.settle();
+    let before = held_chat(&h, &a, &side).expect("the watched chat's state is held");
+    let last: &Turn = before.turns.last().expect("a turn");
+    assert!(last.state == TurnState::Complete && last.duration.is_some_and(|d| d > 0), "{last:?}");
+    assert!(h.host.view().sessions.get(&b).is_some_and(|s| s.resident().is_none()), "b's state is not held");
+    let rid = h.send_request(1, "moveChat", json!({"channel": side, "destination": {"kind": "session", "session": b}}));
+    h.settle();
+    let reply = h.take_reply(1, rid).expect("moveChat reply");
+    assert!(reply.get("result").is_some(), "{reply}");
+    // `b` wakes; the backend hands the side chat's history back without
+    // the host's durations (the harness's agent: no history at all).
+    let id = h.send_request(1, "subscribe", json!({"channel": b}));
+    h.settle();
+    assert!(h.take_reply(1, id).is_some_and(|r| r.get("result").is_some()), "b's snapshot");
+    assert_eq!(held_chat(&h, &b, &side), Some(before), "the chat's state is the one its watcher holds");
 }

@@ -207,6 +207,10 @@ pub const EXPECTED: &[&str] = &[
     // durable (docs/DECISIONS.md, 8; sim seeds 3406 and 28889 of the
     // 100k run at d163ccb).
     "send_waits_for_conversation_saved",
+    // A chat moved into a session whose state is not held keeps its state
+    // for that session's wake (docs/DECISIONS.md, 17; sim seed 5821 of the
+    // 100k run at d163ccb).
+    "move_into_unheld_keeps_chat_state",
     "tree_resumes_chat_with_turns",
     "tree_kept_in_use",
     "archive_keeps_tree_in_use",

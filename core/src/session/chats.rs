@@ -68,6 +68,7 @@ impl Session {
         self.work.pending_sends.retain(|(c, _, _)| c != chat);
         self.work.sends_in_flight.retain(|_, (c, _)| c != chat);
         self.work.starts_unanswered.retain(|_, c| c != chat);
+        self.work.moved_in.remove(chat);
         if let Some(ops) = self.phase.awaited_mut() {
             ops.retain(|op| !sh.starts_chat(op, chat));
         }

@@ -302,6 +302,13 @@ pub struct Work {
     /// that carry such names, by op: the chats each makes durable
     /// ([`Session::conversation_written`]).
     pub conversation_writes: BTreeMap<OpId, BTreeSet<Uri>>,
+    /// The held state of chats moved in (`moveChat`) while this session's
+    /// state was not held, by chat: its next wake holds them as they were,
+    /// where it rebuilds its other chats from the backend's history. A
+    /// client watching a moved chat holds that state, not the backend's
+    /// (which lacks the host's own parts of it, a turn's duration among
+    /// them): sim seeds 5821 and 14715 of the 100k run at d163ccb.
+    pub moved_in: BTreeMap<Uri, ChatState>,
 }
 
 /// The wait (ms) before a queued start is tried again after the store
@@ -329,6 +336,7 @@ impl Work {
         queue_refusals: 0,
         conversations_unsaved: BTreeSet::new(),
         conversation_writes: BTreeMap::new(),
+        moved_in: BTreeMap::new(),
     };
 }
 

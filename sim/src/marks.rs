@@ -203,6 +203,14 @@ pub const EXPECTED: &[&str] = &[
     "draft_kept_without_wake",
     "late_start_names_conversation",
     "send_waits_for_chat_start",
+    // A turn held until the conversation its chat's start named is
+    // durable (docs/DECISIONS.md, 8; sim seeds 3406 and 28889 of the
+    // 100k run at d163ccb).
+    "send_waits_for_conversation_saved",
+    // A chat moved into a session whose state is not held keeps its state
+    // for that session's wake (docs/DECISIONS.md, 17; sim seed 5821 of the
+    // 100k run at d163ccb).
+    "move_into_unheld_keeps_chat_state",
     "tree_resumes_chat_with_turns",
     "tree_kept_in_use",
     "archive_keeps_tree_in_use",

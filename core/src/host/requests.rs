@@ -1236,14 +1236,31 @@ impl Host {
         }
     }
 
-    /// A record write finished: the write a parked action or command
-    /// waits for goes on to [`Host::on_parked_write`]; any other failed
-    /// write is logged (the next write carries the record whole).
+    /// A record write finished: the turns held until it made a
+    /// conversation's name durable go on (or fail,
+    /// [`Session::conversation_written`]); the write a parked action or
+    /// command waits for goes on to [`Host::on_parked_write`]; any other
+    /// failed write is logged (the next write carries the record whole).
     pub(crate) fn on_record_written(&mut self, session_uri: &Uri, op: OpId, outcome: Outcome) {
         let failure = match outcome {
             Outcome::Failed { message } => Some(message),
             _ => None,
         };
+        // A write that carried a conversation a start named settles first:
+        // a turn held for it goes to its agent (or fails) before the
+        // parked work, which may send the chat's next turn.
+        let names = self.in_session(session_uri, |s, sh| s.conversation_written(sh, op, failure.is_some())).unwrap_or_default();
+        if let Some(message) = failure.as_deref().filter(|_| !names.fail.is_empty()) {
+            crate::mark!("conversation_not_saved_fails_turns");
+            let reason = format!("not saved: the session store failed: {message}");
+            for (chat, turn_id) in names.fail {
+                self.fail_turn(session_uri, &chat, &turn_id, &reason);
+            }
+        }
+        if names.wake {
+            crate::mark!("conversation_written_wakes_session");
+            self.wake(session_uri);
+        }
         let parked = self.sessions.get(session_uri).and_then(|s| s.work().parked.as_ref()).is_some_and(|p| p.op == op);
         if parked {
             self.on_parked_write(session_uri, failure);

@@ -13,7 +13,7 @@
 use ahp_types::state::Message;
 use ahp_types::Uri;
 
-use crate::effect::BackendCmd;
+use crate::effect::{BackendCmd, OpId};
 use crate::shared::{Op, Shared};
 use crate::session::{Phase, Session};
 
@@ -117,11 +117,68 @@ impl Session {
             self.work.pending_sends.push((chat, turn_id, message));
             return;
         }
+        // The conversation the start named must be durable before the
+        // agent writes a turn into it: the turn's end is written
+        // `Durability::WithNext` (docs/DECISIONS.md, 32), and a restart
+        // that read an older record would resume another conversation, or
+        // start this one afresh over the agent's history, and show the
+        // turn interrupted (sim seeds 3406 and 28889; DECISIONS 8).
+        if self.conversation_unsaved(&chat) {
+            crate::mark!("send_waits_for_conversation_saved");
+            if self.work().conversations_unsaved.contains(&chat) {
+                self.store_put(sh);
+            }
+            self.work.pending_sends.push((chat, turn_id, message));
+            return;
+        }
         // The files it attaches are read by the backend, within this
         // session's folders (`files::attachments`, issue 48).
         let attachments = crate::files::attachments::reads_for(&message, &self.record);
         let op = self.backend(sh, Op::Send { session: self.record.resource.clone() }, chat.clone(), BackendCmd::Send { turn_id: turn_id.clone(), message, attachments });
         self.work.sends_in_flight.insert(op, (chat, turn_id));
+    }
+
+    /// Whether the conversation a start named for `chat` is not durable
+    /// yet: not written, or its write not answered.
+    fn conversation_unsaved(&self, chat: &Uri) -> bool {
+        let work = self.work();
+        work.conversations_unsaved.contains(chat) || work.conversation_writes.values().any(|named| named.contains(chat))
+    }
+
+    /// The store answered write `op`; `failed` when it refused it. A write
+    /// that carried conversations a start named makes them durable, and
+    /// the turns held for them go to their agents; refused, the names are
+    /// unsaved again and those turns fail with the store's words, as a
+    /// client's action the store refused is not applied. Turns held for
+    /// something else too (a chat's start, the session's git work) stay
+    /// held; in a session that fell asleep meanwhile (its creation failed,
+    /// an agent exited) they wait for a wake the host starts, which hands
+    /// them over (asking for the name's write again).
+    pub(crate) fn conversation_written(&mut self, sh: &mut Shared, op: OpId, failed: bool) -> NamesWritten {
+        let Some(named) = self.work.conversation_writes.remove(&op) else { return NamesWritten::default() };
+        // A later write in flight carries the same names: its answer decides.
+        let named: Vec<Uri> = named.into_iter().filter(|chat| !self.conversation_unsaved(chat)).collect();
+        if failed {
+            self.work.conversations_unsaved.extend(named.iter().cloned());
+        }
+        let held = |s: &Session, chats: &[Uri]| s.work().pending_sends.iter().any(|(c, _, _)| chats.contains(c));
+        if self.phase == Phase::Asleep {
+            return NamesWritten { fail: Vec::new(), wake: held(self, &named) };
+        }
+        // Held for nothing else: the session is live with its start and
+        // git work done, and the chat's agent is not starting.
+        let may_send = self.phase.is_live() && !self.start_owed && self.work().git_begin.is_none();
+        let ready: Vec<Uri> = named.into_iter().filter(|chat| may_send && !self.phase.awaited().is_some_and(|ops| ops.iter().any(|op| sh.starts_chat(op, chat)))).collect();
+        if failed {
+            let fail = self.work().pending_sends.iter().filter(|(c, _, _)| ready.contains(c)).map(|(c, t, _)| (c.clone(), t.clone())).collect();
+            return NamesWritten { fail, wake: false };
+        }
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.work.pending_sends).into_iter().partition(|(c, _, _)| ready.contains(c));
+        self.work.pending_sends = rest;
+        for (chat, turn_id, message) in due {
+            self.hand_to_agent(sh, chat, turn_id, message);
+        }
+        NamesWritten::default()
     }
 
     /// `chat`'s agent reported background work (an ACP terminal still
@@ -195,6 +252,18 @@ impl Session {
         self.set_phase(Phase::Asleep);
         true
     }
+}
+
+/// What the host does once a write that carried conversations' names is
+/// answered ([`Session::conversation_written`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NamesWritten {
+    /// Turns held for a name the store refused, to fail with its words:
+    /// (chat, turn id).
+    pub fail: Vec<(Uri, String)>,
+    /// The session fell asleep with turns held for the names: the host
+    /// wakes it, and the wake hands them over.
+    pub wake: bool,
 }
 
 /// What became of a turn the session was handed ([`Session::start_turn`],

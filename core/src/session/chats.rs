@@ -95,6 +95,7 @@ impl Session {
     pub(crate) fn forget_agent_of(&mut self, sh: &Shared, chat: &Uri) -> bool {
         self.work.starts_unanswered.retain(|_, c| c != chat);
         self.work.agents_owed.remove(chat);
+        self.work.moved_in.remove(chat);
         if let Some(ops) = self.phase.awaited_mut() {
             ops.retain(|op| !sh.starts_chat(op, chat));
         }

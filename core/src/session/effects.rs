@@ -30,13 +30,15 @@ impl Session {
         if *channel != self.record.resource {
             self.close_questions(sh, channel, &action);
         }
-        let outcome = self.resident.as_mut().and_then(|r| {
-            if *channel == self.record.resource {
-                Some(apply_action_to_session(&mut r.session, &action))
-            } else {
-                r.chats.get_mut(channel).map(|chat| apply_action_to_chat(chat, &action))
-            }
-        });
+        let outcome = match self.resident.as_mut() {
+            Some(r) if *channel == self.record.resource => Some(apply_action_to_session(&mut r.session, &action)),
+            Some(r) => r.chats.get_mut(channel).map(|chat| apply_action_to_chat(chat, &action)),
+            // A chat moved in while the state was not held keeps its state
+            // until the next wake (`Work::moved_in`): what its watchers are
+            // told moves it too.
+            None if self.work.moved_in.contains_key(channel) => self.work.moved_in.get_mut(channel).map(|chat| apply_action_to_chat(chat, &action)),
+            None => None,
+        };
         match outcome {
             Some(ReduceOutcome::Invalid(e)) => {
                 sh.log(LogLevel::Warn, "action.invalid", Some(self.record.resource.clone()), format!("not applied: {e}"));
@@ -77,6 +79,14 @@ impl Session {
         let record = Box::new(self.record.clone());
         let op = sh.new_op(Op::StorePut { session: self.record.resource.clone() });
         sh.effects.push(Effect::Store { op, command: StoreCmd::Put { record, durability } });
+        // A durable write carries the conversations named since the last:
+        // their chats' turns wait for its answer (`Session::hand_to_agent`).
+        // A `WithNext` write is answered before it is durable: it saves
+        // nothing a turn may wait for.
+        if durability == Durability::Now && !self.work().conversations_unsaved.is_empty() {
+            let named = std::mem::take(&mut self.work.conversations_unsaved);
+            self.work.conversation_writes.insert(op, named);
+        }
         Some(op)
     }
 

@@ -291,6 +291,24 @@ pub struct Work {
     /// Queued starts the store refused in a row: the wait before the next
     /// try doubles with each ([`queue_retry_wait_ms`]).
     pub queue_refusals: u32,
+    /// Chats whose conversation a start's answer named (the id the agent
+    /// keeps it under, and that it began) after the record was last
+    /// written: no turn goes to such a chat's agent until a write carrying
+    /// the name is durable ([`Session::hand_to_agent`]; docs/DECISIONS.md,
+    /// 8). A restart that read the older record would resume another
+    /// conversation, or start this one afresh over the agent's history.
+    pub conversations_unsaved: BTreeSet<Uri>,
+    /// The record writes ([`crate::effect::Durability::Now`]) in flight
+    /// that carry such names, by op: the chats each makes durable
+    /// ([`Session::conversation_written`]).
+    pub conversation_writes: BTreeMap<OpId, BTreeSet<Uri>>,
+    /// The held state of chats moved in (`moveChat`) while this session's
+    /// state was not held, by chat: its next wake holds them as they were,
+    /// where it rebuilds its other chats from the backend's history. A
+    /// client watching a moved chat holds that state, not the backend's
+    /// (which lacks the host's own parts of it, a turn's duration among
+    /// them): sim seeds 5821 and 14715 of the 100k run at d163ccb.
+    pub moved_in: BTreeMap<Uri, ChatState>,
 }
 
 /// The wait (ms) before a queued start is tried again after the store
@@ -316,6 +334,9 @@ impl Work {
         counted_checkpoint: None,
         queue_retry_at: None,
         queue_refusals: 0,
+        conversations_unsaved: BTreeSet::new(),
+        conversation_writes: BTreeMap::new(),
+        moved_in: BTreeMap::new(),
     };
 }
 

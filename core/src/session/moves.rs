@@ -167,6 +167,12 @@ impl Session {
                 }
             };
             resident.chats.insert(chat_uri.clone(), state);
+        } else if let Some(state) = state {
+            // This session's state is not held: the chat's waits for the
+            // next wake, which would otherwise rebuild it from the
+            // backend's history under a client that watches the chat.
+            crate::mark!("move_into_unheld_keeps_chat_state");
+            self.work.moved_in.insert(chat_uri.clone(), state);
         }
         sh.chats.insert(chat_uri.clone(), session_uri.as_str().into());
         self.emit(sh, &session_uri, StateAction::SessionChatAdded(SessionChatAddedAction { summary }), None);

@@ -73,6 +73,7 @@ impl Session {
                     crate::mark!("late_start_names_conversation");
                     c.conversation_id = conversation_id.as_str().into();
                     c.fresh = false;
+                    self.work.conversations_unsaved.insert(chat.clone());
                     self.store_put(sh);
                 }
             }
@@ -177,8 +178,14 @@ impl Session {
     /// The conversation an agent's start names for `chat` (the client's
     /// id, or the one the agent assigned): what a wake resumes. The chat's
     /// conversation exists from now on.
+    ///
+    /// A name the record did not hold is unsaved until a write carrying it
+    /// is durable: the chat's turns wait for it ([`Session::hand_to_agent`]).
     fn name_conversation(&mut self, chat: &Uri, conversation_id: &str) {
         if let Some(c) = self.record.chats.iter_mut().find(|c| c.resource == *chat) {
+            if c.fresh || *c.conversation_id != *conversation_id {
+                self.work.conversations_unsaved.insert(chat.clone());
+            }
             c.conversation_id = conversation_id.into();
             c.fresh = false;
         }

@@ -121,8 +121,15 @@ impl Session {
                     let_go |= crate::kept_turns::release(chat, &id);
                 }
             }
-            let chats: Vec<_> =
-                self.record.chats.iter().map(|c| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), self.record.is_default_chat(&c.resource))).collect();
+            // A chat moved in while the state was not held comes back as
+            // it was held (`Work::moved_in`).
+            let mut moved_in = std::mem::take(&mut self.work.moved_in);
+            let chats: Vec<_> = self
+                .record
+                .chats
+                .iter()
+                .map(|c| moved_in.remove(&c.resource).unwrap_or_else(|| chat_state(c, history.get(&c.resource).cloned().unwrap_or_default(), self.record.is_default_chat(&c.resource))))
+                .collect();
             let lifecycle = if self.start_owed { SessionLifecycle::Failed } else { SessionLifecycle::Ready };
             let state = session_state(&self.record, lifecycle, chats.iter().map(chat_summary).collect());
             self.resident = Some(Box::new(Resident {

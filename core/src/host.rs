@@ -776,12 +776,12 @@ impl Host {
             // A create's and a child's facts go to who asked; a window's
             // cut to the window; the rest of git's answers to the trees.
             Op::Git(GitOp::Create { conn, id, request }) => {
-                let facts = git::facts_from(&mut self.shared, outcome);
-                self.create_with_facts(conn, id, *request, &facts);
+                let facts = git::folder_facts(&mut self.shared, outcome);
+                self.create_with_facts(conn, id, *request, facts);
             }
             Op::Git(GitOp::Child { call, request }) => {
-                let facts = git::facts_from(&mut self.shared, outcome);
-                self.create_child(call, *request, &facts);
+                let facts = git::folder_facts(&mut self.shared, outcome);
+                self.create_child(call, *request, facts);
             }
             Op::Git(GitOp::Detached(purpose)) => self.window().on_detached_done(op, purpose, outcome),
             Op::Git(purpose) => {
@@ -1162,7 +1162,7 @@ impl Host {
 
     /// A child's folder's facts are known: the child is made
     /// ([`tools::Tools::create_child`]).
-    pub(crate) fn create_child(&mut self, call: crate::tools::HostCallId, request: crate::tools::ChildStart, facts: &crate::git::RepoFacts) {
+    pub(crate) fn create_child(&mut self, call: crate::tools::HostCallId, request: crate::tools::ChildStart, facts: Result<crate::git::RepoFacts, String>) {
         let outs = self.tools().create_child(call, request, facts);
         self.apply_tools(outs);
     }

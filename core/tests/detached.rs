@@ -34,6 +34,7 @@ fn create_in(h: &mut Harness, conn: u64, id: &str, folder: &str, config: Value) 
             default_branch: Some("develop".into()),
             branches: vec!["develop".into(), "main".into()],
             not_directories: Vec::new(),
+            git_error: None,
         };
         h.done(op, Outcome::Git(GitResult::Repo(facts)));
     }

@@ -15,7 +15,8 @@
 //! function (`Host::apply_trees`). Git's answers to the ops it issued
 //! come back to it ([`Trees::on_git_done`]); a `createSession`'s or a
 //! child's facts go to who asked (`host.rs`, `Host::on_done`), read with
-//! [`facts_from`].
+//! [`folder_facts`] (a create must know its folders are directories) and a
+//! config question's with [`facts_from`].
 //!
 //! ## A tree beyond its making
 //!
@@ -114,17 +115,36 @@ pub(crate) fn memberships_of(shared: &Shared, conn: ConnId) -> Option<Vec<Member
     }
 }
 
-/// The facts an `Inspect` answered. A folder git cannot read is offered
-/// what a folder in no repository is; the operator is told why.
+/// The facts an `Inspect` answered, for a question about config only
+/// (`resolveSessionConfig`): a folder git cannot read, or an `Inspect`
+/// that did not run, is offered what a folder in no repository is; the
+/// operator is told why.
 pub(crate) fn facts_from(shared: &mut Shared, outcome: Outcome) -> RepoFacts {
+    folder_facts(shared, outcome).unwrap_or_else(|_| RepoFacts::not_a_repo())
+}
+
+/// The facts an `Inspect` answered, for a create that must know what its
+/// folders are (issue 25: only existing directories): `Err` with why when
+/// the command did not run (`Outcome::Failed`) or answered out of turn,
+/// since then nothing says the folders are directories. A directory whose
+/// repository git could not read is answered as facts
+/// ([`RepoFacts::git_error`]): a folder in no repository, its kinds read.
+/// Git's words are logged for the operator either way.
+pub(crate) fn folder_facts(shared: &mut Shared, outcome: Outcome) -> Result<RepoFacts, String> {
     match outcome {
-        Outcome::Git(GitResult::Repo(facts)) => facts,
+        Outcome::Git(GitResult::Repo(mut facts)) => {
+            if let Some(message) = facts.git_error.take() {
+                crate::mark!("git_inspect_repo_unreadable");
+                shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
+            }
+            Ok(facts)
+        }
         Outcome::Failed { message } => {
             crate::mark!("git_inspect_failed");
-            shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
-            RepoFacts::not_a_repo()
+            shared.log(LogLevel::Warn, "git.inspect_failed", None, message.clone());
+            Err(message)
         }
-        _ => RepoFacts::not_a_repo(),
+        other => Err(format!("git answered {other:?}")),
     }
 }
 

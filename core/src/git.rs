@@ -225,7 +225,8 @@ impl RepoFacts {
 pub struct SharedTree {
     /// A folder in the repository the tree was cut from.
     pub repo: String,
-    /// The prefix of its maker's checkpoint refs (deleted with the tree).
+    /// The prefix of its maker's checkpoint refs (deleted with the tree);
+    /// empty for a tree the window made, which has none.
     pub refs_prefix: String,
     /// The tree.
     pub tree: WorktreeRecord,

@@ -410,6 +410,22 @@ impl Trees<'_> {
             return false;
         }
         crate::mark!("tree_kept_in_use");
+        self.hand_to(users, tree, from);
+        true
+    }
+
+    /// The window let go of `tree` while sessions work in it
+    /// (`detached::WindowOut::KeepForUsers`): each of them
+    /// not already keeping it is handed it, as a disposed session's tree
+    /// is ([`Trees::hand_over_tree`]).
+    pub(crate) fn keep_for_users(&mut self, tree: &SharedTree) {
+        let (users, _) = self.tree_users(&tree.tree.path, None);
+        self.hand_to(users, tree, "the window");
+    }
+
+    /// Hands `tree` (made by `maker`) to each of `users` that does not keep
+    /// it yet, written to its record.
+    fn hand_to(&mut self, users: Vec<Uri>, tree: &SharedTree, maker: &str) {
         for user in users {
             if self.holds_tree(&user, &tree.tree.path) {
                 continue;
@@ -417,10 +433,9 @@ impl Trees<'_> {
             if let Some(s) = self.sessions.get_mut(&user) {
                 s.trees_mut().keep(tree.clone());
             }
-            self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
+            self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {maker}) stays: this session works in it", tree.tree.path));
             self.store_put(&user);
         }
-        true
     }
 
     /// Writes the session's record ([`Session::store_put`](crate::session::Session::store_put)).

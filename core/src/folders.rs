@@ -13,7 +13,9 @@
 //! 25; docs/DECISIONS.md, 28): [`check_uris`] refuses any other URI at once,
 //! and [`check_kinds`] refuses one the shell found is not a directory, from
 //! the answer to the `GitCmd::Inspect` the create asks anyway (the shell
-//! reads the disk; the rule is here).
+//! reads the disk; the rule is here). An `Inspect` that did not run says
+//! nothing of the folders, so the create is refused ([`unread`]) rather
+//! than made in a folder nobody looked at.
 //!
 //! Pure functions over the recorded list, so the host, the sim and the
 //! tests share one set of rules.
@@ -72,6 +74,17 @@ pub fn check_kinds(folders: &[Uri], facts: &crate::git::RepoFacts) -> Result<(),
         return Err(format!("working directory \"{}\" {what}", crate::ids::printable_up_to(folder, crate::ids::PATH_SHOWN_MAX)));
     }
     Ok(())
+}
+
+/// The words of a create refused because its folders could not be looked
+/// at: the shell's `GitCmd::Inspect` did not run (`message`, its words),
+/// so nothing says they are directories (issue 25). Not the client's
+/// fault, and maybe not lasting: a -32603 (`createSession`) or
+/// `unavailable` (a child session), naming the first folder.
+pub fn unread(folders: &[Uri], message: &str) -> String {
+    crate::mark!("create_refused_folder_unread");
+    let shown = folders.first().map(|f| crate::ids::printable_up_to(f, crate::ids::PATH_SHOWN_MAX)).unwrap_or_default();
+    format!("working directory \"{shown}\" could not be looked at ({message}); nothing was made, try again")
 }
 
 /// The peers of a recorded list (everything after the root).

@@ -178,6 +178,16 @@ pub struct RepoFacts {
     /// rule that refuses is the core's (`folders::check_kinds`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_directories: Vec<(String, FolderKind)>,
+    /// Git's words when the folder asked about is a directory but its
+    /// repository could not be read (a broken `.git`, a lock): the rest of
+    /// the facts are then a folder's in no repository, and the folders'
+    /// kinds above were still read. The core logs them
+    /// (`git.inspect_failed`). An `Inspect` answered `Outcome::Failed`
+    /// instead did not run: nothing is known of the folders, not even
+    /// whether they are directories, so a create refuses them
+    /// (`folders::unread`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_error: Option<String>,
 }
 
 /// What is at a folder's path when it is not a directory the daemon can
@@ -215,7 +225,8 @@ impl RepoFacts {
 pub struct SharedTree {
     /// A folder in the repository the tree was cut from.
     pub repo: String,
-    /// The prefix of its maker's checkpoint refs (deleted with the tree).
+    /// The prefix of its maker's checkpoint refs (deleted with the tree);
+    /// empty for a tree the window made, which has none.
     pub refs_prefix: String,
     /// The tree.
     pub tree: WorktreeRecord,

@@ -776,14 +776,14 @@ impl Host {
             // A create's and a child's facts go to who asked; a window's
             // cut to the window; the rest of git's answers to the trees.
             Op::Git(GitOp::Create { conn, id, request }) => {
-                let facts = git::facts_from(&mut self.shared, outcome);
-                self.create_with_facts(conn, id, *request, &facts);
+                let facts = git::folder_facts(&mut self.shared, outcome);
+                self.create_with_facts(conn, id, *request, facts);
             }
             Op::Git(GitOp::Child { call, request }) => {
-                let facts = git::facts_from(&mut self.shared, outcome);
-                self.create_child(call, *request, &facts);
+                let facts = git::folder_facts(&mut self.shared, outcome);
+                self.create_child(call, *request, facts);
             }
-            Op::Git(GitOp::Detached(purpose)) => self.window().on_detached_done(op, purpose, outcome),
+            Op::Git(GitOp::Detached(purpose)) => self.in_window(|w| w.on_detached_done(op, purpose, outcome)),
             Op::Git(purpose) => {
                 let outs = self.trees().on_git_done(op, purpose, outcome);
                 self.apply_trees(outs);
@@ -864,7 +864,7 @@ impl Host {
             }
             Method::FetchAutomationRuns => self.automation().on_fetch_runs(conn, id, params),
             Method::ListAutomationTriggerDefinitions => self.automation().on_list_trigger_definitions(conn, id, params),
-            Method::Detached(request) => self.window().on_detached_request(conn, id, request, params),
+            Method::Detached(request) => self.in_window(|w| w.on_detached_request(conn, id, request, params)),
             Method::Files(request) => {
                 let outs = self.files().on_request(conn, id, request, params);
                 self.apply_files(outs);
@@ -926,7 +926,20 @@ impl Host {
 
     /// The window's trees at work ([`detached::Window`]).
     pub(crate) fn window(&mut self) -> detached::Window<'_> {
-        detached::Window { detached: &mut self.detached, sessions: &self.sessions, shared: &mut self.shared }
+        detached::Window { detached: &mut self.detached, sessions: &self.sessions, shared: &mut self.shared, outs: Vec::new() }
+    }
+
+    /// Runs `rule` on the window's trees, then does what it decided
+    /// reaches past them ([`detached::WindowOut`]), in order.
+    pub(crate) fn in_window(&mut self, rule: impl FnOnce(&mut detached::Window<'_>)) {
+        let mut window = self.window();
+        rule(&mut window);
+        let outs = std::mem::take(&mut window.outs);
+        for out in outs {
+            match out {
+                detached::WindowOut::KeepForUsers(tree) => self.trees().keep_for_users(&tree),
+            }
+        }
     }
 
     /// The sessions' trees and git's answers at work ([`git::Trees`]).
@@ -944,7 +957,7 @@ impl Host {
                 TreesOut::Wake(session) => self.wake(&session),
                 TreesOut::RestartAgents(session) => self.restart_agents(&session),
                 TreesOut::FinishDispose(session) => self.dispose_finish(&session, None),
-                TreesOut::WindowCutFailed { op, purpose, outcome } => self.window().on_detached_done(op, *purpose, *outcome),
+                TreesOut::WindowCutFailed { op, purpose, outcome } => self.in_window(|w| w.on_detached_done(op, *purpose, *outcome)),
             }
         }
     }
@@ -1162,7 +1175,7 @@ impl Host {
 
     /// A child's folder's facts are known: the child is made
     /// ([`tools::Tools::create_child`]).
-    pub(crate) fn create_child(&mut self, call: crate::tools::HostCallId, request: crate::tools::ChildStart, facts: &crate::git::RepoFacts) {
+    pub(crate) fn create_child(&mut self, call: crate::tools::HostCallId, request: crate::tools::ChildStart, facts: Result<crate::git::RepoFacts, String>) {
         let outs = self.tools().create_child(call, request, facts);
         self.apply_tools(outs);
     }

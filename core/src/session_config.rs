@@ -273,6 +273,7 @@ pub fn reported(offer: &ConfigOffer, scope: Option<&str>, values: &Map<String, V
         default_branch: offer.branch.clone(),
         branches,
         not_directories: Vec::new(),
+        git_error: None,
     };
     let mut schema = compose(&facts, None, values);
     if let Some(s) = scope {
@@ -503,6 +504,7 @@ mod tests {
             default_branch: Some("trunk".into()),
             branches: vec!["dev".into(), "feature/x".into(), "trunk".into()],
             not_directories: Vec::new(),
+            git_error: None,
         }
     }
 

@@ -200,6 +200,7 @@ fn a_moved_chat_keeps_the_config_it_ran_on_as_its_own() {
         default_branch: Some("develop".into()),
         branches: vec!["dev".into(), "develop".into(), "main".into()],
         not_directories: Vec::new(),
+        git_error: None,
     };
     // a runs on branch main (a folder session in a repository), b on the default.
     let (a, _) = h.create_in("a", "/src/app", json!({"isolation": "folder", "branch": "main"}), facts.clone());

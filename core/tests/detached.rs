@@ -34,6 +34,7 @@ fn create_in(h: &mut Harness, conn: u64, id: &str, folder: &str, config: Value) 
             default_branch: Some("develop".into()),
             branches: vec!["develop".into(), "main".into()],
             not_directories: Vec::new(),
+            git_error: None,
         };
         h.done(op, Outcome::Git(GitResult::Repo(facts)));
     }
@@ -458,4 +459,61 @@ fn reconcile_keeps_named_and_fresh_handles_and_lets_go_of_the_stale() {
     assert!(h.git_cmds().is_empty(), "only the tree in that scope went");
     assert_unknown(&h.request(1, CLAIM, json!({"handle": named})));
     assert_eq!(h.request(1, CLAIM, json!({"handle": fresh}))["result"], json!({}));
+}
+
+/// Sim seeds 33923 and 56606 (100k-seed run): a session moved its root
+/// into a window's tree, then the window deleted its handle. The tree
+/// stayed on disk for the session, but nothing the host keeps named it any
+/// more, so it was no longer "a worktree the host made" (untrusted: the
+/// session's next agent started in a folder nothing trusted, and a create
+/// there was refused) and nothing would ever take it off the disk. The
+/// window's tree is handed to the sessions that work in it, as a disposed
+/// session's tree is: kept in their records, trusted, and removed with its
+/// last user.
+#[test]
+fn a_tree_the_window_lets_go_of_is_handed_to_the_sessions_in_it() {
+    let trust = ahpd_core::trust::Trust::of(&["/src/app".to_owned()]);
+    let mut h = Harness::new(Config { trust, ..Config::default() });
+    h.connect(1, "w");
+    let (uri, _) = create_in_repo(&mut h, 1, "s", worktree_config());
+    let r = make(&mut h, 1, &uri, "used", tree("used"));
+    let handle = handle_of(&r);
+    let resource = r["result"]["resource"].as_str().expect("resource").to_owned();
+    // A session made in the repository moves its root into the tree,
+    // trusted while the window holds it.
+    let (user, _) = create_in(&mut h, 1, "u", "file:///src/app", json!({}));
+    h.dispatch(1, &user, 1, json!({"type": "session/workingDirectoryReplaced", "directory": "file:///src/app", "replacement": resource}));
+    h.settle_no_repo();
+    let record = h.host.view().sessions.get(&user).expect("u").record().clone();
+    assert_eq!(record.working_directories.to_vec(), vec![resource.clone()]);
+    h.drop_logs();
+    let r = h.request(1, DELETE, json!({"handle": handle}));
+    assert_eq!(r["result"]["_meta"]["ahpd.treeKept"], true, "{r}");
+    assert!(h.git_cmds().is_empty(), "a tree in use is not handed to git");
+    assert_eq!(logs(&mut h, "git.tree_handed").len(), 1);
+    let record = h.host.view().sessions.get(&user).expect("u").record().clone();
+    let kept: Vec<&str> = record.shared_trees.iter().map(|t| t.tree.path.as_str()).collect();
+    assert_eq!(kept, vec!["/src/app.worktrees/used"], "the session keeps the tree");
+    // Still a tree the host made, from a trusted repository.
+    create_in(&mut h, 1, "v", &resource, json!({}));
+    // It goes with its last user.
+    for who in [user, "ahp-session:/v".to_owned()] {
+        let id = h.send_request(1, "disposeSession", json!({"channel": who}));
+        let mut removed = false;
+        loop {
+            h.settle();
+            let cmds = h.git_cmds();
+            if cmds.is_empty() {
+                break;
+            }
+            for (op, command) in cmds {
+                if let GitCmd::Dispose { worktree: Some(w), .. } = &command {
+                    removed |= w.path == "/src/app.worktrees/used";
+                }
+                h.done(op, Outcome::Git(command.no_repo_answer()));
+            }
+        }
+        assert_eq!(h.take_reply(1, id).expect("dispose reply")["result"], Value::Null);
+        assert_eq!(removed, who == "ahp-session:/v", "{who}: the tree goes with its last user only");
+    }
 }

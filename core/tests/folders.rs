@@ -208,3 +208,37 @@ fn a_working_directory_must_be_a_file_uri_of_a_directory() {
     h.settle_backend();
     assert_eq!(h.take_reply(1, rid).expect("answered")["result"], Value::Null);
 }
+
+/// Issue 25, sim seed 32282 (100k-seed run): a create whose folder could
+/// not be looked at (the shell's `Inspect` did not run: `Outcome::Failed`)
+/// is refused -32603 with words that say so, and no session is made, since
+/// nothing says the folder is a directory (it was `/work/gone`, and the
+/// session was made in it). Git failing on a folder that is a directory is
+/// answered as facts (`RepoFacts::git_error`): the session is made as in a
+/// folder in no repository, and the operator reads git's words.
+#[test]
+fn a_create_whose_folder_could_not_be_looked_at_makes_no_session() {
+    use ahpd_core::git::{GitCmd, GitResult, RepoFacts};
+    use ahpd_core::Outcome;
+    let mut h = Harness::new(config());
+    h.connect(1, "c");
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/unread", "provider": "echo", "workingDirectories": [GONE]}));
+    let cmds = h.git_cmds();
+    let [(op, GitCmd::Inspect { .. })] = &cmds[..] else { panic!("the folder is asked about: {cmds:?}") };
+    h.done(*op, Outcome::Failed { message: "the git task failed".into() });
+    let r = h.take_reply(1, rid).expect("answered");
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let text = r["error"]["message"].as_str().unwrap_or("");
+    assert!(text.contains("could not be looked at") && text.contains(GONE) && text.contains("the git task failed"), "{text}");
+    assert!(h.backend_cmds().is_empty(), "no agent started");
+    assert!(h.host.view().sessions.get("ahp-session:/unread").is_none(), "never existed");
+
+    let rid = h.send_request(1, "createSession", json!({"channel": "ahp-session:/broken", "provider": "echo", "workingDirectories": [ROOT]}));
+    let cmds = h.git_cmds();
+    let [(op, GitCmd::Inspect { .. })] = &cmds[..] else { panic!("the folder is asked about: {cmds:?}") };
+    let facts = RepoFacts { git_error: Some("could not open the repository: a broken .git".into()), ..RepoFacts::not_a_repo() };
+    h.done(*op, Outcome::Git(GitResult::Repo(facts)));
+    h.settle_backend();
+    assert_eq!(h.take_reply(1, rid).expect("answered")["result"], Value::Null);
+    assert!(h.host.view().sessions.get("ahp-session:/broken").is_some(), "made in a directory git could not read");
+}

@@ -16,6 +16,7 @@ fn repo_facts() -> RepoFacts {
         default_branch: Some("develop".into()),
         branches: vec!["dev".into(), "develop".into(), "feature/login".into(), "main".into()],
         not_directories: Vec::new(),
+        git_error: None,
     }
 }
 
@@ -340,7 +341,7 @@ fn a_tree_git_cannot_make_fails_that_send_clearly() {
 /// try come with it. A read git cannot do fails the send as the cut would.
 #[test]
 fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_first() {
-    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new() };
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new(), git_error: None };
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
     let (uri, chat) = create_in(&mut h, "d", json!({"isolation": "worktree", "worktreeCreateNewBranch": false}), detached);
@@ -370,7 +371,7 @@ fn a_tree_whose_config_names_no_base_is_cut_from_the_default_the_host_reads_firs
     // The same read failing fails the send, in git's words.
     let mut h = Harness::new(Config::default());
     h.connect(1, "c");
-    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new() };
+    let detached = RepoFacts { root: Some("/src/app".into()), current_branch: None, default_branch: None, branches: vec!["main".into()], not_directories: Vec::new(), git_error: None };
     let (_, chat) = create_in(&mut h, "e", json!({"isolation": "worktree"}), detached);
     h.frames(1);
     h.start_turn(1, &chat, 1, "t1", "hi");

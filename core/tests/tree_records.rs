@@ -12,7 +12,7 @@ use ahpd_core::testkit::Harness;
 use serde_json::json;
 
 fn repo_facts() -> RepoFacts {
-    RepoFacts { root: Some("/src/app".into()), current_branch: Some("main".into()), default_branch: Some("main".into()), branches: vec!["main".into()], not_directories: Vec::new() }
+    RepoFacts { root: Some("/src/app".into()), current_branch: Some("main".into()), default_branch: Some("main".into()), branches: vec!["main".into()], not_directories: Vec::new(), git_error: None }
 }
 
 fn tree(name: &str) -> WorktreeRecord {

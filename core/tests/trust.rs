@@ -20,6 +20,7 @@ fn repo_facts() -> RepoFacts {
         default_branch: Some("main".into()),
         branches: vec!["main".into()],
         not_directories: Vec::new(),
+        git_error: None,
     }
 }
 
@@ -199,7 +200,7 @@ fn a_session_is_not_made_in_a_tree_its_maker_takes_off_the_disk() {
 fn a_tree_cut_from_a_trusted_folder_of_a_repository_is_trusted_there_alone() {
     let mut h = Harness::new(trusting(&["/mono/pkg"]));
     h.connect(1, "c");
-    let mono = RepoFacts { root: Some("/mono".into()), current_branch: Some("main".into()), default_branch: None, branches: vec!["main".into()], not_directories: Vec::new() };
+    let mono = RepoFacts { root: Some("/mono".into()), current_branch: Some("main".into()), default_branch: None, branches: vec!["main".into()], not_directories: Vec::new(), git_error: None };
     assert_eq!(create(&mut h, "p", "file:///mono/pkg", json!({"isolation": "worktree"}), mono.clone())["result"], Value::Null);
     let chat = "ahp-chat:/ahp-session@p";
     h.request(1, "subscribe", json!({"channel": chat}));

@@ -914,7 +914,11 @@ impl Client {
                 // folder's and the trust check's refusals are owed for a
                 // free URI only (100k-seed run, seeds 23013, 32282, ...).
                 let uri_taken = code == Some(-32003);
-                if bad_folder && !uri_taken && !matches!(code, Some(-32602 | -32009)) {
+                // Refused for the folder (-32602), its trust (-32009), or
+                // because the folder could not be looked at (-32603: the
+                // shell's `Inspect` did not run, `folders::unread`); never
+                // made (100k-seed run, seeds 32282, 60540, 64275, 91642).
+                if bad_folder && !uri_taken && !matches!(code, Some(-32602 | -32009 | -32603)) {
                     return Err(breach("folder_refusal", format!("createSession of {uri} in a folder that is not a directory was answered {text}")));
                 }
                 if untrusted == Some(true) && !uri_taken && code != Some(-32009) {

@@ -160,10 +160,6 @@ fn folder_kind(path: &str) -> Option<FolderKind> {
     }
 }
 
-/// The answer's `not_directories` for `folder` and `also`.
-fn kinds(folder: &str, also: &[String]) -> Vec<(String, FolderKind)> {
-    std::iter::once(folder).chain(also.iter().map(String::as_str)).filter_map(|p| folder_kind(p).map(|k| (p.to_owned(), k))).collect()
-}
 
 /// A commit id as git prints it.
 pub fn oid(id: u64) -> String {
@@ -280,6 +276,38 @@ impl GitWorld {
     /// The checkout `path` is in, if any: the longest checkout folder on
     /// disk that is `path` or holds it. `Err` for a path inside a tree
     /// folder that is gone (git cannot open a missing folder).
+    /// The shell's answer to an `Inspect` of `folder` and `also` when git
+    /// fails on the folder's repository with `message` (half of the
+    /// `git_fail` fault): the kinds are still read, and a root that is a
+    /// directory is answered as one in no repository with git's words; a
+    /// root that is not one never reached git.
+    pub fn inspect_unreadable(&mut self, folder: &str, also: &[String], message: &str) -> GitResult {
+        let not_directories = self.kinds(folder, also);
+        let reached_git = !not_directories.iter().any(|(p, _)| p == folder);
+        GitResult::Repo(RepoFacts { not_directories, git_error: reached_git.then(|| message.to_owned()), ..RepoFacts::not_a_repo() })
+    }
+
+    /// The answer's `not_directories` for `folder` and `also` (the shell's
+    /// `kind_of` on each): [`folder_kind`]'s fixed paths, and the folder
+    /// of a tree git made and took off the disk, which is missing.
+    fn kinds(&self, folder: &str, also: &[String]) -> Vec<(String, FolderKind)> {
+        std::iter::once(folder).chain(also.iter().map(String::as_str)).filter_map(|p| self.kind_of(p).map(|k| (p.to_owned(), k))).collect()
+    }
+
+    fn kind_of(&self, path: &str) -> Option<FolderKind> {
+        if let Some(kind) = folder_kind(path) {
+            return Some(kind);
+        }
+        let normal = ahpd_core::git::normalize_path(path).unwrap_or_else(|| path.to_owned());
+        let removed = self.made.keys().any(|t| within(&normal, t)) && !self.on_disk_tree(&normal);
+        removed.then_some(FolderKind::Missing)
+    }
+
+    /// Whether `path` is inside a tree that is on disk now.
+    fn on_disk_tree(&self, path: &str) -> bool {
+        self.repos.iter().any(|r| r.trees.values().any(|e| e.checkout.is_some() && within(path, &e.path)))
+    }
+
     fn locate(&self, path: &str) -> Result<Option<At>, String> {
         let path = ahpd_core::git::normalize_path(path).unwrap_or_else(|| path.to_owned());
         let mut best: Option<(usize, At)> = None;
@@ -353,7 +381,7 @@ impl GitWorld {
             }
         }
         branches.sort();
-        RepoFacts { root: Some(self.workdir(at)), current_branch, default_branch: repo.remote_default.clone(), branches, not_directories: Vec::new() }
+        RepoFacts { root: Some(self.workdir(at)), current_branch, default_branch: repo.remote_default.clone(), branches, not_directories: Vec::new(), git_error: None }
     }
 
     /// Runs one command; `Err` is git's words. Trees it takes off the disk
@@ -362,18 +390,22 @@ impl GitWorld {
         self.removed.clear();
         *self.stats.commands.entry(kind(command)).or_default() += 1;
         if let GitCmd::Inspect { folder, also } = command {
-            let not_directories = kinds(folder, also);
+            // As the shell's `inspect_folders`: the kinds first, then git
+            // on a root that is a directory; git's error there is answered
+            // as a folder in no repository with its words.
+            let not_directories = self.kinds(folder, also);
             if !self.enabled || not_directories.iter().any(|(p, _)| p == folder) {
                 return Ok(GitResult::Repo(RepoFacts { not_directories, ..RepoFacts::not_a_repo() }));
             }
-            let result = self.execute(command).map(|r| match r {
-                GitResult::Repo(facts) => GitResult::Repo(RepoFacts { not_directories, ..facts }),
-                other => other,
-            });
-            if result.is_err() {
-                self.stats.refusals += 1;
-            }
-            return result;
+            let facts = match self.execute(command) {
+                Ok(GitResult::Repo(facts)) => facts,
+                Ok(other) => return Ok(other),
+                Err(message) => {
+                    self.stats.refusals += 1;
+                    RepoFacts { git_error: Some(message), ..RepoFacts::not_a_repo() }
+                }
+            };
+            return Ok(GitResult::Repo(RepoFacts { not_directories, ..facts }));
         }
         if !self.enabled {
             return Ok(command.no_repo_answer());

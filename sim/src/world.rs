@@ -935,7 +935,16 @@ impl World {
                 self.trees.before_command(&self.host.view(), &self.git, &command).map_err(|v| self.violation(v))?;
                 let result = if self.faults_rng.chance(self.faults.git_fail) {
                     self.git.removed.clear();
-                    Err("simulated git failure: the command did not run".to_owned())
+                    match &command {
+                        // Half the time git fails on the folder's
+                        // repository rather than before anything ran: the
+                        // shell still answers what the folders are
+                        // (docs/DECISIONS.md, 28).
+                        ahpd_core::git::GitCmd::Inspect { folder, also } if self.faults_rng.chance(0.5) => {
+                            Ok(self.git.inspect_unreadable(folder, also, "simulated git failure: the repository could not be read"))
+                        }
+                        _ => Err("simulated git failure: the command did not run".to_owned()),
+                    }
                 } else {
                     self.git.run(&command)
                 };

@@ -104,7 +104,7 @@ impl Tools<'_> {
                 self.shared.git(super::Op::Git(purpose), crate::git::GitCmd::Inspect { folder, also: Vec::new() });
                 Ok(Vec::new())
             }
-            None => Ok(self.create_child(call, request, &crate::git::RepoFacts::not_a_repo())),
+            None => Ok(self.create_child(call, request, Ok(crate::git::RepoFacts::not_a_repo()))),
         }
     }
 
@@ -139,7 +139,12 @@ impl Tools<'_> {
     /// ([`Tools::child_started`]) or would not ([`Tools::child_refused`]),
     /// or now when the host moved since the call (the parent went, the host
     /// stops, the bound or the folder's trust changed).
-    pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: &crate::git::RepoFacts) -> Vec<ToolOut> {
+    ///
+    /// `facts` is `Err` when the folder could not be looked at (its
+    /// `Inspect` did not run): refused `unavailable`, as `createSession`
+    /// refuses it, since nothing says the folder is a directory.
+    pub(crate) fn create_child(&mut self, call: HostCallId, request: ChildStart, facts: Result<crate::git::RepoFacts, String>) -> Vec<ToolOut> {
+        let facts = facts.map_err(|message| refusal(Code::Unavailable, crate::folders::unread(&request.working_directories, &message)));
         let checked = if self.stopping {
             Err(refusal(Code::Unavailable, "the host is shutting down"))
         } else if self.sessions.get(&request.parent).is_none_or(|s| matches!(s.phase(), Phase::Disposing(_))) {
@@ -149,7 +154,8 @@ impl Tools<'_> {
                 .and_then(|()| self.child_allowed(&request.parent, &request.provider, &request.working_directories))
                 // As `createSession` refuses a folder that is not a
                 // directory (issue 25, DECISIONS 28).
-                .and_then(|()| crate::folders::check_kinds(&request.working_directories, facts).map_err(|m| refusal(Code::InvalidArgument, m)))
+                .and_then(|()| facts.as_ref().map_err(Clone::clone))
+                .and_then(|facts| crate::folders::check_kinds(&request.working_directories, facts).map_err(|m| refusal(Code::InvalidArgument, m)))
         };
         if let Err(e) = checked {
             self.shared.log(LogLevel::Info, "tool.refused", Some(request.parent.clone()), format!("start_child_session from {}: {e}", request.chat));
@@ -164,7 +170,8 @@ impl Tools<'_> {
         let scope = parent.record().scope.as_deref().map(str::to_owned);
         // The defaults for its folder, as a createSession naming no config
         // gets them; charged to the parent's scope.
-        let (config, offer) = crate::session_config::settle(&serde_json::Map::new(), facts, None);
+        let Ok(facts) = facts else { return Vec::new() };
+        let (config, offer) = crate::session_config::settle(&serde_json::Map::new(), &facts, None);
         let in_tree = self.detached.tree_of(request.working_directories.first());
         let folders = crate::folders::initial(&request.working_directories, self.shared.agent_takes_peers(&request.provider));
         let mut record = SessionRecord::new_session(&rid, request.provider.as_str().into(), folders, config, offer, owner.clone(), scope, in_tree, self.shared.now.wall);

@@ -81,6 +81,23 @@ pub(crate) struct Window<'a> {
     pub(crate) detached: &'a mut data::Registry,
     pub(crate) sessions: &'a SessionTable,
     pub(crate) shared: &'a mut Shared,
+    /// What reaches past the registry, for the host to apply in order
+    /// (`Host::in_window`).
+    pub(crate) outs: Vec<WindowOut>,
+}
+
+/// What the window's rules decided that the host must do with the
+/// sessions, which the window only reads.
+#[derive(Debug)]
+pub(crate) enum WindowOut {
+    /// The window let go of a tree (a delete, or a handle `reconcile` no
+    /// longer names) that sessions work in: it stays on disk, and is handed
+    /// to them (`git::Trees::keep_for_users`) as a disposed session's tree
+    /// is, so it stays a tree the host made ("A worktree the host made is
+    /// trusted when the repository it came from is") and goes with its
+    /// last user (issue 19). Sim seeds 33923, 56606: forgotten, the
+    /// session's next agent started in a folder nothing trusted.
+    KeepForUsers(crate::git::SharedTree),
 }
 
 impl Window<'_> {
@@ -282,7 +299,15 @@ impl Window<'_> {
             },
             Step::Delete { reply } => match result {
                 Ok(kept) => {
-                    self.detached.remove(handle);
+                    if let Some(entry) = self.detached.remove(handle) {
+                        if self.tree_user(&entry.tree.path).is_some() {
+                            crate::mark!("window_tree_handed_to_users");
+                            // A window's tree has no checkpoint refs of its
+                            // own: nothing to delete with it.
+                            let tree = crate::git::SharedTree { repo: entry.repo, refs_prefix: String::new(), tree: entry.tree };
+                            self.outs.push(WindowOut::KeepForUsers(tree));
+                        }
+                    }
                     if let Some((conn, id)) = reply {
                         self.shared.reply(conn, id, kept_reply(kept.as_deref()));
                     }

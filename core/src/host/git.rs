@@ -15,7 +15,8 @@
 //! function (`Host::apply_trees`). Git's answers to the ops it issued
 //! come back to it ([`Trees::on_git_done`]); a `createSession`'s or a
 //! child's facts go to who asked (`host.rs`, `Host::on_done`), read with
-//! [`facts_from`].
+//! [`folder_facts`] (a create must know its folders are directories) and a
+//! config question's with [`facts_from`].
 //!
 //! ## A tree beyond its making
 //!
@@ -114,17 +115,36 @@ pub(crate) fn memberships_of(shared: &Shared, conn: ConnId) -> Option<Vec<Member
     }
 }
 
-/// The facts an `Inspect` answered. A folder git cannot read is offered
-/// what a folder in no repository is; the operator is told why.
+/// The facts an `Inspect` answered, for a question about config only
+/// (`resolveSessionConfig`): a folder git cannot read, or an `Inspect`
+/// that did not run, is offered what a folder in no repository is; the
+/// operator is told why.
 pub(crate) fn facts_from(shared: &mut Shared, outcome: Outcome) -> RepoFacts {
+    folder_facts(shared, outcome).unwrap_or_else(|_| RepoFacts::not_a_repo())
+}
+
+/// The facts an `Inspect` answered, for a create that must know what its
+/// folders are (issue 25: only existing directories): `Err` with why when
+/// the command did not run (`Outcome::Failed`) or answered out of turn,
+/// since then nothing says the folders are directories. A directory whose
+/// repository git could not read is answered as facts
+/// ([`RepoFacts::git_error`]): a folder in no repository, its kinds read.
+/// Git's words are logged for the operator either way.
+pub(crate) fn folder_facts(shared: &mut Shared, outcome: Outcome) -> Result<RepoFacts, String> {
     match outcome {
-        Outcome::Git(GitResult::Repo(facts)) => facts,
+        Outcome::Git(GitResult::Repo(mut facts)) => {
+            if let Some(message) = facts.git_error.take() {
+                crate::mark!("git_inspect_repo_unreadable");
+                shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
+            }
+            Ok(facts)
+        }
         Outcome::Failed { message } => {
             crate::mark!("git_inspect_failed");
-            shared.log(LogLevel::Warn, "git.inspect_failed", None, message);
-            RepoFacts::not_a_repo()
+            shared.log(LogLevel::Warn, "git.inspect_failed", None, message.clone());
+            Err(message)
         }
-        _ => RepoFacts::not_a_repo(),
+        other => Err(format!("git answered {other:?}")),
     }
 }
 
@@ -390,6 +410,22 @@ impl Trees<'_> {
             return false;
         }
         crate::mark!("tree_kept_in_use");
+        self.hand_to(users, tree, from);
+        true
+    }
+
+    /// The window let go of `tree` while sessions work in it
+    /// (`detached::WindowOut::KeepForUsers`): each of them
+    /// not already keeping it is handed it, as a disposed session's tree
+    /// is ([`Trees::hand_over_tree`]).
+    pub(crate) fn keep_for_users(&mut self, tree: &SharedTree) {
+        let (users, _) = self.tree_users(&tree.tree.path, None);
+        self.hand_to(users, tree, "the window");
+    }
+
+    /// Hands `tree` (made by `maker`) to each of `users` that does not keep
+    /// it yet, written to its record.
+    fn hand_to(&mut self, users: Vec<Uri>, tree: &SharedTree, maker: &str) {
         for user in users {
             if self.holds_tree(&user, &tree.tree.path) {
                 continue;
@@ -397,10 +433,9 @@ impl Trees<'_> {
             if let Some(s) = self.sessions.get_mut(&user) {
                 s.trees_mut().keep(tree.clone());
             }
-            self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {from}) stays: this session works in it", tree.tree.path));
+            self.shared.log(LogLevel::Info, "git.tree_handed", Some(user.clone()), format!("{} (made by {maker}) stays: this session works in it", tree.tree.path));
             self.store_put(&user);
         }
-        true
     }
 
     /// Writes the session's record ([`Session::store_put`](crate::session::Session::store_put)).

@@ -108,7 +108,7 @@ impl Host {
                 let purpose = super::GitOp::Create { conn, id, request: Box::new(request) };
                 self.shared.git(Op::Git(purpose), crate::git::GitCmd::Inspect { folder, also });
             }
-            None => self.create_with_facts(conn, id, request, &crate::git::RepoFacts::not_a_repo()),
+            None => self.create_with_facts(conn, id, request, Ok(crate::git::RepoFacts::not_a_repo())),
         }
     }
 
@@ -126,8 +126,11 @@ impl Host {
     /// config is settled against them, then the policy store is asked, and
     /// only then is the session made and its backend started (Sessions
     /// page, "The life of a session"). `request` was decoded and its URI
-    /// checked when it came ([`Host::on_create_session`]).
-    pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, request: CreateSessionReq, facts: &crate::git::RepoFacts) {
+    /// checked when it came ([`Host::on_create_session`]). `facts` is `Err`
+    /// when the folders could not be looked at (the `Inspect` did not run,
+    /// `git::folder_facts`): refused, since nothing says they are
+    /// directories.
+    pub(crate) fn create_with_facts(&mut self, conn: ConnId, id: u64, request: CreateSessionReq, facts: Result<crate::git::RepoFacts, String>) {
         // The connection that asked left while its folder was read: nobody
         // is there to answer, and its principal, the owner the session
         // would be written with ("written when the session opens"), is
@@ -143,6 +146,18 @@ impl Host {
         if let Err(e) = self.create_trusted(&request) {
             return self.shared.reply_error(conn, id, e);
         }
+        // Folders nobody could look at (the shell's `Inspect` did not run)
+        // may be anything: no session is made in them (issue 25; sim seed
+        // 32282 made one in a folder that does not exist).
+        let facts = match facts {
+            Ok(facts) => facts,
+            Err(message) => {
+                let reason = crate::folders::unread(&request.kept, &message);
+                self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());
+                return self.shared.reply_error(conn, id, error(INTERNAL_ERROR, reason));
+            }
+        };
+        let facts = &facts;
         // A folder the shell found is not a directory (issue 25).
         if let Err(reason) = crate::folders::check_kinds(&request.kept, facts) {
             self.shared.log(LogLevel::Warn, "session.folder_refused", Some(request.session.uri()), reason.clone());

@@ -133,12 +133,21 @@ fn kind_of(path: &str) -> Option<FolderKind> {
 
 /// [`inspect`] of `folder`, with the kind of it and of each of `also` when
 /// not a directory (`RepoFacts::not_directories`; the core decides what
-/// that means). A `folder` that is not a directory is in no repository.
+/// that means). A `folder` that is not a directory is in no repository;
+/// one whose repository git cannot read is in none either, with git's
+/// words in `RepoFacts::git_error`.
 fn inspect_folders(folder: &str, also: &[String]) -> Result<RepoFacts, String> {
     let not_directories: Vec<(String, FolderKind)> =
         std::iter::once(folder).chain(also.iter().map(String::as_str)).filter_map(|p| kind_of(p).map(|k| (p.to_owned(), k))).collect();
     let root_is_dir = !not_directories.iter().any(|(p, _)| p == folder);
-    let mut facts = if root_is_dir { inspect(Path::new(folder))? } else { RepoFacts::not_a_repo() };
+    // Git failing on a directory is answered, not failed: the folders'
+    // kinds were read, and the core refuses a create only when it cannot
+    // know them (an `Outcome::Failed` Inspect; docs/DECISIONS.md, 28).
+    let mut facts = match root_is_dir.then(|| inspect(Path::new(folder))) {
+        Some(Ok(facts)) => facts,
+        Some(Err(message)) => RepoFacts { git_error: Some(message), ..RepoFacts::not_a_repo() },
+        None => RepoFacts::not_a_repo(),
+    };
     facts.not_directories = not_directories;
     Ok(facts)
 }
@@ -190,7 +199,7 @@ fn facts_of(repo: &Repository) -> Result<RepoFacts, String> {
     }
     branches.sort();
     branches.dedup();
-    Ok(RepoFacts { root: Some(workdir_string(repo)), current_branch, default_branch, branches, not_directories: Vec::new() })
+    Ok(RepoFacts { root: Some(workdir_string(repo)), current_branch, default_branch, branches, not_directories: Vec::new(), git_error: None })
 }
 
 /// A session's first send: its tree (for a worktree session), then

@@ -11,8 +11,13 @@
 //! restart each one still queued is in its chat's record again: in its
 //! queue, or, when the write that started it was durable but its echo was
 //! lost in the crash, as the turn it became (a sender recorded under its
-//! id). The order within a queue is the core's
-//! `inv_queue_matches_record` with the `ahp` reducer's.
+//! id). A client's removal whose write was in flight at a crash may have
+//! landed: the message is then gone, as the client asked (the removal,
+//! like every client action, is applied once durable and a crash may take
+//! its echo, docs/DECISIONS.md, 2). The messages the host queues itself
+//! (a host tool's, an automation run's) are echoed when their write is
+//! issued and may be gone after a crash. The order within a queue is the
+//! core's `inv_queue_matches_record` with the `ahp` reducer's.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +25,7 @@ use ahp_types::actions::StateAction;
 use ahp_types::state::PendingMessageKind;
 use ahp_types::Uri;
 use ahpd_core::invariants::Violation;
+use ahpd_core::session::ParkedWork;
 use ahpd_core::{Effect, HostView, Outbound};
 
 /// Where one acknowledged queued message is.
@@ -27,6 +33,10 @@ use ahpd_core::{Effect, HostView, Outbound};
 enum Fate {
     /// Still queued.
     Queued,
+    /// Still queued, and a client's removal of it is parked with its write
+    /// in flight (`Session::park`): it applies and is echoed once durable,
+    /// so a crash before then may leave it removed or queued.
+    RemovalWriting,
     /// Became a turn.
     Started,
     /// A client removed it.
@@ -58,12 +68,16 @@ pub struct QueueHistory {
     /// turn started from the message (`Session::start_queued`), or a
     /// running turn took it.
     host_removed: Vec<(Uri, String)>,
-    /// The messages a host tool queued (`_meta["ahpd.hostTool"]`: a wake's
-    /// prompt, a `send_message`, a `childFinished`): echoed when their write
-    /// is issued, not durable (docs/DECISIONS.md, 20), so a crash may take
-    /// one away; a `childFinished` so lost is delivered again under another
-    /// id (docs/DECISIONS.md, 24; `child_finished_once` checks it reaches
-    /// the agent once).
+    /// The messages the host queued itself through `Host::deliver`: a
+    /// host tool's (`_meta["ahpd.hostTool"]`: a wake's prompt, a
+    /// `send_message`, a `childFinished`) and an automation run's
+    /// (`_meta["ahpd.automation"]`). Echoed when their write is issued,
+    /// not durable (docs/DECISIONS.md, 20), so a crash may take one away: a
+    /// `childFinished` so lost is delivered again under another id
+    /// (docs/DECISIONS.md, 24; `child_finished_once` checks it reaches the
+    /// agent once), and a run whose message was lost was left `running`,
+    /// which a restart fails ("the host stopped before the run ended",
+    /// docs/DECISIONS.md, 25; 100k-seed run, seed 49826).
     host_made: std::collections::BTreeSet<(Uri, String)>,
 }
 
@@ -90,7 +104,10 @@ impl QueueHistory {
                         }
                     }
                 }
-                if a.message.meta.as_ref().is_some_and(|m| m.contains_key(ahpd_core::host::TOOL_META_KEY)) {
+                let by_host = |m: &serde_json::Map<String, serde_json::Value>| {
+                    m.contains_key(ahpd_core::host::TOOL_META_KEY) || m.contains_key(ahpd_core::automation::RUN_META_KEY)
+                };
+                if a.message.meta.as_ref().is_some_and(by_host) {
                     self.host_made.insert((chat.clone(), a.id.clone()));
                 }
                 self.fates.insert((chat.clone(), a.id.clone()), Fate::Queued);
@@ -115,6 +132,9 @@ impl QueueHistory {
                 let Some(id) = &a.queued_message_id else { return Ok(()) };
                 match self.fates.get_mut(&(chat.clone(), id.clone())) {
                     Some(fate @ (Fate::Queued | Fate::RemovedUnheard)) => *fate = Fate::Started,
+                    // One write is parked at a time, so a queued start
+                    // waits for the removal's.
+                    Some(Fate::RemovalWriting) => return Err(breach(format!("{chat}: queued message {id} started a turn ({}) while a client's removal of it was being written", a.turn_id))),
                     // Taken off by the host just now to become this turn.
                     Some(fate @ Fate::Steered) if self.host_removed.iter().any(|(c, i)| c == chat && i == id) => *fate = Fate::Started,
                     Some(Fate::Steered) => return Err(breach(format!("{chat}: steering message {id}, taken by a running turn, started a turn of its own ({})", a.turn_id))),
@@ -138,7 +158,7 @@ impl QueueHistory {
     pub fn on_host_start(&mut self, view: &HostView<'_>) -> Result<(), Violation> {
         self.last_seq = 0;
         for ((chat, id), fate) in self.fates.iter_mut() {
-            if !matches!(fate, Fate::Queued | Fate::RemovedUnheard | Fate::Steered) {
+            if !matches!(fate, Fate::Queued | Fate::RemovedUnheard | Fate::Steered | Fate::RemovalWriting) {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
@@ -148,7 +168,9 @@ impl QueueHistory {
                 *fate = Fate::Queued;
                 continue;
             }
-            if matches!(fate, Fate::RemovedUnheard | Fate::Steered) {
+            // The client's removal landed though its echo was lost in the
+            // crash (100k-seed run, seed 75996).
+            if matches!(fate, Fate::RemovedUnheard | Fate::Steered | Fate::RemovalWriting) {
                 *fate = Fate::Removed;
                 continue;
             }
@@ -169,11 +191,13 @@ impl QueueHistory {
     /// After a step: a message still taken as queued that its chat's record
     /// (the host's own, written ahead) no longer holds, neither queued nor
     /// as the turn it became, was removed by a client whose echo no
-    /// subscriber heard.
+    /// subscriber heard. One it holds whose removal by a client is parked
+    /// (the record the store was sent lacks it; the host's keeps it until
+    /// that write is durable) may be gone after a crash.
     pub fn after_step(&mut self, view: &HostView<'_>) {
         self.host_removed.clear();
         for ((chat, id), fate) in self.fates.iter_mut() {
-            if *fate != Fate::Queued {
+            if !matches!(fate, Fate::Queued | Fate::RemovalWriting) {
                 continue;
             }
             let Some(session) = view.chats.get(chat).and_then(|s| view.sessions.get(s)) else { continue };
@@ -182,9 +206,17 @@ impl QueueHistory {
                 || record.steering.as_ref().is_some_and(|s| s.id == *id)
                 || record.senders.get(id).is_some()
                 || (2..100).any(|n| record.senders.get(&format!("{id}.{n}")).is_some());
-            if !held {
-                *fate = Fate::RemovedUnheard;
-            }
+            let removing = session.work().parked.as_ref().is_some_and(|p| match &p.work {
+                ParkedWork::Action(q) => q.channel == *chat && matches!(&q.action, StateAction::ChatPendingMessageRemoved(a) if a.id == *id),
+                _ => false,
+            });
+            *fate = match (held, removing) {
+                (false, _) => Fate::RemovedUnheard,
+                (true, true) => Fate::RemovalWriting,
+                // Its removal's write was refused (the action rejected), or
+                // none is parked.
+                (true, false) => Fate::Queued,
+            };
         }
     }
 

@@ -224,11 +224,16 @@ pub fn inv_asleep_runs_no_turn(uri: &Uri, s: &Session) -> Result<(), Violation> 
     }
     // A turn started while a session sleeps wakes it in the same input
     // (`Session::start_turn`, `TurnSend::NeedsWake`), or its tree is being
-    // put back first (`git_begin`, `Trees::restore_before_wake`): one still
-    // held by a session asleep otherwise waits on an agent nothing will
-    // start.
-    if s.is_asleep() && !s.work().pending_sends.is_empty() && s.work().git_begin.is_none() {
-        return fail("inv_asleep_runs_no_turn", format!("{uri} asleep holding turns for an agent nothing starts"));
+    // put back first (`git_begin`, `Trees::restore_before_wake`), or it
+    // waits for the write naming its conversation, whose answer wakes the
+    // session (`Session::conversation_written`, `NamesWritten::wake`): one
+    // still held by a session asleep otherwise waits on an agent nothing
+    // will start.
+    if s.is_asleep() && s.work().git_begin.is_none() {
+        let naming = |chat: &Uri| s.work().conversation_writes.values().any(|named| named.contains(chat));
+        if let Some((chat, _, _)) = s.work().pending_sends.iter().find(|(chat, _, _)| !naming(chat)) {
+            return fail("inv_asleep_runs_no_turn", format!("{uri} asleep holding a turn of {chat} for an agent nothing starts"));
+        }
     }
     // A wake ends when the last start it waits for answers: a wake waiting
     // for none never ends (sim seed 11569 at d163ccb).

@@ -120,37 +120,39 @@ fn a_turn_held_for_a_conversations_name_fails_when_the_store_refuses_the_write()
     assert!(words.contains("not saved") && words.contains("disk full"), "{err}");
 }
 
-/// The session falls asleep (its creation fails: the agent refuses its
-/// first message) while the write naming a new chat's conversation is in
-/// flight: the answer wakes it, and the wake hands the held turn over
-/// (sim seed 2933 with the first fix alone: the turn stayed held in a
-/// sleeping session).
+/// The session falls asleep while the write naming a new chat's
+/// conversation is in flight (its default chat's agent exits; a failed
+/// creation does the same, `lifecycle.rs`): the turn held for the name
+/// ends with the session's other work, so nothing is left held in a
+/// session asleep (sim seed 2933 with the first fix alone: the turn stayed
+/// held for ever), and the write's answer starts nothing.
 #[test]
-fn a_turn_held_for_a_conversations_name_in_a_session_that_fell_asleep_goes_after_a_wake() {
+fn a_turn_held_for_a_conversations_name_ends_when_the_session_falls_asleep() {
     let mut h = Harness::new(Config::default());
     h.connect(1, "c1");
-    let (uri, default_chat) = h.create(1, "s1");
+    let (uri, default_chat) = h.session_with_turn("s1");
     let chat = "ahp-chat:/ahp-session-s1-c2".to_owned();
     let id = h.send_request(1, "createChat", json!({"channel": uri, "chat": chat}));
     h.settle_store();
     assert!(h.take_reply(1, id).is_some(), "createChat answered");
     let start = h.backend_cmds().into_iter().find_map(|(op, c, cmd)| (c == chat && matches!(cmd, BackendCmd::Start { .. })).then_some(op)).expect("the chat's agent starts");
     h.start_turn(1, &chat, 5, "t-new", "first words");
-    h.start_turn(1, &default_chat, 6, "t1", "hello");
-    let send = h.backend_cmds().into_iter().find_map(|(op, c, cmd)| (c == default_chat && matches!(cmd, BackendCmd::Send { .. })).then_some(op)).expect("the first turn goes");
     h.done(start, Outcome::Started { conversation_id: "srv-9".into(), history: Vec::new() });
     let ops = h.store_ops();
     assert_eq!(writes_naming(&ops, &chat, "srv-9").len(), 1, "{ops:?}");
     assert_eq!(sends_to(&h.backend_cmds(), &chat), 0, "the turn waits for the name");
-    h.done(send, Outcome::Failed { message: "the agent refused the message".into() });
-    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase().name()), Some("asleep"), "the creation failed");
+    h.input(ahpd_core::Input::Backend { chat: default_chat, event: ahpd_core::BackendEvent::Exited { message: "exit status: 1".into() } });
+    let session = h.host.view().sessions.get(&uri).expect("the session");
+    assert_eq!(session.phase().name(), "asleep", "the agent exited");
+    assert!(session.work().pending_sends.is_empty(), "no turn is held in a session asleep");
+    assert!(held_chat(&h, &uri, &chat).is_none_or(|c| c.active_turn.is_none()), "the held turn ended");
     h.backend_cmds();
     for (op, _) in ops {
         h.done(op, Outcome::Ok);
     }
     let seen = h.settle();
-    assert!(seen.iter().any(|(c, cmd)| *c == chat && matches!(cmd, BackendCmd::Start { .. })), "the session wakes: {seen:?}");
-    assert!(seen.iter().any(|(c, cmd)| *c == chat && matches!(cmd, BackendCmd::Send { turn_id, .. } if turn_id == "t-new")), "the turn goes after the wake: {seen:?}");
+    assert!(!seen.iter().any(|(c, _)| *c == chat), "nothing starts for the name's answer: {seen:?}");
+    assert_eq!(h.host.view().sessions.get(&uri).map(|s| s.phase().name()), Some("asleep"));
 }
 
 /// The chat state `session` holds for `chat`, if its state is held.
